@@ -1,0 +1,1 @@
+"""hlofuse: a Python compiler for tensor programs built around operator fusion."""

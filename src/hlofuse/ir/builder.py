@@ -1,0 +1,106 @@
+"""Builders: the only way to create instructions, with shape inference and unique names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+
+import numpy as np
+
+from hlofuse.ir.attrs import Metadata, RawAttr
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Computation, Instruction
+from hlofuse.ir.ops import DECLARED_SHAPE_OPS, Op
+from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shapes import Shape
+
+_SUFFIX = re.compile(r"^(.*)\.(\d+)$")
+
+
+class NameUniquer:
+    """Hands out module-unique names in XLA's `base.N` style."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+        self._used: set[str] = set()
+
+    def reserve(self, name: str) -> bool:
+        """Mark `name` as used; False if it already was."""
+        if name in self._used:
+            return False
+        self._used.add(name)
+        match = _SUFFIX.match(name)
+        if match:
+            base, number = match.group(1), int(match.group(2))
+            self._next[base] = max(self._next.get(base, 0), number + 1)
+        return True
+
+    def unique(self, base: str) -> str:
+        base = _SUFFIX.sub(r"\1", base) or "x"
+        number = self._next.get(base, 0)
+        while f"{base}.{number}" in self._used:
+            number += 1
+        name = f"{base}.{number}"
+        self.reserve(name)
+        return name
+
+
+def infer_shape(op: Op, operand_shapes: Sequence[Shape], attrs: Mapping[str, object],
+                calls: Sequence[Computation], declared: Shape | None) -> Shape:
+    """The result shape of `op`, checked against `declared` when the op needs one."""
+    definition = op.definition
+    if op is Op.CONSTANT and declared is None:
+        literal = attrs.get("literal")
+        assert isinstance(literal, np.ndarray)
+        declared = Shape.array(DType.from_numpy(literal.dtype), literal.shape)
+    return definition.infer(list(operand_shapes), attrs, list(calls), declared, op=op.text)
+
+
+class ComputationBuilder:
+    """Appends instructions to one computation, inferring shapes from the op table."""
+
+    def __init__(self, name: str, names: NameUniquer | None = None) -> None:
+        self.name = name
+        self.names = names if names is not None else NameUniquer()
+        self.instructions: list[Instruction] = []
+        self.metadata: Metadata | None = None  # applied to instructions added without their own
+
+    def add(self, op: Op, operands: Sequence[Instruction] = (), *,
+            attrs: Mapping[str, object] | None = None, calls: Sequence[Computation] = (),
+            shape: Shape | None = None, name: str | None = None,
+            metadata: Metadata | None = None,
+            extra: Sequence[tuple[str, RawAttr]] = ()) -> Instruction:
+        attrs = dict(attrs or {})
+        inferred = infer_shape(op, [o.shape for o in operands], attrs, calls, shape)
+        if shape is not None and op not in DECLARED_SHAPE_OPS and inferred != shape:
+            raise ShapeError(f"{op.text} produces {inferred.text(False)}, but "
+                             f"{shape.text(False)} was declared")
+        if shape is not None and shape.layout is not None and shape == inferred:
+            inferred = shape
+        if name is None:
+            name = self.names.unique(op.text)
+        elif not self.names.reserve(name):
+            raise ValueError(f"duplicate instruction name %{name}")
+        instruction = Instruction(
+            name=name, op=op, operands=tuple(operands), shape=inferred,
+            attrs=MappingProxyType(attrs), calls=tuple(calls),
+            metadata=metadata if metadata is not None else self.metadata, extra=tuple(extra))
+        self.instructions.append(instruction)
+        return instruction
+
+    def parameter(self, number: int, shape: Shape, name: str | None = None,
+                  metadata: Metadata | None = None) -> Instruction:
+        return self.add(Op.PARAMETER, attrs={"parameter_number": number}, shape=shape,
+                        name=name or self.names.unique("Arg_%d" % number), metadata=metadata)
+
+    def constant(self, value: object, dtype: DType, name: str | None = None) -> Instruction:
+        literal = np.asarray(value, dtype=dtype.numpy)
+        return self.add(Op.CONSTANT, attrs={"literal": literal},
+                        shape=Shape.array(dtype, literal.shape), name=name)
+
+    def build(self, root: Instruction | None = None) -> Computation:
+        if not self.instructions:
+            raise ValueError(f"computation %{self.name} has no instructions")
+        root = root if root is not None else self.instructions[-1]
+        return Computation(self.name, tuple(self.instructions), root)

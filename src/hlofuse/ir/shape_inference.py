@@ -1,0 +1,517 @@
+"""Shape and element-type rules of HLO operations (XLA's ShapeInference, restated)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.shapes import Shape
+
+if TYPE_CHECKING:
+    from hlofuse.ir.hlo import Computation
+
+
+class ShapeError(ValueError):
+    """An operation's operands, attributes or declared shape are inconsistent."""
+
+
+Attrs = Mapping[str, object]
+Calls = Sequence["Computation"]
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ShapeError(message)
+
+
+def _array(shape: Shape, what: str) -> Shape:
+    _require(shape.is_array, f"{what} must be an array, got {shape.text(False)}")
+    return shape
+
+
+def _ints(attrs: Attrs, key: str) -> tuple[int, ...]:
+    value = attrs.get(key, ())
+    assert isinstance(value, tuple)
+    return value
+
+
+def _declared(declared: Shape | None, op: str) -> Shape:
+    _require(declared is not None, f"{op} needs its result shape written out")
+    assert declared is not None
+    return declared
+
+
+def _check_dims(dims: tuple[int, ...], rank: int, what: str, unique: bool = True) -> None:
+    for d in dims:
+        _require(0 <= d < rank, f"{what} {list(dims)} has dimension {d} out of range for rank {rank}")
+    if unique:
+        _require(len(set(dims)) == len(dims), f"{what} {list(dims)} repeats a dimension")
+
+
+# --- element-wise -------------------------------------------------------------------------
+
+
+def same_shape_operands(operands: Sequence[Shape], op: str) -> Shape:
+    first = _array(operands[0], f"{op} operand")
+    for other in operands[1:]:
+        _array(other, f"{op} operand")
+        _require(
+            other.dims == first.dims and other.dtype == first.dtype,
+            f"{op} operands must have the same shape, got {first.text(False)} and "
+            f"{other.text(False)}",
+        )
+    return Shape.array(first.dtype, first.dims)
+
+
+def elementwise(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+                op: str = "elementwise op") -> Shape:
+    return same_shape_operands(operands, op)
+
+
+def elementwise_float(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                      declared: Shape | None, op: str = "op") -> Shape:
+    out = same_shape_operands(operands, op)
+    _require(out.dtype.is_float, f"{op} needs a floating-point operand, got {out.dtype.text}")
+    return out
+
+
+def elementwise_int(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                    declared: Shape | None, op: str = "op") -> Shape:
+    out = same_shape_operands(operands, op)
+    _require(out.dtype.is_integer, f"{op} needs an integer operand, got {out.dtype.text}")
+    return out
+
+
+def elementwise_int_or_pred(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                            declared: Shape | None, op: str = "op") -> Shape:
+    out = same_shape_operands(operands, op)
+    _require(out.dtype.is_integer or out.dtype.is_pred,
+             f"{op} needs an integer or pred operand, got {out.dtype.text}")
+    return out
+
+
+def elementwise_numeric(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                        declared: Shape | None, op: str = "op") -> Shape:
+    out = same_shape_operands(operands, op)
+    _require(not out.dtype.is_pred, f"{op} does not accept pred operands")
+    return out
+
+
+def is_finite(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+              op: str = "is-finite") -> Shape:
+    out = elementwise_float(operands, attrs, calls, declared, op)
+    return out.with_dtype(DType.PRED)
+
+
+COMPARE_DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
+COMPARE_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
+
+
+def compare(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+            op: str = "compare") -> Shape:
+    out = same_shape_operands(operands, op)
+    _require(attrs.get("direction") in COMPARE_DIRECTIONS,
+             f"compare direction must be one of {', '.join(COMPARE_DIRECTIONS)}")
+    kind = attrs.get("type")
+    _require(kind is None or kind in COMPARE_TYPES,
+             f"compare type must be one of {', '.join(COMPARE_TYPES)}, got {kind}")
+    return out.with_dtype(DType.PRED)
+
+
+def select(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+           op: str = "select") -> Shape:
+    pred, on_true, on_false = (_array(s, "select operand") for s in operands)
+    _require(pred.dtype is DType.PRED, f"select predicate must be pred, got {pred.dtype.text}")
+    out = same_shape_operands([on_true, on_false], op)
+    _require(pred.dims == out.dims or pred.is_scalar,
+             f"select predicate shape {pred.text(False)} does not match {out.text(False)}")
+    return out
+
+
+def clamp(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+          op: str = "clamp") -> Shape:
+    low, x, high = (_array(s, "clamp operand") for s in operands)
+    for bound in (low, high):
+        _require(bound.dtype == x.dtype and (bound.dims == x.dims or bound.is_scalar),
+                 f"clamp bound {bound.text(False)} does not match operand {x.text(False)}")
+    return Shape.array(x.dtype, x.dims)
+
+
+def convert(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+            op: str = "convert") -> Shape:
+    x = _array(operands[0], f"{op} operand")
+    target = _declared(declared, op)
+    _require(target.is_array and target.dims == x.dims,
+             f"{op} result {target.text(False)} must have the operand's dimensions "
+             f"{list(x.dims)}")
+    return Shape.array(target.dtype, x.dims)
+
+
+def bitcast_convert(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                    declared: Shape | None, op: str = "bitcast-convert") -> Shape:
+    x = _array(operands[0], f"{op} operand")
+    target = _declared(declared, op)
+    _require(target.is_array, f"{op} result must be an array")
+    _require(target.dtype.bits == x.dtype.bits and target.dims == x.dims,
+             f"{op} from {x.text(False)} to {target.text(False)}: only conversions between "
+             "types of the same bit width are supported")
+    return Shape.array(target.dtype, x.dims)
+
+
+# --- leaves -------------------------------------------------------------------------------
+
+
+def declared_array(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+                   op: str = "op") -> Shape:
+    return _declared(declared, op)
+
+
+def iota(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+         op: str = "iota") -> Shape:
+    out = _declared(declared, op)
+    _require(out.is_array and out.rank >= 1, "iota needs an array result of rank >= 1")
+    dim = attrs.get("iota_dimension")
+    assert isinstance(dim, int)
+    _require(0 <= dim < out.rank, f"iota_dimension={dim} out of range for rank {out.rank}")
+    _require(not out.dtype.is_pred, "iota cannot produce pred")
+    return out
+
+
+def constant(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+             op: str = "constant") -> Shape:
+    out = _declared(declared, op)
+    literal = attrs.get("literal")
+    shape = getattr(literal, "shape", None)
+    _require(shape == out.dims, f"constant literal has shape {shape}, declared {list(out.dims)}")
+    return out
+
+
+# --- data movement ------------------------------------------------------------------------
+
+
+def broadcast(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+              op: str = "broadcast") -> Shape:
+    x = _array(operands[0], "broadcast operand")
+    out = _declared(declared, op)
+    dims = _ints(attrs, "dimensions")
+    _require(out.dtype == x.dtype, f"broadcast changes element type {x.dtype.text} to "
+             f"{out.dtype.text}")
+    _require(len(dims) == x.rank, f"broadcast dimensions={list(dims)} must have one entry per "
+             f"operand dimension (rank {x.rank})")
+    _check_dims(dims, out.rank, "broadcast dimensions")
+    for i, d in enumerate(dims):
+        _require(x.dims[i] == out.dims[d] or x.dims[i] == 1,
+                 f"broadcast operand dimension {i} (size {x.dims[i]}) does not match result "
+                 f"dimension {d} (size {out.dims[d]})")
+    return Shape.array(out.dtype, out.dims)
+
+
+def reshape(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+            op: str = "reshape") -> Shape:
+    x = _array(operands[0], f"{op} operand")
+    out = _declared(declared, op)
+    _require(out.dtype == x.dtype, f"{op} changes element type {x.dtype.text} to {out.dtype.text}")
+    _require(out.num_elements == x.num_elements,
+             f"{op} from {x.text(False)} to {out.text(False)} changes the number of elements")
+    return Shape.array(out.dtype, out.dims)
+
+
+def transpose(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+              op: str = "transpose") -> Shape:
+    x = _array(operands[0], "transpose operand")
+    perm = _ints(attrs, "dimensions")
+    _require(sorted(perm) == list(range(x.rank)),
+             f"transpose dimensions={list(perm)} is not a permutation of rank {x.rank}")
+    return Shape.array(x.dtype, tuple(x.dims[p] for p in perm))
+
+
+def slice_(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+           op: str = "slice") -> Shape:
+    x = _array(operands[0], "slice operand")
+    spec = attrs.get("slice")
+    assert isinstance(spec, tuple)
+    _require(len(spec) == x.rank, f"slice has {len(spec)} ranges for an operand of rank {x.rank}")
+    dims = []
+    for axis, s in enumerate(spec):
+        assert isinstance(s, SliceDim)
+        _require(0 <= s.start <= s.limit <= x.dims[axis] and s.stride >= 1,
+                 f"slice [{s.start}:{s.limit}:{s.stride}] is out of bounds for dimension {axis} "
+                 f"of size {x.dims[axis]}")
+        dims.append((s.limit - s.start + s.stride - 1) // s.stride)
+    return Shape.array(x.dtype, tuple(dims))
+
+
+def _scalar_indices(indices: Sequence[Shape], op: str) -> None:
+    for idx in indices:
+        _require(idx.is_array and idx.is_scalar and idx.dtype.is_integer,
+                 f"{op} start indices must be integer scalars, got {idx.text(False)}")
+
+
+def dynamic_slice(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+                  op: str = "dynamic-slice") -> Shape:
+    x = _array(operands[0], "dynamic-slice operand")
+    sizes = _ints(attrs, "dynamic_slice_sizes")
+    _require(len(operands) == 1 + x.rank,
+             f"dynamic-slice needs {x.rank} start indices, got {len(operands) - 1}")
+    _scalar_indices(operands[1:], op)
+    _require(len(sizes) == x.rank and all(0 <= s <= d for s, d in zip(sizes, x.dims)),
+             f"dynamic_slice_sizes={list(sizes)} does not fit operand {x.text(False)}")
+    return Shape.array(x.dtype, sizes)
+
+
+def dynamic_update_slice(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                         declared: Shape | None, op: str = "dynamic-update-slice") -> Shape:
+    x = _array(operands[0], "dynamic-update-slice operand")
+    update = _array(operands[1], "dynamic-update-slice update")
+    _require(len(operands) == 2 + x.rank,
+             f"dynamic-update-slice needs {x.rank} start indices, got {len(operands) - 2}")
+    _scalar_indices(operands[2:], op)
+    _require(update.dtype == x.dtype and update.rank == x.rank
+             and all(u <= d for u, d in zip(update.dims, x.dims)),
+             f"dynamic-update-slice update {update.text(False)} does not fit {x.text(False)}")
+    return Shape.array(x.dtype, x.dims)
+
+
+def concatenate(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+                op: str = "concatenate") -> Shape:
+    dims = _ints(attrs, "dimensions")
+    _require(len(dims) == 1, f"concatenate needs exactly one dimension, got {list(dims)}")
+    first = _array(operands[0], "concatenate operand")
+    axis = dims[0]
+    _check_dims(dims, first.rank, "concatenate dimensions")
+    total = 0
+    for s in operands:
+        _array(s, "concatenate operand")
+        same = s.dtype == first.dtype and s.rank == first.rank and all(
+            a == b for i, (a, b) in enumerate(zip(s.dims, first.dims)) if i != axis)
+        _require(same, f"concatenate operands {first.text(False)} and {s.text(False)} differ "
+                 f"outside dimension {axis}")
+        total += s.dims[axis]
+    out = list(first.dims)
+    out[axis] = total
+    return Shape.array(first.dtype, tuple(out))
+
+
+def pad(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+        op: str = "pad") -> Shape:
+    x = _array(operands[0], "pad operand")
+    value = _array(operands[1], "pad value")
+    _require(value.is_scalar and value.dtype == x.dtype,
+             f"pad value must be a {x.dtype.text} scalar, got {value.text(False)}")
+    config = attrs.get("padding")
+    assert isinstance(config, tuple)
+    _require(len(config) == x.rank, f"padding has {len(config)} entries for rank {x.rank}")
+    dims = []
+    for axis, p in enumerate(config):
+        assert isinstance(p, PaddingDim)
+        _require(p.interior >= 0, f"pad interior padding must be >= 0, got {p.interior}")
+        size = x.dims[axis]
+        new = p.low + p.high + size + max(size - 1, 0) * p.interior
+        _require(new >= 0, f"padding {p.low}_{p.high}_{p.interior} makes dimension {axis} "
+                 "negative")
+        dims.append(new)
+    return Shape.array(x.dtype, tuple(dims))
+
+
+def reverse(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+            op: str = "reverse") -> Shape:
+    x = _array(operands[0], "reverse operand")
+    _check_dims(_ints(attrs, "dimensions"), x.rank, "reverse dimensions")
+    return Shape.array(x.dtype, x.dims)
+
+
+def copy(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+         op: str = "copy") -> Shape:
+    return operands[0]
+
+
+# --- reductions ---------------------------------------------------------------------------
+
+
+def _reducer_signature(calls: Calls, inputs: Sequence[Shape], op: str) -> None:
+    """The reducer takes 2N scalars (accumulators, then values) and returns N scalars."""
+    if not calls:
+        raise ShapeError(f"{op} needs a to_apply computation")
+    comp = calls[0]
+    n = len(inputs)
+    params = [p.shape for p in comp.parameters]
+    expected = [Shape.scalar(s.dtype) for s in inputs] * 2
+    _require(params == expected,
+             f"{op} reducer %{comp.name} must take {len(expected)} scalars "
+             f"({', '.join(s.text(False) for s in expected)}), takes "
+             f"({', '.join(s.text(False) for s in params)})")
+    root = comp.root.shape
+    want = expected[0] if n == 1 else Shape.tuple_of(expected[:n])
+    if n == 1 and root.is_tuple and len(root.elements) == 1:
+        root = root.elements[0]
+    _require(root == want, f"{op} reducer %{comp.name} must return {want.text(False)}, "
+             f"returns {root.text(False)}")
+
+
+def reduce(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+           op: str = "reduce") -> Shape:
+    _require(len(operands) % 2 == 0 and operands,
+             "reduce needs as many initial values as inputs")
+    n = len(operands) // 2
+    inputs, inits = operands[:n], operands[n:]
+    first = _array(inputs[0], "reduce input")
+    for s in inputs:
+        _require(_array(s, "reduce input").dims == first.dims,
+                 f"reduce inputs {first.text(False)} and {s.text(False)} differ in shape")
+    for s, init in zip(inputs, inits):
+        _require(init.is_array and init.is_scalar and init.dtype == s.dtype,
+                 f"reduce initial value {init.text(False)} must be a {s.dtype.text} scalar")
+    dims = _ints(attrs, "dimensions")
+    _check_dims(dims, first.rank, "reduce dimensions")
+    _reducer_signature(calls, inputs, op)
+    kept = tuple(d for i, d in enumerate(first.dims) if i not in dims)
+    outs = [Shape.array(s.dtype, kept) for s in inputs]
+    return outs[0] if n == 1 else Shape.tuple_of(outs)
+
+
+def reduce_window(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                  declared: Shape | None, op: str = "reduce-window") -> Shape:
+    _require(len(operands) % 2 == 0 and operands,
+             "reduce-window needs as many initial values as inputs")
+    n = len(operands) // 2
+    inputs, inits = operands[:n], operands[n:]
+    first = _array(inputs[0], "reduce-window input")
+    for s, init in zip(inputs, inits):
+        _require(_array(s, "reduce-window input").dims == first.dims,
+                 "reduce-window inputs differ in shape")
+        _require(init.is_array and init.is_scalar and init.dtype == s.dtype,
+                 f"reduce-window initial value {init.text(False)} must be a {s.dtype.text} "
+                 "scalar")
+    window = attrs.get("window")
+    assert isinstance(window, Window)
+    _require(window.rank == first.rank,
+             f"reduce-window window has rank {window.rank}, operand {first.text(False)}")
+    _reducer_signature(calls, inputs, op)
+    dims = []
+    for axis in range(first.rank):
+        size = window.size[axis]
+        stride = window.stride[axis]
+        base = (first.dims[axis] - 1) * window.lhs_dilate[axis] + 1 if first.dims[axis] else 0
+        padded = base + window.pad_low[axis] + window.pad_high[axis]
+        extent = (size - 1) * window.rhs_dilate[axis] + 1
+        _require(size >= 1 and stride >= 1, f"reduce-window size and stride must be >= 1 in "
+                 f"dimension {axis}")
+        dims.append(0 if padded < extent else (padded - extent) // stride + 1)
+    outs = [Shape.array(s.dtype, tuple(dims)) for s in inputs]
+    return outs[0] if n == 1 else Shape.tuple_of(outs)
+
+
+def dot(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+        op: str = "dot") -> Shape:
+    lhs = _array(operands[0], "dot lhs")
+    rhs = _array(operands[1], "dot rhs")
+    lb, rb = _ints(attrs, "lhs_batch_dims"), _ints(attrs, "rhs_batch_dims")
+    lc, rc = _ints(attrs, "lhs_contracting_dims"), _ints(attrs, "rhs_contracting_dims")
+    _check_dims(lb + lc, lhs.rank, "dot lhs batch+contracting dims")
+    _check_dims(rb + rc, rhs.rank, "dot rhs batch+contracting dims")
+    _require(len(lb) == len(rb) and len(lc) == len(rc),
+             "dot needs as many lhs as rhs batch and contracting dimensions")
+    for a, b in zip(lb + lc, rb + rc):
+        _require(lhs.dims[a] == rhs.dims[b],
+                 f"dot dimension {a} of lhs {lhs.text(False)} does not match dimension {b} of "
+                 f"rhs {rhs.text(False)}")
+    _require(lhs.dtype == rhs.dtype or (declared is not None),
+             f"dot operands differ in element type: {lhs.dtype.text} and {rhs.dtype.text}")
+    out_dims = [lhs.dims[d] for d in lb]
+    out_dims += [s for i, s in enumerate(lhs.dims) if i not in lb + lc]
+    out_dims += [s for i, s in enumerate(rhs.dims) if i not in rb + rc]
+    dtype = declared.dtype if declared is not None and declared.is_array else lhs.dtype
+    return Shape.array(dtype, tuple(out_dims))
+
+
+# --- tuples and control flow --------------------------------------------------------------
+
+
+def tuple_(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+           op: str = "tuple") -> Shape:
+    return Shape.tuple_of(list(operands))
+
+
+def get_tuple_element(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                      declared: Shape | None, op: str = "get-tuple-element") -> Shape:
+    t = operands[0]
+    _require(t.is_tuple, f"get-tuple-element operand must be a tuple, got {t.text(False)}")
+    index = attrs.get("index")
+    assert isinstance(index, int)
+    _require(0 <= index < len(t.elements),
+             f"get-tuple-element index={index} out of range for {t.text(False)}")
+    return t.elements[index]
+
+
+def _signature(comp: Computation) -> tuple[list[Shape], Shape]:
+    return [p.shape for p in comp.parameters], comp.root.shape
+
+
+def while_(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+           op: str = "while") -> Shape:
+    _require(len(calls) == 2, "while needs condition= and body=")
+    state = operands[0]
+    cond_params, cond_root = _signature(calls[0])
+    body_params, body_root = _signature(calls[1])
+    _require(cond_params == [state], f"while condition %{calls[0].name} must take "
+             f"{state.text(False)}")
+    _require(cond_root == Shape.scalar(DType.PRED),
+             f"while condition %{calls[0].name} must return pred[]")
+    _require(body_params == [state] and body_root == state,
+             f"while body %{calls[1].name} must map {state.text(False)} to itself")
+    return state
+
+
+def conditional(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+                op: str = "conditional") -> Shape:
+    selector = operands[0]
+    _require(selector.is_array and selector.is_scalar
+             and selector.dtype in (DType.PRED, DType.S32),
+             f"conditional selector must be pred[] or s32[], got {selector.text(False)}")
+    _require(len(calls) >= 1 and len(operands) == len(calls) + 1,
+             f"conditional has {len(calls)} branches and {len(operands) - 1} branch operands")
+    if selector.dtype is DType.PRED:
+        _require(len(calls) == 2, "a pred conditional needs exactly two branches")
+    result = calls[0].root.shape
+    for comp, arg in zip(calls, operands[1:]):
+        params, root = _signature(comp)
+        _require(params == [arg], f"conditional branch %{comp.name} must take {arg.text(False)}")
+        _require(root == result, f"conditional branches return different shapes: "
+                 f"{result.text(False)} and {root.text(False)}")
+    return result
+
+
+def call(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+         op: str = "call") -> Shape:
+    _require(len(calls) == 1, f"{op} needs exactly one called computation")
+    params, root = _signature(calls[0])
+    _require(params == list(operands),
+             f"{op} passes ({', '.join(s.text(False) for s in operands)}) to %{calls[0].name} "
+             f"which takes ({', '.join(s.text(False) for s in params)})")
+    return root
+
+
+def rng_bit_generator(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                      declared: Shape | None, op: str = "rng-bit-generator") -> Shape:
+    state = _array(operands[0], "rng-bit-generator state")
+    out = _declared(declared, op)
+    _require(out.is_tuple and len(out.elements) == 2 and out.elements[0] == state,
+             f"rng-bit-generator must return (state, bits), got {out.text(False)}")
+    _require(state.dtype is DType.U64 and state.rank == 1,
+             f"rng-bit-generator state must be u64[n], got {state.text(False)}")
+    bits = out.elements[1]
+    _require(bits.is_array and bits.dtype.is_unsigned_int or bits.dtype.is_signed_int,
+             "rng-bit-generator bits must be integers")
+    return out
+
+
+def opt_barrier(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+                op: str = "opt-barrier") -> Shape:
+    return operands[0]
+
+
+def after_all(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+              op: str = "after-all") -> Shape:
+    return Shape.token()
