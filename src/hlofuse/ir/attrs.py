@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,8 @@ class Metadata:
     """XLA's OpMetadata: op_type, op_name, source_file, source_line and any other keys."""
 
     fields: tuple[tuple[str, str | int], ...] = ()
+    # `file:line` resolved from jax's stack-frame tables when the fields only have an id.
+    resolved_location: str | None = field(default=None, compare=False)
 
     def get(self, key: str) -> str | int | None:
         for k, v in self.fields:
@@ -98,7 +100,7 @@ class Metadata:
     def source_location(self) -> str | None:
         """`file:line` of the user's code, or None."""
         if self.source_file is None:
-            return None
+            return self.resolved_location
         line = self.source_line
         return f"{self.source_file}:{line}" if line is not None else self.source_file
 

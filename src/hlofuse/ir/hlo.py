@@ -93,6 +93,9 @@ class Module:
     name: str
     computations: tuple[Computation, ...]
     entry: Computation
+    # jax's debug-info tables (FileNames, FunctionNames, FileLocations, StackFrames), verbatim:
+    # ((table, ((id, text), ...)), ...). Metadata's stack_frame_id points into them.
+    debug_tables: tuple[tuple[str, tuple[tuple[int, str], ...]], ...] = ()
 
     def computation(self, name: str) -> Computation:
         for comp in self.computations:

@@ -79,6 +79,7 @@ class _Reader:
         self.pos = 0
         self.filename = filename
         self.max_buffer_bytes = max_buffer_bytes
+        self.frames: dict[int, str] = {}  # stack_frame_id -> file:line
         self._line_starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
 
     # --- positions and errors ---
@@ -397,7 +398,9 @@ def _metadata(reader: _Reader) -> Metadata:
             value = reader.word()
             fields.append((key, int(value) if re.fullmatch(r"-?\d+", value) else value))
         reader.accept(",")
-    return Metadata(tuple(fields))
+    frame = dict(fields).get("stack_frame_id")
+    location = reader.frames.get(frame) if isinstance(frame, int) else None
+    return Metadata(tuple(fields), location)
 
 
 def _literal(reader: _Reader, shape: Shape) -> np.ndarray:
@@ -650,6 +653,45 @@ def _parse_header(reader: _Reader) -> str:
     return name
 
 
+_DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_TABLE_ENTRY_ID = re.compile(r"\d+(?=[ \t])")
+_TABLE_HEAD = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)\s*\n")
+
+
+def _parse_debug_tables(reader: _Reader) -> tuple[tuple[str, tuple[tuple[int, str], ...]], ...]:
+    """jax's `debug_info=True` tables between the header and the first computation."""
+    tables = []
+    while True:
+        reader.skip()
+        m = _TABLE_HEAD.match(reader.text, reader.pos)
+        if not m:
+            return tuple(tables)
+        reader.pos = m.end()
+        entries: list[tuple[int, str]] = []
+        while (number := reader.match(_TABLE_ENTRY_ID)) is not None:
+            entries.append((int(number.group(0)), reader.balanced()))
+        tables.append((m.group(1), tuple(entries)))
+
+
+def _resolve_locations(tables: tuple[tuple[str, tuple[tuple[int, str], ...]], ...]
+                       ) -> dict[int, str]:
+    """stack_frame_id -> `file:line` of the frame's own location (the innermost one)."""
+    by_name = {name: dict(entries) for name, entries in tables}
+    files = {k: v.strip('"') for k, v in by_name.get("FileNames", {}).items()}
+    locations: dict[int, str] = {}
+    for key, text in by_name.get("FileLocations", {}).items():
+        fields = dict(re.findall(r"(\w+)=(-?\d+)", text))
+        file_name = files.get(int(fields.get("file_name_id", -1)))
+        if file_name is not None and "line" in fields:
+            locations[key] = f"{file_name}:{fields['line']}"
+    frames: dict[int, str] = {}
+    for key, text in by_name.get("StackFrames", {}).items():
+        m = re.search(r"file_location_id=(\d+)", text)
+        if m and int(m.group(1)) in locations:
+            frames[key] = locations[int(m.group(1))]
+    return frames
+
+
 # --- phase 2: build ----------------------------------------------------------------------
 
 
@@ -779,6 +821,8 @@ def parse_module(text: str, filename: str | None = None,
     if reader.at_end():
         raise reader.error("empty input: expected 'HloModule'")
     module_name = _parse_header(reader)
+    debug_tables = _parse_debug_tables(reader)
+    reader.frames = _resolve_locations(debug_tables)
     raws: list[_RawComputation] = []
     while not reader.at_end():
         raws.append(_parse_computation(reader))
@@ -793,7 +837,7 @@ def parse_module(text: str, filename: str | None = None,
         builder.computation(raw.name, raw.position)
     entry = builder.built[entry_raw.name]
     ordered = tuple(builder.built[r.name] for r in raws if r is not entry_raw) + (entry,)
-    return Module(module_name, ordered, entry)
+    return Module(module_name, ordered, entry, debug_tables)
 
 
 def parse_file(path: str, max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> Module:

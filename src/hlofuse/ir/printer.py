@@ -119,6 +119,8 @@ def module_text(module: Module) -> str:
     """The whole module as HLO text, callees before callers, ENTRY last."""
     header = f"HloModule {module.name}, entry_computation_layout={entry_layout_text(module)}"
     blocks = [header]
+    for table, entries in module.debug_tables:
+        blocks.append("\n".join([table] + [f"{i} {text}" for i, text in entries]))
     for comp in module.computations:
         blocks.append(computation_text(comp, comp is module.entry))
     return "\n\n".join(blocks) + "\n"

@@ -651,7 +651,7 @@ def _(rng):
 def _(rng):
     state0 = rng.uniform(-0.2, 0.2, (8, 4)).astype(f32)
     state0[:3] = [[2.3, 1.0, 0.0, 0.0], [-2.2, -1.5, 0.05, 0.0], [0.0, 0.0, 0.19, 0.5]]  # these finish
-    T = 50
+    T = 20
 
     def f(state0):
         # Deterministic variant of the spec: fixed policy, reset to own initial state.
@@ -671,9 +671,10 @@ def _(rng):
 # ---------------------------------------------------------------- driver
 
 
-def build(fn, args, debug):
+def build(name, fn, args, debug):
     """Lower and run one program.  Both modes go through this one call site so
     that the stack frames recorded in debug-info tables are identical."""
+    fn.__name__ = name  # module is called jit_<name>
     text = jax.jit(fn).lower(*args).as_text(dialect="hlo", debug_info=debug)
     outs = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
     return text, outs
@@ -692,7 +693,7 @@ def main(check: bool) -> bool:
     for name, fn, args, debug in PROGRAMS:
         if check:
             args, stored_outs = load(name)
-        text, outs = build(fn, args, debug)
+        text, outs = build(name, fn, args, debug)
         bad = [op for op in FORBIDDEN if op in text]
         if bad:
             print(f"{name}: HLO contains forbidden ops {bad}")

@@ -1,0 +1,453 @@
+"""Reference evaluation of any HLO module with NumPy: the oracle for every later stage.
+
+Simple rather than fast. Element types are kept exactly (the element-wise semantics live in
+`ir/elementwise_ref.py`, read through the op table). Reducers of reduce and reduce-window are
+evaluated on whole arrays at once (their instructions are element-wise over scalars), so only
+the reduced extent is a Python loop.
+
+Element-wise float32/float64 arithmetic treats denormal inputs as zero and flushes denormal
+results to zero (DAZ/FTZ), as XLA's CPU backend runs: `log(1e-45)` is -inf, as in JAX.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Sequence
+from typing import Any, Union
+
+import numpy as np
+
+from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op, OpKind
+from hlofuse.ir.shapes import Shape
+
+Value = Union[np.ndarray, tuple["Value", ...], None]
+
+
+class InterpreterError(RuntimeError):
+    """Evaluation failed; the message names the instruction."""
+
+
+CustomCallFn = Callable[[Instruction, Sequence[Value]], Value]
+
+
+def _threefry_custom_call(instruction: Instruction, operands: Sequence[Value]) -> Value:
+    from hlofuse import rnglib  # a library of ours, like the runtime's; pure NumPy
+
+    return rnglib.threefry2x32_custom_call(instruction, operands)
+
+
+# Library functions behind custom-call targets that hlofuse itself emits.
+CUSTOM_CALL_TARGETS: dict[str, CustomCallFn] = {
+    "hlofuse_threefry2x32": _threefry_custom_call,
+}
+
+
+def coerce_argument(value: object, shape: Shape, index: int) -> np.ndarray:
+    """Check (and for Python scalars, convert) one entry argument against its parameter."""
+    expected = shape.dtype.numpy
+    if not isinstance(value, np.ndarray | np.generic):
+        if isinstance(value, bool | int | float) and shape.is_scalar:
+            return np.asarray(value, dtype=expected)
+        raise TypeError(f"argument {index}: expected a NumPy array of {shape.text(False)}, got "
+                        f"{type(value).__name__}")
+    array = np.asarray(value)
+    if array.dtype != expected or array.shape != shape.dims:
+        raise TypeError(f"argument {index}: expected {shape.text(False)}, got "
+                        f"{array.dtype}{list(array.shape)}")
+    return array
+
+
+def evaluate(module: Module, arguments: Sequence[object]) -> Value:
+    """Run the entry computation on `arguments` (one per parameter, in order)."""
+    params = module.entry.parameters
+    if len(arguments) != len(params):
+        raise TypeError(f"{module.name} takes {len(params)} argument(s), got {len(arguments)}")
+    args = [coerce_argument(a, p.shape, i) for i, (a, p) in enumerate(zip(arguments, params))]
+    return Interpreter().run(module.entry, args)
+
+
+def flatten_value(value: Value) -> list[np.ndarray]:
+    if isinstance(value, tuple):
+        out: list[np.ndarray] = []
+        for element in value:
+            out.extend(flatten_value(element))
+        return out
+    return [] if value is None else [value]
+
+
+class Interpreter:
+    def __init__(self, custom_calls: dict[str, CustomCallFn] | None = None) -> None:
+        self.custom_calls = dict(CUSTOM_CALL_TARGETS)
+        self.custom_calls.update(custom_calls or {})
+
+    def run(self, computation: Computation, arguments: Sequence[Value]) -> Value:
+        env: dict[int, Value] = {}
+        for inst in computation.instructions:
+            operands = [env[id(o)] for o in inst.operands]
+            try:
+                if inst.op is Op.PARAMETER:
+                    env[id(inst)] = arguments[inst.parameter_number]
+                    continue
+                env[id(inst)] = self._evaluate(inst, operands)
+            except InterpreterError:
+                raise
+            except (ValueError, TypeError, IndexError, KeyError) as e:
+                raise InterpreterError(f"evaluating %{inst.name} ({inst.op.text}): {e}") from e
+        return env[id(computation.root)]
+
+    def _evaluate(self, inst: Instruction, operands: list[Value]) -> Value:
+        definition = inst.definition
+        if definition.kind is OpKind.ELEMENTWISE:
+            return _elementwise(inst, operands)
+        handler = _HANDLERS.get(inst.op)
+        if handler is None:
+            raise InterpreterError(f"%{inst.name}: the interpreter cannot evaluate "
+                                   f"{inst.op.text}")
+        return handler(self, inst, operands)
+
+
+_NO_FLUSH = frozenset({Op.SELECT, Op.BITCAST_CONVERT})
+_FLUSHED_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def flush_denormals(x: np.ndarray) -> np.ndarray:
+    """Denormal float32/float64 values become zeros of the same sign."""
+    if x.dtype not in _FLUSHED_TYPES:
+        return x
+    tiny = np.finfo(x.dtype).tiny
+    with np.errstate(invalid="ignore"):
+        is_denormal = (x != 0) & (np.abs(x) < tiny)
+    if not is_denormal.any():
+        return x
+    return np.where(is_denormal, np.copysign(np.zeros((), x.dtype), x), x).astype(x.dtype)
+
+
+def _elementwise(inst: Instruction, operands: list[Value]) -> np.ndarray:
+    fn = inst.definition.numpy
+    assert fn is not None
+    arrays = [np.asarray(o) for o in operands]
+    if inst.op not in _NO_FLUSH:
+        arrays = [flush_denormals(a) for a in arrays]
+    if inst.op is Op.COMPARE:
+        result = fn(*arrays, direction=inst.attrs["direction"], kind=inst.attrs.get("type"))
+    elif inst.op in (Op.CONVERT, Op.BITCAST_CONVERT):
+        result = fn(arrays[0], inst.dtype.numpy)
+    else:
+        result = fn(*arrays)
+    result = np.asarray(result).astype(inst.dtype.numpy, copy=False)
+    return result if inst.op in _NO_FLUSH else flush_denormals(result)
+
+
+def _array(value: Value) -> np.ndarray:
+    assert isinstance(value, np.ndarray), value
+    return value
+
+
+# --- structural handlers -----------------------------------------------------------------
+
+Handler = Callable[[Interpreter, Instruction, list[Value]], Value]
+
+
+def _constant(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    literal = inst.attrs["literal"]
+    assert isinstance(literal, np.ndarray)
+    return literal
+
+
+def _iota(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    dim = inst.attrs["iota_dimension"]
+    assert isinstance(dim, int)
+    dims = inst.shape.dims
+    ramp = np.arange(dims[dim]).astype(inst.dtype.numpy)
+    view = [1] * len(dims)
+    view[dim] = dims[dim]
+    return np.asarray(np.broadcast_to(ramp.reshape(view), dims), order="C")
+
+
+def _broadcast(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    x = _array(ops[0])
+    dims = inst.ints("dimensions")
+    order = sorted(range(len(dims)), key=lambda i: dims[i])
+    x = np.transpose(x, order)
+    view = [1] * inst.shape.rank
+    for i in order:
+        view[dims[i]] = _array(ops[0]).shape[i]
+    return np.asarray(np.broadcast_to(x.reshape(view), inst.shape.dims), order="C")
+
+
+def _reshape(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return _array(ops[0]).reshape(inst.shape.dims)
+
+
+def _transpose(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return np.asarray(np.transpose(_array(ops[0]), inst.ints("dimensions")), order="C")
+
+
+def _slice(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    spec = inst.attrs["slice"]
+    assert isinstance(spec, tuple)
+    index = tuple(slice(s.start, s.limit, s.stride) for s in spec if isinstance(s, SliceDim))
+    return np.asarray(_array(ops[0])[index], order="C")
+
+
+def _clamped_starts(starts: Sequence[Value], dims: Sequence[int],
+                    sizes: Sequence[int]) -> list[int]:
+    """XLA clamps start indices so the window stays inside the operand."""
+    out = []
+    for start, dim, size in zip(starts, dims, sizes):
+        value = int(_array(start))
+        out.append(min(max(value, 0), dim - size))
+    return out
+
+
+def _dynamic_slice(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    x = _array(ops[0])
+    sizes = inst.ints("dynamic_slice_sizes")
+    starts = _clamped_starts(ops[1:], x.shape, sizes)
+    index = tuple(slice(s, s + n) for s, n in zip(starts, sizes))
+    return np.asarray(x[index], order="C")
+
+
+def _dynamic_update_slice(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    x = _array(ops[0]).copy()
+    update = _array(ops[1])
+    starts = _clamped_starts(ops[2:], x.shape, update.shape)
+    index = tuple(slice(s, s + n) for s, n in zip(starts, update.shape))
+    x[index] = update
+    return x
+
+
+def _concatenate(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return np.concatenate([_array(o) for o in ops], axis=inst.ints("dimensions")[0])
+
+
+def _pad(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    x, value = _array(ops[0]), _array(ops[1])
+    config = inst.attrs["padding"]
+    assert isinstance(config, tuple)
+    for axis, p in enumerate(config):
+        assert isinstance(p, PaddingDim)
+        x = _pad_axis(x, axis, p, value)
+    return np.asarray(x, order="C")
+
+
+def _pad_axis(x: np.ndarray, axis: int, p: PaddingDim, value: np.ndarray) -> np.ndarray:
+    n = x.shape[axis]
+    if p.interior and n > 1:
+        dilated_shape = list(x.shape)
+        dilated_shape[axis] = (n - 1) * (p.interior + 1) + 1
+        dilated = np.full(dilated_shape, value, dtype=x.dtype)
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(None, None, p.interior + 1)
+        dilated[tuple(index)] = x
+        x = dilated
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (max(p.low, 0), max(p.high, 0))
+    x = np.pad(x, widths, constant_values=value)
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(max(-p.low, 0), x.shape[axis] - max(-p.high, 0))
+    return x[tuple(index)]
+
+
+def _reverse(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    dims = inst.ints("dimensions")
+    x = _array(ops[0])
+    return np.asarray(np.flip(x, axis=dims)) if dims else x
+
+
+# Reducers that are one binary op over (parameter 0, parameter 1) run as NumPy reductions.
+_UFUNC_REDUCERS: dict[Op, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    Op.ADD: np.add, Op.MULTIPLY: np.multiply, Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum,
+    Op.AND: np.bitwise_and, Op.OR: np.bitwise_or, Op.XOR: np.bitwise_xor,
+}
+
+
+def _simple_reducer(comp: Computation) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    root = comp.root
+    if len(comp.parameters) != 2 or len(root.operands) != 2:
+        return None
+    if {id(o) for o in root.operands} != {id(p) for p in comp.parameters}:
+        return None
+    if root.shape.dtype.is_pred and root.op in (Op.ADD, Op.MULTIPLY):
+        return None
+    ufunc = _UFUNC_REDUCERS.get(root.op)
+    if ufunc is None or root.dtype.is_float and root.op in (Op.AND, Op.OR, Op.XOR):
+        return None
+    return ufunc
+
+
+def _combine(self: Interpreter, reducer: Computation, acc: list[np.ndarray],
+             values: list[np.ndarray]) -> list[np.ndarray]:
+    result = self.run(reducer, [*acc, *values])
+    if isinstance(result, tuple):
+        return [_array(r) for r in result]
+    return [_array(result)]
+
+
+def _reduce(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    n = len(ops) // 2
+    inputs = [_array(o) for o in ops[:n]]
+    inits = [_array(o) for o in ops[n:]]
+    dims = inst.ints("dimensions")
+    reducer = inst.calls[0]
+    kept = [d for d in range(inputs[0].ndim) if d not in dims]
+    out_dims = tuple(inputs[0].shape[d] for d in kept)
+    moved = [np.transpose(x, kept + list(dims)).reshape(out_dims + (-1,)) for x in inputs]
+    ufunc = _simple_reducer(reducer) if n == 1 else None
+    if ufunc is not None:
+        with np.errstate(all="ignore"):
+            total = ufunc.reduce(moved[0], axis=-1) if moved[0].shape[-1] else None
+            base = np.broadcast_to(inits[0], out_dims)
+            result = base if total is None else ufunc(base, total)
+        return np.asarray(np.asarray(result).astype(inst.dtype.numpy), order="C")
+    acc = [np.asarray(np.broadcast_to(init, out_dims)) for init in inits]
+    for k in range(moved[0].shape[-1]):
+        acc = [np.broadcast_to(a, out_dims) for a in
+               _combine(self, reducer, acc, [m[..., k] for m in moved])]
+    acc = [np.asarray(a, order="C") for a in acc]
+    return acc[0] if n == 1 else tuple(acc)
+
+
+def _reduce_window(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    n = len(ops) // 2
+    inputs = [_array(o) for o in ops[:n]]
+    inits = [_array(o) for o in ops[n:]]
+    window = inst.attrs["window"]
+    assert isinstance(window, Window)
+    reducer = inst.calls[0]
+    padded = [_window_input(x, init, window) for x, init in zip(inputs, inits)]
+    out_shape = inst.shape.elements[0] if inst.shape.is_tuple else inst.shape
+    out_dims = out_shape.dims
+    acc = [np.asarray(np.broadcast_to(init, out_dims)) for init in inits]
+    for offset in np.ndindex(*window.size):
+        index = tuple(
+            slice(o * window.rhs_dilate[a], o * window.rhs_dilate[a] +
+                  (out_dims[a] - 1) * window.stride[a] + 1, window.stride[a])
+            if out_dims[a] else slice(0, 0)
+            for a, o in enumerate(offset))
+        values = [p[index] for p in padded]
+        acc = [np.broadcast_to(a, out_dims) for a in _combine(self, reducer, acc, values)]
+    acc = [np.asarray(a, order="C") for a in acc]
+    return acc[0] if n == 1 else tuple(acc)
+
+
+def _window_input(x: np.ndarray, init: np.ndarray, window: Window) -> np.ndarray:
+    """Base-dilate and pad with the initial value, as XLA does for reduce-window."""
+    for axis in range(x.ndim):
+        p = PaddingDim(window.pad_low[axis], window.pad_high[axis], window.lhs_dilate[axis] - 1)
+        x = _pad_axis(x, axis, p, init)
+    return x
+
+
+def _dot(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    dtype = inst.dtype.numpy
+    lhs, rhs = _array(ops[0]).astype(dtype), _array(ops[1]).astype(dtype)
+    lb, rb = inst.ints("lhs_batch_dims"), inst.ints("rhs_batch_dims")
+    lc, rc = inst.ints("lhs_contracting_dims"), inst.ints("rhs_contracting_dims")
+    letters = iter(string.ascii_letters)
+    lhs_sub = [next(letters) for _ in range(lhs.ndim)]
+    rhs_sub = [next(letters) for _ in range(rhs.ndim)]
+    for a, b in zip(lb + lc, rb + rc):
+        rhs_sub[b] = lhs_sub[a]
+    out = [lhs_sub[d] for d in lb]
+    out += [lhs_sub[d] for d in range(lhs.ndim) if d not in lb + lc]
+    out += [rhs_sub[d] for d in range(rhs.ndim) if d not in rb + rc]
+    spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out)}"
+    if dtype == np.bool_:
+        result = np.einsum(spec, lhs.astype(np.int64), rhs.astype(np.int64)) != 0
+    else:
+        with np.errstate(all="ignore"):
+            result = np.einsum(spec, lhs, rhs)
+    return np.asarray(np.asarray(result).astype(dtype), order="C")
+
+
+def _tuple(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return tuple(ops)
+
+
+def _get_tuple_element(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    value = ops[0]
+    assert isinstance(value, tuple)
+    index = inst.attrs["index"]
+    assert isinstance(index, int)
+    return value[index]
+
+
+def _while(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    condition, body = inst.calls
+    state = ops[0]
+    while bool(_array(self.run(condition, [state]))):
+        state = self.run(body, [state])
+    return state
+
+
+def _conditional(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    selector = _array(ops[0])
+    branches = inst.calls
+    if selector.dtype == np.bool_:
+        index = 0 if bool(selector) else 1
+    else:
+        index = int(selector)
+        if not 0 <= index < len(branches):
+            index = len(branches) - 1  # XLA: an out-of-range index runs the last branch
+    return self.run(branches[index], [ops[index + 1]])
+
+
+def _call(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return self.run(inst.calls[0], ops)
+
+
+def _custom_call(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    target = inst.attrs["custom_call_target"]
+    assert isinstance(target, str)
+    fn = self.custom_calls.get(target)
+    if fn is None:
+        raise InterpreterError(f"%{inst.name}: no library function for custom-call target "
+                               f"{target!r}")
+    return fn(inst, ops)
+
+
+def _copy(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return _array(ops[0]).copy()
+
+
+def _identity(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return ops[0]
+
+
+def _token(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return None
+
+
+_HANDLERS: dict[Op, Handler] = {
+    Op.AFTER_ALL: _token,
+    Op.BITCAST: _reshape,
+    Op.BROADCAST: _broadcast,
+    Op.CALL: _call,
+    Op.CONCATENATE: _concatenate,
+    Op.CONDITIONAL: _conditional,
+    Op.CONSTANT: _constant,
+    Op.COPY: _copy,
+    Op.CUSTOM_CALL: _custom_call,
+    Op.DOT: _dot,
+    Op.DYNAMIC_SLICE: _dynamic_slice,
+    Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
+    Op.FUSION: _call,
+    Op.GET_TUPLE_ELEMENT: _get_tuple_element,
+    Op.IOTA: _iota,
+    Op.OPT_BARRIER: _identity,
+    Op.PAD: _pad,
+    Op.REDUCE: _reduce,
+    Op.REDUCE_WINDOW: _reduce_window,
+    Op.RESHAPE: _reshape,
+    Op.REVERSE: _reverse,
+    Op.SLICE: _slice,
+    Op.TRANSPOSE: _transpose,
+    Op.TUPLE: _tuple,
+    Op.WHILE: _while,
+}
+
+# Ops that are neither element-wise nor handled above; the completeness test lists them.
+UNSUPPORTED_OPS = frozenset({Op.PARAMETER, Op.RNG_BIT_GENERATOR})

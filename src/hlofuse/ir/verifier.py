@@ -1,0 +1,148 @@
+"""Structural and type invariants of a module; a failure names the instruction and the rule."""
+
+from __future__ import annotations
+
+from hlofuse.ir.builder import infer_shape
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import DECLARED_SHAPE_OPS, AttrType, Op
+from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shapes import DEFAULT_MAX_BUFFER_BYTES
+
+
+class HloVerifyError(ValueError):
+    """An invalid module; `instruction` and `rule` say where and why."""
+
+    def __init__(self, message: str, instruction: str | None, rule: str,
+                 computation: str | None = None) -> None:
+        self.instruction = instruction
+        self.rule = rule
+        self.computation = computation
+        where = f"%{instruction}" if instruction else f"computation %{computation}"
+        if instruction and computation:
+            where += f" in %{computation}"
+        super().__init__(f"{where}: {message} [{rule}]")
+
+
+_TYPE_CHECKS = {
+    AttrType.INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    AttrType.INTS: lambda v: isinstance(v, tuple) and all(isinstance(x, int) for x in v),
+    AttrType.STRING: lambda v: isinstance(v, str),
+    AttrType.ENUM: lambda v: isinstance(v, str),
+    AttrType.BOOL: lambda v: isinstance(v, bool),
+    AttrType.SLICE: lambda v: isinstance(v, tuple),
+    AttrType.PADDING: lambda v: isinstance(v, tuple),
+    AttrType.WINDOW: lambda v: v is not None,
+}
+
+
+def verify(module: Module, max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> None:
+    """Raise HloVerifyError on the first broken invariant."""
+    names: dict[str, str] = {}
+    comp_names: set[str] = set()
+    known = {id(c) for c in module.computations}
+    if id(module.entry) not in known:
+        raise HloVerifyError("entry computation is not in the module", None, "entry-in-module",
+                             module.entry.name)
+    for comp in module.computations:
+        if comp.name in comp_names:
+            raise HloVerifyError("duplicate computation name", None, "unique-names", comp.name)
+        comp_names.add(comp.name)
+        _verify_computation(comp, names, known, max_buffer_bytes)
+    _verify_no_recursion(module)
+
+
+def _verify_computation(comp: Computation, names: dict[str, str], known: set[int],
+                        max_buffer_bytes: int) -> None:
+    defined: set[int] = set()
+    numbers: list[int] = []
+    if not any(i is comp.root for i in comp.instructions):
+        raise HloVerifyError("root is not one of the computation's instructions", comp.root.name,
+                             "root-in-computation", comp.name)
+    for inst in comp.instructions:
+        if inst.name in names:
+            raise HloVerifyError(f"name also used in %{names[inst.name]}", inst.name,
+                                 "unique-names", comp.name)
+        names[inst.name] = comp.name
+        for operand in inst.operands:
+            if id(operand) not in defined:
+                raise HloVerifyError(f"operand %{operand.name} is not defined before its use "
+                                     "(or is in another computation)", inst.name,
+                                     "defined-before-use", comp.name)
+        for callee in inst.calls:
+            if id(callee) not in known:
+                raise HloVerifyError(f"calls %{callee.name}, which is not in the module",
+                                     inst.name, "callee-in-module", comp.name)
+        _verify_instruction(inst, comp, max_buffer_bytes)
+        if inst.op is Op.PARAMETER:
+            numbers.append(inst.parameter_number)
+        defined.add(id(inst))
+    if sorted(numbers) != list(range(len(numbers))):
+        raise HloVerifyError(f"parameter numbers {sorted(numbers)} are not 0..{len(numbers) - 1}",
+                             None, "parameter-numbers", comp.name)
+
+
+def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: int) -> None:
+    definition = inst.definition
+    count = len(inst.operands)
+    if definition.arity is not None and count != definition.arity:
+        raise HloVerifyError(f"{inst.op.text} takes {definition.arity} operand(s), has {count}",
+                             inst.name, "operand-count", comp.name)
+    if definition.arity is None and count < definition.min_arity:
+        raise HloVerifyError(f"{inst.op.text} takes at least {definition.min_arity} operand(s), "
+                             f"has {count}", inst.name, "operand-count", comp.name)
+    for key, spec in definition.attrs.items():
+        if key not in inst.attrs:
+            if spec.required:
+                raise HloVerifyError(f"missing attribute {key}=", inst.name, "attribute-schema",
+                                     comp.name)
+            continue
+        value = inst.attrs[key]
+        if not _TYPE_CHECKS[spec.type](value) or (spec.choices and value not in spec.choices):
+            raise HloVerifyError(f"bad value {value!r} for {key}=", inst.name,
+                                 "attribute-schema", comp.name)
+    expected_calls = definition.call_attrs
+    if expected_calls and expected_calls != ("branch_computations*",):
+        if len(inst.calls) != len(expected_calls):
+            raise HloVerifyError(f"needs {len(expected_calls)} called computation(s), has "
+                                 f"{len(inst.calls)}", inst.name, "called-computations",
+                                 comp.name)
+    declared = inst.shape if inst.op in DECLARED_SHAPE_OPS else None
+    try:
+        inferred = infer_shape(inst.op, [o.shape for o in inst.operands], inst.attrs,
+                               inst.calls, declared)
+    except ShapeError as e:
+        raise HloVerifyError(str(e), inst.name, "shape-inference", comp.name) from None
+    if inferred != inst.shape:
+        raise HloVerifyError(f"shape is {inst.shape.text(False)} but {inst.op.text} of these "
+                             f"operands gives {inferred.text(False)}", inst.name, "shape-inference",
+                             comp.name)
+    for leaf in inst.shape.leaves():
+        if leaf.byte_size > max_buffer_bytes:
+            raise HloVerifyError(f"buffer of {leaf.byte_size} bytes is above the cap of "
+                                 f"{max_buffer_bytes}", inst.name, "buffer-size", comp.name)
+
+
+def _verify_no_recursion(module: Module) -> None:
+    state: dict[int, int] = {}
+
+    def visit(comp: Computation) -> None:
+        stack = [(comp, iter(list(comp.called_computations)))]
+        state[id(comp)] = 1
+        while stack:
+            current, callees = stack[-1]
+            callee = next(callees, None)
+            if callee is None:
+                state[id(current)] = 2
+                stack.pop()
+                continue
+            mark = state.get(id(callee))
+            if mark == 1:
+                raise HloVerifyError(f"calls %{callee.name} recursively", None,
+                                     "no-recursion", current.name)
+            if mark is None:
+                state[id(callee)] = 1
+                stack.append((callee, iter(list(callee.called_computations))))
+
+    for comp in module.computations:
+        if id(comp) not in state:
+            visit(comp)

@@ -1,0 +1,43 @@
+"""Shared fixtures: the JAX corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CORPUS_DIR = Path(__file__).parent / "data" / "jax"
+CORPUS = sorted(p.stem for p in CORPUS_DIR.glob("*.hlo"))
+
+
+def load_corpus_case(name: str) -> tuple[str, list[np.ndarray], list[np.ndarray]]:
+    """(HLO text, inputs, JAX's outputs) of one corpus program."""
+    text = (CORPUS_DIR / f"{name}.hlo").read_text()
+    data = np.load(CORPUS_DIR / f"{name}.npz")
+    inputs = [data[f"arg{i}"] for i in range(sum(k.startswith("arg") for k in data.files))]
+    outputs = [data[f"out{i}"] for i in range(sum(k.startswith("out") for k in data.files))]
+    return text, inputs, outputs
+
+
+def assert_matches(actual: list[np.ndarray], expected: list[np.ndarray], where: str) -> None:
+    """Bit-exact for integers and pred; rtol=1e-5, atol=1e-6 for floats (NaNs equal)."""
+    assert len(actual) == len(expected), f"{where}: {len(actual)} outputs, expected {len(expected)}"
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        a = np.asarray(a)
+        if a.dtype != e.dtype and e.dtype == np.uint16 and a.dtype.name == "bfloat16":
+            a = a.view(np.uint16)
+        assert a.shape == e.shape, f"{where} out{i}: shape {a.shape}, expected {e.shape}"
+        assert a.dtype == e.dtype, f"{where} out{i}: dtype {a.dtype}, expected {e.dtype}"
+        if e.dtype.kind in "fc":
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6, equal_nan=True,
+                                       err_msg=f"{where} out{i}")
+        else:
+            np.testing.assert_array_equal(a, e, err_msg=f"{where} out{i}")
+
+
+@pytest.fixture(params=CORPUS)
+def corpus_case(request: pytest.FixtureRequest) -> tuple[str, str, list[np.ndarray],
+                                                          list[np.ndarray]]:
+    name = request.param
+    return (name, *load_corpus_case(name))
