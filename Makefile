@@ -16,7 +16,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 run: $(STAMP)
-	$(VENV)/bin/hlofuse run examples/mlp.hlo --random-inputs 0
+	$(VENV)/bin/hlofuse cartpole
 
 clean:
 	rm -rf $(VENV)

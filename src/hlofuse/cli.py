@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hlofuse.envs.commands import add_cartpole_command
+from hlofuse.fusion.commands import add_explain_command, add_opt_command
 from hlofuse.interpreter import InterpreterError, Value, evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import HloParseError, parse_module
@@ -36,13 +38,18 @@ def _one_line(message: str) -> str:
 def load_module(path: str) -> tuple[Module, str]:
     """Parse and verify a file; errors name the file, line and column."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except OSError as e:
         raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UsageError(f"{path}:1:{e.start + 1}: the file is not UTF-8 text") from None
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        line = data.count(b"\n", 0, e.start) + 1
+        column = len(data[line_start:e.start].decode("utf-8")) + 1
+        raise UsageError(f"{path}:{line}:{column}: the file is not UTF-8 text") from None
     try:
         module = parse_module(text, path)
     except HloParseError as e:
@@ -57,12 +64,13 @@ def load_module(path: str) -> tuple[Module, str]:
 def _definition_site(path: str, text: str, name: str | None) -> str:
     """`file:line:col` where instruction `name` is defined, or just the file."""
     if name:
-        pattern = re.compile(r"^\s*(?:ROOT\s+)?%?" + re.escape(name) + r"\s*=", re.M)
+        # Point at the name, as the parser's errors do (not at ROOT or a preceding blank line).
+        pattern = re.compile(r"^[ \t]*(?:ROOT[ \t]+)?(%?" + re.escape(name) + r")[ \t]*=", re.M)
         m = pattern.search(text)
         if m:
-            line = text.count("\n", 0, m.start()) + 1
-            column = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-            column += len(m.group(0)) - len(m.group(0).lstrip())
+            start = m.start(1)
+            line = text.count("\n", 0, start) + 1
+            column = start - (text.rfind("\n", 0, start) + 1) + 1
             return f"{path}:{line}:{column}"
     return f"{path}:1:1"
 
@@ -93,15 +101,23 @@ def load_inputs(path: str, module: Module) -> list[np.ndarray]:
         data = np.load(path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:
         raise UsageError(f"{path}: not a readable .npz file ({e})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise UsageError(f"{path}: not an .npz archive of arg0, arg1, ...")
     inputs = []
     for i, shape in enumerate(module.parameter_shapes):
         key = f"arg{i}"
         if key not in data.files:
             raise UsageError(f"{path}: missing input '{key}' for parameter {i} "
                              f"({shape.text(False)})")
-        inputs.append(data[key])
+        try:
+            array = data[key]
+        except (OSError, ValueError, EOFError) as e:
+            raise UsageError(f"{path}: cannot read '{key}' ({e})") from None
+        if shape.is_array and shape.dtype.numpy.name == "bfloat16" and array.dtype == np.uint16:
+            array = array.view(shape.dtype.numpy)  # npz has no bf16: its bits come as uint16
+        inputs.append(array)
     return inputs
 
 
@@ -140,6 +156,11 @@ def _evaluate(module: Module, inputs: list[np.ndarray], path: str) -> Value:
         raise UsageError(f"{path}: {e}") from None
 
 
+def _storable(array: np.ndarray) -> np.ndarray:
+    """npz has no bf16: such outputs are written as their uint16 bit patterns."""
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     module, _ = load_module(args.file)
     if args.inputs:
@@ -149,7 +170,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs = flatten_value(_evaluate(module, inputs, args.file))
     print_outputs(outputs)
     if args.out:
-        np.savez(args.out, **{f"out{i}": a for i, a in enumerate(outputs)})
+        try:
+            np.savez(args.out, **{f"out{i}": _storable(a) for i, a in enumerate(outputs)})
+        except OSError as e:
+            raise UsageError(f"{args.out}: cannot write: {e.strerror or e}") from None
     return EXIT_OK
 
 
@@ -163,10 +187,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="parse, verify and evaluate an HLO module")
     p.add_argument("file", help="HLO text file")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--inputs", help=".npz with arg0, arg1, ... in parameter order")
+    group.add_argument("--inputs", help=".npz with arg0, arg1, ... in parameter order "
+                       "(bf16 as uint16 bit patterns)")
     group.add_argument("--random-inputs", type=int, default=0, metavar="SEED",
                        help="random arguments from this seed (default 0)")
-    p.add_argument("--out", help="write outputs as out0, out1, ... to this .npz")
+    p.add_argument("--out", help="write outputs as out0, out1, ... to this .npz (bf16 as "
+                   "uint16 bit patterns)")
     p.set_defaults(handler=cmd_run)
 
 
@@ -180,6 +206,9 @@ def _add_fmt(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
     _add_run,
     _add_fmt,
+    add_cartpole_command,
+    add_opt_command,
+    add_explain_command,
 ]
 
 

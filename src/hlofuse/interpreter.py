@@ -65,7 +65,12 @@ def evaluate(module: Module, arguments: Sequence[object]) -> Value:
     if len(arguments) != len(params):
         raise TypeError(f"{module.name} takes {len(params)} argument(s), got {len(arguments)}")
     args = [coerce_argument(a, p.shape, i) for i, (a, p) in enumerate(zip(arguments, params))]
-    return Interpreter().run(module.entry, args)
+    try:
+        return Interpreter().run(module.entry, args)
+    except RecursionError:
+        # Each nested call/while/fusion level is a few Python frames.
+        raise InterpreterError(f"{module.name}: computations call each other too deeply for "
+                               "the reference interpreter") from None
 
 
 def flatten_value(value: Value) -> list[np.ndarray]:

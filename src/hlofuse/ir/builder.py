@@ -91,8 +91,11 @@ class ComputationBuilder:
 
     def parameter(self, number: int, shape: Shape, name: str | None = None,
                   metadata: Metadata | None = None) -> Instruction:
+        if name is None:
+            name = self.names.unique("Arg_%d" % number)
+            self.names._used.discard(name)  # add() reserves it again
         return self.add(Op.PARAMETER, attrs={"parameter_number": number}, shape=shape,
-                        name=name or self.names.unique("Arg_%d" % number), metadata=metadata)
+                        name=name, metadata=metadata)
 
     def constant(self, value: object, dtype: DType, name: str | None = None) -> Instruction:
         literal = np.asarray(value, dtype=dtype.numpy)

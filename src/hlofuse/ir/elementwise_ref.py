@@ -70,8 +70,9 @@ round_nearest_even = _float_math(np.rint)
 def round_nearest_afz(x: Array) -> Array:
     truncated = np.trunc(x)
     fraction = x - truncated  # exact
-    away = np.where(np.abs(fraction) >= 0.5, np.sign(x), 0).astype(x.dtype)
-    return (truncated + away).astype(x.dtype)
+    # Adding a +0.0 would turn round(-0.4) = -0.0 into +0.0; only add where rounding away.
+    away = np.abs(fraction) >= 0.5
+    return np.where(away, truncated + np.sign(x), truncated).astype(x.dtype)
 
 
 @_quiet
@@ -209,7 +210,8 @@ def power(x: Array, y: Array) -> Array:
 
 
 def _int_power(x: Array, y: Array) -> Array:
-    """Exponentiation by squaring with wrap-around; negative exponents give 0 unless |x| = 1."""
+    """Exponentiation by squaring with wrap-around; a negative exponent gives 1 if x == 1, else 0
+    (XLA's evaluator and CPU emitter agree: (-1) ** -1 is 0, not -1)."""
     x, y = np.broadcast_arrays(x, y)
     dtype = x.dtype
     result = np.ones(x.shape, dtype)
@@ -223,8 +225,7 @@ def _int_power(x: Array, y: Array) -> Array:
         base = (base * base).astype(dtype)
         exponent = exponent >> 1
     if dtype.kind == "i":
-        one = np.ones((), dtype)
-        neg_result = np.where(x == 1, one, np.where(x == -1, np.where(y % 2 == 0, one, -one), 0))
+        neg_result = (x == 1).astype(dtype)
         result = np.where(negative, neg_result, result)
     return result.astype(dtype)
 
@@ -271,11 +272,15 @@ def shift_right_arithmetic(x: Array, y: Array) -> Array:
 
 
 def _total_order_key(x: Array) -> Array:
-    """Map floats to signed integers whose order is XLA's total order (-NaN < -inf < -0 < +0)."""
+    """Map floats to signed integers whose order is XLA's total order (-NaN < -inf < -0 < +0).
+
+    Sign-magnitude to two's complement: a negative float's magnitude bits are flipped, so -0.0
+    becomes -1 (just below +0.0 = 0) and larger magnitudes become more negative.
+    """
     width = x.dtype.itemsize
     signed = x.view(np.dtype(f"i{width}")).astype(np.int64)
-    max_value = (1 << (width * 8 - 1)) - 1
-    return np.where(signed < 0, max_value - signed, signed)
+    magnitude_mask = (1 << (width * 8 - 1)) - 1
+    return np.where(signed < 0, -(signed & magnitude_mask) - 1, signed)
 
 
 _DIRECTIONS: dict[str, Callable[[Array, Array], Array]] = {

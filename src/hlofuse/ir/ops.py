@@ -191,16 +191,17 @@ OP_TABLE: dict[Op, OpDef] = {
     Op.CONVERT: OpDef("convert", E, 1, si.convert, numpy=ref.convert,
                       result_dtype_declared=True),
     Op.COPY: OpDef("copy", OpKind.INJECTIVE, 1, si.copy),
-    Op.COSINE: _unary("cosine", si.elementwise_float, ref.cosine, "cos({0})", expensive=True),
+    # XLA's IsExpensive: cosine, sine and tan are cheap for real element types.
+    Op.COSINE: _unary("cosine", si.elementwise_float, ref.cosine, "cos({0})"),
     Op.CUSTOM_CALL: OpDef("custom-call", OpKind.OPAQUE, None, si.declared_array, attrs={
         "custom_call_target": AttrSpec(AttrType.STRING),
         "custom_call_has_side_effect": AttrSpec(AttrType.BOOL, required=False),
     }, expensive=True),
     Op.DIVIDE: _binary("divide", si.elementwise_numeric, ref.divide, None, expensive=True),
-    Op.DOT: OpDef("dot", OpKind.OPAQUE, 2, si.dot, expensive=True, attrs={
+    Op.DOT: OpDef("dot", OpKind.OPAQUE, 2, si.dot, expensive=True, attrs={  # in XLA's print order
         "lhs_batch_dims": _OPTIONAL_INTS,
-        "rhs_batch_dims": _OPTIONAL_INTS,
         "lhs_contracting_dims": _OPTIONAL_INTS,
+        "rhs_batch_dims": _OPTIONAL_INTS,
         "rhs_contracting_dims": _OPTIONAL_INTS,
     }),
     Op.DYNAMIC_SLICE: OpDef("dynamic-slice", OpKind.INJECTIVE, None, si.dynamic_slice,
@@ -262,12 +263,13 @@ OP_TABLE: dict[Op, OpDef] = {
     Op.SHIFT_RIGHT_LOGICAL: _binary("shift-right-logical", si.elementwise_int,
                                     ref.shift_right_logical, None),
     Op.SIGN: _unary("sign", si.elementwise_numeric, ref.sign, None),
-    Op.SINE: _unary("sine", si.elementwise_float, ref.sine, "sin({0})", expensive=True),
+    Op.SINE: _unary("sine", si.elementwise_float, ref.sine, "sin({0})"),
     Op.SLICE: OpDef("slice", OpKind.INJECTIVE, 1, si.slice_,
                     attrs={"slice": AttrSpec(AttrType.SLICE)}),
     Op.SQRT: _unary("sqrt", si.elementwise_float, ref.sqrt, "sqrt({0})", expensive=True),
-    Op.SUBTRACT: _binary("subtract", si.elementwise, ref.subtract, "({0} - {1})"),
-    Op.TAN: _unary("tan", si.elementwise_float, ref.tan, "tan({0})", expensive=True),
+    # XLA's shape inference refuses pred for subtract (but not for add/multiply/max/min).
+    Op.SUBTRACT: _binary("subtract", si.elementwise_numeric, ref.subtract, "({0} - {1})"),
+    Op.TAN: _unary("tan", si.elementwise_float, ref.tan, "tan({0})"),
     Op.TANH: _unary("tanh", si.elementwise_float, ref.tanh, "tanh({0})", expensive=True),
     Op.TRANSPOSE: OpDef("transpose", OpKind.INJECTIVE, 1, si.transpose,
                         attrs={"dimensions": _INTS}),

@@ -26,6 +26,9 @@ _INT = re.compile(r"[+-]?\d+")
 _NUMBER = re.compile(r"[+-]?(?:inf|nan(?:\([^)]*\))?|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
 _DTYPE_AHEAD = re.compile(r"(?:pred|[su](?:8|16|32|64)|f16|bf16|f32|f64|token)\[")
 _MAX_RANK = 64
+_LAYOUT_AHEAD = re.compile(r"\{[ \t]*[\d}]")
+# Tuple shapes nest this deep at most: deeper text is refused before Python's recursion limit.
+_MAX_TUPLE_DEPTH = 64
 
 
 class HloParseError(ValueError):
@@ -45,7 +48,9 @@ class HloParseError(ValueError):
         text = f"{where}: {self.message}"
         if self.source_line:
             excerpt = self.source_line[:200]
-            text += f"\n  {excerpt}\n  {' ' * (self.column - 1)}^"
+            # Keep the line's tabs so the caret lines up under tab-indented text.
+            pad = "".join(c if c == "\t" else " " for c in self.source_line[:self.column - 1])
+            text += f"\n  {excerpt}\n  {pad}^"
         return text
 
 
@@ -236,14 +241,17 @@ class _Reader:
 
     # --- shapes ---
 
-    def shape(self) -> Shape:
+    def shape(self, depth: int = 0) -> Shape:
         self.skip()
         start = self.pos
         if self.accept("("):
+            if depth >= _MAX_TUPLE_DEPTH:
+                raise self.error(f"tuple shapes nested deeper than {_MAX_TUPLE_DEPTH} levels",
+                                 start)
             elements: list[Shape] = []
             if not self.accept(")"):
                 while True:
-                    elements.append(self.shape())
+                    elements.append(self.shape(depth + 1))
                     if self.accept(")"):
                         break
                     self.expect(",", "between tuple shape elements")
@@ -282,7 +290,8 @@ class _Reader:
         return shape
 
     def _layout(self, rank: int) -> tuple[int, ...] | None:
-        if not self.peek("{"):
+        # A layout starts with a digit or is `{}`; in `-> f32[2] {` the brace opens a body.
+        if not self.peek("{") or not _LAYOUT_AHEAD.match(self.text, self.pos):
             return None
         start = self.pos
         self.expect("{")
@@ -422,29 +431,32 @@ def _literal(reader: _Reader, shape: Shape) -> np.ndarray:
 
 def _literal_values(reader: _Reader, dims: tuple[int, ...], depth: int) -> list[str]:
     if depth == len(dims):
-        if depth == 0 and reader.peek("{"):
-            reader.expect("{")
-            values = _literal_values(reader, dims, depth)
-            reader.expect("}")
-            return values
+        is_braced = depth == 0 and reader.accept("{")  # a scalar may be written {1}, once
         reader.skip()
         m = reader.match(re.compile(r"true|false|" + _NUMBER.pattern))
         if not m:
             raise reader.error(f"expected a number, found {reader.describe_next()}")
+        if is_braced:
+            reader.expect("}", "after the scalar constant")
         return [m.group(0)]
     reader.expect("{", "to open a constant's dimension")
     out: list[str] = []
     count = 0
-    if not reader.accept("}"):
+    if not reader.peek("}"):
         while True:
+            reader.skip()
+            if count == dims[depth]:  # point at the first element too many
+                raise reader.error(f"constant has more than {count} elements in dimension "
+                                   f"{depth}, its shape says {dims[depth]}")
             out += _literal_values(reader, dims, depth + 1)
             count += 1
-            if reader.accept("}"):
+            if reader.peek("}"):
                 break
             reader.expect(",", "between constant elements")
-    if count != dims[depth]:
+    if count != dims[depth]:  # at the closing brace
         raise reader.error(f"constant has {count} elements in dimension {depth}, its shape says "
                            f"{dims[depth]}")
+    reader.expect("}")
     return out
 
 
@@ -470,7 +482,12 @@ def _convert_literal(values: list[str], shape: Shape) -> np.ndarray:
     for v in values:
         if v in ("true", "false"):
             raise ValueError(f"'{v}' is not a number")
-        floats.append(float(re.sub(r"\(.*\)", "", v)))
+        number = float(re.sub(r"\(.*\)", "", v))
+        with np.errstate(over="ignore"):
+            is_overflow = np.isinf(np.array(number, dtype.numpy)) and "inf" not in v
+        if is_overflow:  # as XLA's parser: a finite literal must fit the type
+            raise ValueError(f"{v} is out of range")
+        floats.append(number)
     return np.array(floats, dtype=np.float64)
 
 
@@ -481,6 +498,7 @@ _CALL_KEYS = {"to_apply", "condition", "body", "calls", "branch_computations",
 
 
 def _parse_attribute(reader: _Reader, raw: _RawInstruction) -> None:
+    reader.skip()  # so that errors point at the key, not at the space before it
     key_start = reader.pos
     key = reader.word()
     reader.expect("=", f"after attribute name '{key}'")
@@ -707,6 +725,37 @@ class _ModuleBuilder:
         self.in_progress: set[str] = set()
         self.names = NameUniquer()
 
+    def callees_first(self) -> list[_RawComputation]:
+        """Every computation after the ones it calls, found without recursion (a call chain
+        can be longer than Python's stack); refuses undefined callees and recursion."""
+        order: list[_RawComputation] = []
+        state: dict[str, int] = {}  # 1 visiting, 2 done
+        calls = {c.name: [call for inst in c.instructions for call in inst.calls]
+                 for c in self.raws.values()}
+        for start in self.raws.values():
+            if state.get(start.name):
+                continue
+            state[start.name] = 1
+            stack: list[tuple[_RawComputation, int]] = [(start, 0)]
+            while stack:
+                comp, next_call = stack.pop()
+                if next_call == len(calls[comp.name]):
+                    state[comp.name] = 2
+                    order.append(comp)
+                    continue
+                stack.append((comp, next_call + 1))
+                name, position = calls[comp.name][next_call]
+                callee = self.raws.get(name)
+                if callee is None:
+                    raise self.reader.error(f"undefined computation '{name}'", position)
+                if state.get(name) == 1:
+                    raise self.reader.error(f"computation '{name}' calls itself (recursion is "
+                                            f"not allowed), here from '{comp.name}'", position)
+                if state.get(name) is None:
+                    state[name] = 1
+                    stack.append((callee, 0))
+        return order
+
     def computation(self, name: str, position: int) -> Computation:
         if name in self.built:
             return self.built[name]
@@ -802,8 +851,12 @@ class _ModuleBuilder:
         return inst
 
     def _check_parameters(self, raw: _RawComputation) -> None:
-        numbers = sorted((i.attrs["parameter_number"], i) for i in raw.instructions
-                         if i.opcode is Op.PARAMETER)
+        numbers = sorted(((i.attrs["parameter_number"], i) for i in raw.instructions
+                          if i.opcode is Op.PARAMETER), key=lambda pair: pair[0])
+        for (first, _), (number, inst) in zip(numbers, numbers[1:]):
+            if first == number:
+                raise self.reader.error(f"computation '{raw.name}' has parameter({number}) twice",
+                                        inst.position)
         for expected, (number, inst) in enumerate(numbers):
             if number != expected:
                 raise self.reader.error(f"computation '{raw.name}' has parameter({number}) but "
@@ -833,10 +886,12 @@ def parse_module(text: str, filename: str | None = None,
         raise reader.error("module has more than one ENTRY computation", entries[1].position)
     entry_raw = entries[0] if entries else raws[-1]
     builder = _ModuleBuilder(reader, raws)
-    for raw in raws:
+    callees_first = builder.callees_first()
+    for raw in callees_first:
         builder.computation(raw.name, raw.position)
     entry = builder.built[entry_raw.name]
-    ordered = tuple(builder.built[r.name] for r in raws if r is not entry_raw) + (entry,)
+    # Module keeps callees before callers (the order XLA prints), whatever the text's order.
+    ordered = tuple(builder.built[r.name] for r in callees_first if r is not entry_raw) + (entry,)
     return Module(module_name, ordered, entry, debug_tables)
 
 
@@ -850,5 +905,6 @@ def parse_file(path: str, max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> M
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         reader = _Reader(data.decode("utf-8", "replace"), path, max_buffer_bytes)
-        raise reader.error("the file is not UTF-8 text", e.start) from None
+        position = len(data[:e.start].decode("utf-8"))  # e.start counts bytes, not characters
+        raise reader.error("the file is not UTF-8 text", position) from None
     return parse_module(text, path, max_buffer_bytes)

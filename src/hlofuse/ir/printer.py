@@ -28,7 +28,7 @@ def format_scalar(value: object, dtype: np.dtype) -> str:
         return str(int(value))  # type: ignore[call-overload]
     number = float(value)  # type: ignore[arg-type]
     if np.isnan(number):
-        return "nan"
+        return "-nan" if np.signbit(number) else "nan"  # XLA keeps the sign of a NaN
     if np.isinf(number):
         return "inf" if number > 0 else "-inf"
     if number == int(number) and abs(number) < 1e16:
@@ -111,8 +111,9 @@ def computation_text(computation: Computation, is_entry: bool = False) -> str:
 
 
 def entry_layout_text(module: Module) -> str:
-    params = ", ".join(shape_text(s) for s in module.parameter_shapes)
-    return "{(" + params + ")->" + shape_text(module.result_shape) + "}"
+    # The parameter list carries `/*index=N*/` markers like a tuple shape, as XLA prints it.
+    params = shape_text(Shape.tuple_of(module.parameter_shapes))
+    return "{" + params + "->" + shape_text(module.result_shape) + "}"
 
 
 def module_text(module: Module) -> str:

@@ -117,6 +117,12 @@ def compare(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Sha
     kind = attrs.get("type")
     _require(kind is None or kind in COMPARE_TYPES,
              f"compare type must be one of {', '.join(COMPARE_TYPES)}, got {kind}")
+    # As XLA's verifier: floats take FLOAT or TOTALORDER, integers and pred only their own.
+    if out.dtype.is_float:
+        allowed: tuple[object, ...] = (None, "FLOAT", "TOTALORDER")
+    else:
+        allowed = (None, "SIGNED" if out.dtype.is_signed_int else "UNSIGNED")
+    _require(kind in allowed, f"compare type={kind} does not fit {out.dtype.text} operands")
     return out.with_dtype(DType.PRED)
 
 
@@ -185,6 +191,9 @@ def constant(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Sh
     literal = attrs.get("literal")
     shape = getattr(literal, "shape", None)
     _require(shape == out.dims, f"constant literal has shape {shape}, declared {list(out.dims)}")
+    literal_dtype = getattr(literal, "dtype", None)
+    _require(out.is_array and literal_dtype == out.dtype.numpy,
+             f"constant literal has element type {literal_dtype}, declared {out.dtype.text}")
     return out
 
 

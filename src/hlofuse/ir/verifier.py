@@ -35,6 +35,10 @@ _TYPE_CHECKS = {
 }
 
 
+# Attributes the text writes inside the parentheses rather than as `key=value`.
+_INTERNAL_ATTRS: dict[Op, set[str]] = {Op.CONSTANT: {"literal"}, Op.PARAMETER: {"parameter_number"}}
+
+
 def verify(module: Module, max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> None:
     """Raise HloVerifyError on the first broken invariant."""
     names: dict[str, str] = {}
@@ -84,12 +88,22 @@ def _verify_computation(comp: Computation, names: dict[str, str], known: set[int
 def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: int) -> None:
     definition = inst.definition
     count = len(inst.operands)
+    number = inst.attrs.get("parameter_number")
+    if inst.op is Op.PARAMETER and (not isinstance(number, int) or isinstance(number, bool)
+                                    or number < 0):
+        raise HloVerifyError(f"parameter needs a parameter_number >= 0, has {number!r}",
+                             inst.name, "attribute-schema", comp.name)
     if definition.arity is not None and count != definition.arity:
         raise HloVerifyError(f"{inst.op.text} takes {definition.arity} operand(s), has {count}",
                              inst.name, "operand-count", comp.name)
     if definition.arity is None and count < definition.min_arity:
         raise HloVerifyError(f"{inst.op.text} takes at least {definition.min_arity} operand(s), "
                              f"has {count}", inst.name, "operand-count", comp.name)
+    # Attributes outside the schema would silently vanish when the module is printed.
+    unknown = set(inst.attrs) - set(definition.attrs) - _INTERNAL_ATTRS.get(inst.op, set())
+    if unknown:
+        raise HloVerifyError(f"{inst.op.text} has no attribute {sorted(unknown)[0]}=", inst.name,
+                             "attribute-schema", comp.name)
     for key, spec in definition.attrs.items():
         if key not in inst.attrs:
             if spec.required:

@@ -1,0 +1,1 @@
+"""Code generation: element expressions with index maps, kernels, C + OpenMP source."""

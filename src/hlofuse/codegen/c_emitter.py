@@ -1,0 +1,581 @@
+"""One C function per kernel: loops over output elements around elemental expressions.
+
+A kernel is a fusion (its fused computation) or a single unfused instruction. Its outputs are
+grouped by shape and each group is one loop nest (a multi-output fusion writes all its outputs
+in one pass; a horizontal fusion becomes several loops in one call). A loop over output
+elements is flat when every operand can be read through the linear index, otherwise a nest over
+the dimensions; the outermost loop is split across OpenMP threads above a size threshold, and
+inner loops are contiguous so the compiler vectorises them. Reductions put the reduced loop
+inside (row reductions: contiguous and vectorisable; column reductions keep a row of
+accumulators so the inner loop runs along contiguous memory). A dynamic-update-slice at the
+root updates its operand's buffer in place when the runtime lets it. dot and the Threefry
+custom call go through library routines of ours, called like XLA calls cuBLAS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hlofuse.codegen import templates
+from hlofuse.codegen.elemental import (
+    SCALAR, Binding, ElementalEmitter, FunctionBody, Index, NeedsLoopNest, UnsupportedInstruction,
+    Value, simple_reducer)
+from hlofuse.codegen.elementwise import convert_expression
+from hlofuse.codegen.language import CLanguage
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+
+THREEFRY_TARGET = "hlofuse_threefry2x32"
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def sanitize(name: str) -> str:
+    """An HLO name as it may appear in a C comment: [A-Za-z0-9_.-] only."""
+    return _SAFE_NAME.sub("_", name)[:80] or "_"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What one kernel computes.
+
+    `inputs` and `outputs` list the kernel's arguments in order, each as (instruction, tuple
+    path): an input binds that leaf of the instruction's value to a pointer argument; an
+    output stores that leaf of the instruction's value. For a fusion the inputs are its fused
+    parameters (and array constants); for an unfused instruction they are its operands.
+    """
+
+    label: str
+    kind: str
+    inputs: tuple[tuple[Instruction, tuple[int, ...]], ...]
+    outputs: tuple[tuple[Instruction, tuple[int, ...]], ...]
+    instructions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    parallel_min_elements: int = 16384
+    small_kernel_elements: int = 2048
+
+
+@dataclass(frozen=True)
+class EmittedKernel:
+    """A kernel function with its name left as $name (identical kernels share one function)."""
+
+    definition: str
+    parameter_types: tuple[str, ...]
+    # (output argument, input argument) pairs whose buffers may be the same one: an in-place
+    # dynamic-update-slice. The kernel copies the input first when they differ.
+    in_place: tuple[tuple[int, int], ...]
+    comment: str
+    is_small: bool
+
+
+def leaf_shape(inst: Instruction, path: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    shape = inst.shape
+    for k in path:
+        shape = shape.elements[k]
+    return shape
+
+
+def pick(value: Value, path: tuple[int, ...]) -> str:
+    for k in path:
+        assert isinstance(value, tuple)
+        value = value[k]
+    assert isinstance(value, str)
+    return value
+
+
+def kernel_instructions(spec: KernelSpec) -> list[Instruction]:
+    """Every instruction the kernel computes (operands before users), bound inputs excluded."""
+    bound = {id(inst) for inst, _ in spec.inputs}
+    order: list[Instruction] = []
+    seen: set[int] = set(bound)
+    stack: list[tuple[Instruction, int]] = []
+    for root, _ in spec.outputs:
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack.append((root, 0))
+        while stack:
+            inst, k = stack.pop()
+            if k < len(inst.operands):
+                stack.append((inst, k + 1))
+                operand = inst.operands[k]
+                if id(operand) not in seen:
+                    seen.add(id(operand))
+                    stack.append((operand, 0))
+                continue
+            order.append(inst)
+    return order
+
+
+Store = tuple[Callable[[Index], str], str, DType]
+
+
+class KernelEmitter:
+    """Emits one kernel function from a KernelSpec."""
+
+    def __init__(self, spec: KernelSpec, lang: CLanguage, options: KernelOptions,
+                 nest_groups: set[int]) -> None:
+        self.spec = spec
+        self.lang = lang
+        self.options = options
+        self.nest_groups = nest_groups
+        self.body = FunctionBody()
+        self.sections: list[list[str]] = []
+        self.epilogue: list[str] = []
+        self.groups = 0
+        self.input_names = [f"a{k}" for k in range(len(spec.inputs))]
+        self.output_names = [f"r{k}" for k in range(len(spec.outputs))]
+        self.arg_pointer: dict[int, str] = {}
+        self.results: dict[int, tuple[str, ...]] = {}
+        self.converted: dict[tuple[int, DType], str] = {}
+        self.in_place: list[tuple[int, int]] = []
+        self.em = ElementalEmitter(lang, self.body, self._bindings(), self.materialize)
+
+    # --- arguments ----------------------------------------------------------------------
+
+    def _bindings(self) -> dict[int, Binding]:
+        trees: dict[int, dict[tuple[int, ...], Binding]] = {}
+        owners: dict[int, Instruction] = {}
+        for (inst, path), name in zip(self.spec.inputs, self.input_names):
+            shape = leaf_shape(inst, path)
+            trees.setdefault(id(inst), {})[path] = self._loader(shape.dtype, name)
+            owners[id(inst)] = inst
+            if not path:
+                self.arg_pointer[id(inst)] = name
+        return {key: _tree(owners[key].shape, leaves, ()) for key, leaves in trees.items()}
+
+    def _loader(self, dtype: DType, pointer: str) -> Callable[[Index], Value]:
+        return lambda index: self.em.load(dtype, pointer, index)
+
+    def parameter_types(self) -> tuple[str, ...]:
+        in_place_inputs = {i for _, i in self.in_place}
+        in_place_outputs = {o for o, _ in self.in_place}
+        types = []
+        for k, (inst, path) in enumerate(self.spec.inputs):
+            dtype = leaf_shape(inst, path).dtype
+            types.append(self.lang.pointer(dtype, True, k not in in_place_inputs))
+        for k, (inst, path) in enumerate(self.spec.outputs):
+            dtype = leaf_shape(inst, path).dtype
+            types.append(self.lang.pointer(dtype, False, k not in in_place_outputs))
+        return tuple(types)
+
+    def element(self, inst: Instruction, path: tuple[int, ...] = ()) -> Callable[[Index], str]:
+        return lambda index: pick(self.em.value(inst, index), path)
+
+    # --- the kernel ---------------------------------------------------------------------
+
+    def emit(self) -> EmittedKernel:
+        outputs = list(enumerate(self.spec.outputs))
+        done: set[int] = set()
+        self._emit_library_roots(outputs, done)
+        self._emit_update_slices(outputs, done)
+        groups: dict[tuple[int, ...], list[tuple[int, Instruction, tuple[int, ...]]]] = {}
+        for k, (inst, path) in outputs:
+            if k not in done:
+                groups.setdefault(leaf_shape(inst, path).dims, []).append((k, inst, path))
+        for dims, members in groups.items():
+            if len(members) == 1 and self._column_reduction(*members[0]):
+                continue
+            stores = [(self.element(inst, path), self.output_names[k],
+                       leaf_shape(inst, path).dtype) for k, inst, path in members]
+            self.loop(dims, stores, parallel=True)
+        return self._finish()
+
+    def _finish(self) -> EmittedKernel:
+        lines = list(self.body.prologue.lines)
+        for section in self.sections:
+            lines.extend(section)
+        lines.extend(self.epilogue)
+        types = self.parameter_types()
+        names = [*self.input_names, *self.output_names]
+        parameters = ", ".join(f"{t}{n}" for t, n in zip(types, names)) or "void"
+        small = self._work() < self.options.small_kernel_elements
+        qualifier = self.lang.kernel_qualifier
+        if small:
+            qualifier += " " + self.lang.small_kernel_attribute
+        comment = self._comment()
+        definition = templates.KERNEL.safe_substitute(
+            kind=_SAFE_NAME.sub("_", self.spec.kind), instructions=comment, qualifier=qualifier,
+            parameters=parameters, body="\n".join(lines) + ("\n" if lines else ""))
+        return EmittedKernel(definition, types, tuple(self.in_place), comment, small)
+
+    def _comment(self) -> str:
+        names = [sanitize(n) for n in (self.spec.instructions or (self.spec.label,))]
+        if len(names) > 40:
+            names = names[:40] + [f"and {len(names) - 40} more"]
+        return f"{sanitize(self.spec.label)}: " + " ".join(names)
+
+    def _work(self) -> int:
+        work = 0
+        for inst in kernel_instructions(self.spec):
+            for shape in [inst.shape, *(o.shape for o in inst.operands)]:
+                for leaf in shape.leaves():
+                    if leaf.is_array:
+                        work = max(work, leaf.num_elements)
+            if inst.op is Op.DOT:
+                k = math.prod(inst.operands[0].shape.dims[d]
+                              for d in inst.ints("lhs_contracting_dims"))
+                work = max(work, inst.shape.num_elements * k)
+        return work
+
+    # --- loops --------------------------------------------------------------------------
+
+    def loop(self, dims: tuple[int, ...], stores: list[Store], parallel: bool,
+             offsets: Callable[[Index], str] | None = None) -> None:
+        """Store every element of `stores` (value function, pointer, type) over `dims`.
+
+        `offsets` maps an element's index to the linear index it is stored at (a dynamic
+        update slice's window); by default the element's own linear index.
+        """
+        if math.prod(dims) == 0:
+            return
+        group = self.groups
+        self.groups += 1
+        in_prologue = self.body.in_prologue
+        base = self.body.scope.indent
+        parallel = (parallel and not in_prologue
+                    and math.prod(dims) >= self.options.parallel_min_elements and max(dims) > 1)
+        flat = group not in self.nest_groups and offsets is None and len(dims) > 1
+        lines: list[str] = []
+        with self.body.section(lines, base + 2 if parallel else base):
+            index, headers = self._loop_headers(dims, flat, group)
+            if parallel:
+                self.body.emit(self._parallel_for(dims, flat))
+            with contextlib.ExitStack() as stack:
+                for header in headers:
+                    stack.enter_context(self.body.block(header))
+                for value_of, pointer, dtype in stores:
+                    value = value_of(index)
+                    target = offsets(index) if offsets else self.em.linear_of(index)
+                    self.body.emit(f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
+        self._add_section(lines, parallel, base, in_prologue)
+
+    def _add_section(self, lines: list[str], parallel: bool, base: int,
+                     in_prologue: bool) -> None:
+        if parallel:
+            lines = templates.PARALLEL_REGION.substitute(
+                indent="  " * base, region=self.lang.parallel_region,
+                ftz_begin=self.lang.ftz_begin, ftz_end=self.lang.ftz_end,
+                body="".join(line + "\n" for line in lines)).rstrip("\n").split("\n")
+        if in_prologue:
+            self.body.prologue.lines.extend(lines)
+        else:
+            self.sections.append(lines)
+
+    def _loop_headers(self, dims: tuple[int, ...], flat: bool,
+                      group: int) -> tuple[Index, list[str]]:
+        if flat or len(dims) <= 1:
+            var = self.body.fresh("i")
+            count = math.prod(dims)
+            header = f"for (int64_t {var} = 0; {var} < {count}; ++{var})"
+            multi = (var,) if len(dims) == 1 else None
+            return Index(dims, var, multi, group if multi is None else None), [header]
+        multi = []
+        headers = []
+        for size in dims:
+            if size == 1:
+                multi.append("0")
+                continue
+            var = self.body.fresh("i")
+            multi.append(var)
+            headers.append(f"for (int64_t {var} = 0; {var} < {size}; ++{var})")
+        return Index(dims, None, tuple(multi), None), headers
+
+    def _parallel_for(self, dims: tuple[int, ...], flat: bool) -> str:
+        looped = [d for d in dims if d != 1]
+        if flat or len(looped) <= 1:
+            return self.lang.parallel_for
+        collapse = 1
+        while collapse < len(looped) - 1 and math.prod(looped[:collapse]) < 256:
+            collapse += 1
+        if collapse == 1:
+            return self.lang.parallel_for
+        return self.lang.parallel_for_collapse.format(n=collapse)
+
+    # --- column reductions ----------------------------------------------------------------
+
+    def _column_reduction(self, k: int, inst: Instruction, path: tuple[int, ...]) -> bool:
+        """A reduce whose kept dimensions include the minor ones: accumulate a block of
+        results at a time so the inner loop runs along contiguous memory."""
+        if inst.op is not Op.REDUCE or inst.shape.is_tuple or id(inst) in self.arg_pointer:
+            return False
+        reduced = sorted(inst.ints("dimensions"))
+        in_dims = inst.operands[0].shape.dims
+        kept = [d for d in range(len(in_dims)) if d not in reduced]
+        if not kept or not reduced or max(kept) < min(reduced):
+            return False
+        if reduced != list(range(reduced[0], reduced[-1] + 1)):
+            return False
+        outer = math.prod(in_dims[d] for d in kept if d < reduced[0])
+        extent = math.prod(in_dims[d] for d in reduced)
+        inner = math.prod(in_dims[d] for d in kept if d > reduced[-1])
+        if inner < 8 or extent == 0 or outer * inner == 0:
+            return False
+        if inst.dtype is DType.F16 and simple_reducer(inst.calls[0]) is Op.ADD:
+            return False
+        self._column_loops(inst, self.output_names[k], outer, extent, inner)
+        return True
+
+    def _column_loops(self, inst: Instruction, pointer: str, outer: int, extent: int,
+                      inner: int) -> None:
+        operand, init = inst.operands
+        dtype = inst.dtype
+        in_dims = operand.shape.dims
+        block = 512
+        blocks = -(-inner // block)
+        parallel = outer * extent * inner >= self.options.parallel_min_elements and \
+            outer * blocks > 1
+        lines: list[str] = []
+        with self.body.section(lines, 3 if parallel else 1):
+            o, b, r, j = (self.body.fresh(p) for p in "obrj")
+            if parallel:
+                self.body.emit(self.lang.parallel_for_collapse.format(n=2))
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(self.body.block(f"for (int64_t {o} = 0; {o} < {outer}; ++{o})"))
+                stack.enter_context(self.body.block(
+                    f"for (int64_t {b} = 0; {b} < {inner}; {b} += {block})"))
+                end = self.body.let("int64_t", f"{b} + {block} < {inner} ? {b} + {block} : {inner}")
+                row = self.body.let("int64_t", f"{o} * {inner}")
+                initial = self.lang.to_storage(dtype, self.em.scalar(init))
+                with self.body.block(f"for (int64_t {j} = {b}; {j} < {end}; ++{j})"):
+                    self.body.emit(f"{pointer}[{row} + {j}] = {initial};")
+                with self.body.block(f"for (int64_t {r} = 0; {r} < {extent}; ++{r})"):
+                    with self.body.block(f"for (int64_t {j} = {b}; {j} < {end}; ++{j})"):
+                        linear = self.em.index_let(f"({o} * {extent} + {r}) * {inner} + {j}")
+                        x = self.em.array_value(operand, Index(in_dims, linear, None, None))
+                        acc = self.body.let(self.lang.register_type(dtype),
+                                            self.lang.load(dtype, pointer, f"{row} + {j}"))
+                        new = self.em.apply_reducer(inst.calls[0], [acc], [x])[0]
+                        self.body.emit(f"{pointer}[{row} + {j}] = "
+                                       f"{self.lang.to_storage(dtype, new)};")
+        self._add_section(lines, parallel, 1, False)
+
+    # --- dynamic-update-slice in place --------------------------------------------------
+
+    def _emit_update_slices(self, outputs: list[tuple[int, tuple[Instruction, tuple[int, ...]]]],
+                            done: set[int]) -> None:
+        for k, (inst, path) in outputs:
+            if inst.op is not Op.DYNAMIC_UPDATE_SLICE or path or id(inst) in self.arg_pointer:
+                continue
+            done.add(k)
+            operand, update = inst.operands[:2]
+            pointer = self.output_names[k]
+            source = self.arg_pointer.get(id(operand))
+            if source is not None:
+                lines: list[str] = []
+                with self.body.section(lines, 1):
+                    self.body.emit(f"if ((const void *){pointer} != (const void *){source}) "
+                                   f"memcpy({pointer}, {source}, {inst.shape.byte_size});")
+                self.sections.append(lines)
+                if self._only_user(operand, inst):
+                    self.in_place.append((k, self.input_names.index(source)))
+            else:
+                self.loop(inst.shape.dims, [(self.element(operand), pointer, inst.dtype)],
+                          parallel=True)
+            starts = self.em.clamped_starts(inst, inst.operands[2:], inst.shape.dims,
+                                            update.shape.dims)
+            out_dims = inst.shape.dims
+
+            def offset(index: Index, starts: list[str] = starts,
+                       out_dims: tuple[int, ...] = out_dims) -> str:
+                multi = self.em.multi_of(index)
+                shifted = tuple(m if s == "0" else self.em.index_let(f"{m} + {s}")
+                                for m, s in zip(multi, starts))
+                return self.em.linear_of(Index(out_dims, None, shifted, None))
+
+            self.loop(update.shape.dims, [(self.element(update), pointer, inst.dtype)],
+                      parallel=True, offsets=offset)
+
+    def _only_user(self, operand: Instruction, dus: Instruction) -> bool:
+        """The update may be written over the operand only if nothing else reads it."""
+        users = sum(1 for inst in kernel_instructions(self.spec)
+                    for o in inst.operands if o is operand)
+        users += sum(1 for inst, _ in self.spec.outputs if inst is operand)
+        return users == 1 and dus.operands[0] is operand
+
+    # --- library calls ------------------------------------------------------------------
+
+    def _emit_library_roots(self, outputs: list[tuple[int, tuple[Instruction, tuple[int, ...]]]],
+                            done: set[int]) -> None:
+        for _, (inst, _) in outputs:
+            if inst.op not in (Op.DOT, Op.CUSTOM_CALL) or id(inst) in self.arg_pointer:
+                continue
+            if id(inst) in self.results:
+                continue
+            targets = []
+            for p, leaf in enumerate(inst.shape.leaves()):
+                leaf_path = (p,) if inst.shape.is_tuple else ()
+                match = [j for j, (i, q) in outputs if i is inst and q == leaf_path]
+                if match:
+                    targets.append(self.output_names[match[0]])
+                    done.add(match[0])
+                else:
+                    targets.append(self._temporary(leaf.dtype, leaf.num_elements))
+            lines: list[str] = []
+            with self.body.section(lines, 1):
+                self._library_call(inst, targets)
+            self.sections.append(lines)
+            self.results[id(inst)] = tuple(targets)
+
+    def materialize(self, inst: Instruction) -> tuple[str, ...]:
+        """Pointers to `inst`'s whole value, computed once in the prologue."""
+        found = self.results.get(id(inst))
+        if found is not None:
+            return found
+        with self.body.hoisted():
+            if inst.op in (Op.DOT, Op.CUSTOM_CALL):
+                targets = [self._temporary(leaf.dtype, leaf.num_elements)
+                           for leaf in inst.shape.leaves()]
+                self._library_call(inst, targets)
+            else:
+                targets = [self._temporary(inst.dtype, inst.shape.num_elements)]
+                self.loop(inst.shape.dims, [(self.element(inst), targets[0], inst.dtype)],
+                          parallel=False)
+        self.results[id(inst)] = tuple(targets)
+        return tuple(targets)
+
+    def _temporary(self, dtype: DType, count: int) -> str:
+        name = self.body.fresh("t")
+        ctype = self.lang.storage_type(dtype)
+        self.body.prologue.lines.append(
+            f"  {ctype} *{name} = ({ctype} *)malloc({max(count, 1)} * sizeof({ctype}));")
+        self.epilogue.append(f"  free({name});")
+        return name
+
+    def operand_pointer(self, inst: Instruction) -> str:
+        pointer = self.arg_pointer.get(id(inst))
+        return pointer if pointer is not None else self.materialize(inst)[0]
+
+    def _library_call(self, inst: Instruction, targets: list[str]) -> None:
+        if inst.op is Op.DOT:
+            self._dot(inst, targets[0])
+            return
+        target = inst.attrs.get("custom_call_target")
+        if target != THREEFRY_TARGET:
+            raise UnsupportedInstruction(
+                f"%{inst.name}: custom-call target {target!r} has no library function")
+        leaves = inst.shape.leaves()
+        if (len(inst.operands) != 4 or len(leaves) != 2
+                or any(o.dtype is not DType.U32 or o.shape.dims != leaves[0].dims
+                       for o in inst.operands)
+                or any(leaf.dtype is not DType.U32 for leaf in leaves)):
+            raise UnsupportedInstruction(
+                f"%{inst.name}: {THREEFRY_TARGET} takes four u32 arrays of one shape and "
+                "returns two")
+        pointers = [self.operand_pointer(o) for o in inst.operands]
+        self.body.emit(f"hlofuse_rt_threefry2x32({', '.join(pointers)}, {targets[0]}, "
+                       f"{targets[1]}, {leaves[0].num_elements});")
+
+    def _dot(self, inst: Instruction, target: str) -> None:
+        lhs, rhs = inst.operands
+        result = inst.dtype
+        compute = DType.F32 if result in (DType.F16, DType.BF16) else result
+        lb, rb = inst.ints("lhs_batch_dims"), inst.ints("rhs_batch_dims")
+        lc, rc = inst.ints("lhs_contracting_dims"), inst.ints("rhs_contracting_dims")
+        lf = tuple(d for d in range(lhs.shape.rank) if d not in lb + lc)
+        rf = tuple(d for d in range(rhs.shape.rank) if d not in rb + rc)
+        a, a_strides = self._dot_operand(lhs, compute, (lb, lf, lc))
+        b, b_strides = self._dot_operand(rhs, compute, (rb, rc, rf))
+        batch = math.prod(lhs.shape.dims[d] for d in lb)
+        m = math.prod(lhs.shape.dims[d] for d in lf)
+        k = math.prod(lhs.shape.dims[d] for d in lc)
+        n = math.prod(rhs.shape.dims[d] for d in rf)
+        count = inst.shape.num_elements
+        out = target if compute is result else self._temporary(compute, count)
+        args = ", ".join(str(x) for x in (a, b, out, batch, m, n, k, *a_strides, *b_strides))
+        self.body.emit(f"{_DOT_ROUTINES[compute]}({args});")
+        if out == target:
+            return
+        var = self.body.fresh("i")
+        with self.body.block(f"for (int64_t {var} = 0; {var} < {count}; ++{var})"):
+            value = self.lang.round_to(result, f"{out}[{var}]")
+            self.body.emit(f"{target}[{var}] = {self.lang.to_storage(result, value)};")
+
+    def _dot_operand(self, inst: Instruction, compute: DType,
+                     groups: tuple[tuple[int, ...], ...]) -> tuple[str, tuple[int, int, int]]:
+        """Pointer and (batch, row, column) strides; a canonical copy when dims don't merge."""
+        dims = inst.shape.dims
+        strides = _strides(dims)
+        merged = [_merge(group, dims, strides) for group in groups]
+        if inst.dtype is compute and all(s is not None for s in merged):
+            a, b, c = (s for s in merged if s is not None)
+            return self.operand_pointer(inst), (a, b, c)
+        order = [d for group in groups for d in group]
+        canonical = tuple(dims[d] for d in order)
+        target = self._temporary(compute, inst.shape.num_elements)
+
+        def read(index: Index) -> str:
+            multi = self.em.multi_of(index)
+            operand_multi = ["0"] * len(order)
+            for position, d in enumerate(order):
+                operand_multi[d] = multi[position]
+            value = self.em.array_value(inst, Index(dims, None, tuple(operand_multi), None))
+            expr = convert_expression(self.lang, inst.dtype, compute, value)
+            return self.body.let(self.lang.register_type(compute), expr)
+
+        self.nest_groups.add(self.groups)  # the permutation needs per-dimension indices
+        self.loop(canonical, [(read, target, compute)], parallel=False)
+        sizes = [math.prod(dims[d] for d in group) for group in groups]
+        return target, (sizes[1] * sizes[2], sizes[2], 1)
+
+
+def _strides(dims: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    stride = 1
+    for d in reversed(dims):
+        out.append(stride)
+        stride *= d
+    return tuple(reversed(out))
+
+
+def _merge(group: tuple[int, ...], dims: tuple[int, ...], strides: tuple[int, ...]) -> int | None:
+    """The stride of a group of dimensions read as one, or None if they are not contiguous."""
+    kept = [d for d in group if dims[d] != 1]
+    if not kept:
+        return 0
+    for a, b in zip(kept, kept[1:]):
+        if strides[a] != strides[b] * dims[b]:
+            return None
+    return strides[kept[-1]]
+
+
+def _tree(shape, leaves: dict[tuple[int, ...], Binding], path: tuple[int, ...]) -> Binding:  # type: ignore[no-untyped-def]
+    if path in leaves:
+        return leaves[path]
+    if not shape.is_tuple:
+        raise UnsupportedInstruction("a kernel input leaf has no argument")
+    return tuple(_tree(e, leaves, path + (k,)) for k, e in enumerate(shape.elements))
+
+
+_DOT_ROUTINES = {
+    DType.F32: "hlofuse_rt_dot_f32", DType.F64: "hlofuse_rt_dot_f64",
+    DType.S8: "hlofuse_rt_dot_u8", DType.U8: "hlofuse_rt_dot_u8",
+    DType.S16: "hlofuse_rt_dot_u16", DType.U16: "hlofuse_rt_dot_u16",
+    DType.S32: "hlofuse_rt_dot_u32", DType.U32: "hlofuse_rt_dot_u32",
+    DType.S64: "hlofuse_rt_dot_u64", DType.U64: "hlofuse_rt_dot_u64",
+    DType.PRED: "hlofuse_rt_dot_pred",
+}
+
+
+def emit_kernel(spec: KernelSpec, lang: CLanguage,
+                options: KernelOptions = KernelOptions()) -> EmittedKernel:
+    """The kernel's C function; flat loops are tried first, nests where a flat one can't work."""
+    nest_groups: set[int] = set()
+    while True:
+        try:
+            return KernelEmitter(spec, lang, options, nest_groups).emit()
+        except NeedsLoopNest as e:
+            if e.group in nest_groups:
+                raise
+            nest_groups.add(e.group)
+
+
+__all__ = ["EmittedKernel", "KernelOptions", "KernelSpec", "SCALAR", "THREEFRY_TARGET",
+           "emit_kernel", "sanitize"]

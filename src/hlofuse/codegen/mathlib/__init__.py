@@ -1,0 +1,131 @@
+"""A vectorisable math library for generated C kernels: the header `hlofuse_math.h`.
+
+The header is self-contained C (it includes only <stdint.h>); every function is
+`static inline`, calls nothing and branches nowhere, so gcc -O3 -march=native
+vectorises a loop such as ``for (i...) y[i] = hlofuse_sinf(x[i]);`` without
+-ffast-math. libm's functions never vectorise there: they are calls, and even
+`sqrtf` stays scalar while -fmath-errno (the default) is on.
+
+Functions (float32 name / float64 name):
+
+    sin       hlofuse_sinf      hlofuse_sin        f64: |x| < 2^50, NaN beyond
+    cos       hlofuse_cosf      hlofuse_cos        f64: |x| < 2^50, NaN beyond
+    tan       hlofuse_tanf      hlofuse_tan        f64: |x| < 2^50, NaN beyond
+    exp       hlofuse_expf      hlofuse_exp
+    expm1     hlofuse_expm1f    hlofuse_expm1
+    log       hlofuse_logf      hlofuse_log
+    log1p     hlofuse_log1pf    hlofuse_log1p
+    tanh      hlofuse_tanhf     hlofuse_tanh
+    logistic  hlofuse_logisticf hlofuse_logistic   1 / (1 + exp(-x))
+    sqrt      hlofuse_sqrtf     hlofuse_sqrt       correctly rounded
+    rsqrt     hlofuse_rsqrtf    hlofuse_rsqrt      1 / sqrt(x)
+    cbrt      hlofuse_cbrtf     hlofuse_cbrt
+    pow       hlofuse_powf      -                  (x, y), C99 special cases
+    atan2     hlofuse_atan2f    -                  (y, x), C99 special cases
+
+float32 functions compute in double and round once, so they are within ~0.5 ulp over
+the whole float range, sin/cos/tan included (their reduction modulo pi/2 is exact for
+every float). Special values follow C99 Annex F (NaN in, NaN out; sin(inf) = NaN;
+exp(-inf) = 0; log(0) = -inf; log(-1) = NaN; tanh(+-inf) = +-1; signed zeros kept
+where C99 keeps them). f16 and bf16 values, held as float in registers, use the
+float32 functions. `MathFunction.max_ulp` is the bound the tests assert, measured
+against NumPy (float64 reference for float32, long double for float64), with and
+without FTZ/DAZ.
+
+The functions do not depend on the FTZ/DAZ bits: under DAZ a subnormal float input
+reads as a signed zero (as it would for any instruction), under FTZ a subnormal result
+flushes to zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from hlofuse.ir.dtypes import DType
+
+HEADER_NAME = "hlofuse_math.h"
+
+
+@dataclass(frozen=True, slots=True)
+class MathFunction:
+    """One function of the header.
+
+    `name` is the generic spelling used by `CLanguage.float_math` ("sin", "exp", ...);
+    `is_full_range` is False where the function is accurate only on part of its
+    domain (see `note`), so a caller may prefer libm there.
+    """
+
+    name: str
+    dtype: DType
+    c_name: str
+    libm_name: str
+    arity: int
+    max_ulp: float
+    is_full_range: bool = True
+    note: str = ""
+
+
+def _f32(name: str, max_ulp: float, *, arity: int = 1, libm: str = "") -> MathFunction:
+    return MathFunction(name, DType.F32, f"hlofuse_{name}f", libm or f"{name}f", arity, max_ulp)
+
+
+def _f64(name: str, max_ulp: float, *, limited: str = "", libm: str = "") -> MathFunction:
+    return MathFunction(name, DType.F64, f"hlofuse_{name}", libm or name, 1, max_ulp,
+                        is_full_range=not limited, note=limited)
+
+
+_TRIG_LIMIT = "accurate for |x| < 2^50; NaN beyond"
+
+# max_ulp: the bounds asserted by tests/codegen/test_mathlib.py (measured maxima are
+# about 0.5 ulp for float32; see the test for the float64 figures).
+FUNCTIONS: tuple[MathFunction, ...] = (
+    _f32("sin", 0.51),
+    _f32("cos", 0.51),
+    _f32("tan", 0.51),
+    _f32("exp", 0.51),
+    _f32("expm1", 0.51),
+    _f32("log", 0.51),
+    _f32("log1p", 0.51),
+    _f32("tanh", 0.51),
+    _f32("logistic", 0.51, libm="1/(1+expf(-x))"),
+    _f32("sqrt", 0.5),
+    _f32("rsqrt", 0.51, libm="1/sqrtf"),
+    _f32("cbrt", 0.51),
+    _f32("pow", 0.51, arity=2),
+    _f32("atan2", 0.51, arity=2),
+    _f64("sin", 1.0, limited=_TRIG_LIMIT),
+    _f64("cos", 1.0, limited=_TRIG_LIMIT),
+    _f64("tan", 2.5, limited=_TRIG_LIMIT),
+    _f64("exp", 1.0),
+    _f64("expm1", 2.0),
+    _f64("log", 1.0),
+    _f64("log1p", 1.5),
+    _f64("tanh", 2.5),
+    _f64("logistic", 2.0, libm="1/(1+exp(-x))"),
+    _f64("sqrt", 0.5),
+    _f64("rsqrt", 1.0, libm="1/sqrt"),
+    _f64("cbrt", 1.0),
+)
+
+
+def header_path() -> Path:
+    """The installed header; pass its directory to the C compiler with -I."""
+    return Path(str(resources.files(__name__).joinpath(HEADER_NAME)))
+
+
+def include_dir() -> Path:
+    return header_path().parent
+
+
+def header_text() -> str:
+    return header_path().read_text(encoding="utf-8")
+
+
+def lookup(name: str, dtype: DType) -> MathFunction | None:
+    """The function computing `name` ("sin", "pow", ...) on `dtype`, if the header has one."""
+    for function in FUNCTIONS:
+        if function.name == name and function.dtype is dtype:
+            return function
+    return None

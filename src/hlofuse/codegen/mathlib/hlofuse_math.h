@@ -1,0 +1,747 @@
+/* hlofuse_math.h: vectorisable elementary functions for generated kernels.
+ *
+ * Every function is `static inline`, calls nothing and has no branches: special
+ * cases are computed alongside the main path and picked with selects, so that
+ * `for (i...) y[i] = hlofuse_sinf(x[i]);` vectorises with gcc -O3 -march=native
+ * without -ffast-math.
+ *
+ * float32 functions compute in double and round once at the end, so they are
+ * within ~0.5 ulp (the measured bounds are in hlofuse/codegen/mathlib/__init__.py).
+ * Their range reduction for sin/cos/tan is exact over the whole float range: the
+ * float input has 24 significant bits, so its product with each 29-bit piece of
+ * 2/pi is exact in double, and each product is reduced modulo 4 exactly.
+ *
+ * float64 functions keep double throughout. hlofuse_sin/cos/tan reduce with a
+ * three-piece pi/2 (Cody-Waite, fma) and are accurate for |x| < 2^50 (about
+ * 1.1e15, where adjacent doubles are already 0.25 apart); beyond that they return
+ * NaN rather than a silently wrong value. The float64 functions use fma; on a
+ * target without hardware fma they stay correct but do not vectorise.
+ *
+ * Nothing here depends on the FTZ/DAZ bits: with DAZ a subnormal float input
+ * reads as a signed zero, with FTZ a subnormal result is flushed, as the hardware
+ * would do for the same operation.
+ *
+ * Error-free steps rely only on exact products and Sterbenz subtractions, so
+ * they hold whether or not the compiler contracts a*b+c into fma.
+ */
+#ifndef HLOFUSE_MATH_H
+#define HLOFUSE_MATH_H
+
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define HLOFUSE_MATH_FN static inline __attribute__((always_inline, unused))
+#define HLOFUSE__RINT(x) __builtin_rint(x)
+#define HLOFUSE__FMA(a, b, c) __builtin_fma((a), (b), (c))
+#else
+#include <math.h>
+#define HLOFUSE_MATH_FN static inline
+#define HLOFUSE__RINT(x) rint(x)
+#define HLOFUSE__FMA(a, b, c) fma((a), (b), (c))
+#endif
+
+/* ---------------------------------------------------------------- bit access */
+
+HLOFUSE_MATH_FN uint64_t hlofuse__bits64(double x) {
+    union { double d; uint64_t u; } v;
+    v.d = x;
+    return v.u;
+}
+
+HLOFUSE_MATH_FN double hlofuse__from_bits64(uint64_t u) {
+    union { double d; uint64_t u; } v;
+    v.u = u;
+    return v.d;
+}
+
+HLOFUSE_MATH_FN uint32_t hlofuse__bits32(float x) {
+    union { float f; uint32_t u; } v;
+    v.f = x;
+    return v.u;
+}
+
+HLOFUSE_MATH_FN float hlofuse__from_bits32(uint32_t u) {
+    union { float f; uint32_t u; } v;
+    v.u = u;
+    return v.f;
+}
+
+/* Branch-free selects. gcc (without -ffast-math) sinks work used by only one arm
+ * of `c ? a : b` into a conditional block and then refuses to if-convert it,
+ * because floating-point operations may trap; blending the bit patterns uses
+ * both arms on every path, so the loop stays vectorisable. For the same reason
+ * conditions are combined with & and |, never && and || (an ordered comparison
+ * may trap, so gcc will not evaluate it speculatively). */
+HLOFUSE_MATH_FN double hlofuse__sel(int c, double a, double b) {
+    uint64_t m = (uint64_t)0 - (uint64_t)(c != 0);
+    return hlofuse__from_bits64((hlofuse__bits64(a) & m) | (hlofuse__bits64(b) & ~m));
+}
+
+HLOFUSE_MATH_FN float hlofuse__self(int c, float a, float b) {
+    uint32_t m = (uint32_t)0 - (uint32_t)(c != 0);
+    return hlofuse__from_bits32((hlofuse__bits32(a) & m) | (hlofuse__bits32(b) & ~m));
+}
+
+/* Gives y the sign bit of x (for odd functions evaluated on |x|). */
+HLOFUSE_MATH_FN float hlofuse__with_sign_of_f(float y, float x) {
+    return hlofuse__from_bits32(hlofuse__bits32(y) ^ (hlofuse__bits32(x) & 0x80000000u));
+}
+
+HLOFUSE_MATH_FN double hlofuse__with_sign_of(double y, double x) {
+    return hlofuse__from_bits64(hlofuse__bits64(y) ^ (hlofuse__bits64(x) & 0x8000000000000000ull));
+}
+
+HLOFUSE_MATH_FN double hlofuse__abs(double x) {
+    return hlofuse__from_bits64(hlofuse__bits64(x) & 0x7fffffffffffffffull);
+}
+
+/* 1.5 * 2^52: adding it rounds a double of magnitude < 2^51 to an integer held in
+ * the low mantissa bits (two's complement), without a double -> int conversion
+ * (which AVX2 lacks for 64-bit lanes). */
+#define HLOFUSE__SHIFT52 0x1.8p52
+
+/* 2^j for an integer-valued double j in [-1022, 1023]. */
+HLOFUSE_MATH_FN double hlofuse__pow2(double j) {
+    uint64_t k = hlofuse__bits64(j + HLOFUSE__SHIFT52);
+    return hlofuse__from_bits64((k + 1023u) << 52);
+}
+
+/* --------------------------------------------------------------- constants */
+
+#define HLOFUSE__INV_LN2 0x1.71547652b82fep+0
+/* ln2 = LN2_HI + LN2_LO; LN2_HI has 32 trailing zero bits, so k * LN2_HI is exact
+ * for |k| < 2^20 and x - k * LN2_HI is exact (Sterbenz) when k = rint(x / ln2). */
+#define HLOFUSE__LN2_HI 0x1.62e42fee00000p-1
+#define HLOFUSE__LN2_LO 0x1.a39ef35793c76p-33
+#define HLOFUSE__LN2 0x1.62e42fefa39efp-1
+#define HLOFUSE__PIO2 0x1.921fb54442d18p+0
+#define HLOFUSE__PI 0x1.921fb54442d18p+1
+#define HLOFUSE__PIO4 0x1.921fb54442d18p-1
+#define HLOFUSE__2_OVER_PI 0x1.45f306dc9c883p-1
+
+/* ------------------------------------------- double cores at float accuracy */
+
+/* exp(x) for x in [-160, 90]; relative error below 2^-36. Taylor to degree 9 on
+ * |r| <= ln2/2: the dropped term is r^10/10! < 7e-12. */
+HLOFUSE_MATH_FN double hlofuse__exp_fcore(double x) {
+    double kd = HLOFUSE__RINT(x * HLOFUSE__INV_LN2);
+    double r = (x - kd * HLOFUSE__LN2_HI) - kd * HLOFUSE__LN2_LO;
+    double p = 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = 1.0 + (r + r * r * p);
+    return p * hlofuse__pow2(kd);
+}
+
+/* expm1(x) for x in [-40, 90]; relative error below 2^-38. With k = 0 the result
+ * is the polynomial itself, so it stays accurate for tiny x. */
+HLOFUSE_MATH_FN double hlofuse__expm1_fcore(double x) {
+    double kd = HLOFUSE__RINT(x * HLOFUSE__INV_LN2);
+    double r = (x - kd * HLOFUSE__LN2_HI) - kd * HLOFUSE__LN2_LO;
+    double p = 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = r + r * r * p;
+    /* 2^k * p + (2^k - 1), scaled by 1/2 so that 2^(k-1) stays finite at k = 128. */
+    double s = hlofuse__pow2(kd - 1.0);
+    return (s * p + (s - 0.5)) * 2.0;
+}
+
+/* Splits a positive finite normal double into x = 2^k * z, z in [sqrt(1/2), sqrt(2)).
+ * Uses only 64-bit logical shifts, masks and adds (all available on AVX2). */
+HLOFUSE_MATH_FN double hlofuse__log_split(double x, double *k) {
+    const uint64_t off = 0x3fe6a09e667f3bcdull; /* bits of sqrt(1/2) */
+    uint64_t ix = hlofuse__bits64(x);
+    uint64_t tmp = ix - off;
+    uint64_t top = tmp >> 52; /* k mod 4096 */
+    double kd = hlofuse__from_bits64(0x4330000000000000ull | top) - 0x1p52;
+    *k = hlofuse__sel(kd >= 2048.0, kd - 4096.0, kd);
+    return hlofuse__from_bits64(ix - (tmp & 0xfff0000000000000ull));
+}
+
+/* log(x) for positive finite normal double x; relative error below 2^-40.
+ * log(1+f) = f - f^2/2 + s*(f^2/2 + R(s^2)), s = f/(2+f) (as in fdlibm), with R the
+ * atanh series truncated after s^14: the dropped term is below 2^-44 relative. */
+HLOFUSE_MATH_FN double hlofuse__log_fcore(double x) {
+    double kd;
+    double z = hlofuse__log_split(x, &kd);
+    double f = z - 1.0;
+    double s = f / (2.0 + f);
+    double s2 = s * s;
+    double hfsq = 0.5 * f * f;
+    double r = 2.0 / 15.0;
+    r = r * s2 + 2.0 / 13.0;
+    r = r * s2 + 2.0 / 11.0;
+    r = r * s2 + 2.0 / 9.0;
+    r = r * s2 + 2.0 / 7.0;
+    r = r * s2 + 2.0 / 5.0;
+    r = r * s2 + 2.0 / 3.0;
+    r = r * s2;
+    return kd * HLOFUSE__LN2 + (f - (hfsq - s * (hfsq + r)));
+}
+
+/* log(x * 2^kextra) for positive finite normal double x, to double accuracy. */
+HLOFUSE_MATH_FN double hlofuse__log_dcore(double x, double kextra) {
+    double kd;
+    double z = hlofuse__log_split(x, &kd);
+    kd += kextra;
+    double f = z - 1.0;
+    double s = f / (2.0 + f);
+    double s2 = s * s;
+    double hfsq = 0.5 * f * f;
+    double r = 2.0 / 25.0;
+    r = r * s2 + 2.0 / 23.0;
+    r = r * s2 + 2.0 / 21.0;
+    r = r * s2 + 2.0 / 19.0;
+    r = r * s2 + 2.0 / 17.0;
+    r = r * s2 + 2.0 / 15.0;
+    r = r * s2 + 2.0 / 13.0;
+    r = r * s2 + 2.0 / 11.0;
+    r = r * s2 + 2.0 / 9.0;
+    r = r * s2 + 2.0 / 7.0;
+    r = r * s2 + 2.0 / 5.0;
+    r = r * s2 + 2.0 / 3.0;
+    r = r * s2;
+    return kd * HLOFUSE__LN2_HI - ((hfsq - (s * (hfsq + r) + kd * HLOFUSE__LN2_LO)) - f);
+}
+
+/* 1/sqrt(x) for positive finite normal double x: a bit-pattern seed (relative error
+ * below 3.5e-2) and `steps` Newton steps, each squaring the error (3 steps: 2^-35). */
+HLOFUSE_MATH_FN double hlofuse__rsqrt_newton(double x, int steps) {
+    double r = hlofuse__from_bits64(0x5fe6eb50c7b537a9ull - (hlofuse__bits64(x) >> 1));
+    double hx = 0.5 * x;
+    for (int i = 0; i < steps; i++) {
+        r = r * (1.5 - hx * r * r);
+    }
+    return r;
+}
+
+/* cbrt(x) for positive finite normal double x: x = 2^(3q) * v, v in [0.5, 4), a
+ * quadratic seed (relative error below 3.7e-2) and `steps` Halley steps, each
+ * cubing the error (2 steps: below 1e-12; 3 steps: rounding level). */
+HLOFUSE_MATH_FN double hlofuse__cbrt_halley(double x, int steps) {
+    uint64_t ix = hlofuse__bits64(x);
+    double e = hlofuse__from_bits64(0x4330000000000000ull | (ix >> 52)) - 0x1p52 - 1023.0;
+    double q = HLOFUSE__RINT(e * (1.0 / 3.0));
+    double m = hlofuse__from_bits64((ix & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+    double v = m * hlofuse__pow2(e - 3.0 * q);
+    double y = (-0.04035 * v + 0.39331) * v + 0.63631;
+    for (int i = 0; i < steps; i++) {
+        double y3 = y * y * y;
+        y = y * (y3 + 2.0 * v) / (2.0 * y3 + v);
+    }
+    return y * hlofuse__pow2(q);
+}
+
+/* atan(t) for |t| <= tan(pi/8) as t + t^3 P(t^2); P is a weighted least-squares fit,
+ * relative error below 2^-40. */
+HLOFUSE_MATH_FN double hlofuse__atan_fpoly(double t) {
+    double z = t * t;
+    double p = -0x1.360ecc6310e1fp-5;
+    p = p * z + 0x1.1e2c3b804c57fp-4;
+    p = p * z - 0x1.7077410b2d020p-4;
+    p = p * z + 0x1.c6d090341ebd5p-4;
+    p = p * z - 0x1.2490b87a303fdp-3;
+    p = p * z + 0x1.999991aeedd5fp-3;
+    p = p * z - 0x1.5555554e7c900p-2;
+    return t + t * z * p;
+}
+
+/* ------------------------------------------------ float sin/cos/tan support */
+
+/* A reduced argument: x = r + q * pi/2 (mod 2 pi), q in {0, 1, 2, 3}. */
+typedef struct {
+    double r;
+    double q;
+} hlofuse__reduced;
+
+/* One 29-bit piece c of 2/pi: p = ax * c is exact (24 + 29 bits), and so is
+ * a = p mod 4 (in [-2, 2]). a is split into hi, a multiple of 2^-24 (so that the
+ * seven hi parts add up exactly), and the exact remainder lo, |lo| <= 2^-25. */
+#define HLOFUSE__REDUCE_PIECE(c)                                    \
+    do {                                                            \
+        double p_ = ax * (c);                                       \
+        double a_ = p_ - 4.0 * HLOFUSE__RINT(p_ * 0.25);            \
+        double hi_ = (a_ + 0x1.8p28) - 0x1.8p28;                    \
+        hi += hi_;                                                  \
+        lo += a_ - hi_;                                             \
+    } while (0)
+
+/* Reduces ax = |x| (x a float, exact in double) modulo pi/2 over the whole float
+ * range. The seven pieces cover 2/pi down to 2^-203, so for ax < 2^128 the
+ * neglected tail is below 2^-75; the fraction is known to about 2^-75 absolutely,
+ * while no float lies closer than 2^-32 to a multiple of pi/2 (relative to pi/2). */
+HLOFUSE_MATH_FN hlofuse__reduced hlofuse__reduce_pio2_f(double ax) {
+    double hi = 0.0, lo = 0.0;
+    HLOFUSE__REDUCE_PIECE(341782637.0 * 0x1p-29);
+    HLOFUSE__REDUCE_PIECE(423170132.0 * 0x1p-58);
+    HLOFUSE__REDUCE_PIECE(352195499.0 * 0x1p-87);
+    HLOFUSE__REDUCE_PIECE(488592205.0 * 0x1p-116);
+    HLOFUSE__REDUCE_PIECE(461485765.0 * 0x1p-145);
+    HLOFUSE__REDUCE_PIECE(90590992.0 * 0x1p-174);
+    HLOFUSE__REDUCE_PIECE(478285810.0 * 0x1p-203);
+    double n = HLOFUSE__RINT(hi);
+    double frac = (hi - n) + lo;
+    double q = n - 4.0 * HLOFUSE__RINT(n * 0.25);
+    hlofuse__reduced out;
+    out.r = frac * HLOFUSE__PIO2;
+    out.q = hlofuse__sel(q < 0.0, q + 4.0, q);
+    return out;
+}
+
+#undef HLOFUSE__REDUCE_PIECE
+
+/* sin(r), |r| <= pi/4 (1 + 2^-20); Taylor to r^11, dropped term < 1e-11 relative. */
+HLOFUSE_MATH_FN double hlofuse__sin_fpoly(double r) {
+    double z = r * r;
+    double p = -1.0 / 39916800.0;
+    p = p * z + 1.0 / 362880.0;
+    p = p * z - 1.0 / 5040.0;
+    p = p * z + 1.0 / 120.0;
+    p = p * z - 1.0 / 6.0;
+    return r + r * z * p;
+}
+
+/* cos(r), |r| <= pi/4 (1 + 2^-20); Taylor to r^12, dropped term < 5e-13. */
+HLOFUSE_MATH_FN double hlofuse__cos_fpoly(double r) {
+    double z = r * r;
+    double p = 1.0 / 479001600.0;
+    p = p * z - 1.0 / 3628800.0;
+    p = p * z + 1.0 / 40320.0;
+    p = p * z - 1.0 / 720.0;
+    p = p * z + 1.0 / 24.0;
+    p = p * z - 0.5;
+    return 1.0 + z * p;
+}
+
+/* ------------------------------------------------------ double-accuracy cores */
+
+/* exp(x) for x in [-746, 710]. r + c = x - k ln2 carries the rounding error of the
+ * reduction; Taylor to degree 13 on |r| <= ln2/2 (dropped term below 2^-57); the
+ * scale 2^k is applied in two halves so that subnormal results round only once. */
+HLOFUSE_MATH_FN double hlofuse__exp_dcore(double x) {
+    double kd = HLOFUSE__RINT(x * HLOFUSE__INV_LN2);
+    double hi = x - kd * HLOFUSE__LN2_HI;
+    double lo = kd * HLOFUSE__LN2_LO;
+    double r = hi - lo;
+    double c = (hi - r) - lo;
+    double p = 1.0 / 6227020800.0;
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    double y = 1.0 + (r + (r * r * p + (c + c * r)));
+    double k1 = HLOFUSE__RINT(0.5 * kd);
+    return (y * hlofuse__pow2(k1)) * hlofuse__pow2(kd - k1);
+}
+
+/* expm1(x) for x in [-45, 710]: 2^k (1 + p) - 1 with p = expm1(r + c), Taylor to
+ * degree 14; with k = 0 the result is p itself, accurate for tiny x. */
+HLOFUSE_MATH_FN double hlofuse__expm1_dcore(double x) {
+    double kd = HLOFUSE__RINT(x * HLOFUSE__INV_LN2);
+    double hi = x - kd * HLOFUSE__LN2_HI;
+    double lo = kd * HLOFUSE__LN2_LO;
+    double r = hi - lo;
+    double c = (hi - r) - lo;
+    double p = 1.0 / 87178291200.0;
+    p = p * r + 1.0 / 6227020800.0;
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = r + (r * r * p + c * (1.0 + r));
+    double s = hlofuse__pow2(kd - 1.0);
+    return (s * p + (s - 0.5)) * 2.0;
+}
+
+/* Reduces ax = |x| modulo pi/2 for ax < 2^50: r = hi + lo with about 2^-100 relative
+ * accuracy. pi/2 = P1 + P2 + P3 + P4 (53-bit pieces); ax - n P1 is exact (Sterbenz),
+ * n P2 is split exactly with fma, and the sum is kept double-double. */
+HLOFUSE_MATH_FN double hlofuse__reduce_pio2_d(double ax, double *lo_out, double *q_out) {
+    const double p1 = 0x1.921fb54442d18p+0, p2 = 0x1.1a62633145c07p-54;
+    const double p3 = -0x1.f1976b7ed8fbcp-110, p4 = 0x1.4cf98e804177dp-164;
+    double n = HLOFUSE__RINT(ax * HLOFUSE__2_OVER_PI);
+    double r1 = HLOFUSE__FMA(-n, p1, ax);
+    double t2 = n * p2;
+    double t2_err = HLOFUSE__FMA(n, p2, -t2);
+    double s = r1 - t2;
+    double b = s - r1;
+    double s_err = (r1 - (s - b)) - (t2 + b);
+    double lo = s_err - (t2_err + HLOFUSE__FMA(n, p3, n * p4));
+    double hi = s + lo;
+    *lo_out = lo - (hi - s);
+    double q = n - 4.0 * HLOFUSE__RINT(n * 0.25);
+    *q_out = hlofuse__sel(q < 0.0, q + 4.0, q);
+    return hi;
+}
+
+/* sin(hi + lo), |hi| <= pi/4 (1 + 2^-40), |lo| < 2^-52 |hi|; Taylor to degree 17. */
+HLOFUSE_MATH_FN double hlofuse__sin_dpoly(double hi, double lo) {
+    double z = hi * hi;
+    double p = 1.0 / 355687428096000.0;
+    p = p * z - 1.0 / 1307674368000.0;
+    p = p * z + 1.0 / 6227020800.0;
+    p = p * z - 1.0 / 39916800.0;
+    p = p * z + 1.0 / 362880.0;
+    p = p * z - 1.0 / 5040.0;
+    p = p * z + 1.0 / 120.0;
+    p = p * z - 1.0 / 6.0;
+    return hi + (hi * z * p + lo * (1.0 - 0.5 * z));
+}
+
+/* cos(hi + lo) likewise; Taylor to degree 16, 1 - z/2 summed in two parts (as in
+ * fdlibm's __kernel_cos) so that the result is good to about half an ulp. */
+HLOFUSE_MATH_FN double hlofuse__cos_dpoly(double hi, double lo) {
+    double z = hi * hi;
+    double p = 1.0 / 20922789888000.0;
+    p = p * z - 1.0 / 87178291200.0;
+    p = p * z + 1.0 / 479001600.0;
+    p = p * z - 1.0 / 3628800.0;
+    p = p * z + 1.0 / 40320.0;
+    p = p * z - 1.0 / 720.0;
+    p = p * z + 1.0 / 24.0;
+    double hz = 0.5 * z;
+    double w = 1.0 - hz;
+    return w + (((1.0 - w) - hz) + (z * z * p - hi * lo));
+}
+
+/* ------------------------------------------------------- float32 functions */
+
+#define HLOFUSE__INFF __builtin_inff()
+#define HLOFUSE__NANF __builtin_nanf("")
+
+/* exp; overflows to inf above 88.72, underflows through subnormals to 0. The
+ * clamps keep the core in range and let a NaN through (comparisons are false). */
+HLOFUSE_MATH_FN float hlofuse_expf(float x) {
+    double xd = x;
+    double xc = hlofuse__sel(xd > 90.0, 90.0, xd);
+    xc = hlofuse__sel(xc < -110.0, -110.0, xc);
+    return (float)hlofuse__exp_fcore(xc);
+}
+
+HLOFUSE_MATH_FN float hlofuse_expm1f(float x) {
+    double xd = x;
+    double xc = hlofuse__sel(xd > 90.0, 90.0, xd);
+    xc = hlofuse__sel(xc < -40.0, -40.0, xc);
+    float y = (float)hlofuse__expm1_fcore(xc);
+    return hlofuse__self(x == 0.0f, hlofuse__with_sign_of_f(0.0f, x), y);
+}
+
+HLOFUSE_MATH_FN float hlofuse_logf(float x) {
+    double xd = x;
+    int is_regular = (x > 0.0f) & (x < HLOFUSE__INFF);
+    float y = (float)hlofuse__log_fcore(hlofuse__sel(is_regular, xd, 1.0));
+    float special = hlofuse__self(x == 0.0f, -HLOFUSE__INFF, HLOFUSE__NANF);
+    special = hlofuse__self((x == HLOFUSE__INFF) | (x != x), x, special);
+    return hlofuse__self(is_regular, y, special);
+}
+
+/* log1p(x) = log(u) + c/u with u = fl(1 + x) and c = (1 + x) - u exactly (Fast2Sum,
+ * ordering the operands by magnitude). */
+HLOFUSE_MATH_FN float hlofuse_log1pf(float x) {
+    double xd = x;
+    double u = 1.0 + xd;
+    double c = hlofuse__sel(hlofuse__abs(xd) < 1.0, (1.0 - u) + xd, (xd - u) + 1.0);
+    int is_regular = (x > -1.0f) & (x < HLOFUSE__INFF);
+    double safe_u = hlofuse__sel(is_regular, u, 1.0);
+    float y = (float)(hlofuse__log_fcore(safe_u) + c / safe_u);
+    float special = hlofuse__self(x == -1.0f, -HLOFUSE__INFF, HLOFUSE__NANF);
+    special = hlofuse__self((x == HLOFUSE__INFF) | (x != x), x, special);
+    y = hlofuse__self(is_regular, y, special);
+    return hlofuse__self(x == 0.0f, hlofuse__with_sign_of_f(0.0f, x), y);
+}
+
+/* tanh(x) = e / (e + 2) with e = expm1(2|x|), sign restored from x. */
+HLOFUSE_MATH_FN float hlofuse_tanhf(float x) {
+    double a2 = 2.0 * hlofuse__abs((double)x);
+    a2 = hlofuse__sel(a2 > 40.0, 40.0, a2); /* tanh(20) rounds to 1 in double */
+    double e = hlofuse__expm1_fcore(a2);
+    float y = (float)(e / (e + 2.0));
+    return hlofuse__with_sign_of_f(y, x);
+}
+
+/* logistic(x) = 1 / (1 + exp(-x)), evaluated with exp(-|x|) so nothing overflows. */
+HLOFUSE_MATH_FN float hlofuse_logisticf(float x) {
+    double a = hlofuse__abs((double)x);
+    a = hlofuse__sel(a > 150.0, 150.0, a);
+    double e = hlofuse__exp_fcore(-a);
+    return (float)(hlofuse__sel(x < 0.0f, e, 1.0) / (1.0 + e));
+}
+
+HLOFUSE_MATH_FN float hlofuse_sinf(float x) {
+    hlofuse__reduced red = hlofuse__reduce_pio2_f(hlofuse__abs((double)x));
+    double s = hlofuse__sin_fpoly(red.r);
+    double c = hlofuse__cos_fpoly(red.r);
+    double y = hlofuse__sel((red.q == 1.0) | (red.q == 3.0), c, s);
+    y = hlofuse__sel(red.q >= 2.0, -y, y);
+    return hlofuse__with_sign_of_f((float)y, x);
+}
+
+HLOFUSE_MATH_FN float hlofuse_cosf(float x) {
+    hlofuse__reduced red = hlofuse__reduce_pio2_f(hlofuse__abs((double)x));
+    double s = hlofuse__sin_fpoly(red.r);
+    double c = hlofuse__cos_fpoly(red.r);
+    double y = hlofuse__sel((red.q == 1.0) | (red.q == 3.0), s, c);
+    y = hlofuse__sel((red.q == 1.0) | (red.q == 2.0), -y, y);
+    return (float)y;
+}
+
+HLOFUSE_MATH_FN float hlofuse_tanf(float x) {
+    hlofuse__reduced red = hlofuse__reduce_pio2_f(hlofuse__abs((double)x));
+    double s = hlofuse__sin_fpoly(red.r);
+    double c = hlofuse__cos_fpoly(red.r);
+    int is_odd = (red.q == 1.0) | (red.q == 3.0);
+    double num = hlofuse__sel(is_odd, -c, s);
+    double den = hlofuse__sel(is_odd, s, c);
+    return hlofuse__with_sign_of_f((float)(num / den), x);
+}
+
+/* Correctly rounded sqrt (it vectorises, unlike sqrtf under the default
+ * -fmath-errno). A double estimate within 2^-35 rounds to the right float or a
+ * neighbour; the neighbour is fixed by comparing x with the squares of the two
+ * midpoints, which are exact in double (25-bit midpoints, 50-bit squares). */
+HLOFUSE_MATH_FN float hlofuse_sqrtf(float x) {
+    double xd = x;
+    int is_regular = (x > 0.0f) & (x < HLOFUSE__INFF);
+    double safe = hlofuse__sel(is_regular, xd, 1.0);
+    float y = (float)(safe * hlofuse__rsqrt_newton(safe, 3));
+    float up = hlofuse__from_bits32(hlofuse__bits32(y) + 1u);
+    float down = hlofuse__from_bits32(hlofuse__bits32(y) - 1u);
+    double mid_up = 0.5 * ((double)y + (double)up);
+    double mid_down = 0.5 * ((double)y + (double)down);
+    y = hlofuse__self(mid_up * mid_up < safe, up, y);
+    y = hlofuse__self(mid_down * mid_down > safe, down, y);
+    float special = hlofuse__self((x == HLOFUSE__INFF) | (x != x), x, HLOFUSE__NANF);
+    special = hlofuse__self(x == 0.0f, hlofuse__with_sign_of_f(0.0f, x), special);
+    return hlofuse__self(is_regular, y, special);
+}
+
+/* 1/sqrt(x); rsqrt(+-0) = +-inf, rsqrt(inf) = 0. */
+HLOFUSE_MATH_FN float hlofuse_rsqrtf(float x) {
+    double xd = x;
+    int is_regular = (x > 0.0f) & (x < HLOFUSE__INFF);
+    float y = (float)hlofuse__rsqrt_newton(hlofuse__sel(is_regular, xd, 1.0), 4);
+    float special = hlofuse__self(x == 0.0f, hlofuse__with_sign_of_f(HLOFUSE__INFF, x), HLOFUSE__NANF);
+    special = hlofuse__self(x == HLOFUSE__INFF, 0.0f, special);
+    special = hlofuse__self(x != x, x, special);
+    return hlofuse__self(is_regular, y, special);
+}
+
+HLOFUSE_MATH_FN float hlofuse_cbrtf(float x) {
+    double a = hlofuse__abs((double)x);
+    int is_regular = (a > 0.0) & (a < 0x1p128);
+    float y = (float)hlofuse__cbrt_halley(hlofuse__sel(is_regular, a, 1.0), 2);
+    return hlofuse__self(is_regular, hlofuse__with_sign_of_f(y, x), x + x);
+}
+
+/* log(a) for a >= 0 or NaN, with log(0) = -inf and log(inf) = inf (double accuracy). */
+HLOFUSE_MATH_FN double hlofuse__log_nonneg(double a) {
+    int is_regular = (a > 0.0) & (a < __builtin_inf());
+    double y = hlofuse__log_dcore(hlofuse__sel(is_regular, a, 1.0), 0.0);
+    double special = hlofuse__sel(a == 0.0, -__builtin_inf(), a + a);
+    return hlofuse__sel(is_regular, y, special);
+}
+
+/* pow with the C99 special cases (Annex F.9.4.4). |x|^y = exp(y log|x|) with the
+ * logarithm to double accuracy: |y log|x|| < 110 wherever the float result is
+ * neither 0 nor inf, so its absolute error stays below 2^-44. */
+HLOFUSE_MATH_FN float hlofuse_powf(float x, float y) {
+    double xd = x, yd = y;
+    double ax = hlofuse__abs(xd);
+    double t = yd * hlofuse__log_nonneg(ax);
+    t = hlofuse__sel(t > 90.0, 90.0, t);
+    double m = hlofuse__exp_fcore(hlofuse__sel(t < -160.0, -160.0, t));
+    int y_is_int = HLOFUSE__RINT(yd) == yd;
+    int y_is_odd = y_is_int & (HLOFUSE__RINT(0.5 * yd) != 0.5 * yd);
+    int x_is_neg = (hlofuse__bits32(x) >> 31) != 0;
+    double r = hlofuse__sel(x_is_neg & y_is_odd, -m, m);
+    /* a negative finite base with a finite non-integer exponent has no real power */
+    r = hlofuse__sel((xd < 0.0) & (ax < 0x1p128) & !y_is_int & (hlofuse__abs(yd) < 0x1p128),
+                     __builtin_nan(""), r);
+    r = hlofuse__sel((ax == 1.0) & (hlofuse__abs(yd) == __builtin_inf()), 1.0, r);
+    r = hlofuse__sel((x == 1.0f) | (y == 0.0f), 1.0, r);
+    return (float)r;
+}
+
+/* atan2 with the C99 special cases: with a = min(|x|,|y|) / max(|x|,|y|) in [0, 1],
+ * atan(a) = pi/4 + atan((a-1)/(a+1)) above tan(pi/8), then the octant is restored. */
+HLOFUSE_MATH_FN float hlofuse_atan2f(float y, float x) {
+    double yd = y, xd = x;
+    double ay = hlofuse__abs(yd), ax = hlofuse__abs(xd);
+    int swap = ay > ax;
+    double num = hlofuse__sel(swap, ax, ay);
+    double den = hlofuse__sel(swap, ay, ax);
+    double t = hlofuse__sel(den == 0.0, 0.0, num / hlofuse__sel(den == 0.0, 1.0, den));
+    t = hlofuse__sel((ax == __builtin_inf()) & (ay == __builtin_inf()), 1.0, t);
+    int is_big = t > 0x1.a827999fcef32p-2; /* tan(pi/8) */
+    double tr = hlofuse__sel(is_big, (t - 1.0) / (t + 1.0), t);
+    double angle = hlofuse__sel(is_big, HLOFUSE__PIO4, 0.0) + hlofuse__atan_fpoly(tr);
+    angle = hlofuse__sel(swap, HLOFUSE__PIO2 - angle, angle);
+    angle = hlofuse__sel((hlofuse__bits32(x) >> 31) != 0, HLOFUSE__PI - angle, angle);
+    float r = hlofuse__with_sign_of_f((float)angle, y);
+    return hlofuse__self((x != x) | (y != y), x + y, r);
+}
+
+/* ------------------------------------------------------- float64 functions */
+
+#define HLOFUSE__INF __builtin_inf()
+#define HLOFUSE__NAN __builtin_nan("")
+
+HLOFUSE_MATH_FN double hlofuse_exp(double x) {
+    double xc = hlofuse__sel(x > 710.0, 710.0, x);
+    return hlofuse__exp_dcore(hlofuse__sel(xc < -746.0, -746.0, xc));
+}
+
+HLOFUSE_MATH_FN double hlofuse_expm1(double x) {
+    double xc = hlofuse__sel(x > 710.0, 710.0, x);
+    double y = hlofuse__expm1_dcore(hlofuse__sel(xc < -45.0, -45.0, xc));
+    return hlofuse__sel(x == 0.0, hlofuse__with_sign_of(0.0, x), y);
+}
+
+/* log; a subnormal input is scaled by 2^54 first (with DAZ it reads as zero). */
+HLOFUSE_MATH_FN double hlofuse_log(double x) {
+    int is_regular = (x > 0.0) & (x < HLOFUSE__INF);
+    int is_subnormal = x < 0x1p-1022;
+    double xs = hlofuse__sel(is_subnormal, x * 0x1p54, x);
+    double y = hlofuse__log_dcore(hlofuse__sel(is_regular, xs, 1.0),
+                                  hlofuse__sel(is_subnormal, -54.0, 0.0));
+    double special = hlofuse__sel(x == 0.0, -HLOFUSE__INF, HLOFUSE__NAN);
+    special = hlofuse__sel((x == HLOFUSE__INF) | (x != x), x, special);
+    return hlofuse__sel(is_regular, y, special);
+}
+
+HLOFUSE_MATH_FN double hlofuse_log1p(double x) {
+    double u = 1.0 + x;
+    double c = hlofuse__sel(hlofuse__abs(x) < 1.0, (1.0 - u) + x, (x - u) + 1.0);
+    int is_regular = (x > -1.0) & (x < HLOFUSE__INF);
+    double safe_u = hlofuse__sel(is_regular, u, 1.0);
+    double y = hlofuse__log_dcore(safe_u, 0.0) + c / safe_u;
+    double special = hlofuse__sel(x == -1.0, -HLOFUSE__INF, HLOFUSE__NAN);
+    special = hlofuse__sel((x == HLOFUSE__INF) | (x != x), x, special);
+    y = hlofuse__sel(is_regular, y, special);
+    return hlofuse__sel(x == 0.0, hlofuse__with_sign_of(0.0, x), y);
+}
+
+HLOFUSE_MATH_FN double hlofuse_tanh(double x) {
+    double a2 = 2.0 * hlofuse__abs(x);
+    a2 = hlofuse__sel(a2 > 40.0, 40.0, a2); /* tanh(20) rounds to 1 */
+    double e = hlofuse__expm1_dcore(a2);
+    /* e / (e + 2) near 0, 1 - 2 / (e + 2) where the result nears 1: each keeps the
+     * rounding of e + 2 from reaching more than a fraction of an ulp */
+    double y = hlofuse__sel(a2 < 1.1, e / (e + 2.0), 1.0 - 2.0 / (e + 2.0));
+    return hlofuse__with_sign_of(y, x);
+}
+
+HLOFUSE_MATH_FN double hlofuse_logistic(double x) {
+    double a = hlofuse__abs(x);
+    a = hlofuse__sel(a > 746.0, 746.0, a);
+    double e = hlofuse__exp_dcore(-a);
+    return hlofuse__sel(x < 0.0, e, 1.0) / (1.0 + e);
+}
+
+/* Correctly rounded sqrt: Newton estimate, one fma-based refinement, then
+ * Tuckerman's test (y is RN(sqrt x) iff y*pred(y) < x <= y*succ(y)), whose
+ * products the fma evaluates with a correctly signed result. Inputs below 2^-800
+ * are scaled by 2^200 first so that the test's residual stays a normal number. */
+HLOFUSE_MATH_FN double hlofuse_sqrt(double x) {
+    int is_regular = (x > 0.0) & (x < HLOFUSE__INF);
+    int is_small = x < 0x1p-800;
+    double xs = hlofuse__sel(is_regular, hlofuse__sel(is_small, x * 0x1p200, x), 1.0);
+    double r = hlofuse__rsqrt_newton(xs, 3);
+    double y = xs * r;
+    y = HLOFUSE__FMA(HLOFUSE__FMA(-y, y, xs), 0.5 * r, y);
+    double up = hlofuse__from_bits64(hlofuse__bits64(y) + 1u);
+    double down = hlofuse__from_bits64(hlofuse__bits64(y) - 1u);
+    y = hlofuse__sel(HLOFUSE__FMA(y, up, -xs) < 0.0, up, y);
+    y = hlofuse__sel(HLOFUSE__FMA(y, down, -xs) >= 0.0, down, y);
+    y = y * hlofuse__sel(is_small, 0x1p-100, 1.0);
+    double special = hlofuse__sel((x == HLOFUSE__INF) | (x != x), x, HLOFUSE__NAN);
+    special = hlofuse__sel(x == 0.0, hlofuse__with_sign_of(0.0, x), special);
+    return hlofuse__sel(is_regular, y, special);
+}
+
+HLOFUSE_MATH_FN double hlofuse_rsqrt(double x) {
+    double y = 1.0 / hlofuse_sqrt(x);
+    return hlofuse__sel(x == HLOFUSE__INF, 0.0, y);
+}
+
+HLOFUSE_MATH_FN double hlofuse_cbrt(double x) {
+    double a = hlofuse__abs(x);
+    int is_regular = (a > 0.0) & (a < HLOFUSE__INF);
+    int is_subnormal = a < 0x1p-1022;
+    double as = hlofuse__sel(is_subnormal, a * 0x1p54, a);
+    double v = hlofuse__sel(is_regular, as, 1.0);
+    double y = hlofuse__cbrt_halley(v, 3);
+    /* one Newton step on y^3 - v, with y^2 kept double-double so the residual is exact
+     * to well below an ulp */
+    double y2 = y * y;
+    double y2_err = HLOFUSE__FMA(y, y, -y2);
+    double residual = HLOFUSE__FMA(y2, y, -v) + y2_err * y;
+    y = y - residual / (3.0 * y2);
+    y = y * hlofuse__sel(is_subnormal, 0x1p-18, 1.0);
+    return hlofuse__sel(is_regular, hlofuse__with_sign_of(y, x), x + x);
+}
+
+/* Trigonometric functions are accurate for |x| < 2^50 and return NaN beyond. */
+#define HLOFUSE__TRIG_LIMIT 0x1p50
+
+HLOFUSE_MATH_FN double hlofuse_sin(double x) {
+    double ax = hlofuse__abs(x);
+    double lo, q;
+    double hi = hlofuse__reduce_pio2_d(hlofuse__sel(ax < HLOFUSE__TRIG_LIMIT, ax, 0.0), &lo, &q);
+    double s = hlofuse__sin_dpoly(hi, lo);
+    double c = hlofuse__cos_dpoly(hi, lo);
+    double y = hlofuse__sel((q == 1.0) | (q == 3.0), c, s);
+    y = hlofuse__sel(q >= 2.0, -y, y);
+    return hlofuse__sel(ax < HLOFUSE__TRIG_LIMIT, hlofuse__with_sign_of(y, x), HLOFUSE__NAN);
+}
+
+HLOFUSE_MATH_FN double hlofuse_cos(double x) {
+    double ax = hlofuse__abs(x);
+    double lo, q;
+    double hi = hlofuse__reduce_pio2_d(hlofuse__sel(ax < HLOFUSE__TRIG_LIMIT, ax, 0.0), &lo, &q);
+    double s = hlofuse__sin_dpoly(hi, lo);
+    double c = hlofuse__cos_dpoly(hi, lo);
+    double y = hlofuse__sel((q == 1.0) | (q == 3.0), s, c);
+    y = hlofuse__sel((q == 1.0) | (q == 2.0), -y, y);
+    return hlofuse__sel(ax < HLOFUSE__TRIG_LIMIT, y, HLOFUSE__NAN);
+}
+
+HLOFUSE_MATH_FN double hlofuse_tan(double x) {
+    double ax = hlofuse__abs(x);
+    double lo, q;
+    double hi = hlofuse__reduce_pio2_d(hlofuse__sel(ax < HLOFUSE__TRIG_LIMIT, ax, 0.0), &lo, &q);
+    double s = hlofuse__sin_dpoly(hi, lo);
+    double c = hlofuse__cos_dpoly(hi, lo);
+    int is_odd = (q == 1.0) | (q == 3.0);
+    double y = hlofuse__sel(is_odd, -c, s) / hlofuse__sel(is_odd, s, c);
+    return hlofuse__sel(ax < HLOFUSE__TRIG_LIMIT, hlofuse__with_sign_of(y, x), HLOFUSE__NAN);
+}
+
+#endif /* HLOFUSE_MATH_H */

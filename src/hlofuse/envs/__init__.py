@@ -1,0 +1,1 @@
+"""Workloads written with the front end."""

@@ -1,0 +1,1 @@
+"""The front end: traces Python functions on abstract values into HLO modules."""

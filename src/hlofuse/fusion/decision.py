@@ -1,0 +1,175 @@
+"""FusionDecision (XLA's explained yes/no) and the decision log every fusion pass writes.
+
+A refusal always carries a stable kebab-case rule id (`code-duplication-too-high`), a message
+naming both instructions, and the figures the rule compared; a bare False does not exist.
+Each pair a pass considers becomes one `DecisionRecord`, with the user's source lines taken
+from instruction metadata, so `explain` can say which line of the program stopped a fusion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+FUSE = "fuse"
+NO = "no"
+
+# The rule id of a positive decision.
+FUSIBLE = "fusible"
+
+Figure = int | float | str
+_NO_FIGURES: Mapping[str, Figure] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class FusionDecision:
+    """Whether to fuse, and if not, which rule said no and why."""
+
+    rule: str = FUSIBLE
+    message: str = ""
+    figures: Mapping[str, Figure] = field(default_factory=lambda: _NO_FIGURES)
+
+    @property
+    def can_fuse(self) -> bool:
+        return self.rule == FUSIBLE
+
+    def __bool__(self) -> bool:
+        return self.can_fuse
+
+    @staticmethod
+    def yes(message: str = "", **figures: Figure) -> FusionDecision:
+        return FusionDecision(FUSIBLE, message, MappingProxyType(dict(figures)))
+
+    @staticmethod
+    def no(rule: str, message: str, **figures: Figure) -> FusionDecision:
+        assert rule != FUSIBLE and message, "a refusal needs a rule id and a message"
+        return FusionDecision(rule, message, MappingProxyType(dict(figures)))
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """One considered pair (or sibling group) and what a pass decided about it."""
+
+    pass_name: str
+    computation: str
+    producer: str
+    consumer: str | None
+    verdict: str  # FUSE or NO
+    rule: str
+    message: str
+    producer_op: str = ""
+    consumer_op: str = ""
+    siblings: tuple[str, ...] = ()
+    figures: Mapping[str, Figure] = field(default_factory=lambda: _NO_FIGURES)
+    producer_lines: tuple[str, ...] = ()
+    consumer_lines: tuple[str, ...] = ()
+
+    @property
+    def source_lines(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.producer_lines + self.consumer_lines))
+
+    @property
+    def is_refusal(self) -> bool:
+        return self.verdict == NO
+
+    def key(self) -> tuple[object, ...]:
+        """Records with equal keys say the same thing (a fixed point repeats them)."""
+        return (self.pass_name, self.computation, self.producer, self.consumer, self.siblings,
+                self.verdict, self.rule)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "pass": self.pass_name,
+            "computation": self.computation,
+            "producer": self.producer,
+            "producer_op": self.producer_op,
+            "consumer": self.consumer,
+            "consumer_op": self.consumer_op,
+            "siblings": list(self.siblings),
+            "verdict": self.verdict,
+            "rule": self.rule,
+            "message": self.message,
+            "figures": dict(self.figures),
+            "source_lines": list(self.source_lines),
+        }
+
+
+class DecisionLog:
+    """The records of a run, in the order they were made."""
+
+    def __init__(self) -> None:
+        self.records: list[DecisionRecord] = []
+
+    def append(self, record: DecisionRecord, /) -> None:
+        self.records.append(record)
+
+    def __iter__(self) -> Iterator[DecisionRecord]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def unique(self) -> list[DecisionRecord]:
+        """Each distinct record once, at the position of its last occurrence."""
+        last: dict[tuple[object, ...], int] = {}
+        for i, record in enumerate(self.records):
+            last[record.key()] = i
+        return [self.records[i] for i in sorted(last.values())]
+
+    def with_rule(self, rule: str) -> list[DecisionRecord]:
+        return [r for r in self.unique() if r.rule == rule]
+
+
+class _Op(Protocol):
+    @property
+    def text(self) -> str: ...
+
+
+class Considered(Protocol):
+    """What a record needs to know about an instruction (a fusion graph node)."""
+
+    name: str
+
+    @property
+    def op(self) -> _Op: ...
+
+    def source_locations(self) -> tuple[str, ...]: ...
+
+
+class Recorder:
+    """Turns a pass's decisions into records; does nothing without a log."""
+
+    def __init__(self, log: Any, pass_name: str) -> None:
+        self.log = log
+        self.pass_name = pass_name
+
+    def pair(self, computation: str, producer: Considered, consumer: Considered,
+             decision: FusionDecision) -> None:
+        if self.log is None:
+            return
+        self.log.append(DecisionRecord(
+            self.pass_name, computation, producer.name, consumer.name,
+            FUSE if decision else NO, decision.rule, decision.message or
+            f"fuse %{producer.name} into %{consumer.name}", producer.op.text,
+            consumer.op.text, (), decision.figures, producer.source_locations(),
+            consumer.source_locations()))
+
+    def group(self, computation: str, members: Sequence[Considered],
+              decision: FusionDecision, consumer: Considered | None = None) -> None:
+        """A decision about fusing `members` side by side (siblings, horizontal fusion)."""
+        if self.log is None or not members:
+            return
+        first = members[0]
+        lines: tuple[str, ...] = ()
+        for member in members:
+            lines += member.source_locations()
+        names = tuple(m.name for m in members)
+        self.log.append(DecisionRecord(
+            self.pass_name, computation, first.name, consumer.name if consumer else None,
+            FUSE if decision else NO, decision.rule, decision.message or
+            "fuse " + ", ".join(f"%{n}" for n in names) + " side by side",
+            first.op.text, consumer.op.text if consumer else "", names, decision.figures,
+            tuple(dict.fromkeys(lines)),
+            consumer.source_locations() if consumer else ()))

@@ -1,0 +1,183 @@
+"""Graph surgery that creates and grows fusion instructions, as XLA's HloFusionInstruction does.
+
+- `create_fusion(consumer, kind)`: wrap an instruction into a one-instruction fusion.
+- `fuse_instruction(fusion, producer)`: clone an operand into the fusion (the producer stays if
+  it has other users: that is duplication).
+- `fuse_into_multi_output(fusion, producer)`: clone the producer in as an extra output; its
+  other users read a get-tuple-element of the fusion instead.
+- `merge_fusion(consumer, producer)`: inline a producer fusion's body into a consumer fusion.
+- `merge_into_multi_output(fusion, other)`: absorb a sibling (or producer) fusion's outputs.
+
+Parameter order follows XLA: parameters of remaining operands keep their order, operands that
+a fused instruction adds are appended in the order they are met, root first.
+"""
+
+from __future__ import annotations
+
+from hlofuse.fusion.graph import Graph, Node
+from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape
+
+
+def _parameter_for(fusion: Node, operand: Node) -> Node:
+    """The fused parameter bound to `operand`, adding operand and parameter if needed."""
+    for i, existing in enumerate(fusion.operands):
+        if existing is operand:
+            return fusion.fused.params[i]
+    param = fusion.fused.add_parameter(operand.shape)
+    fusion.operands.append(operand)
+    operand.users[fusion] = None
+    return param
+
+
+def _unbind_operand(fusion: Node, operand: Node, replacement: Node) -> None:
+    """Uses of `operand`'s parameter now use `replacement` (inside); the operand goes."""
+    index = fusion.operand_index(operand)
+    fused = fusion.fused
+    param = fused.params[index]
+    fused.replace_uses(param, replacement)
+    if fused.root is param:
+        fused.root = replacement
+    fused.remove_parameter(index)
+    del fusion.operands[index]
+    operand.users.pop(fusion, None)
+
+
+def create_fusion(consumer: Node, kind: str) -> Node:
+    """XLA's CreateFusion + ReplaceInstruction: `consumer` becomes a one-instruction fusion."""
+    graph = consumer.parent
+    module = graph.module
+    fused = module.add_graph("fused_computation", is_fusion=True)
+    fusion = graph.add(Op.FUSION, (), consumer.shape, attrs={"kind": kind}, calls=[fused],
+                       metadata=consumer.metadata, name=module.names.unique("fusion"))
+    clone = fused.clone_into(consumer, ())
+    for operand in consumer.operands:
+        Graph._append_operand(clone, _parameter_for(fusion, operand))
+    fused.root = clone
+    graph.replace_instruction(consumer, fusion)
+    return fusion
+
+
+def fuse_instruction(fusion: Node, producer: Node) -> Node:
+    """Clone `producer` (an operand of `fusion`) into it; returns the clone."""
+    fused = fusion.fused
+    clone = fused.clone_into(producer, ())
+    _unbind_operand(fusion, producer, clone)
+    for operand in producer.operands:
+        Graph._append_operand(clone, _parameter_for(fusion, operand))
+    return clone
+
+
+def _set_outputs(fusion: Node, outputs: list[Node]) -> None:
+    fused = fusion.fused
+    old_root = fused.root
+    shape = Shape.tuple_of([o.shape for o in outputs])
+    root = fused.add(Op.TUPLE, outputs, shape, name=fusion.parent.module.names.unique("tuple"))
+    fused.root = root
+    if old_root.op is Op.TUPLE and not old_root.users:
+        fused.remove(old_root)
+    fusion.shape = shape
+
+
+def _add_outputs(fusion: Node, new_outputs: list[Node]) -> int:
+    """Append outputs to the fusion's root tuple; returns the index of the first new one.
+
+    A fusion that was not multi-output yet gets a root tuple, and its users a
+    get-tuple-element(0) of it."""
+    graph = fusion.parent
+    root = fusion.fused_root
+    was_tuple = root.op is Op.TUPLE
+    outputs = list(root.operands) if was_tuple else [root]
+    first = len(outputs)
+    old_shape = fusion.shape
+    _set_outputs(fusion, outputs + new_outputs)
+    if not was_tuple:
+        gte = graph.add(Op.GET_TUPLE_ELEMENT, [fusion], old_shape, attrs={"index": 0},
+                        name=graph.module.names.unique("get-tuple-element"))
+        graph.replace_uses(fusion, gte, exclude=gte)
+        if graph.root is fusion:
+            graph.root = gte
+    return first
+
+
+def _redirect_to_outputs(fusion: Node, old: Node, first: int) -> None:
+    """Users of `old` read outputs `first`, `first+1`, ... of `fusion` instead."""
+    graph = fusion.parent
+    names = graph.module.names
+    if old.is_multi_output_fusion:
+        for user in list(old.users):
+            assert user.op is Op.GET_TUPLE_ELEMENT, f"%{user.name} reads a tuple directly"
+            index = user.attrs["index"]
+            assert isinstance(index, int)
+            gte = graph.add(Op.GET_TUPLE_ELEMENT, [fusion], user.shape,
+                            attrs={"index": first + index},
+                            name=names.unique("get-tuple-element"))
+            graph.replace_instruction(user, gte)
+        return
+    if not old.users and graph.root is not old:
+        return
+    gte = graph.add(Op.GET_TUPLE_ELEMENT, [fusion], old.shape, attrs={"index": first},
+                    name=names.unique("get-tuple-element"))
+    graph.replace_uses(old, gte)
+    if graph.root is old:
+        graph.root = gte
+
+
+def _clone_body(fusion: Node, source: Node) -> list[Node]:
+    """Clone what `source` computes into `fusion`; returns the clones of its outputs.
+
+    A plain instruction is one clone; a fusion contributes its whole fused body. Operands of
+    `source` become (shared) parameters of `fusion`."""
+    fused = fusion.fused
+    if not source.is_fusion:
+        clone = fused.clone_into(source, ())
+        for operand in source.operands:
+            Graph._append_operand(clone, _parameter_for(fusion, operand))
+        return [clone]
+    body = source.fused
+    order = body.post_order()
+    for node in reversed(order):  # bind parameters root first, as XLA meets them
+        for operand in node.operands:
+            if operand.op is Op.PARAMETER:
+                _parameter_for(fusion, source.operands[operand.parameter_number])
+    copies: dict[Node, Node] = {}
+    for node in order:
+        if node.op is Op.PARAMETER:
+            copies[node] = _parameter_for(fusion, source.operands[node.parameter_number])
+        else:
+            copies[node] = fused.clone_into(node, [copies[o] for o in node.operands])
+    root = copies[body.root]
+    if root.op is not Op.TUPLE:
+        return [root]
+    outputs = list(root.operands)
+    if not root.users:
+        fused.remove(root)
+    return outputs
+
+
+def fuse_into_multi_output(fusion: Node, producer: Node) -> None:
+    """XLA's FuseInstructionIntoMultiOutput / MergeFusionInstructionIntoMultiOutput: `producer`
+    (plain or a fusion) joins `fusion`, keeping its results available to its other users.
+    The caller removes `producer`, which is left without users."""
+    is_operand = producer in fusion.operands
+    outputs = _clone_body(fusion, producer)
+    if is_operand:
+        assert len(outputs) == 1, "a multi-output producer cannot feed its consumer directly"
+        _unbind_operand(fusion, producer, outputs[0])
+    if not producer.users and producer.parent.root is not producer:
+        return  # nobody else needs the producer's value: an ordinary fusion
+    first = _add_outputs(fusion, outputs)
+    _redirect_to_outputs(fusion, producer, first)
+
+
+def merge_fusion(consumer: Node, producer: Node) -> None:
+    """XLA's MergeFusionInstruction: inline the fusion `producer` into the fusion `consumer`
+    (which reads it); the producer stays for its other users."""
+    outputs = _clone_body(consumer, producer)
+    assert len(outputs) == 1, "merging a multi-output fusion"
+    _unbind_operand(consumer, producer, outputs[0])
+
+
+def remove_fusion(node: Node) -> None:
+    """Remove a user-less fusion (or plain) instruction from its graph."""
+    node.parent.remove(node)

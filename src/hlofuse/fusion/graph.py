@@ -1,0 +1,442 @@
+"""A mutable copy of a module for the fusion passes, converted from and back to frozen IR.
+
+XLA's fusion passes rewrite the graph one edge at a time and ask for users, post orders and
+reachability after every step; doing that on frozen IR would rebuild the module per step. So
+the fusion layer works on `Node`s (mutable instructions with user lists kept up to date, like
+XLA's HloInstruction) inside `Graph`s (computations), and converts back with `to_module`,
+which re-infers every shape through the builder: a malformed rewrite fails there, naming the
+instruction. Post orders follow XLA's `MakeInstructionPostOrder` exactly, because fusion
+results depend on visiting order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+
+from hlofuse.ir.attrs import Metadata, RawAttr
+from hlofuse.ir.builder import ComputationBuilder, NameUniquer
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape
+from hlofuse.passes.rewrite import callee_order
+
+_SUFFIX = re.compile(r"^(.*)\.(\d+)$")
+_EMPTY: Mapping[str, object] = MappingProxyType({})
+
+
+class Names:
+    """XLA's NameUniquer: `fusion`, then `fusion.1`, `fusion.2`, ...; `add.3` -> `add.N`."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self._next: dict[str, int] = {}
+
+    def reserve(self, name: str) -> None:
+        self.used.add(name)
+
+    def unique(self, base: str) -> str:
+        match = _SUFFIX.match(base)
+        root = match.group(1) if match else base
+        if root not in self.used:
+            self.used.add(root)
+            return root
+        number = self._next.get(root, 1)
+        while f"{root}.{number}" in self.used:
+            number += 1
+        self._next[root] = number + 1
+        name = f"{root}.{number}"
+        self.used.add(name)
+        return name
+
+
+class Node:
+    """A mutable instruction. `users` keeps XLA's order: users in the order they were added."""
+
+    __slots__ = ("name", "op", "operands", "users", "shape", "attrs", "metadata", "extra",
+                 "calls", "parent")
+
+    def __init__(self, name: str, op: Op, shape: Shape, parent: Graph,
+                 attrs: Mapping[str, object] = _EMPTY, calls: Sequence[Graph] = (),
+                 metadata: Metadata | None = None,
+                 extra: tuple[tuple[str, RawAttr], ...] = ()) -> None:
+        self.name = name
+        self.op = op
+        self.operands: list[Node] = []
+        self.users: dict[Node, None] = {}
+        self.shape = shape
+        self.attrs = attrs
+        self.metadata = metadata
+        self.extra = extra
+        self.calls: list[Graph] = list(calls)
+        self.parent = parent
+
+    def __repr__(self) -> str:
+        return f"<{self.op.text} %{self.name}>"
+
+    @property
+    def dtype(self) -> DType:
+        return self.shape.dtype
+
+    @property
+    def is_fusion(self) -> bool:
+        return self.op is Op.FUSION
+
+    @property
+    def kind(self) -> str:
+        value = self.attrs.get("kind", "")
+        assert isinstance(value, str)
+        return value
+
+    def set_kind(self, kind: str) -> None:
+        self.attrs = MappingProxyType({**self.attrs, "kind": kind})
+
+    @property
+    def fused(self) -> Graph:
+        assert self.is_fusion, self
+        return self.calls[0]
+
+    @property
+    def fused_root(self) -> Node:
+        return self.fused.root
+
+    @property
+    def is_multi_output_fusion(self) -> bool:
+        return self.is_fusion and self.fused_root.op is Op.TUPLE
+
+    @property
+    def parameter_number(self) -> int:
+        value = self.attrs["parameter_number"]
+        assert isinstance(value, int)
+        return value
+
+    def ints(self, key: str) -> tuple[int, ...]:
+        value = self.attrs.get(key, ())
+        assert isinstance(value, tuple)
+        return value
+
+    def operand_index(self, operand: Node) -> int:
+        return self.operands.index(operand)
+
+    def fused_parameter(self, index: int) -> Node:
+        return self.fused.params[index]
+
+    def fused_instructions(self) -> list[Node]:
+        return list(self.fused.nodes)
+
+    @property
+    def source_location(self) -> str | None:
+        return self.metadata.source_location if self.metadata else None
+
+    def source_locations(self) -> tuple[str, ...]:
+        """The user's source lines of this instruction (of every fused one, for a fusion)."""
+        nodes: Iterable[Node] = self.fused.post_order() if self.is_fusion else (self,)
+        found = (n.source_location for n in nodes if n.op is not Op.PARAMETER)
+        return tuple(dict.fromkeys(loc for loc in found if loc))
+
+
+class Graph:
+    """A mutable computation: nodes in insertion order (XLA's instruction list), a root, and
+    parameters by number."""
+
+    def __init__(self, name: str, module: ModuleGraph, is_fusion: bool = False) -> None:
+        self.name = name
+        self.module = module
+        self.is_fusion = is_fusion
+        self.nodes: dict[Node, None] = {}
+        self.params: list[Node] = []
+        self._root: Node | None = None
+
+    def __repr__(self) -> str:
+        return f"<graph %{self.name}: {len(self.nodes)} nodes>"
+
+    @property
+    def root(self) -> Node:
+        assert self._root is not None, f"computation %{self.name} has no root"
+        return self._root
+
+    @root.setter
+    def root(self, node: Node) -> None:
+        self._root = node
+
+    # --- building -------------------------------------------------------------------
+
+    def add(self, op: Op, operands: Sequence[Node], shape: Shape, *,
+            attrs: Mapping[str, object] | None = None, calls: Sequence[Graph] = (),
+            metadata: Metadata | None = None, extra: tuple[tuple[str, RawAttr], ...] = (),
+            name: str | None = None) -> Node:
+        node = Node(name if name is not None else self.module.names.unique(op.text), op, shape,
+                    self, MappingProxyType(dict(attrs or {})), calls, metadata, extra)
+        for operand in operands:
+            self._append_operand(node, operand)
+        self.nodes[node] = None
+        return node
+
+    def add_parameter(self, shape: Shape, name: str | None = None) -> Node:
+        number = len(self.params)
+        param = self.add(Op.PARAMETER, (), shape, attrs={"parameter_number": number},
+                         name=name if name is not None else f"param_{number}")
+        self.params.append(param)
+        return param
+
+    def clone_into(self, node: Node, operands: Sequence[Node]) -> Node:
+        """A copy of `node` (same name, attributes, metadata, calls) in this graph."""
+        return self.add(node.op, operands, node.shape, attrs=node.attrs, calls=node.calls,
+                        metadata=node.metadata, extra=node.extra, name=node.name)
+
+    @staticmethod
+    def _append_operand(node: Node, operand: Node) -> None:
+        node.operands.append(operand)
+        operand.users[node] = None
+
+    # --- rewriting ------------------------------------------------------------------
+
+    def replace_operand(self, user: Node, index: int, new: Node) -> None:
+        old = user.operands[index]
+        user.operands[index] = new
+        new.users[user] = None
+        if old not in user.operands:
+            old.users.pop(user, None)
+
+    def replace_uses(self, old: Node, new: Node, exclude: Node | None = None) -> None:
+        """Every user of `old` (but `exclude`) uses `new` instead; the root is not moved."""
+        for user in list(old.users):
+            if user is exclude:
+                continue
+            for i, operand in enumerate(user.operands):
+                if operand is old:
+                    user.operands[i] = new
+            new.users[user] = None
+            del old.users[user]
+
+    def replace_instruction(self, old: Node, new: Node) -> None:
+        """XLA's ReplaceInstruction: uses and root move to `new`, `old` is removed."""
+        self.replace_uses(old, new)
+        if self._root is old:
+            self._root = new
+        self.remove(old)
+
+    def remove(self, node: Node) -> None:
+        assert not node.users, f"%{node.name} still has users {list(node.users)}"
+        assert node is not self._root, f"cannot remove the root %{node.name}"
+        for operand in set(node.operands):
+            operand.users.pop(node, None)
+        node.operands = []
+        del self.nodes[node]
+
+    def remove_parameter(self, index: int) -> None:
+        """Remove parameter `index` (it must be unused); later parameters are renumbered."""
+        param = self.params.pop(index)
+        self.remove(param)
+        for number, later in enumerate(self.params[index:], start=index):
+            later.attrs = MappingProxyType({**later.attrs, "parameter_number": number})
+
+    def contains(self, node: Node) -> bool:
+        return node in self.nodes
+
+    # --- analyses -------------------------------------------------------------------
+
+    def post_order(self) -> list[Node]:
+        """XLA's MakeInstructionPostOrder: DFS from every user-less node in list order,
+        operands pushed in reverse so the first operand is visited first."""
+        order: list[Node] = []
+        state: dict[Node, bool] = {}  # False: visiting, True: done
+        for start in self.nodes:
+            if start.users:
+                continue
+            stack = [start]
+            while stack:
+                current = stack[-1]
+                mark = state.get(current)
+                if mark is not None:
+                    stack.pop()
+                    if not mark:
+                        state[current] = True
+                        order.append(current)
+                    continue
+                state[current] = False
+                stack.extend(reversed(current.operands))
+        return order
+
+    def reachability(self) -> Reachability:
+        return Reachability(self.post_order())
+
+
+class Reachability:
+    """XLA's HloReachabilityMap: `is_reachable(a, b)` iff b depends on a (or a is b)."""
+
+    def __init__(self, post_order: Sequence[Node]) -> None:
+        self._bit: dict[Node, int] = {}
+        self._ancestors: dict[Node, int] = {}
+        for i, node in enumerate(post_order):
+            bits = 1 << i
+            for operand in node.operands:
+                bits |= self._ancestors[operand]
+            self._bit[node] = 1 << i
+            self._ancestors[node] = bits
+
+    def is_present(self, node: Node) -> bool:
+        return node in self._bit
+
+    def is_reachable(self, a: Node, b: Node) -> bool:
+        return bool(self._ancestors[b] & self._bit[a])
+
+    def is_connected(self, a: Node, b: Node) -> bool:
+        return self.is_reachable(a, b) or self.is_reachable(b, a)
+
+
+class ModuleGraph:
+    """A module of Graphs; `from_module` and `to_module` convert to and from frozen IR."""
+
+    def __init__(self, name: str,
+                 debug_tables: tuple[tuple[str, tuple[tuple[int, str], ...]], ...] = ()) -> None:
+        self.name = name
+        self.debug_tables = debug_tables
+        self.graphs: list[Graph] = []
+        self.entry: Graph | None = None
+        self.names = Names()
+        self.computation_names = Names()
+
+    @staticmethod
+    def from_module(module: Module) -> ModuleGraph:
+        mg = ModuleGraph(module.name, module.debug_tables)
+        for inst in module.all_instructions():
+            mg.names.reserve(inst.name)
+        fused = {id(c) for i in module.all_instructions() if i.op is Op.FUSION for c in i.calls}
+        graphs: dict[int, Graph] = {}
+        for comp in callee_order(module):
+            mg.computation_names.reserve(comp.name)
+            graph = Graph(comp.name, mg, is_fusion=id(comp) in fused)
+            nodes: dict[int, Node] = {}
+            for inst in comp.instructions:
+                node = graph.add(inst.op, [nodes[id(o)] for o in inst.operands], inst.shape,
+                                 attrs=inst.attrs, calls=[graphs[id(c)] for c in inst.calls],
+                                 metadata=inst.metadata, extra=inst.extra, name=inst.name)
+                nodes[id(inst)] = node
+            graph.params = [nodes[id(p)] for p in comp.parameters]
+            graph.root = nodes[id(comp.root)]
+            graphs[id(comp)] = graph
+            mg.graphs.append(graph)
+        mg.entry = graphs[id(module.entry)]
+        return mg
+
+    def add_graph(self, base: str, is_fusion: bool) -> Graph:
+        graph = Graph(self.computation_names.unique(base), self, is_fusion)
+        self.graphs.append(graph)
+        return graph
+
+    def remove_graph(self, graph: Graph) -> None:
+        self.graphs.remove(graph)
+
+    def nonfusion_graphs(self) -> list[Graph]:
+        return [g for g in self._ordered() if not g.is_fusion]
+
+    def fusible_graphs(self) -> list[Graph]:
+        """XLA's GetFusibleComputations: non-fusion computations, except the bodies of
+        reduce, reduce-window and custom calls (they are applied per element, not launched)."""
+        applied: set[Graph] = set()
+        for graph in self.graphs:
+            for node in graph.nodes:
+                if node.op in (Op.REDUCE, Op.REDUCE_WINDOW, Op.CUSTOM_CALL):
+                    applied.update(node.calls)
+        return [g for g in self.nonfusion_graphs() if g not in applied]
+
+    def _ordered(self) -> list[Graph]:
+        """Graphs still in use, callees before callers (XLA's MakeComputationPostOrder)."""
+        assert self.entry is not None
+        order: list[Graph] = []
+        seen: set[Graph] = set()
+
+        def callees(g: Graph) -> Iterator[Graph]:
+            for node in list(g.nodes):
+                yield from node.calls
+
+        for start in self.graphs:
+            if start in seen:
+                continue
+            seen.add(start)
+            stack: list[tuple[Graph, Iterator[Graph]]] = [(start, callees(start))]
+            while stack:
+                graph, it = stack[-1]
+                callee = next(it, None)
+                if callee is None:
+                    stack.pop()
+                    order.append(graph)
+                elif callee not in seen:
+                    seen.add(callee)
+                    stack.append((callee, callees(callee)))
+        return order
+
+    def to_module(self) -> Module:
+        """Frozen IR again. Top-level names stay; a fused copy whose name is taken elsewhere
+        becomes `name.clone` (`name.clone.N`), fused parameters are `param_N` made unique."""
+        assert self.entry is not None
+        ordered = self._reachable(self._ordered())
+        names = self._final_names(ordered)
+        uniquer = NameUniquer()
+        built: dict[Graph, Computation] = {}
+        for graph in ordered:
+            builder = ComputationBuilder(graph.name, uniquer)
+            made: dict[Node, Instruction] = {}
+            for node in graph.post_order():
+                made[node] = builder.add(
+                    node.op, [made[o] for o in node.operands], attrs=dict(node.attrs),
+                    calls=[built[c] for c in node.calls], shape=node.shape,
+                    name=names[node], metadata=node.metadata, extra=node.extra)
+            params = tuple(made[p] for p in graph.params)
+            built[graph] = Computation(graph.name, tuple(builder.instructions),
+                                       made[graph.root], params)
+        return Module(self.name, tuple(built[g] for g in ordered), built[self.entry],
+                      self.debug_tables)
+
+    def _reachable(self, ordered: list[Graph]) -> list[Graph]:
+        assert self.entry is not None
+        keep: set[Graph] = set()
+        stack = [self.entry]
+        while stack:
+            graph = stack.pop()
+            if graph in keep:
+                continue
+            keep.add(graph)
+            for node in graph.nodes:
+                stack.extend(node.calls)
+        return [g for g in ordered if g in keep]
+
+    @staticmethod
+    def _final_names(ordered: list[Graph]) -> dict[Node, str]:
+        names: dict[Node, str] = {}
+        used: set[str] = set()
+        for graph in ordered:
+            if graph.is_fusion:
+                continue
+            for node in graph.nodes:
+                names[node] = node.name
+                used.add(node.name)
+        for graph in ordered:
+            if not graph.is_fusion:
+                continue
+            for node in graph.post_order():
+                name = _fresh_name(node, used)
+                names[node] = name
+                used.add(name)
+        return names
+
+
+_CLONE_SUFFIX = re.compile(r"(\.clone(\.\d+)?)+$")
+
+
+def _fresh_name(node: Node, used: set[str]) -> str:
+    """A fused instruction's name: its own, else the original's, else `original.clone[.N]`."""
+    if node.op is Op.PARAMETER:
+        base = f"param_{node.parameter_number}"
+        candidates: Iterator[str] = (f"{base}.{k}" for k in range(1, 1 << 30))
+        return base if base not in used else next(c for c in candidates if c not in used)
+    if node.name not in used:
+        return node.name
+    base = _CLONE_SUFFIX.sub("", node.name)
+    if base not in used:
+        return base
+    candidates = (f"{base}.clone" if k == 0 else f"{base}.clone.{k}" for k in range(1 << 30))
+    return next(c for c in candidates if c not in used)

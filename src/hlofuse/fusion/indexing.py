@@ -1,0 +1,92 @@
+"""How many times the elemental emitter would emit each fused instruction (XLA's
+FusionNodeIndexingEvaluation), and the code-duplication rule built on it.
+
+The emitter generates code for an instruction once per distinct index it is evaluated at. An
+operand reached through a shape-preserving user (or a transpose, whose index is a permutation)
+shares that user's indices; through any other shape-changing user it gets new ones. XLA
+refuses a fusion when the producer would be emitted more than 15 times, or when the producer
+is an op that starts a new basic block (concatenate, pad, reduce, ...) and would be emitted
+more than once or has more than one user. The last clause is the 2022 rule that kept a
+concatenate with several users out of every fusion; `relax_concatenate` lifts it for
+concatenates only (the study's third variant).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hlofuse.fusion.graph import Node
+from hlofuse.fusion.properties import (
+    ALLOWED_CODE_DUPLICATION,
+    CACHE_INVALIDATING_OPS,
+    equal_ignoring_element_type,
+)
+from hlofuse.ir.ops import Op
+
+
+def real_user_count(node: Node) -> int:
+    """Users of `node`, where a fusion counts as the users of the matching parameter."""
+    count = 0
+    for user in node.users:
+        if user.is_fusion and node.parent is user.parent:
+            count += len(user.fused_parameter(user.operand_index(node)).users)
+        else:
+            count += 1
+    return count
+
+
+class IndexingEvaluation:
+    """Emission counts for the instructions of one fusion (and for its operands)."""
+
+    def __init__(self, fusion: Node, root_usage_count: int = 1,
+                 relax_concatenate: bool = False) -> None:
+        self.fusion = fusion
+        self.relax_concatenate = relax_concatenate
+        self.usage: dict[Node, int] = {fusion: root_usage_count}
+        # Keys are fused instructions, or fusion operands standing for their parameters.
+        self.indexing_users: dict[Node, set[Node]] = defaultdict(set)
+        self.indexing_users[fusion.fused_root].add(fusion)
+        for inst in reversed(fusion.fused.post_order()):
+            if inst.op is Op.PARAMETER:
+                continue
+            self.usage[inst] = sum(self.usage[u] for u in self.indexing_users[inst])
+            for operand in inst.operands:
+                key = (fusion.operands[operand.parameter_number]
+                       if operand.op is Op.PARAMETER else operand)
+                if inst.op is Op.TRANSPOSE or equal_ignoring_element_type(operand.shape,
+                                                                          inst.shape):
+                    self.indexing_users[key] |= self.indexing_users[inst]
+                else:
+                    self.indexing_users[key].add(inst)
+
+    def emitted(self, producer: Node) -> int:
+        """How often `producer` (an operand of the fusion) would be emitted once fused."""
+        return sum(self.usage[u] for u in self.indexing_users.get(producer, ()))
+
+    def invalidates_cache(self, node: Node) -> bool:
+        if self.relax_concatenate and node.op is Op.CONCATENATE:
+            return False
+        return node.op in CACHE_INVALIDATING_OPS
+
+    def too_high(self, node: Node, emitted: int) -> bool:
+        return emitted > ALLOWED_CODE_DUPLICATION or (
+            self.invalidates_cache(node) and (emitted > 1 or real_user_count(node) > 1))
+
+    def code_duplication_too_high(self, producer: Node) -> bool:
+        return self.too_high(producer, self.emitted(producer))
+
+    def max_code_duplication_too_high(self) -> bool:
+        return any(self.too_high(node, count) for node, count in self.usage.items())
+
+
+def fused_emitter_inefficient(consumer: Node, producer: Node,
+                              relax_concatenate: bool = False) -> bool:
+    """FusedIrEmitter::IsFusedIrEmitterInefficient: would merging `producer` into the fusion
+    `consumer` duplicate too much code?"""
+    if not consumer.is_fusion:
+        return False
+    evaluation = IndexingEvaluation(consumer, relax_concatenate=relax_concatenate)
+    if not producer.is_fusion:
+        return evaluation.code_duplication_too_high(producer)
+    merged = IndexingEvaluation(producer, evaluation.emitted(producer), relax_concatenate)
+    return merged.max_code_duplication_too_high()

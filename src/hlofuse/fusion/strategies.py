@@ -1,0 +1,186 @@
+"""Fusion strategies as data, the pipeline each one runs, and `run_strategy`.
+
+A strategy names which passes run and their knobs:
+
+- `none`: the simplifications XLA runs before fusion, then no fusion at all: one kernel per
+  instruction (the study's "no fusion" baseline).
+- `xla`: the 2022 GPU pipeline the study read: simplification; then in a fixed point
+  instruction fusion (without, then with duplication), fusion merger, multi-output fusion,
+  CSE and DCE; then in a fixed point horizontal loop fusion, horizontal input fusion, CSE, DCE.
+
+Modifiers, appended to the name: `-no-<pass>` leaves a pass out (`merger`, `multi-output`,
+`horizontal`, `horizontal-loop`, `horizontal-input`, `duplication`, `instruction-fusion`,
+`simplify`), `+<pass>` adds one to `none`, and `+relax_concatenate` lets a concatenate with
+several users fuse (the study's third variant). Examples: `xla+relax_concatenate`,
+`xla-no-merger`, `xla-no-horizontal-no-multi-output`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hlofuse.fusion.decision import DecisionLog
+from hlofuse.fusion.explain import explain_dict, explain_text
+from hlofuse.fusion.fusion_merger import FusionMerger
+from hlofuse.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
+from hlofuse.fusion.instruction_fusion import InstructionFusion
+from hlofuse.fusion.kernels import Kernel, Loop, kernels_per_iteration, list_kernels
+from hlofuse.fusion.multi_output import MultiOutputFusion
+from hlofuse.ir.hlo import Module
+from hlofuse.passes.call_inliner import CallInliner
+from hlofuse.passes.cse import CommonSubexpressionElimination
+from hlofuse.passes.dce import DeadCodeElimination
+from hlofuse.passes.manager import PASSES, FixedPoint, Pass, Pipeline, Step
+from hlofuse.passes.simplify import AlgebraicSimplifier
+
+FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiOutputFusion,
+                                         HorizontalLoopFusion, HorizontalInputFusion)
+# Every pass `hlofuse opt -p` knows.
+ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
+
+# Modifier words -> Strategy field; several words may name one field.
+_SWITCHES = {
+    "simplify": "simplify",
+    "instruction-fusion": "instruction_fusion",
+    "duplication": "duplication",
+    "merger": "fusion_merger",
+    "fusion-merger": "fusion_merger",
+    "multi-output": "multi_output",
+    "multi-output-fusion": "multi_output",
+    "mof": "multi_output",
+    "horizontal-loop": "horizontal_loop",
+    "horizontal-loop-fusion": "horizontal_loop",
+    "horizontal-input": "horizontal_input",
+    "horizontal-input-fusion": "horizontal_input",
+    "relax_concatenate": "relax_concatenate",
+    "relax-concatenate": "relax_concatenate",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """Which passes run, with which knobs."""
+
+    name: str
+    simplify: bool = True
+    instruction_fusion: bool = False
+    duplication: bool = True
+    fusion_merger: bool = False
+    multi_output: bool = False
+    horizontal_loop: bool = False
+    horizontal_input: bool = False
+    relax_concatenate: bool = False
+
+    @property
+    def fuses(self) -> bool:
+        return any((self.instruction_fusion, self.fusion_merger, self.multi_output,
+                    self.horizontal_loop, self.horizontal_input))
+
+    def steps(self) -> list[Step]:
+        """The pipeline this strategy runs."""
+        steps: list[Step] = []
+        cleanup = (CommonSubexpressionElimination(only_fusion_computations=True),
+                   DeadCodeElimination())
+        if self.simplify:
+            steps.append(FixedPoint((CallInliner(), AlgebraicSimplifier(),
+                                     CommonSubexpressionElimination(), DeadCodeElimination()),
+                                    label="simplification"))
+        vertical: list[Pass] = []
+        if self.instruction_fusion:
+            vertical.append(InstructionFusion(self.duplication, self.relax_concatenate))
+        if self.fusion_merger:
+            vertical.append(FusionMerger(self.relax_concatenate))
+        if self.multi_output:
+            vertical.append(MultiOutputFusion(self.relax_concatenate))
+        if vertical:
+            steps.append(FixedPoint(tuple(vertical) + cleanup, label="fusion"))
+        horizontal: list[Pass] = []
+        if self.horizontal_loop:
+            horizontal.append(HorizontalLoopFusion())
+        if self.horizontal_input:
+            horizontal.append(HorizontalInputFusion())
+        if horizontal:
+            steps.append(FixedPoint(tuple(horizontal) + cleanup, label="horizontal fusion"))
+        return steps
+
+
+NONE = Strategy("none")
+XLA = Strategy("xla", instruction_fusion=True, fusion_merger=True, multi_output=True,
+               horizontal_loop=True, horizontal_input=True)
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NONE, XLA)}
+
+
+class StrategyError(ValueError):
+    """An unknown strategy name or modifier."""
+
+
+def parse_strategy(text: str) -> Strategy:
+    """`xla`, `none`, with `-no-<pass>` and `+<pass or knob>` modifiers."""
+    spec = text.strip()
+    if not spec:
+        raise StrategyError("empty strategy name; known: " + ", ".join(STRATEGIES))
+    parts = spec.split("+")
+    base, *disabled = parts[0].split("-no-")
+    strategy = STRATEGIES.get(base)
+    if strategy is None:
+        raise StrategyError(f"unknown strategy {base!r}; known: {', '.join(STRATEGIES)}")
+    changes: dict[str, bool] = {}
+    for word in disabled:
+        changes.update(_switch(word, False, spec))
+    for part in parts[1:]:
+        enabled, *more_disabled = part.split("-no-")
+        changes.update(_switch(enabled, True, spec))
+        for word in more_disabled:
+            changes.update(_switch(word, False, spec))
+    return dataclasses.replace(strategy, name=spec, **changes)
+
+
+def _switch(word: str, value: bool, spec: str) -> dict[str, bool]:
+    if word == "horizontal":
+        return {"horizontal_loop": value, "horizontal_input": value}
+    field_name = _SWITCHES.get(word)
+    if field_name is None:
+        known = ", ".join(sorted(set(_SWITCHES) | {"horizontal"}))
+        raise StrategyError(f"strategy {spec!r}: unknown modifier {word!r}; known: {known}")
+    if field_name == "relax_concatenate" and not value:
+        raise StrategyError(f"strategy {spec!r}: relax_concatenate is a knob; write "
+                            "+relax_concatenate to turn it on")
+    return {field_name: value}
+
+
+@dataclass
+class FusionResult:
+    """A module after a strategy: the fused module, the decision log and the kernels."""
+
+    strategy: Strategy
+    module: Module
+    decisions: DecisionLog
+    kernels: list[Kernel] = field(default_factory=list)
+    loops: list[Loop] = field(default_factory=list)
+
+    def kernels_per_iteration(self) -> dict[str, int]:
+        """Kernels launched per iteration of each while loop (nested loops separately)."""
+        return kernels_per_iteration(self.kernels, self.loops)
+
+    def kernels_outside_loops(self) -> int:
+        return sum(1 for k in self.kernels if not k.loops)
+
+    def explain(self, verbose: bool = False) -> str:
+        """The explain report as text."""
+        return explain_text(self, verbose)
+
+    def explain_dict(self) -> dict[str, object]:
+        """The explain report as a JSON-ready dict."""
+        return explain_dict(self)
+
+
+def run_strategy(module: Module, strategy: str | Strategy, *, debug: bool = True,
+                 dump_dir: Path | str | None = None) -> FusionResult:
+    """Run a strategy's pipeline on `module` (verifying after every pass when `debug`)."""
+    chosen = parse_strategy(strategy) if isinstance(strategy, str) else strategy
+    log = DecisionLog()
+    fused, _ = Pipeline(chosen.steps(), debug=debug, dump_dir=dump_dir, log=log).run(module)
+    kernels, loops = list_kernels(fused)
+    return FusionResult(chosen, fused, log, kernels, loops)

@@ -1,0 +1,84 @@
+"""Common-subexpression elimination (XLA's HloCSE).
+
+Walks each computation operands-first and replaces an instruction by an earlier one with the
+same opcode, the same (already de-duplicated) operands, the same shape and the same
+attributes and called computations. Constants are merged by value (bit for bit, so 0.0 and
+-0.0 stay apart). Parameters, instructions without operands other than constants (iota: XLA
+keeps them apart too) and side-effecting instructions are never merged. With
+`only_fusion_computations` it looks only inside fused computations, as the CSE that XLA's GPU
+fusion pipeline runs between its fusion passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op
+from hlofuse.passes.dce import has_side_effect
+from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+
+if TYPE_CHECKING:
+    from hlofuse.passes.manager import DecisionSink
+
+
+def attr_key(value: object) -> Hashable:
+    """A hashable stand-in for an attribute value (literals are compared bit for bit)."""
+    if isinstance(value, np.ndarray):
+        return ("literal", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, tuple):
+        return tuple(attr_key(v) for v in value)
+    assert isinstance(value, Hashable)
+    return value
+
+
+def instruction_key(inst: Instruction, operands: tuple[Instruction, ...]) -> Hashable:
+    """Instructions with equal keys compute the same value."""
+    shape = inst.shape
+    attrs = tuple(sorted((k, attr_key(v)) for k, v in inst.attrs.items()))
+    return (inst.op, tuple(id(o) for o in operands), shape, shape.layout, attrs,
+            tuple(id(c) for c in inst.calls), tuple((k, r.text) for k, r in inst.extra))
+
+
+def fusion_computations(module: Module) -> set[Computation]:
+    return {c for inst in module.all_instructions() if inst.op is Op.FUSION for c in inst.calls}
+
+
+@dataclass(frozen=True, slots=True)
+class CommonSubexpressionElimination:
+    """Merges instructions that compute the same value."""
+
+    name: ClassVar[str] = "cse"
+    only_fusion_computations: bool = False
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        fused = fusion_computations(module) if self.only_fusion_computations else None
+
+        def transform_for(comp: Computation) -> Transform | None:
+            if fused is not None and comp not in fused:
+                return None
+            return _Deduplicator().transform
+
+        return rewrite_module(module, transform_for)
+
+
+class _Deduplicator:
+    def __init__(self) -> None:
+        self.seen: dict[Hashable, Instruction] = {}
+
+    def transform(self, inst: Instruction, operands: tuple[Instruction, ...],
+                  builder: RewriteBuilder) -> Instruction | None:
+        if inst.op is Op.PARAMETER or has_side_effect(inst):
+            return None
+        if not operands and inst.op is not Op.CONSTANT:
+            return None
+        key = instruction_key(inst, operands)
+        earlier = self.seen.get(key)
+        if earlier is not None:
+            return builder.rewritten[earlier]
+        self.seen[key] = inst
+        return None

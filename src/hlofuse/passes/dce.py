@@ -1,0 +1,52 @@
+"""Dead-code elimination (XLA's HloDCE).
+
+Removes every instruction that the computation's root does not depend on, unless it has side
+effects (a side-effecting custom call must run even if its result is unused), and then every
+computation that nothing reachable from the entry calls. Parameters always stay: they are the
+computation's signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from hlofuse.ir.analysis import post_order
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op
+from hlofuse.passes.rewrite import rewrite_module, without_unreachable
+
+if TYPE_CHECKING:
+    from hlofuse.passes.manager import DecisionSink
+
+
+def has_side_effect(inst: Instruction) -> bool:
+    """XLA's HasSideEffect for the ops hlofuse knows."""
+    if inst.definition.has_side_effect:
+        return True
+    return inst.op is Op.CUSTOM_CALL and bool(inst.attrs.get("custom_call_has_side_effect"))
+
+
+def live_instructions(comp: Computation) -> set[Instruction]:
+    roots = [comp.root] + [i for i in comp.instructions if has_side_effect(i)]
+    return set(post_order(roots)) | set(comp.parameters)
+
+
+def _keep_live(comp: Computation) -> Callable[[Instruction], bool] | None:
+    live = live_instructions(comp)
+    if len(live) == len(comp.instructions):
+        return None
+    return live.__contains__
+
+
+@dataclass(frozen=True, slots=True)
+class DeadCodeElimination:
+    """Removes unused instructions and uncalled computations."""
+
+    name: ClassVar[str] = "dce"
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        module, changed = rewrite_module(module, lambda comp: None, _keep_live)
+        module, dropped = without_unreachable(module)
+        return module, changed or dropped

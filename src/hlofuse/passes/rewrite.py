@@ -1,0 +1,154 @@
+"""Rebuilding frozen computations with some instructions replaced, keeping names and metadata.
+
+IR objects are immutable, so a pass that replaces one instruction must re-create every user
+of it, and every computation that calls a re-created computation. `rewrite_module` does that
+once for all passes: it walks each computation in definition order, asks a transform for a
+replacement of each instruction (given its already rewritten operands), and reuses the
+original object wherever nothing below it changed, so an untouched module comes back as the
+same objects and `changed` is exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+
+from hlofuse.ir.builder import ComputationBuilder, NameUniquer
+from hlofuse.ir.hlo import Computation, Instruction, Module
+
+class RewriteBuilder(ComputationBuilder):
+    """The builder a transform gets: `rewritten` maps each original instruction seen so far to
+    what replaced it (itself if kept)."""
+
+    def __init__(self, name: str, names: NameUniquer,
+                 callees: Mapping[Computation, Computation]) -> None:
+        super().__init__(name, names)
+        self.rewritten: dict[Instruction, Instruction] = {}
+        self.callees = callees  # original computation -> its rewritten version
+
+    def callee(self, comp: Computation) -> Computation:
+        return self.callees.get(comp, comp)
+
+
+# transform(original, rewritten operands, builder) -> replacement, or None to keep the original
+# (re-pointed at the rewritten operands). New instructions are created with `builder.add`; they
+# get module-unique names. A replacement must have the original's shape.
+Transform = Callable[[Instruction, tuple[Instruction, ...], RewriteBuilder], Instruction | None]
+
+
+def module_names(module: Module) -> NameUniquer:
+    """A name uniquer that already holds every instruction name of `module`."""
+    names = NameUniquer()
+    for inst in module.all_instructions():
+        names.reserve(inst.name)
+    return names
+
+
+def callee_order(module: Module) -> list[Computation]:
+    """All computations of `module`, callees before callers (the entry among them)."""
+    order: list[Computation] = []
+    seen: set[int] = set()
+    for start in module.computations:
+        if id(start) in seen:
+            continue
+        seen.add(id(start))
+        stack: list[tuple[Computation, Iterator[Computation]]] = [
+            (start, iter(list(start.called_computations)))]
+        while stack:
+            comp, callees = stack[-1]
+            callee = next(callees, None)
+            if callee is None:
+                stack.pop()
+                order.append(comp)
+            elif id(callee) not in seen:
+                seen.add(id(callee))
+                stack.append((callee, iter(list(callee.called_computations))))
+    return order
+
+
+def rebuild_computation(computation: Computation, transform: Transform | None,
+                        names: NameUniquer, callees: Mapping[Computation, Computation],
+                        keep: Callable[[Instruction], bool] | None = None
+                        ) -> tuple[Computation, bool]:
+    """`computation` with `transform` applied and called computations replaced per `callees`.
+
+    Instructions for which `keep` is false are dropped; nothing kept may use them.
+    """
+    builder = RewriteBuilder(computation.name, names, callees)
+    order: list[Instruction] = []
+    mapping = builder.rewritten
+    changed = False
+    for inst in computation.instructions:
+        if keep is not None and not keep(inst):
+            changed = True
+            continue
+        operands = tuple(mapping[o] for o in inst.operands)
+        calls = tuple(callees.get(c, c) for c in inst.calls)
+        start = len(builder.instructions)
+        result = transform(inst, operands, builder) if transform is not None else None
+        order.extend(builder.instructions[start:])
+        if result is None:
+            if _same(operands, inst.operands) and _same(calls, inst.calls):
+                result = inst
+            else:
+                # A clone keeps name, attributes and metadata; shapes cannot change because the
+                # rewritten operands have the shapes of the originals.
+                result = dataclasses.replace(inst, operands=operands, calls=calls)
+                changed = True
+            order.append(result)
+        elif result is not inst:
+            changed = True
+            if result.shape != inst.shape:
+                raise ValueError(f"rewriting %{inst.name} ({inst.shape.text(False)}) gave "
+                                 f"%{result.name} of shape {result.shape.text(False)}")
+        mapping[inst] = result
+    if not changed:
+        return computation, False
+    return Computation(computation.name, tuple(order), mapping[computation.root]), True
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def rewrite_module(module: Module,
+                   transform_for: Callable[[Computation], Transform | None],
+                   keep_for: Callable[[Computation], Callable[[Instruction], bool] | None]
+                   = lambda comp: None) -> tuple[Module, bool]:
+    """Apply `transform_for(computation)` to every computation, callees first."""
+    names = module_names(module)
+    callees: dict[Computation, Computation] = {}
+    changed = False
+    for comp in callee_order(module):
+        new, comp_changed = rebuild_computation(comp, transform_for(comp), names, callees,
+                                                keep_for(comp))
+        if comp_changed:
+            callees[comp] = new
+            changed = True
+    if not changed:
+        return module, False
+    return replace_computations(module, callees), True
+
+
+def replace_computations(module: Module, replacements: Mapping[Computation, Computation]
+                         ) -> Module:
+    """`module` with computations swapped (callers must already call the replacements)."""
+    computations = tuple(replacements.get(c, c) for c in callee_order(module))
+    entry = replacements.get(module.entry, module.entry)
+    return Module(module.name, computations, entry, module.debug_tables)
+
+
+def without_unreachable(module: Module) -> tuple[Module, bool]:
+    """Drop computations that nothing reachable from the entry calls."""
+    reachable: set[int] = set()
+    stack = [module.entry]
+    while stack:
+        comp = stack.pop()
+        if id(comp) in reachable:
+            continue
+        reachable.add(id(comp))
+        stack.extend(comp.called_computations)
+    kept = tuple(c for c in callee_order(module) if id(c) in reachable)
+    if len(kept) == len(module.computations):
+        return module, False
+    return Module(module.name, kept, module.entry, module.debug_tables), True

@@ -1,0 +1,269 @@
+"""Algebraic simplification before fusion (the part of XLA's AlgebraicSimplifier and
+HloConstantFolding that moves fusion barriers).
+
+Each rule is a small function from an instruction (with already simplified operands) to a
+replacement or None; the first rule that applies wins, and the replacement is offered to the
+rules again, so chains collapse in one run:
+
+- no-op reshape, bitcast, broadcast, transpose, slice, convert -> the operand;
+- reshape of reshape, broadcast of broadcast, transpose of transpose, slice of slice -> one op;
+- reshape of a scalar, and reshape of a broadcast scalar -> a broadcast of the scalar;
+- get-tuple-element of a tuple -> the element; a tuple of all elements of x in order -> x;
+- a slice of a concatenate that falls inside one operand -> a slice of that operand (only
+  when the slice sees the concatenate: never through a while loop's state, as in XLA);
+- an instruction whose operands are all constants and whose result has at most
+  `max_folded_elements` elements -> a constant computed by the reference interpreter
+  (broadcast and iota are never folded: XLA keeps them, big constants are not fusible).
+
+What it leaves alone: arithmetic identities (x*1, x+0), reassociation, anything that could
+change a floating-point result. Dead instructions are left for `dce`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from hlofuse.interpreter import Interpreter
+from hlofuse.ir.attrs import SliceDim
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op, OpKind
+from hlofuse.ir.shapes import Shape, default_layout
+from hlofuse.passes.dce import has_side_effect
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_module
+
+if TYPE_CHECKING:
+    from hlofuse.passes.manager import DecisionSink
+
+Rule = Callable[[Instruction, RewriteBuilder], Instruction | None]
+
+DEFAULT_MAX_FOLDED_ELEMENTS = 1024
+_MAX_REWRITES_PER_INSTRUCTION = 8
+
+
+def _layout(shape: Shape) -> tuple[int, ...]:
+    return shape.layout if shape.layout is not None else default_layout(shape.rank)
+
+
+def same_array_shape(a: Shape, b: Shape) -> bool:
+    """Equal dims, element type and layout."""
+    return a == b and _layout(a) == _layout(b)
+
+
+def _slices(inst: Instruction) -> tuple[SliceDim, ...]:
+    spec = inst.attrs["slice"]
+    assert isinstance(spec, tuple)
+    return tuple(s for s in spec if isinstance(s, SliceDim))
+
+
+def _add(builder: RewriteBuilder, like: Instruction, op: Op, operands: list[Instruction],
+         shape: Shape | None = None, **attrs: object) -> Instruction:
+    return builder.add(op, operands, attrs=attrs, shape=shape, metadata=like.metadata)
+
+
+# --- the rules ---------------------------------------------------------------------------
+
+
+def noop_reshape(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op in (Op.RESHAPE, Op.BITCAST) and same_array_shape(inst.operands[0].shape,
+                                                                inst.shape):
+        return inst.operands[0]
+    return None
+
+
+def reshape_of_reshape(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is not Op.RESHAPE or inst.operands[0].op is not Op.RESHAPE:
+        return None
+    return _add(builder, inst, Op.RESHAPE, [inst.operands[0].operands[0]], inst.shape)
+
+
+def reshape_of_scalar(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    """reshape(s) and reshape(broadcast(s)) of a rank-0 s become broadcast(s)."""
+    if inst.op is not Op.RESHAPE:
+        return None
+    operand = inst.operands[0]
+    if operand.op is Op.BROADCAST and operand.operands[0].shape.rank == 0:
+        operand = operand.operands[0]
+    if operand.shape.rank != 0:
+        return None
+    return _add(builder, inst, Op.BROADCAST, [operand], inst.shape, dimensions=())
+
+
+def noop_broadcast(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is not Op.BROADCAST:
+        return None
+    operand = inst.operands[0]
+    identity = inst.ints("dimensions") == tuple(range(operand.shape.rank))
+    return operand if identity and same_array_shape(operand.shape, inst.shape) else None
+
+
+def broadcast_of_broadcast(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is not Op.BROADCAST or inst.operands[0].op is not Op.BROADCAST:
+        return None
+    inner = inst.operands[0]
+    outer_dims = inst.ints("dimensions")
+    dims = tuple(outer_dims[d] for d in inner.ints("dimensions"))
+    return _add(builder, inst, Op.BROADCAST, [inner.operands[0]], inst.shape, dimensions=dims)
+
+
+def noop_transpose(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is Op.TRANSPOSE and inst.ints("dimensions") == tuple(range(inst.shape.rank)):
+        if same_array_shape(inst.operands[0].shape, inst.shape):
+            return inst.operands[0]
+    return None
+
+
+def transpose_of_transpose(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is not Op.TRANSPOSE or inst.operands[0].op is not Op.TRANSPOSE:
+        return None
+    inner = inst.operands[0]
+    inner_perm, outer_perm = inner.ints("dimensions"), inst.ints("dimensions")
+    perm = tuple(inner_perm[p] for p in outer_perm)
+    return _add(builder, inst, Op.TRANSPOSE, [inner.operands[0]], None, dimensions=perm)
+
+
+def noop_slice(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is not Op.SLICE:
+        return None
+    operand = inst.operands[0]
+    full = all(s.start == 0 and s.limit == d and s.stride == 1
+               for s, d in zip(_slices(inst), operand.shape.dims))
+    return operand if full else None
+
+
+def slice_of_slice(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is not Op.SLICE or inst.operands[0].op is not Op.SLICE:
+        return None
+    inner = inst.operands[0]
+    merged = []
+    for outer_dim, inner_dim, size in zip(_slices(inst), _slices(inner), inst.shape.dims):
+        start = inner_dim.start + outer_dim.start * inner_dim.stride
+        stride = inner_dim.stride * outer_dim.stride
+        limit = start + (size - 1) * stride + 1 if size else start
+        merged.append(SliceDim(start, limit, stride))
+    return _add(builder, inst, Op.SLICE, [inner.operands[0]], None, slice=tuple(merged))
+
+
+def slice_of_concatenate(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is not Op.SLICE or inst.operands[0].op is not Op.CONCATENATE:
+        return None
+    concat = inst.operands[0]
+    dim = concat.ints("dimensions")[0]
+    spec = _slices(inst)
+    start, limit = spec[dim].start, spec[dim].limit
+    offset = 0
+    for part in concat.operands:
+        size = part.shape.dims[dim]
+        if offset <= start and limit <= offset + size and size:
+            shifted = list(spec)
+            shifted[dim] = SliceDim(start - offset, limit - offset, spec[dim].stride)
+            return _add(builder, inst, Op.SLICE, [part], None, slice=tuple(shifted))
+        offset += size
+    return None
+
+
+def noop_convert(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op in (Op.CONVERT, Op.BITCAST_CONVERT) and inst.operands[0].dtype is inst.dtype:
+        return inst.operands[0]
+    return None
+
+
+def get_tuple_element_of_tuple(inst: Instruction, builder: RewriteBuilder
+                               ) -> Instruction | None:
+    if inst.op is not Op.GET_TUPLE_ELEMENT or inst.operands[0].op is not Op.TUPLE:
+        return None
+    index = inst.attrs["index"]
+    assert isinstance(index, int)
+    return inst.operands[0].operands[index]
+
+
+def tuple_of_all_elements(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op is not Op.TUPLE or not inst.operands:
+        return None
+    first = inst.operands[0]
+    if first.op is not Op.GET_TUPLE_ELEMENT:
+        return None
+    source = first.operands[0]
+    if len(source.shape.elements) != len(inst.operands):
+        return None
+    for i, element in enumerate(inst.operands):
+        if (element.op is not Op.GET_TUPLE_ELEMENT or element.operands[0] is not source
+                or element.attrs["index"] != i):
+            return None
+    return source
+
+
+_FOLDABLE_KINDS = (OpKind.ELEMENTWISE, OpKind.INJECTIVE, OpKind.REDUCTION)
+
+
+def make_constant_folding(max_elements: int) -> Rule:
+    def fold_constants(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+        if (inst.definition.kind not in _FOLDABLE_KINDS or inst.op is Op.BROADCAST
+                or not inst.operands or has_side_effect(inst)):
+            return None
+        if not all(o.op is Op.CONSTANT for o in inst.operands):
+            return None
+        if not inst.shape.is_array or inst.shape.num_elements > max_elements:
+            return None
+        operands = tuple(dict.fromkeys(inst.operands))
+        comp = Computation("constant_folding", operands + (inst,), inst)
+        value = Interpreter().run(comp, [])
+        assert isinstance(value, np.ndarray)
+        literal = np.asarray(value, dtype=inst.dtype.numpy).reshape(inst.shape.dims)
+        return builder.add(Op.CONSTANT, attrs={"literal": literal}, shape=inst.shape,
+                           metadata=inst.metadata)
+
+    return fold_constants
+
+
+STRUCTURAL_RULES: tuple[Rule, ...] = (
+    noop_reshape, noop_broadcast, noop_transpose, noop_slice, noop_convert,
+    get_tuple_element_of_tuple, tuple_of_all_elements, reshape_of_scalar, reshape_of_reshape,
+    broadcast_of_broadcast, transpose_of_transpose, slice_of_slice, slice_of_concatenate,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AlgebraicSimplifier:
+    """Removes no-op data movement, merges chains, folds small constants."""
+
+    name: ClassVar[str] = "simplify"
+    max_folded_elements: int = DEFAULT_MAX_FOLDED_ELEMENTS
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        rules = STRUCTURAL_RULES + (make_constant_folding(self.max_folded_elements),)
+
+        def transform(inst: Instruction, operands: tuple[Instruction, ...],
+                      builder: RewriteBuilder) -> Instruction | None:
+            current = inst if _same(operands, inst.operands) else _with_operands(inst, operands)
+            replaced = False
+            for _ in range(_MAX_REWRITES_PER_INSTRUCTION):
+                result = _first_rewrite(rules, current, builder)
+                if result is None:
+                    break
+                current, replaced = result, True
+            return current if replaced else None
+
+        return rewrite_module(module, lambda comp: transform)
+
+
+def _first_rewrite(rules: tuple[Rule, ...], inst: Instruction,
+                   builder: RewriteBuilder) -> Instruction | None:
+    for rule in rules:
+        result = rule(inst, builder)
+        if result is not None:
+            return result
+    return None
+
+
+def _same(a: tuple[Instruction, ...], b: tuple[Instruction, ...]) -> bool:
+    return all(x is y for x, y in zip(a, b))
+
+
+def _with_operands(inst: Instruction, operands: tuple[Instruction, ...]) -> Instruction:
+    """A stand-in with the rewritten operands for the rules to look at (never inserted)."""
+    return dataclasses.replace(inst, operands=operands)

@@ -1,0 +1,1 @@
+"""The CartPole study: hlofuse's experiment table and the peers measured beside it."""

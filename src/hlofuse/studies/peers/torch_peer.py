@@ -1,0 +1,171 @@
+"""PyTorch peers: the step written with tensors, run eagerly and under `torch.compile`.
+
+PyTorch on CPU has no uint32 arithmetic (add and shifts are not implemented for it), so
+Threefry runs on int32, whose addition wraps the same way; right shifts are arithmetic on
+int32, so the logical shift is a shift followed by a mask. The bits are those of the shared
+scheme (workload.py); the agreement test checks it. The compiled peer compiles one step
+(`dynamic=True`, so one compilation serves every N) and calls it from Python each step, as a
+PyTorch user would; a Python loop over 1000 steps inside the compiled function would be
+unrolled by Dynamo into one huge graph.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from hlofuse.studies.peers import workload as w
+from hlofuse.studies.peers.registry import Peer, PeerUnavailable
+from hlofuse.studies.peers.workload import RolloutResult, Workload
+
+Tensor = Any
+StepFn = Callable[..., tuple[Tensor, ...]]
+
+
+def availability() -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed (pip install -e '.[peers]')"
+    return None
+
+
+def as_int32(value: int) -> int:
+    """The int32 with the same 32 bits as the unsigned `value`."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def shift_right_logical(x: Tensor, r: int) -> Tensor:
+    return (x >> r) & ((1 << (32 - r)) - 1)
+
+
+def threefry2x32(key0: Tensor, key1: int, c0: Tensor, c1: Tensor) -> tuple[Tensor, Tensor]:
+    """Threefry-2x32-20 on int32 tensors holding uint32 bits."""
+    k1 = as_int32(key1)
+    k2 = key0 ^ as_int32(key1 ^ w.THREEFRY_PARITY)
+    ks = (key0, k1, k2)
+    x0 = c0 + ks[0]
+    x1 = c1 + ks[1]
+    for i in range(20):
+        r = w.THREEFRY_ROTATIONS[i % 8]
+        x0 = x0 + x1
+        x1 = (x1 << r) | shift_right_logical(x1, 32 - r)
+        x1 = x1 ^ x0
+        if i % 4 == 3:
+            s = (i + 1) // 4
+            x0 = x0 + ks[s % 3]
+            x1 = x1 + ks[(s + 1) % 3] + s
+    return x0, x1
+
+
+def uniform_reset(bits: Tensor) -> Tensor:
+    import torch
+
+    f = shift_right_logical(bits, 8).to(torch.float32) * w.UNIFORM_SCALE
+    return f * w.RESET_SPAN + w.RESET_LOW
+
+
+def cartpole_step(
+    x: Tensor, x_dot: Tensor, theta: Tensor, theta_dot: Tensor, episodes: Tensor,
+    rewards: Tensor, ix: Tensor, ix_dot: Tensor, itheta: Tensor, itheta_dot: Tensor,
+    env: Tensor, seed: Tensor, step: Tensor, deterministic: bool,
+) -> tuple[Tensor, ...]:
+    """One step of every environment with auto-reset; returns state, counters and step + 1."""
+    import torch
+
+    if deterministic:
+        action = theta_dot + w.POLICY_GAIN * theta > 0
+        reset = (ix, ix_dot, itheta, itheta_dot)
+    else:
+        a0, a1 = threefry2x32(seed, 0, env, step)
+        b0, b1 = threefry2x32(seed, 1, env, step)
+        c0, _ = threefry2x32(seed, 2, env, step)
+        action = a0 < 0  # top bit set
+        reset = (uniform_reset(a1), uniform_reset(b0), uniform_reset(b1), uniform_reset(c0))
+    force = torch.where(action, w.FORCE_MAG, -w.FORCE_MAG)
+    c, s = torch.cos(theta), torch.sin(theta)
+    temp = (force + w.POLEMASS_LENGTH * theta_dot * theta_dot * s) / w.TOTAL_MASS
+    denom = w.LENGTH * (4.0 / 3.0 - w.MASSPOLE * c * c / w.TOTAL_MASS)
+    thetaacc = (w.GRAVITY * s - c * temp) / denom
+    xacc = temp - w.POLEMASS_LENGTH * thetaacc * c / w.TOTAL_MASS
+    x_new = x + w.TAU * x_dot
+    x_dot_new = x_dot + w.TAU * xacc
+    theta_new = theta + w.TAU * theta_dot
+    theta_dot_new = theta_dot + w.TAU * thetaacc
+    done = (x_new.abs() > w.X_THRESHOLD) | (theta_new.abs() > w.THETA_THRESHOLD)
+    return (
+        torch.where(done, reset[0], x_new),
+        torch.where(done, reset[1], x_dot_new),
+        torch.where(done, reset[2], theta_new),
+        torch.where(done, reset[3], theta_dot_new),
+        episodes + done.to(torch.int32),
+        rewards + 1.0,
+        step + 1,
+    )
+
+
+class TorchRunner:
+    """Runs the step from Python; `compiled` wraps it in torch.compile first."""
+
+    def __init__(self, workload: Workload, compiled: bool) -> None:
+        note = availability()
+        if note is not None:
+            raise PeerUnavailable(note)
+        import torch
+
+        self.workload = workload
+        self.init = [torch.from_numpy(workload.initial[:, k].copy()) for k in range(4)]
+        self.env = torch.arange(workload.n_envs, dtype=torch.int32)
+        self.seed = torch.tensor(as_int32(workload.seed), dtype=torch.int32)
+        step = partial(cartpole_step, deterministic=workload.deterministic)
+        self.step: StepFn = step
+        if compiled:
+            self.step = torch.compile(step, dynamic=True, fullgraph=True)
+            try:
+                self.run_steps(1)  # compiles; failures surface here, not in the timing
+            except Exception as e:  # torch raises many types; the note keeps the first line
+                message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise PeerUnavailable(f"torch.compile failed: {message}") from e
+
+    def run_steps(self, n_steps: int) -> RolloutResult:
+        import torch
+
+        n = self.workload.n_envs
+        state = [t.clone() for t in self.init]
+        episodes = torch.zeros(n, dtype=torch.int32)
+        rewards = torch.zeros(n, dtype=torch.float32)
+        step = torch.zeros((), dtype=torch.int32)
+        with torch.no_grad():
+            for _ in range(n_steps):
+                *state, episodes, rewards, step = self.step(
+                    *state, episodes, rewards, *self.init, self.env, self.seed, step
+                )
+        states = torch.stack(state, dim=1).numpy()
+        return RolloutResult(
+            np.asarray(states), int(episodes.sum()), float(rewards.double().sum())
+        )
+
+    def run(self) -> RolloutResult:
+        return self.run_steps(self.workload.n_steps)
+
+
+def peers() -> list[Peer]:
+    return [
+        Peer(
+            "torch-eager",
+            "PyTorch eager, split state, step called from Python",
+            partial(TorchRunner, compiled=False),
+            is_eager=True,
+            availability=availability,
+        ),
+        Peer(
+            "torch-compile",
+            "torch.compile of one step (inductor, dynamic shapes), called from Python",
+            partial(TorchRunner, compiled=True),
+            is_eager=True,
+            availability=availability,
+        ),
+    ]

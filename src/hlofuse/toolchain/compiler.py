@@ -1,0 +1,141 @@
+"""Find the C compiler, build shared objects through the cache, load them with ctypes.
+
+Flags: -O3 -march=native -fopenmp, and deliberately no -ffast-math. -ffp-contract=off keeps
+a*b+c as two roundings (GNU C would fuse it into an FMA and differ from the reference);
+-fno-math-errno only drops errno, so sqrt and friends can be inlined and vectorised.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlofuse.toolchain.cache import Cache
+
+DEFAULT_FLAGS: tuple[str, ...] = (
+    "-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-std=gnu11",
+    "-fPIC", "-shared", "-fvisibility=hidden",
+)
+COMPILE_TIMEOUT_S = 600
+
+
+class ToolchainError(RuntimeError):
+    """No usable C compiler, or it could not be run."""
+
+
+class CompileError(ToolchainError):
+    """The C compiler rejected generated source; `source_path` is kept for inspection."""
+
+    def __init__(self, source_path: Path, message: str) -> None:
+        self.source_path = source_path
+        self.compiler_message = message
+        super().__init__(f"C compilation failed (source: {source_path}):\n{message.strip()}")
+
+
+@dataclass(frozen=True)
+class Compiler:
+    command: tuple[str, ...]
+    version: str
+
+    @staticmethod
+    def find() -> Compiler:
+        """$CC (which may carry arguments, e.g. 'ccache gcc'), else `cc` on the PATH."""
+        return _find_compiler(os.environ.get("CC", ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _find_compiler(cc: str) -> Compiler:
+    command = shlex.split(cc) if cc.strip() else ["cc"]
+    executable = shutil.which(command[0])
+    if executable is None:
+        origin = "$CC" if cc.strip() else "cc"
+        raise ToolchainError(f"no C compiler found: {origin} ({command[0]!r}) is not on the PATH; "
+                             "install gcc or clang, or set CC")
+    try:
+        result = subprocess.run([executable, *command[1:], "--version"], capture_output=True,
+                                text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolchainError(f"cannot run the C compiler {executable}: {e}") from None
+    version = (result.stdout or result.stderr).strip().splitlines()
+    return Compiler((executable, *command[1:]), version[0] if version else "unknown")
+
+
+@functools.lru_cache(maxsize=1)
+def host_signature() -> str:
+    """What -march=native depends on: a cache shared between machines must not mix them."""
+    parts = [platform.machine(), platform.system()]
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    parts.append(line.strip())
+                if line.strip() == "":
+                    break
+    except OSError:
+        parts.append(platform.processor())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    path: Path
+    key: str
+    cache_hit: bool
+    seconds: float
+
+
+def cache_key(source: str, flags: Sequence[str], compiler: Compiler) -> str:
+    text = "\0".join([source, *flags, *compiler.command, compiler.version, host_signature()])
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def build_shared_object(source: str, flags: Sequence[str] = DEFAULT_FLAGS,
+                        cache: Cache | None = None,
+                        compiler: Compiler | None = None) -> BuildResult:
+    """The shared object of `source`, from the cache or freshly compiled into it."""
+    start = time.perf_counter()
+    compiler = compiler or Compiler.find()
+    cache = cache or Cache.open()
+    key = cache_key(source, flags, compiler)
+    found = cache.lookup(key)
+    if found is not None:
+        return BuildResult(found, key, True, time.perf_counter() - start)
+    source_path = cache.write_source(key, source)
+    workdir = cache.temporary_dir()
+    try:
+        output = workdir / "module.so"
+        command = [*compiler.command, *flags, str(source_path), "-o", str(output), "-lm"]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True,
+                                    timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise CompileError(source_path, f"the compiler took longer than "
+                               f"{COMPILE_TIMEOUT_S} s") from None
+        except OSError as e:
+            raise ToolchainError(f"cannot run {compiler.command[0]}: {e}") from None
+        if result.returncode != 0 or not output.exists():
+            raise CompileError(source_path, result.stderr or result.stdout or
+                               f"exit status {result.returncode}")
+        path = cache.install(key, output)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return BuildResult(path, key, False, time.perf_counter() - start)
+
+
+def load_library(path: Path, global_symbols: bool = False) -> ctypes.CDLL:
+    """dlopen a shared object; global_symbols makes its symbols visible to later ones."""
+    mode = ctypes.RTLD_GLOBAL if global_symbols else ctypes.RTLD_LOCAL
+    try:
+        return ctypes.CDLL(str(path), mode=mode)
+    except OSError as e:
+        raise ToolchainError(f"cannot load {path}: {e}") from None
