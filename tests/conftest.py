@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +37,16 @@ def assert_matches(actual: list[np.ndarray], expected: list[np.ndarray], where: 
                                        err_msg=f"{where} out{i}")
         else:
             np.testing.assert_array_equal(a, e, err_msg=f"{where} out{i}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("needs_cc") is not None and not _has_c_compiler():
+        pytest.skip("no C compiler ($CC or cc)")
+
+
+def _has_c_compiler() -> bool:
+    command = shlex.split(os.environ.get("CC", "")) or ["cc"]
+    return shutil.which(command[0]) is not None
 
 
 @pytest.fixture(params=CORPUS)

@@ -19,7 +19,7 @@ from hlofuse.frontend.dtype_rules import AbstractValue, python_scalar_type, to_d
 from hlofuse.frontend.staging import TracedModule, trace_module
 from hlofuse.frontend.tracer import Tracer
 from hlofuse.frontend.tracing import is_tracing, located
-from hlofuse.interpreter import Value, evaluate, flatten_value
+from hlofuse.interpreter import coerce_argument, evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
@@ -84,8 +84,14 @@ class Compiled:
         if self.signature is None:
             if kwargs:
                 raise TypeError("a compiled module takes its arguments by position")
-            value: Value = evaluate(self.module, args)
-            return value
+            params = self.module.entry.parameters
+            if len(args) != len(params):
+                raise TypeError(f"{self.module.name} takes {len(params)} argument(s), got "
+                                f"{len(args)}")
+            arrays = [coerce_argument(a, p.shape, i) for i, (a, p) in enumerate(zip(args,
+                                                                                   params))]
+            outputs = self.run_flat(arrays)
+            return tuple(outputs) if self.module.result_shape.is_tuple else outputs[0]
         sig = self.signature
         arrays, avals, in_tree = canonical_arguments((args, kwargs), "compiled function")
         if in_tree != sig.in_tree or tuple(avals) != sig.in_avals:
@@ -178,7 +184,7 @@ class JitFunction:
         self.static_argnames = frozenset(names) | {self._params[i] for i in nums
                                                    if 0 <= i < len(self._params)}
         self._cache: dict[Any, Compiled] = {}
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn, updated=())
 
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """(dynamic args, dynamic kwargs, hashable statics, function of the dynamic ones)."""

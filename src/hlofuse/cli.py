@@ -22,6 +22,9 @@ from hlofuse.ir.parser import HloParseError, parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.shapes import Shape
 from hlofuse.ir.verifier import HloVerifyError, verify
+from hlofuse.runtime.commands import add_compile_command
+from hlofuse.studies.peers.commands import add_bench_command
+from hlofuse.toolchain.commands import add_cache_command
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -209,6 +212,9 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore
     add_cartpole_command,
     add_opt_command,
     add_explain_command,
+    add_compile_command,
+    add_cache_command,
+    add_bench_command,
 ]
 
 

@@ -291,7 +291,7 @@ def test_float_comparisons_follow_ieee() -> None:
 
 
 @covers(Op.COMPARE)
-@pytest.mark.parametrize("dtype", ["f2", BF16, "f4", "f8"])
+@pytest.mark.parametrize("dtype", ["f2", BF16, "f4", "f8"], ids=["f16", "bf16", "f32", "f64"])
 def test_total_order_comparisons(dtype: object) -> None:
     """-NaN < -inf < -1 < -0.0 < +0.0 < 1 < inf < +NaN, and a NaN equals itself."""
     neg_nan = -np.abs(a([NAN], dtype))
@@ -390,7 +390,7 @@ def test_transcendental_special_values() -> None:
     check(Op.ERF, [a([0.0, INF, -INF], f)], a([0.0, 1.0, -1.0], f))
     check(Op.ATAN2, [a([1.0, 0.0, -0.0, 0.0, NAN], f), a([1.0, -1.0, -1.0, 1.0, 1.0], f)],
           a([0.7853982, 3.1415927, -3.1415927, 0.0, NAN], f))
-    check(Op.EXPONENTIAL, [a([0.0, 11.0], "f2")], a([1.0, INF], "f2"))  # e^11 > 65504
+    check(Op.EXPONENTIAL, [a([0.0, 12.0], "f2")], a([1.0, INF], "f2"))  # e^12 > 65504
 
 
 # --- conversions ----------------------------------------------------------------------------
@@ -582,6 +582,22 @@ def _round_even(x: float) -> float:
     return math.copysign(round(x), x)
 
 
+def _is_odd_integer(y: float) -> bool:
+    return math.isfinite(y) and y == math.floor(y) and math.fmod(y, 2) != 0
+
+
+def _pow(x: float, y: float) -> float:
+    """C99's pow (Annex F), which XLA's backends call; math.pow raises where C returns."""
+    if x == 0 and y < 0:
+        return math.copysign(INF, x) if _is_odd_integer(y) else INF
+    try:
+        return math.pow(x, y)
+    except ValueError:  # a negative base with a non-integer exponent
+        return NAN
+    except OverflowError:
+        return -INF if x < 0 and _is_odd_integer(y) else INF
+
+
 def _float_oracle(op: Op, x: float, y: float = 0.0) -> float:
     """Exact IEEE double results; rounding them to the element type is XLA's answer for the
     ops listed in EXACT_FLOAT_OPS (double rounding is harmless at these precisions)."""
@@ -608,7 +624,7 @@ def _float_oracle(op: Op, x: float, y: float = 0.0) -> float:
             Op.EXPONENTIAL_MINUS_ONE: lambda: np.expm1(fx), Op.LOG: lambda: np.log(fx),
             Op.LOG_PLUS_ONE: lambda: np.log1p(fx), Op.RSQRT: lambda: 1 / np.sqrt(fx),
             Op.LOGISTIC: lambda: 1 / (1 + np.exp(-fx)), Op.ERF: lambda: math.erf(x),
-            Op.POWER: lambda: np.power(fx, fy),
+            Op.POWER: lambda: _pow(x, y),
         }
         return float(table[op]())
 
@@ -695,11 +711,11 @@ def test_convert_between_every_pair_of_types(source: DType) -> None:
                 expected.append(v != 0)
             elif target.is_integer and source.is_float:
                 assert isinstance(v, float)
-                info = np.iinfo(target.numpy)
-                expected.append(0 if math.isnan(v) else int(max(min(v, float(info.max)),
-                                                                float(info.min)))
-                                if math.isinf(v) or abs(v) >= 2**64 else
-                                max(min(math.trunc(v), int(info.max)), int(info.min)))
+                low, high = int(np.iinfo(target.numpy).min), int(np.iinfo(target.numpy).max)
+                # NaN gives 0; everything else truncates and saturates (Python compares a float
+                # with an int exactly).
+                expected.append(0 if math.isnan(v) else high if v >= high else low if v <= low
+                                else math.trunc(v))
             elif target.is_integer:
                 expected.append(_wrap(int(v), target))  # type: ignore[call-overload]
             else:
@@ -955,8 +971,8 @@ def test_reduce_window_with_stride_padding_and_dilation() -> None:
     assert_same(reduce_window(grid, a(-INF, "f4"), Op.MAXIMUM, size=(2, 2)), a([[5, 6]], "f4"))
     assert_same(reduce_window(grid, a(-INF, "f4"), Op.MAXIMUM, size=(2, 2), pad=((1, 1), (0, 0))),
                 a([[2, 3], [5, 6], [5, 6]], "f4"))
-    assert_same(reduce_window(a([1, 2, 3], "i4"), a(0, "i4"), Op.ADD, size=(2,), lhs=(3,)),
-                a([1, 0, 2, 0, 3], "i4"))
+    assert_same(reduce_window(a([1, 2, 3], "i4"), a(0, "i4"), Op.ADD, size=(1,), lhs=(3,)),
+                a([1, 0, 0, 2, 0, 0, 3], "i4"))
 
 
 @covers(Op.REDUCE_WINDOW)
@@ -1125,7 +1141,6 @@ def test_deeply_nested_calls_fail_clearly() -> None:
 def test_data_movement_keeps_every_element_type(dtype: DType) -> None:
     base = np.arange(6).reshape(2, 3)
     x = (base % 2 == 1) if dtype.is_pred else base.astype(dtype.numpy)
-    dims23 = Shape.array(dtype, (2, 3))
     check(Op.TRANSPOSE, [x], x.T.copy(), attrs={"dimensions": (1, 0)})
     check(Op.RESHAPE, [x], x.reshape(3, 2), shape=Shape.array(dtype, (3, 2)))
     check(Op.BROADCAST, [x], np.broadcast_to(x, (2, 2, 3)).copy(), attrs={"dimensions": (1, 2)},
@@ -1150,7 +1165,6 @@ def test_data_movement_keeps_every_element_type(dtype: DType) -> None:
     assert_same(run_built(lambda ctx, b, ps: b.add(Op.GET_TUPLE_ELEMENT,
                                                    [b.add(Op.TUPLE, ps)], attrs={"index": 0}),
                           x), x)
-    assert dims23.dims == x.shape
 
 
 # --- completeness ---------------------------------------------------------------------------

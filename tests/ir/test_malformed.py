@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from hlofuse.cli import main
 from hlofuse.ir.parser import HloParseError, parse_file, parse_module
+from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import HloVerifyError, verify
 
 from tests.conftest import CORPUS, CORPUS_DIR
@@ -172,14 +173,17 @@ PARSE_CASES: list[tuple[str, str, int, int, str]] = [
      "  ROOT s = f32[] reduce(p, z), dimensions={0}, to_apply=add_f32\n}\n", 12, 8,
      "must return f32[], returns pred[]"),
     ("while-body-mismatch",
-     "HloModule m\ncond {\n  a = s32[] parameter(0)\n  ROOT lt = pred[] compare(a, a), direction=LT\n}\n"
+     "HloModule m\ncond {\n  a = s32[] parameter(0)\n"
+     "  ROOT lt = pred[] compare(a, a), direction=LT\n}\n"
      "body {\n  b = f32[] parameter(0)\n  ROOT n = f32[] negate(b)\n}\n"
-     "ENTRY main {\n  p = s32[] parameter(0)\n  ROOT w = s32[] while(p), condition=cond, body=body\n}\n",
+     "ENTRY main {\n  p = s32[] parameter(0)\n"
+     "  ROOT w = s32[] while(p), condition=cond, body=body\n}\n",
      12, 8, "while body %body must map s32[] to itself"),
     ("while-condition-not-pred",
      "HloModule m\ncond {\n  a = s32[] parameter(0)\n  ROOT n = s32[] negate(a)\n}\n"
      "body {\n  b = s32[] parameter(0)\n  ROOT m = s32[] negate(b)\n}\n"
-     "ENTRY main {\n  p = s32[] parameter(0)\n  ROOT w = s32[] while(p), condition=cond, body=body\n}\n",
+     "ENTRY main {\n  p = s32[] parameter(0)\n"
+     "  ROOT w = s32[] while(p), condition=cond, body=body\n}\n",
      12, 8, "while condition %cond must return pred[]"),
     ("conditional-branch-mismatch",
      "HloModule m\nt {\n  a = f32[] parameter(0)\n  ROOT n = f32[] negate(a)\n}\n"
@@ -268,7 +272,8 @@ PARSE_CASES: list[tuple[str, str, int, int, str]] = [
      "only conversions between types of the same bit width"),
     ("fusion-bad-kind",
      "HloModule m\nf {\n  a = f32[] parameter(0)\n  ROOT n = f32[] negate(a)\n}\n"
-     "ENTRY main {\n  p = f32[] parameter(0)\n  ROOT x = f32[] fusion(p), kind=kSideways, calls=f\n}\n",
+     "ENTRY main {\n  p = f32[] parameter(0)\n"
+     "  ROOT x = f32[] fusion(p), kind=kSideways, calls=f\n}\n",
      8, 34, "bad value 'kSideways' for kind"),
     ("metadata-malformed", H + "  ROOT p = f32[] parameter(0), metadata={op_name=}\n" + END, 4,
      50, "expected a word, found '}'"),
@@ -296,6 +301,24 @@ def test_parse_error_position(case: tuple[str, str, int, int, str]) -> None:
     assert (error.line, error.column) == (line, column), error.message
     assert str(error).startswith(f"bad.hlo:{line}:{column}: ")
     _assert_caret(error, text)
+
+
+def test_caret_excerpt_of_a_long_line_shows_the_column() -> None:
+    line = '  ROOT p = f32[] parameter(0), metadata={op_name="' + "x" * 400 + '"}, sharding={x)'
+    with pytest.raises(HloParseError) as info:
+        parse_module(H + line + "\n" + END)
+    error = info.value
+    assert (error.line, error.column) == (4, len(line))
+    _, excerpt, caret = str(error).splitlines()
+    assert excerpt.startswith("  ...") and excerpt.endswith("sharding={x)")
+    assert len(excerpt) <= 2 + 3 + 200
+    assert caret.index("^") == len(excerpt) - 1  # under the offending ')'
+
+
+def test_caret_follows_tabs() -> None:
+    with pytest.raises(HloParseError) as info:
+        parse_module("HloModule m\nENTRY main {\n\tROOT p = f32[] bogus(0)\n}\n")
+    assert str(info.value).splitlines()[2] == "  \t" + " " * 15 + "^"
 
 
 def test_at_least_forty_malformed_inputs() -> None:
@@ -372,7 +395,8 @@ def test_missing_entry_and_root_use_the_last_ones() -> None:
     """Without ENTRY the last computation runs; without ROOT the last instruction is the root,
     as XLA's parser does."""
     text = ("HloModule m\nf {\n  a = f32[] parameter(0)\n  b = f32[] negate(a)\n}\n"
-            "g {\n  c = f32[] parameter(0)\n  d = f32[] call(c), to_apply=f\n  e = f32[] abs(c)\n}\n")
+            "g {\n  c = f32[] parameter(0)\n  d = f32[] call(c), to_apply=f\n"
+            "  e = f32[] abs(c)\n}\n")
     module = parse_module(text)
     verify(module)
     assert module.entry.name == "g"
@@ -406,9 +430,13 @@ def _parse_and_verify(text: str) -> bool:
     else (IndexError, KeyError, RecursionError, a hang) propagates and fails the test."""
     with _time_limit(10):
         try:
-            verify(parse_module(text))
+            module = parse_module(text)
+            verify(module)
         except (HloParseError, HloVerifyError):
             return False
+        # Whatever parses must also print and parse back to the same text.
+        printed = module_text(module)
+        assert module_text(parse_module(printed)) == printed
     return True
 
 
@@ -420,7 +448,7 @@ def _is_complete(prefix: str) -> bool:
 @pytest.mark.parametrize("name", ["concat_stack_slice", "cond", "argmax"])
 def test_every_truncation_is_a_parse_error(name: str) -> None:
     text = (CORPUS_DIR / f"{name}.hlo").read_text()
-    step = max(1, len(text) // 1500)
+    step = max(1, len(text) // 600)
     for cut in range(0, len(text), step):
         prefix = text[:cut]
         assert _parse_and_verify(prefix) == _is_complete(prefix), f"{name} cut at {cut}"

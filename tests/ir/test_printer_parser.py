@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -20,274 +21,25 @@ from hlofuse.ir.verifier import verify
 
 from tests.conftest import CORPUS_DIR
 
-# (id, text in, canonical text out). The output is what `hlofuse fmt` prints: no `%` sigils,
-# no operand shapes or signatures, default layouts written out, callees before callers.
+# Each case is a pair of files: NAME.in.hlo (as XLA or jax may write it) and NAME.out.hlo (what
+# `hlofuse fmt` prints: no `%` sigils, operand shapes or signatures, layouts written out, callees
+# before callers).
+ROUND_TRIP_DIR = Path(__file__).parent / "data" / "round_trip"
 CASES: list[tuple[str, str, str]] = [
-    ("sigils-signature-operand-shapes-slice-strides",
-     """HloModule m, entry_computation_layout={(f32[8,6]{1,0})->f32[3,2]{1,0}}
-
-ENTRY %main.3 (Arg_0.1: f32[8,6]) -> f32[3,2] {
-  %Arg_0.1 = f32[8,6]{1,0} parameter(0)
-  ROOT %slice.2 = f32[3,2]{1,0} slice(f32[8,6]{1,0} %Arg_0.1), slice={[1:7:2], [0:6:3]}
-}
-""",
-     """HloModule m, entry_computation_layout={(f32[8,6]{1,0})->f32[3,2]{1,0}}
-
-ENTRY main.3 {
-  Arg_0.1 = f32[8,6]{1,0} parameter(0)
-  ROOT slice.2 = f32[3,2]{1,0} slice(Arg_0.1), slice={[1:7:2], [0:6:3]}
-}
-"""),
-    ("padding-negative-and-interior",
-     """HloModule m
-ENTRY main {
-  p = f32[4,5] parameter(0)
-  z = f32[] constant(-1.5)
-  ROOT q = f32[8,13] pad(p, z), padding=-1_2_1x0_0_2
-}
-""",
-     """HloModule m, entry_computation_layout={(f32[4,5]{1,0})->f32[8,13]{1,0}}
-
-ENTRY main {
-  p = f32[4,5]{1,0} parameter(0)
-  z = f32[] constant(-1.5)
-  ROOT q = f32[8,13]{1,0} pad(p, z), padding=-1_2_1x0_0_2
-}
-"""),
-    ("window-with-all-fields",
-     """HloModule m
-ENTRY main {
-  p = f32[4,6]{1,0} parameter(0)
-  z = f32[] constant(0)
-  ROOT w = f32[4,3]{1,0} reduce-window(p, z), window={size=2x3 stride=2x1 pad=1_1x0_1 lhs_dilate=2x1 rhs_dilate=1x2}, to_apply=%add
-}
-%add (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %s = f32[] add(f32[] %a, f32[] %b)
-}
-""",
-     """HloModule m, entry_computation_layout={(f32[4,6]{1,0})->f32[4,3]{1,0}}
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main {
-  p = f32[4,6]{1,0} parameter(0)
-  z = f32[] constant(0)
-  ROOT w = f32[4,3]{1,0} reduce-window(p, z), window={size=2x3 stride=2x1 pad=1_1x0_1 lhs_dilate=2x1 rhs_dilate=1x2}, to_apply=add
-}
-"""),
-    ("dot-dimensions",
-     """HloModule m
-ENTRY main {
-  a = f32[4,2,3]{2,1,0} parameter(0)
-  b = f32[4,3,5]{2,1,0} parameter(1)
-  ROOT d = f32[4,2,5]{2,1,0} dot(a, b), rhs_contracting_dims={1}, lhs_contracting_dims={2}, rhs_batch_dims={0}, lhs_batch_dims={0}
-}
-""",
-     """HloModule m, entry_computation_layout={(f32[4,2,3]{2,1,0}, f32[4,3,5]{2,1,0})->f32[4,2,5]{2,1,0}}
-
-ENTRY main {
-  a = f32[4,2,3]{2,1,0} parameter(0)
-  b = f32[4,3,5]{2,1,0} parameter(1)
-  ROOT d = f32[4,2,5]{2,1,0} dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
-}
-"""),
-    ("compare-type-and-broadcast",
-     """HloModule m
-ENTRY main {
-  a = f32[3]{0} parameter(0)
-  s = f32[] parameter(1)
-  b = f32[3]{0} broadcast(s), dimensions={}
-  ROOT c = pred[3]{0} compare(a, b), direction=LT, type=TOTALORDER
-}
-""",
-     """HloModule m, entry_computation_layout={(f32[3]{0}, f32[])->pred[3]{0}}
-
-ENTRY main {
-  a = f32[3]{0} parameter(0)
-  s = f32[] parameter(1)
-  b = f32[3]{0} broadcast(s), dimensions={}
-  ROOT c = pred[3]{0} compare(a, b), direction=LT, type=TOTALORDER
-}
-"""),
-    ("conditional-both-spellings",
-     """HloModule m
-t { a = f32[] parameter(0)
- ROOT n = f32[] negate(a) }
-f { b = f32[] parameter(0)
- ROOT y = f32[] abs(b) }
-ENTRY main {
-  i = pred[] parameter(0)
-  j = s32[] parameter(1)
-  x = f32[] parameter(2)
-  c1 = f32[] conditional(i, x, x), true_computation=t, false_computation=f
-  ROOT c2 = f32[] conditional(j, x, x, c1), branch_computations={t, f, t}
-}
-""",
-     """HloModule m, entry_computation_layout={(pred[], s32[], f32[])->f32[]}
-
-t {
-  a = f32[] parameter(0)
-  ROOT n = f32[] negate(a)
-}
-
-f {
-  b = f32[] parameter(0)
-  ROOT y = f32[] abs(b)
-}
-
-ENTRY main {
-  i = pred[] parameter(0)
-  j = s32[] parameter(1)
-  x = f32[] parameter(2)
-  c1 = f32[] conditional(i, x, x), true_computation=t, false_computation=f
-  ROOT c2 = f32[] conditional(j, x, x, c1), branch_computations={t, f, t}
-}
-"""),
-    ("custom-call-kept-verbatim",
-     r"""HloModule m
-ENTRY main {
-  p = f32[2]{0} parameter(0)
-  ROOT c = (f32[2]{0}, s32[]) custom-call(p), custom_call_target="my_target", api_version=API_VERSION_STATUS_RETURNING, backend_config="{\"k\": [1, 2]}", custom_call_has_side_effect=true
-}
-""",
-     r"""HloModule m, entry_computation_layout={(f32[2]{0})->(f32[2]{0}, s32[])}
-
-ENTRY main {
-  p = f32[2]{0} parameter(0)
-  ROOT c = (f32[2]{0}, s32[]) custom-call(p), custom_call_target="my_target", custom_call_has_side_effect=true, api_version=API_VERSION_STATUS_RETURNING, backend_config="{\"k\": [1, 2]}"
-}
-"""),
-    ("sharding-frontend-attributes-metadata",
-     """HloModule m, is_scheduled=true, entry_computation_layout={(f32[2]{0})->f32[2]{0}}, frontend_attributes={fingerprint="abc"}
-ENTRY main {
-  p = f32[2]{0} parameter(0), sharding={devices=[2]0,1}, metadata={op_name="x" source_file="/a/b.py" source_line=12}
-  ROOT n = f32[2]{0} negate(p), frontend_attributes={_xla_compute_type="host"}, metadata={op_type="neg" op_name="jit(f)/neg" source_file="f.py" source_line=3}
-}
-""",
-     """HloModule m, entry_computation_layout={(f32[2]{0})->f32[2]{0}}
-
-ENTRY main {
-  p = f32[2]{0} parameter(0), metadata={op_name="x" source_file="/a/b.py" source_line=12}, sharding={devices=[2]0,1}
-  ROOT n = f32[2]{0} negate(p), metadata={op_type="neg" op_name="jit(f)/neg" source_file="f.py" source_line=3}, frontend_attributes={_xla_compute_type="host"}
-}
-"""),
-    ("special-and-low-precision-constants",
-     """HloModule m
-ENTRY main {
-  a = f32[] constant(inf)
-  b = f32[] constant(-inf)
-  c = f32[] constant(nan)
-  n = f32[] constant(-nan)
-  d = f32[3]{0} constant({-0, 1e-45, 3.40282347e+38})
-  e = f16[2]{0} constant({0.1, 65504})
-  f = bf16[2]{0} constant({0.1, -3.38953139e+38})
-  g = pred[2,2]{1,0} constant({ { 1, 0 }, { false, true } })
-  h = s8[3]{0} constant({-128, 0, 127})
-  i = u64[] constant(18446744073709551615)
-  j = f64[] constant(0.1)
-  k = pred[] constant(true)
-  ROOT t = (f32[], f32[], f32[], f32[], f32[3]{0}, f16[2]{0}, bf16[2]{0}, pred[2,2]{1,0}, s8[3]{0}, u64[], f64[], pred[]) tuple(a, b, c, n, d, e, f, g, h, i, j, k)
-}
-""",
-     """HloModule m, entry_computation_layout={()->(f32[], f32[], f32[], f32[], f32[3]{0}, /*index=5*/f16[2]{0}, bf16[2]{0}, pred[2,2]{1,0}, s8[3]{0}, u64[], /*index=10*/f64[], pred[])}
-
-ENTRY main {
-  a = f32[] constant(inf)
-  b = f32[] constant(-inf)
-  c = f32[] constant(nan)
-  n = f32[] constant(-nan)
-  d = f32[3]{0} constant({-0, 1e-45, 3.4028235e+38})
-  e = f16[2]{0} constant({0.1, 65504})
-  f = bf16[2]{0} constant({0.10009765625, -3.3895313892515355e+38})
-  g = pred[2,2]{1,0} constant({ {true, false}, {false, true} })
-  h = s8[3]{0} constant({-128, 0, 127})
-  i = u64[] constant(18446744073709551615)
-  j = f64[] constant(0.1)
-  k = pred[] constant(true)
-  ROOT t = (f32[], f32[], f32[], f32[], f32[3]{0}, /*index=5*/f16[2]{0}, bf16[2]{0}, pred[2,2]{1,0}, s8[3]{0}, u64[], /*index=10*/f64[], pred[]) tuple(a, b, c, n, d, e, f, g, h, i, j, k)
-}
-"""),
-    ("non-default-layout-kept",
-     """HloModule m
-ENTRY main {
-  p = f32[2,3]{0,1} parameter(0)
-  ROOT n = f32[2,3]{0,1} negate(p)
-}
-""",
-     """HloModule m, entry_computation_layout={(f32[2,3]{0,1})->f32[2,3]{0,1}}
-
-ENTRY main {
-  p = f32[2,3]{0,1} parameter(0)
-  ROOT n = f32[2,3]{0,1} negate(p)
-}
-"""),
-    ("while-fusion-call-gte-iota",
-     """HloModule m
-/* comments of both kinds are skipped */
-%fused (x: s32[4]) -> s32[4] {
-  %x = s32[4]{0} parameter(0)
-  ROOT %neg = s32[4]{0} negate(s32[4]{0} %x) // trailing comment
-}
-cond {
-  s = (s32[], s32[4]{0}) parameter(0)
-  k = s32[] get-tuple-element(s), index=0
-  lim = s32[] constant(3)
-  ROOT lt = pred[] compare(k, lim), direction=LT
-}
-body {
-  s2 = (s32[], s32[4]{0}) parameter(0)
-  k2 = s32[] get-tuple-element((s32[], s32[4]{0}) s2), index=0
-  v = s32[4]{0} get-tuple-element(s2), index=1
-  one = s32[] constant(1)
-  k3 = s32[] add(k2, one)
-  v2 = s32[4]{0} fusion(v), kind=kLoop, calls=%fused
-  ROOT t = (s32[], s32[4]{0}) tuple(k3, v2)
-}
-ENTRY main {
-  zero = s32[] constant(0)
-  io = s32[4]{0} iota(), iota_dimension=0
-  init = (s32[], s32[4]{0}) tuple(zero, io)
-  ROOT w = (s32[], s32[4]{0}) while(init), condition=cond, body=body
-}
-""",
-     """HloModule m, entry_computation_layout={()->(s32[], s32[4]{0})}
-
-fused {
-  x = s32[4]{0} parameter(0)
-  ROOT neg = s32[4]{0} negate(x)
-}
-
-cond {
-  s = (s32[], s32[4]{0}) parameter(0)
-  k = s32[] get-tuple-element(s), index=0
-  lim = s32[] constant(3)
-  ROOT lt = pred[] compare(k, lim), direction=LT
-}
-
-body {
-  s2 = (s32[], s32[4]{0}) parameter(0)
-  k2 = s32[] get-tuple-element(s2), index=0
-  v = s32[4]{0} get-tuple-element(s2), index=1
-  one = s32[] constant(1)
-  k3 = s32[] add(k2, one)
-  v2 = s32[4]{0} fusion(v), kind=kLoop, calls=fused
-  ROOT t = (s32[], s32[4]{0}) tuple(k3, v2)
-}
-
-ENTRY main {
-  zero = s32[] constant(0)
-  io = s32[4]{0} iota(), iota_dimension=0
-  init = (s32[], s32[4]{0}) tuple(zero, io)
-  ROOT w = (s32[], s32[4]{0}) while(init), condition=cond, body=body
-}
-"""),
+    (path.name.removesuffix(".in.hlo"), path.read_text(),
+     path.with_name(path.name.replace(".in.hlo", ".out.hlo")).read_text())
+    for path in sorted(ROUND_TRIP_DIR.glob("*.in.hlo"))
 ]
+EXPECTED_CASES = {
+    "compare-type-and-broadcast", "conditional-both-spellings", "custom-call-kept-verbatim",
+    "dot-dimensions", "non-default-layout-kept", "padding-negative-and-interior",
+    "sharding-frontend-attributes-metadata", "sigils-signature-operand-shapes-slice-strides",
+    "special-and-low-precision-constants", "while-fusion-call-gte-iota", "window-with-all-fields",
+}
+
+
+def test_all_round_trip_files_are_present() -> None:
+    assert {c[0] for c in CASES} == EXPECTED_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

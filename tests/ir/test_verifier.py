@@ -83,7 +83,8 @@ def test_valid_builder_module_verifies() -> None:
 def test_entry_must_be_in_module() -> None:
     p = _param(0, F32)
     entry = Computation("main", (p,), p)
-    other = Computation("other", (_param(0, F32, "q"),), _param(0, F32, "q"))
+    q = _param(0, F32, "q")
+    other = Computation("other", (q,), q)
     _expect(Module("m", (other,), entry), "entry-in-module", None, "entry computation")
 
 
@@ -101,8 +102,7 @@ def test_duplicate_name_across_computations() -> None:
 
 
 def test_duplicate_computation_name() -> None:
-    a = Computation("c", (_param(0, F32, "x"),), _param(0, F32, "x"))
-    x = a.instructions[0]
+    x = _param(0, F32, "x")
     a = Computation("c", (x,), x)
     y = _param(0, F32, "y")
     b = Computation("c", (y,), y)

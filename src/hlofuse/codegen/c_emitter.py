@@ -136,6 +136,10 @@ class KernelEmitter:
         self.results: dict[int, tuple[str, ...]] = {}
         self.converted: dict[tuple[int, DType], str] = {}
         self.in_place: list[tuple[int, int]] = []
+        # For element-wise in-place updates: every (pointer, index key) an input is read at,
+        # and the index key of the loop that stores each output.
+        self.reads: dict[str, set[tuple[str, ...]]] = {}
+        self.stored_at: dict[str, tuple[str, ...] | None] = {}
         self.em = ElementalEmitter(lang, self.body, self._bindings(), self.materialize)
 
     # --- arguments ----------------------------------------------------------------------
@@ -152,7 +156,11 @@ class KernelEmitter:
         return {key: _tree(owners[key].shape, leaves, ()) for key, leaves in trees.items()}
 
     def _loader(self, dtype: DType, pointer: str) -> Callable[[Index], Value]:
-        return lambda index: self.em.load(dtype, pointer, index)
+        def load(index: Index) -> Value:
+            self.reads.setdefault(pointer, set()).add(index.key)
+            return self.em.load(dtype, pointer, index)
+
+        return load
 
     def parameter_types(self) -> tuple[str, ...]:
         in_place_inputs = {i for _, i in self.in_place}
@@ -188,7 +196,26 @@ class KernelEmitter:
             self.loop(dims, stores, parallel=True)
         return self._finish()
 
+    def _elementwise_in_place(self) -> None:
+        """An output may overwrite an input of its shape that is read only at the element being
+        stored (the same index, in the same loop): each element is read before it is written.
+        """
+        taken = {i for _, i in self.in_place}
+        for k, (out_inst, out_path) in enumerate(self.spec.outputs):
+            key = self.stored_at.get(self.output_names[k])
+            if key is None or any(o == k for o, _ in self.in_place):
+                continue
+            out_shape = leaf_shape(out_inst, out_path)
+            for j, (inst, path) in enumerate(self.spec.inputs):
+                if j in taken or leaf_shape(inst, path) != out_shape:
+                    continue
+                if self.reads.get(self.input_names[j]) == {key}:
+                    self.in_place.append((k, j))
+                    taken.add(j)
+                    break
+
     def _finish(self) -> EmittedKernel:
+        self._elementwise_in_place()
         lines = list(self.body.prologue.lines)
         for section in self.sections:
             lines.extend(section)
@@ -238,20 +265,24 @@ class KernelEmitter:
             return
         group = self.groups
         self.groups += 1
-        in_prologue = self.body.in_prologue
-        base = self.body.scope.indent
+        in_prologue = self.body.hoisting > 0
+        base = self.body.scope.indent if in_prologue else 1
         parallel = (parallel and not in_prologue
-                    and math.prod(dims) >= self.options.parallel_min_elements and max(dims) > 1)
+                    and math.prod(dims) >= self.options.parallel_min_elements
+                    and max(dims, default=1) > 1)
         flat = group not in self.nest_groups and offsets is None and len(dims) > 1
         lines: list[str] = []
         with self.body.section(lines, base + 2 if parallel else base):
             index, headers = self._loop_headers(dims, flat, group)
-            if parallel:
-                self.body.emit(self._parallel_for(dims, flat))
+            pragma = self._parallel_for(dims, flat) if parallel else None
             with contextlib.ExitStack() as stack:
-                for header in headers:
-                    stack.enter_context(self.body.block(header))
+                for k, header in enumerate(headers):
+                    stack.enter_context(self.body.block(header, pragma if k == 0 else None))
                 for value_of, pointer, dtype in stores:
+                    # Only a loop storing one output can update in place: with several, a
+                    # later output could re-read an element an earlier one overwrote.
+                    alone = len(stores) == 1 and offsets is None and not in_prologue
+                    self.stored_at[pointer] = index.key if alone else None
                     value = value_of(index)
                     target = offsets(index) if offsets else self.em.linear_of(index)
                     self.body.emit(f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
@@ -271,6 +302,8 @@ class KernelEmitter:
 
     def _loop_headers(self, dims: tuple[int, ...], flat: bool,
                       group: int) -> tuple[Index, list[str]]:
+        if not dims:
+            return SCALAR, []
         if flat or len(dims) <= 1:
             var = self.body.fresh("i")
             count = math.prod(dims)
@@ -318,8 +351,8 @@ class KernelEmitter:
         inner = math.prod(in_dims[d] for d in kept if d > reduced[-1])
         if inner < 8 or extent == 0 or outer * inner == 0:
             return False
-        if inst.dtype is DType.F16 and simple_reducer(inst.calls[0]) is Op.ADD:
-            return False
+        if inst.dtype in (DType.F16, DType.BF16) and simple_reducer(inst.calls[0]) is not None:
+            return False  # the reference's summation order shows at this precision
         self._column_loops(inst, self.output_names[k], outer, extent, inner)
         return True
 
@@ -335,10 +368,10 @@ class KernelEmitter:
         lines: list[str] = []
         with self.body.section(lines, 3 if parallel else 1):
             o, b, r, j = (self.body.fresh(p) for p in "obrj")
-            if parallel:
-                self.body.emit(self.lang.parallel_for_collapse.format(n=2))
+            pragma = self.lang.parallel_for_collapse.format(n=2) if parallel else None
             with contextlib.ExitStack() as stack:
-                stack.enter_context(self.body.block(f"for (int64_t {o} = 0; {o} < {outer}; ++{o})"))
+                stack.enter_context(self.body.block(
+                    f"for (int64_t {o} = 0; {o} < {outer}; ++{o})", pragma))
                 stack.enter_context(self.body.block(
                     f"for (int64_t {b} = 0; {b} < {inner}; {b} += {block})"))
                 end = self.body.let("int64_t", f"{b} + {block} < {inner} ? {b} + {block} : {inner}")

@@ -100,6 +100,7 @@ class FunctionBody:
         self.prologue = Scope([], indent)
         self.scopes: list[Scope] = [self.prologue]
         self._names = itertools.count()
+        self.hoisting = 0  # > 0 while emitting loop-invariant code into the prologue
 
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self._names)}"
@@ -133,18 +134,31 @@ class FunctionBody:
         self.scope.cache[key] = value
 
     @contextlib.contextmanager
-    def block(self, header: str | None) -> Iterator[None]:
-        """`header {` ... `}` with its own cache; header None opens a cache-only scope."""
-        if header is not None:
-            self.emit(header + " {")
-            self.scopes.append(Scope(self.scope.lines, self.scope.indent + 1))
+    def block(self, header: str | None, pragma: str | None = None) -> Iterator[None]:
+        """`header {` ... `}` with its own cache; header None opens a cache-only scope.
+
+        A block opened at the top of the prologue collects its lines apart and joins the
+        prologue when it closes, so values hoisted while it is open land before it.
+        """
+        parent = self.scope
+        if header is None:
+            self.scopes.append(Scope(parent.lines, parent.indent))
+        elif parent is self.prologue:
+            self.scopes.append(Scope([], parent.indent + 1))
         else:
-            self.scopes.append(Scope(self.scope.lines, self.scope.indent))
+            if pragma is not None:
+                self.emit(pragma)
+            self.emit(header + " {")
+            self.scopes.append(Scope(parent.lines, parent.indent + 1))
         try:
             yield
         finally:
-            self.scopes.pop()
-            if header is not None:
+            inner = self.scopes.pop()
+            if header is not None and parent is self.prologue:
+                pad = "  " * parent.indent
+                opening = ([pad + pragma] if pragma is not None else []) + [pad + header + " {"]
+                parent.lines.extend([*opening, *inner.lines, pad + "}"])
+            elif header is not None:
                 self.emit("}")
 
     @contextlib.contextmanager
@@ -161,10 +175,12 @@ class FunctionBody:
     def hoisted(self) -> Iterator[None]:
         saved = self.scopes
         self.scopes = [self.prologue]
+        self.hoisting += 1
         try:
             yield
         finally:
             self.scopes = saved
+            self.hoisting -= 1
 
     @contextlib.contextmanager
     def captured(self) -> Iterator[list[str]]:
@@ -618,23 +634,38 @@ def simple_reducer(reducer: Computation) -> Op | None:
 
 
 _SIMD_REDUCTIONS = {Op.ADD: "+", Op.MULTIPLY: "*", Op.AND: "&", Op.OR: "|", Op.XOR: "^"}
+_IDENTITIES = {Op.ADD: 0.0, Op.MULTIPLY: 1.0, Op.MAXIMUM: -math.inf, Op.MINIMUM: math.inf}
 
 
-def reduction_accumulator(em: ElementalEmitter, reducer: Computation, dtype: DType) -> tuple[
-        str, str | None]:
-    """(C type of the accumulator, OpenMP reduction operator or None).
+@dataclass(frozen=True)
+class Accumulation:
+    """How a reduce accumulates.
 
-    Integer add/mul/and/or/xor are associative, so the reduced loop may be vectorised. Floats
-    keep the sequential order (no reassociation without -ffast-math), except that an f16 sum
-    accumulates in f32 and rounds once, as NumPy's pairwise summation does.
+    Integer add/mul/and/or/xor are associative, so the reduced loop may be vectorised (OpenMP
+    simd reduction). Floats keep the sequential order (no reassociation without -ffast-math).
+    For f16/bf16 the order is visible in the result, so it follows the reference: reduce the
+    values from the op's identity, then combine the total with the initial value once; an
+    f16 sum accumulates in f32 and rounds once (NumPy's pairwise summation does).
     """
+
+    ctype: str
+    simd_op: str | None = None
+    identity: str | None = None  # start here and apply the initial value last
+    unrounded: bool = False  # f16 sum: `acc += x` in f32
+
+
+def accumulation(em: ElementalEmitter, reducer: Computation, dtype: DType,
+                 count: int) -> Accumulation:
     op = simple_reducer(reducer)
-    if dtype is DType.F16 and op is Op.ADD:
-        return "float", None
     ctype = em.lang.register_type(dtype)
+    if count != 1 or op is None:
+        return Accumulation(ctype)
+    if dtype in (DType.F16, DType.BF16) and op in _IDENTITIES:
+        identity = em.lang.literal(dtype, _IDENTITIES[op])
+        return Accumulation(ctype, None, identity, dtype is DType.F16 and op is Op.ADD)
     if op in _SIMD_REDUCTIONS and (dtype.is_integer or dtype.is_pred):
-        return ctype, _SIMD_REDUCTIONS[op]
-    return ctype, None
+        return Accumulation(ctype, _SIMD_REDUCTIONS[op])
+    return Accumulation(ctype)
 
 
 def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
@@ -644,13 +675,12 @@ def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     in_dims = inputs[0].shape.dims
     out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
     reducer = inst.calls[0]
-    unrounded = count == 1 and inputs[0].dtype is DType.F16 and simple_reducer(reducer) is Op.ADD
-    ctype, simd_op = reduction_accumulator(em, reducer, inputs[0].dtype)
+    plan = accumulation(em, reducer, inputs[0].dtype, count)
     accumulators = []
     for init in inits:
         name = em.body.fresh("acc")
-        em.body.emit(f"{ctype if count == 1 else em.lang.register_type(init.dtype)} {name} = "
-                     f"{em.scalar(init)};")
+        start = plan.identity if plan.identity is not None else em.scalar(init)
+        em.body.emit(f"{em.lang.register_type(init.dtype)} {name} = {start};")
         accumulators.append(name)
     multi: list[str] = []
     loops: list[tuple[str, int]] = []
@@ -663,25 +693,27 @@ def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
             var = em.body.fresh("r")
             loops.append((var, size))
             multi.append(var)
-    if any(in_dims[d] == 0 for d in reduced):
-        loops = []
-    else:
+    if not any(in_dims[d] == 0 for d in reduced):
         with contextlib.ExitStack() as stack:
             for k, (var, size) in enumerate(loops):
-                if k == len(loops) - 1 and simd_op is not None and count == 1:
-                    em.body.emit(em.lang.simd_reduction.format(op=simd_op, var=accumulators[0]))
+                pragma = None
+                if k == len(loops) - 1 and plan.simd_op is not None:
+                    pragma = em.lang.simd_reduction.format(op=plan.simd_op, var=accumulators[0])
                 stack.enter_context(
-                    em.body.block(f"for (int64_t {var} = 0; {var} < {size}; ++{var})"))
+                    em.body.block(f"for (int64_t {var} = 0; {var} < {size}; ++{var})", pragma))
             input_index = Index(in_dims, None, tuple(multi), None)
             values = [em.array_value(x, input_index) for x in inputs]
-            if unrounded:
+            if plan.unrounded:
                 em.body.emit(f"{accumulators[0]} += {values[0]};")
             else:
                 updated = em.apply_reducer(reducer, accumulators, values)
                 for acc, new in zip(accumulators, updated):
                     em.body.emit(f"{acc} = {new};")
-    if unrounded:
-        return em.body.let("float", em.lang.round_to(DType.F16, accumulators[0]))
+    if plan.identity is not None:
+        total = accumulators[0]
+        if plan.unrounded:
+            total = em.body.let("float", em.lang.round_to(DType.F16, total))
+        return em.apply_reducer(reducer, [em.scalar(inits[0])], [total])[0]
     return accumulators[0] if count == 1 else tuple(accumulators)
 
 

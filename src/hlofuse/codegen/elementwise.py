@@ -48,14 +48,14 @@ def _float_function(name: str) -> Handler:
     """A libm function of one float operand, in f32 for f16/bf16, rounded back."""
 
     def emit(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
-        return lang.round_to(inst.dtype, f"{lang.math(name, inst.dtype)}({x[0]})")
+        return lang.round_to(inst.dtype, lang.call_math(name, inst.dtype, x[0]))
 
     return emit
 
 
 def _float_function2(name: str) -> Handler:
     def emit(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
-        return lang.round_to(inst.dtype, f"{lang.math(name, inst.dtype)}({x[0]}, {x[1]})")
+        return lang.round_to(inst.dtype, lang.call_math(name, inst.dtype, x[0], x[1]))
 
     return emit
 
@@ -68,13 +68,13 @@ def _divide(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
 
 def _remainder(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
     if inst.dtype.is_float:
-        return lang.round_to(inst.dtype, f"{lang.math('fmod', inst.dtype)}({x[0]}, {x[1]})")
+        return lang.round_to(inst.dtype, lang.call_math("fmod", inst.dtype, x[0], x[1]))
     return f"hlofuse_rem_{lang.type_tag(inst.dtype)}({x[0]}, {x[1]})"
 
 
 def _power(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
     if inst.dtype.is_float:
-        return lang.round_to(inst.dtype, f"{lang.math('pow', inst.dtype)}({x[0]}, {x[1]})")
+        return lang.round_to(inst.dtype, lang.call_math("pow", inst.dtype, x[0], x[1]))
     return f"hlofuse_pow_{lang.type_tag(inst.dtype)}({x[0]}, {x[1]})"
 
 
@@ -188,19 +188,22 @@ def _is_finite(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
 
 def _logistic(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
     one = "1.0" if inst.dtype is DType.F64 else "1.0f"
-    exp = lang.math("exp", inst.dtype)
-    return lang.round_to(inst.dtype, f"({one} / ({one} + {exp}(-{x[0]})))")
+    exp = lang.call_math("exp", inst.dtype, f"-{x[0]}")
+    return lang.round_to(inst.dtype, f"({one} / ({one} + {exp}))")
 
 
 def _rsqrt(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
     one = "1.0" if inst.dtype is DType.F64 else "1.0f"
-    return lang.round_to(inst.dtype, f"({one} / {lang.math('sqrt', inst.dtype)}({x[0]}))")
+    return lang.round_to(inst.dtype, f"({one} / {lang.call_math('sqrt', inst.dtype, x[0])})")
 
 
 def _erf(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
     # The reference evaluates erf in f64 whatever the type, then rounds.
     if inst.dtype is DType.F64:
-        return f"erf({x[0]})"
+        return lang.call_math("erf", DType.F64, x[0])
+    if inst.dtype is DType.F32:
+        flushed = lang.call_math("erf", DType.F64, f"(double)hlofuse_daz_f({x[0]})")
+        return f"hlofuse_daz_f((float){flushed})"
     return lang.round_to(inst.dtype, f"((float)erf((double){x[0]}))")
 
 

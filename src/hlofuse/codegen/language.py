@@ -43,7 +43,7 @@ _FLOAT_MATH = MappingProxyType({
     "cbrt": ("cbrtf", "cbrt"), "floor": ("floorf", "floor"), "ceil": ("ceilf", "ceil"),
     "round": ("roundf", "round"), "rint": ("rintf", "rint"), "fabs": ("fabsf", "fabs"),
     "fmod": ("fmodf", "fmod"), "pow": ("powf", "pow"), "atan2": ("atan2f", "atan2"),
-    "isfinite": ("isfinite", "isfinite"),
+    "isfinite": ("isfinite", "isfinite"), "erf": ("erff", "erf"),
 })
 
 
@@ -127,6 +127,15 @@ class CLanguage:
     def math(self, name: str, dtype: DType) -> str:
         f32_name, f64_name = self.float_math[name]
         return f64_name if dtype is DType.F64 else f32_name
+
+    def call_math(self, name: str, dtype: DType, *arguments: str) -> str:
+        """A libm call with denormal inputs and results flushed (f32/f64; the reference
+        models XLA's DAZ/FTZ, which libm's integer bit tricks would otherwise escape)."""
+        if dtype not in (DType.F32, DType.F64):
+            return f"{self.math(name, dtype)}({', '.join(arguments)})"
+        flush = "hlofuse_daz_d" if dtype is DType.F64 else "hlofuse_daz_f"
+        inner = ", ".join(f"{flush}({a})" for a in arguments)
+        return f"{flush}({self.math(name, dtype)}({inner}))"
 
     # --- literals ---------------------------------------------------------------------
 

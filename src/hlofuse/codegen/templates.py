@@ -37,6 +37,15 @@ static inline uint32_t hlofuse_f32_bits(float f) { uint32_t b; memcpy(&b, &f, 4)
 static inline double hlofuse_f64_from_bits(uint64_t b) { double f; memcpy(&f, &b, 8); return f; }
 static inline uint64_t hlofuse_f64_bits(double f) { uint64_t b; memcpy(&b, &f, 8); return b; }
 
+/* libm may inspect bits with integer operations, which DAZ does not reach: flush by hand. */
+static inline float hlofuse_daz_f(float x) {
+  uint32_t b = hlofuse_f32_bits(x); return (b & 0x7f800000u) ? x : hlofuse_f32_from_bits(b & 0x80000000u);
+}
+static inline double hlofuse_daz_d(double x) {
+  uint64_t b = hlofuse_f64_bits(x);
+  return (b & 0x7ff0000000000000ull) ? x : hlofuse_f64_from_bits(b & 0x8000000000000000ull);
+}
+
 static inline float hlofuse_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
   uint32_t bits;
@@ -109,12 +118,13 @@ static inline float hlofuse_min_f(float a, float b) { return (a != a || a <= b) 
 static inline double hlofuse_max_d(double a, double b) { return (a != a || a >= b) ? a : b; }
 static inline double hlofuse_min_d(double a, double b) { return (a != a || a <= b) ? a : b; }
 
-/* XLA's total order: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN. */
+/* XLA's total order: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (of flushed values). */
 static inline int32_t hlofuse_total_key_f(float x) {
-  int32_t s = (int32_t)hlofuse_f32_bits(x); return s < 0 ? s ^ 0x7fffffff : s;
+  int32_t s = (int32_t)hlofuse_f32_bits(hlofuse_daz_f(x)); return s < 0 ? s ^ 0x7fffffff : s;
 }
 static inline int64_t hlofuse_total_key_d(double x) {
-  int64_t s = (int64_t)hlofuse_f64_bits(x); return s < 0 ? s ^ 0x7fffffffffffffffll : s;
+  int64_t s = (int64_t)hlofuse_f64_bits(hlofuse_daz_d(x));
+  return s < 0 ? s ^ 0x7fffffffffffffffll : s;
 }
 
 #define HLOFUSE_INT_OPS(TAG, T, UW, W, MIN, MAX, BITS) \
@@ -182,7 +192,7 @@ $body$indent  $ftz_end
 $indent}
 """)
 
-DRIVER = Template(r"""
+DRIVER_SUPPORT = r"""
 typedef struct {
   int64_t *counts;
   double *totals;
@@ -203,11 +213,26 @@ static inline void hlofuse_record(hlofuse_profile *p, int64_t id, double seconds
 }
 
 #define HLOFUSE_TIMED(ID, CALL) do { \
-  if (prof) { double t0_ = hlofuse_now(); CALL; hlofuse_record(prof, (ID), hlofuse_now() - t0_); } \
-  else { CALL; } } while (0)
+  const double t0_ = prof ? hlofuse_now() : 0.0; \
+  CALL; \
+  if (prof) hlofuse_record(prof, (ID), hlofuse_now() - t0_); } while (0)
+"""
 
-/* Runs the whole module: kernels in schedule order, loops and conditionals in C. */
-$export int hlofuse_run(void *const *params, void *const *outs, char *arena,
+# A long run of thunks goes into parts of its own: compilers slow down badly on huge functions.
+DRIVER_PART_PROTOTYPE = Template(r"""static void $name(void *const *, void *const *, char *, const char *, hlofuse_profile *);
+""")
+
+DRIVER_PART = Template(r"""
+static __attribute__((noinline)) __attribute__((optimize("O1"))) void $name(
+    void *const *params, void *const *outs, char *arena, const char *consts,
+    hlofuse_profile *prof) {
+$body}
+""")
+
+DRIVER = Template(r"""
+/* Runs the whole module: kernels in schedule order, loops and conditionals in C. It only calls,
+   so -O1 is as good as -O3 here and much quicker to compile. */
+$export __attribute__((optimize("O1"))) int hlofuse_run(void *const *params, void *const *outs, char *arena,
                         const char *consts, hlofuse_profile *prof) {
   HLOFUSE_FTZ_BEGIN
 $body  HLOFUSE_FTZ_END

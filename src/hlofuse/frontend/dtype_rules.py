@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-import ml_dtypes
 import numpy as np
 
+from hlofuse.frontend.tracing import located
 from hlofuse.ir.dtypes import DType
 
 
@@ -123,18 +123,7 @@ def to_dtype(dtype: object) -> DType:
     if dtype is bool:
         return DType.PRED
     try:
-        np_dtype = np.dtype(dtype)  # type: ignore[call-overload]
+        return canonical(DType.from_numpy(np.dtype(dtype)))  # type: ignore[call-overload]
     except TypeError:
-        raise TypeError(f"{dtype!r} is not a dtype") from None
-    return canonical(DType.from_numpy(np_dtype))
-
-
-def numpy_dtype(dtype: DType) -> np.dtype:
-    return dtype.numpy
-
-
-def is_inexact(dtype: DType) -> bool:
-    return dtype.is_float
-
-
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+        raise TypeError(located(f"{dtype!r} is not a supported dtype (bool, integers and "
+                                "floats are)")) from None

@@ -82,10 +82,12 @@ def _parse(x: Tracer, index: Any) -> tuple[list[_Dim], tuple[int, ...]]:
     if consumed > x.ndim:
         raise IndexError(located(f"too many indices for array of shape {shape_text(x.shape)}: "
                                  f"{consumed} were given"))
-    if Ellipsis in entries:
-        at = entries.index(Ellipsis)
+    # Identity tests only: `in` and `index` would compare traced entries with ==.
+    at = next((i for i, e in enumerate(entries) if e is Ellipsis), None)
+    if at is not None:
         entries[at:at + 1] = [slice(None)] * (x.ndim - consumed)
-    entries += [slice(None)] * (x.ndim - consumed)
+    else:
+        entries += [slice(None)] * (x.ndim - consumed)
     dims: list[_Dim] = []
     out_shape: list[int] = []
     for e in entries:

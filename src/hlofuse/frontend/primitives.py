@@ -6,7 +6,7 @@ These are strict: operands already have the shapes and element types the instruc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from hlofuse.frontend.tracing import current_trace, located
 from hlofuse.ir.attrs import PaddingDim, SliceDim
 from hlofuse.ir.builder import ComputationBuilder
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.hlo import Computation
+from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 
@@ -167,14 +167,14 @@ def dot_general(lhs: Tracer, rhs: Tracer, contracting: tuple[Sequence[int], Sequ
 # --- reductions -----------------------------------------------------------------------------
 
 
-def scalar_computation(key: tuple[str, ...], build: object) -> Computation:
+def scalar_computation(key: tuple[str, ...],
+                       build: Callable[[ComputationBuilder], Instruction]) -> Computation:
     """A small computation over scalars (a reducer), built once per module."""
     context = current_trace().context
     found = context.reducers.get(key)
     if found is not None:
         return found
     builder = ComputationBuilder(context.computation_name(key[0]), context.names)
-    assert callable(build)
     root = build(builder)
     computation = builder.build(root)
     context.reducers[key] = computation
@@ -182,7 +182,7 @@ def scalar_computation(key: tuple[str, ...], build: object) -> Computation:
 
 
 def binary_reducer(op: Op, dtype: DType) -> Computation:
-    def build(b: ComputationBuilder) -> object:
+    def build(b: ComputationBuilder) -> Instruction:
         lhs = b.parameter(0, Shape.scalar(dtype))
         rhs = b.parameter(1, Shape.scalar(dtype))
         return b.add(op, [lhs, rhs])
@@ -202,7 +202,7 @@ def arg_reducer(dtype: DType, direction: str) -> Computation:
     """(value, index) pairs: keep the greater (GT) or smaller (LT) value, NaN first, and on
     ties the lower index; the rule JAX's argmax and argmin reduce with."""
 
-    def build(b: ComputationBuilder) -> object:
+    def build(b: ComputationBuilder) -> Instruction:
         value, index = Shape.scalar(dtype), Shape.scalar(DType.S32)
         acc_v = b.parameter(0, value)
         acc_i = b.parameter(1, index)
@@ -231,10 +231,6 @@ def argreduce(x: Tracer, axis: int, direction: str, init: object) -> Tracer:
     pair = bind(Op.REDUCE, [x, indices, constant(init, x.hlo_dtype), constant(0, DType.S32)],
                 attrs={"dimensions": (axis,)}, calls=[reducer], shape=shape)
     return get_tuple_element(pair, 1)
-
-
-def pad_config(rank: int) -> list[tuple[int, int, int]]:
-    return [(0, 0, 0)] * rank
 
 
 def bind_clamp(low: Tracer, x: Tracer, high: Tracer) -> Tracer:

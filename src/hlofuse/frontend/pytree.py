@@ -115,8 +115,3 @@ def _flatten(tree: Any, leaves: list[Any], path: str | None) -> TreeDef:
         return TreeDef(DICT, children, keys)
     leaves.append(tree if path is None else (path, tree))
     return LEAF_DEF
-
-
-def tree_map(fn: Any, tree: Any) -> Any:
-    leaves, treedef = flatten(tree)
-    return treedef.unflatten([fn(leaf) for leaf in leaves])

@@ -164,13 +164,13 @@ def _contraction_error(name: str, x: Tracer, y: Tracer, xa: int, ya: int) -> Val
 def matmul(a: Any, b: Any) -> Tracer:
     """NumPy's matmul: 1-D operands are promoted to matrices; batch dimensions broadcast."""
     x, y = _product_operands("hnp.matmul", a, b)
+    if x.shape[-1] != y.shape[(y.ndim - 2 if y.ndim > 1 else 0)]:
+        raise _contraction_error("hnp.matmul", x, y, x.ndim - 1, (y.ndim - 2 if y.ndim > 1 else 0))
     x_vec, y_vec = x.ndim == 1, y.ndim == 1
     if x_vec:
         x = prim.reshape(x, (1, x.shape[0]))
     if y_vec:
         y = prim.reshape(y, (y.shape[0], 1))
-    if x.shape[-1] != y.shape[-2]:
-        raise _contraction_error("hnp.matmul", x, y, x.ndim - 1, y.ndim - 2)
     batch_x, batch_y = x.shape[:-2], y.shape[:-2]
     if batch_x or batch_y:
         from hlofuse.frontend.shape_ops import broadcast_shapes, broadcast_to

@@ -23,12 +23,12 @@ from hlofuse.frontend.tracing import (
     located,
     user_frame,
 )
+from hlofuse.ir.analysis import post_order
 from hlofuse.ir.attrs import Metadata
 from hlofuse.ir.builder import ComputationBuilder
-from hlofuse.ir.hlo import Computation, Instruction, Module, make_module
+from hlofuse.ir.hlo import Instruction, Module, make_module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
-from hlofuse.ir.analysis import post_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +52,13 @@ def aval_shape(aval: AbstractValue) -> Shape:
 
 def trace_draft(fn: Callable[[list[Tracer]], Any], in_avals: Sequence[AbstractValue],
                 scope: str, what: str, context: ModuleContext | None = None) -> Draft:
-    """Trace `fn(parameters)` in a new trace nested in the current one (if any)."""
-    parent = current_trace() if context is None else None
-    trace = Trace(context or parent.context, parent, scope)  # type: ignore[union-attr]
+    """Trace `fn(parameters)` in a new trace: nested in the current one, or, given a module
+    context, the root trace of a new module. `what` names the function in errors."""
+    parent: Trace | None = None
+    if context is None:
+        parent = current_trace()
+        context = parent.context
+    trace = Trace(context, parent, scope)
     with active(trace):
         params = [Tracer(trace, trace.new_parameter(aval_shape(a)), a.weak) for a in in_avals]
         out = fn(params)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hlofuse.frontend.dtype_rules import AbstractValue, canonical, python_scalar_type, to_dtype
+from hlofuse.frontend.dtype_rules import AbstractValue, python_scalar_type, to_dtype
 from hlofuse.frontend.tracing import (
     Trace,
     TracerArrayConversionError,
@@ -115,14 +115,23 @@ class Tracer:
             "use the hlofuse.numpy function instead (import hlofuse.numpy as hnp)"))
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        raise TracerArrayConversionError(located(
-            f"numpy.{ufunc.__name__} was called on a traced array ({self.aval.text()}); use "
-            f"hnp.{ufunc.__name__} (import hlofuse.numpy as hnp)"))
+        # NumPy calls this for `np.float32(2) * x` as well as `np.sin(x)`: both mean the
+        # hlofuse.numpy function of the same name.
+        name = getattr(ufunc, "__name__", "")
+        fn = getattr(_hnp(), name, None) if method == "__call__" and not kwargs else None
+        if fn is None:
+            raise TracerArrayConversionError(located(
+                f"numpy.{name}{'.' + method if method != '__call__' else ''} was called on a "
+                f"traced array ({self.aval.text()}) and has no hlofuse.numpy equivalent"))
+        return fn(*inputs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        raise TracerArrayConversionError(located(
-            f"numpy.{func.__name__} was called on a traced array; use hnp.{func.__name__} "
-            "(import hlofuse.numpy as hnp)"))
+        name = getattr(func, "__name__", "")
+        fn = getattr(_hnp(), name, None) if name in _hnp().__all__ else None
+        if fn is None:
+            raise TracerArrayConversionError(located(
+                f"numpy.{name} was called on a traced array and hlofuse.numpy has no {name}"))
+        return fn(*args, **kwargs)
 
     def __iter__(self) -> Iterator[Tracer]:
         if not self.shape:
@@ -359,6 +368,9 @@ def value_type(x: object, what: str = "argument") -> tuple[tuple[int, ...], DTyp
     if isinstance(x, bool | int | float):
         dtype, weak = python_scalar_type(x)
         return (), dtype, weak
+    if isinstance(x, list | tuple):
+        raise TypeError(located(f"{what}: got a Python {type(x).__name__}; convert it with "
+                                "hnp.asarray first"))
     raise TypeError(located(f"{what}: expected an array or a number, got "
                             f"{type(x).__name__}"))
 
@@ -371,12 +383,5 @@ def to_tracer(x: object, what: str = "operand") -> Tracer:
         raise TypeError(located(f"{what}: complex numbers are not supported"))
     if type(x) is int and not _INT32_MIN <= x <= _INT32_MAX:
         raise OverflowError(located(f"{what}: Python int {x} does not fit in int32"))
-    if isinstance(x, list | tuple):
-        raise TypeError(located(f"{what}: got a Python {type(x).__name__}; convert it with "
-                                "hnp.asarray first"))
     _, dtype, weak = value_type(x, what)
     return constant(x, dtype, weak)
-
-
-def canonical_dtype_of(x: object) -> DType:
-    return canonical(value_type(x)[1])

@@ -35,7 +35,9 @@ def run_opt(module: Module, passes: str | None, strategy: str | None,
     log = DecisionLog()
     try:
         if strategy:
-            module = run_strategy(module, strategy, dump_dir=dump_dir).module
+            result = run_strategy(module, strategy, dump_dir=dump_dir)
+            module = result.module
+            log.records.extend(result.decisions.records)
         if passes:
             steps = parse_pass_list(passes, ALL_PASSES)
             module, _ = Pipeline(steps, dump_dir=dump_dir, log=log).run(module)

@@ -88,14 +88,20 @@ def _hint_code_duplication(records: list[DecisionRecord], strategy: str) -> list
     out = []
     base = strategy.split("+")[0].split("-no-")[0]
     for record in records:
-        users = record.figures.get("users", "several")
-        where = _where(record.producer, record.producer_lines)
-        if record.producer_op == "concatenate":
-            out.append(f"the concatenate {where} has {users} users; keep the parts as separate "
-                       f"arrays or use strategy {base}+relax_concatenate")
-        elif record.producer_op != "fusion":
-            out.append(f"the {record.producer_op} {where} has {users} users but may only be "
-                       "fused with one; give each user its own copy or restructure")
+        op = str(record.figures.get("op", record.producer_op))
+        name = str(record.figures.get("instruction", record.producer))
+        line = str(record.figures.get("source_line", ""))
+        where = _where(name, (line,) if line else ())
+        users = record.figures.get("users", 0)
+        emitted = record.figures.get("emitted", 0)
+        uses = (f"has {users} users" if isinstance(users, int) and users > 1
+                else f"is read at {emitted} different indices (several slices of it)")
+        if op == "concatenate":
+            out.append(f"the concatenate {where} {uses}; keep the parts as separate arrays or "
+                       f"use strategy {base}+relax_concatenate")
+        else:
+            out.append(f"the {op} {where} {uses} but may only be emitted once per fusion; it "
+                       "stays a kernel of its own")
     return out
 
 

@@ -25,8 +25,7 @@ def _parameter_for(fusion: Node, operand: Node) -> Node:
         if existing is operand:
             return fusion.fused.params[i]
     param = fusion.fused.add_parameter(operand.shape)
-    fusion.operands.append(operand)
-    operand.users[fusion] = None
+    fusion.parent.append_operand(fusion, operand)
     return param
 
 
@@ -39,8 +38,7 @@ def _unbind_operand(fusion: Node, operand: Node, replacement: Node) -> None:
     if fused.root is param:
         fused.root = replacement
     fused.remove_parameter(index)
-    del fusion.operands[index]
-    operand.users.pop(fusion, None)
+    fusion.parent.remove_operand_at(fusion, index)
 
 
 def create_fusion(consumer: Node, kind: str) -> Node:
@@ -52,7 +50,7 @@ def create_fusion(consumer: Node, kind: str) -> Node:
                        metadata=consumer.metadata, name=module.names.unique("fusion"))
     clone = fused.clone_into(consumer, ())
     for operand in consumer.operands:
-        Graph._append_operand(clone, _parameter_for(fusion, operand))
+        fused.append_operand(clone, _parameter_for(fusion, operand))
     fused.root = clone
     graph.replace_instruction(consumer, fusion)
     return fusion
@@ -64,7 +62,7 @@ def fuse_instruction(fusion: Node, producer: Node) -> Node:
     clone = fused.clone_into(producer, ())
     _unbind_operand(fusion, producer, clone)
     for operand in producer.operands:
-        Graph._append_operand(clone, _parameter_for(fusion, operand))
+        fused.append_operand(clone, _parameter_for(fusion, operand))
     return clone
 
 
@@ -132,7 +130,7 @@ def _clone_body(fusion: Node, source: Node) -> list[Node]:
     if not source.is_fusion:
         clone = fused.clone_into(source, ())
         for operand in source.operands:
-            Graph._append_operand(clone, _parameter_for(fusion, operand))
+            fused.append_operand(clone, _parameter_for(fusion, operand))
         return [clone]
     body = source.fused
     order = body.post_order()

@@ -94,10 +94,10 @@ class FusionMerger:
         if not decision:
             return decision, None
         for user in users:
-            if fused_emitter_inefficient(user, fusion, self.relax_concatenate):
-                return refuse("code-duplication-too-high", fusion, user,
-                              "the fused emitter would duplicate too much code (an op that "
-                              "starts a new basic block would be emitted more than once)"), user
+            culprit = fused_emitter_inefficient(user, fusion, self.relax_concatenate)
+            if culprit is not None:
+                return refuse("code-duplication-too-high", fusion, user, culprit.describe(),
+                              **culprit.figures()), user
             decision = fits_in_budget(fusion, user)
             if not decision:
                 return decision, user

@@ -56,7 +56,7 @@ class Node:
     """A mutable instruction. `users` keeps XLA's order: users in the order they were added."""
 
     __slots__ = ("name", "op", "operands", "users", "shape", "attrs", "metadata", "extra",
-                 "calls", "parent")
+                 "calls", "parent", "_location", "memo")
 
     def __init__(self, name: str, op: Op, shape: Shape, parent: Graph,
                  attrs: Mapping[str, object] = _EMPTY, calls: Sequence[Graph] = (),
@@ -72,6 +72,9 @@ class Node:
         self.extra = extra
         self.calls: list[Graph] = list(calls)
         self.parent = parent
+        self._location: str | None | bool = False  # False: not looked up yet
+        # Analyses of this node keyed by the graph versions they were computed at.
+        self.memo: dict[str, tuple[tuple[int, ...], object]] = {}
 
     def __repr__(self) -> str:
         return f"<{self.op.text} %{self.name}>"
@@ -128,13 +131,26 @@ class Node:
 
     @property
     def source_location(self) -> str | None:
-        return self.metadata.source_location if self.metadata else None
+        if self._location is False:
+            self._location = self.metadata.source_location if self.metadata else None
+        return self._location  # type: ignore[return-value]
+
+    def fusion_key(self) -> tuple[int, ...]:
+        """Changes whenever this fusion's body or operands change."""
+        return (self.fused.version,) + tuple(id(o) for o in self.operands)
 
     def source_locations(self) -> tuple[str, ...]:
         """The user's source lines of this instruction (of every fused one, for a fusion)."""
-        nodes: Iterable[Node] = self.fused.post_order() if self.is_fusion else (self,)
-        found = (n.source_location for n in nodes if n.op is not Op.PARAMETER)
-        return tuple(dict.fromkeys(loc for loc in found if loc))
+        if not self.is_fusion:
+            return (self.source_location,) if self.source_location else ()
+        key = (self.fused.version,)
+        cached = self.memo.get("source_locations")
+        if cached is not None and cached[0] == key:
+            return cached[1]  # type: ignore[return-value]
+        found = (n.source_location for n in self.fused.post_order() if n.op is not Op.PARAMETER)
+        locations = tuple(dict.fromkeys(loc for loc in found if loc))
+        self.memo["source_locations"] = (key, locations)
+        return locations
 
 
 class Graph:
@@ -148,6 +164,8 @@ class Graph:
         self.nodes: dict[Node, None] = {}
         self.params: list[Node] = []
         self._root: Node | None = None
+        self.version = 0  # bumped by every change of nodes, edges or root
+        self._post_order: tuple[int, list[Node]] | None = None
 
     def __repr__(self) -> str:
         return f"<graph %{self.name}: {len(self.nodes)} nodes>"
@@ -160,6 +178,7 @@ class Graph:
     @root.setter
     def root(self, node: Node) -> None:
         self._root = node
+        self.version += 1
 
     # --- building -------------------------------------------------------------------
 
@@ -170,8 +189,9 @@ class Graph:
         node = Node(name if name is not None else self.module.names.unique(op.text), op, shape,
                     self, MappingProxyType(dict(attrs or {})), calls, metadata, extra)
         for operand in operands:
-            self._append_operand(node, operand)
+            self.append_operand(node, operand)
         self.nodes[node] = None
+        self.version += 1
         return node
 
     def add_parameter(self, shape: Shape, name: str | None = None) -> Node:
@@ -186,12 +206,19 @@ class Graph:
         return self.add(node.op, operands, node.shape, attrs=node.attrs, calls=node.calls,
                         metadata=node.metadata, extra=node.extra, name=node.name)
 
-    @staticmethod
-    def _append_operand(node: Node, operand: Node) -> None:
+    def append_operand(self, node: Node, operand: Node) -> None:
+        """`node` (of this graph) reads `operand` as its last operand."""
         node.operands.append(operand)
         operand.users[node] = None
+        self.version += 1
 
     # --- rewriting ------------------------------------------------------------------
+
+    def remove_operand_at(self, node: Node, index: int) -> None:
+        old = node.operands.pop(index)
+        if old not in node.operands:
+            old.users.pop(node, None)
+        self.version += 1
 
     def replace_operand(self, user: Node, index: int, new: Node) -> None:
         old = user.operands[index]
@@ -199,6 +226,7 @@ class Graph:
         new.users[user] = None
         if old not in user.operands:
             old.users.pop(user, None)
+        self.version += 1
 
     def replace_uses(self, old: Node, new: Node, exclude: Node | None = None) -> None:
         """Every user of `old` (but `exclude`) uses `new` instead; the root is not moved."""
@@ -210,6 +238,7 @@ class Graph:
                     user.operands[i] = new
             new.users[user] = None
             del old.users[user]
+        self.version += 1
 
     def replace_instruction(self, old: Node, new: Node) -> None:
         """XLA's ReplaceInstruction: uses and root move to `new`, `old` is removed."""
@@ -225,6 +254,7 @@ class Graph:
             operand.users.pop(node, None)
         node.operands = []
         del self.nodes[node]
+        self.version += 1
 
     def remove_parameter(self, index: int) -> None:
         """Remove parameter `index` (it must be unused); later parameters are renumbered."""
@@ -241,6 +271,11 @@ class Graph:
     def post_order(self) -> list[Node]:
         """XLA's MakeInstructionPostOrder: DFS from every user-less node in list order,
         operands pushed in reverse so the first operand is visited first."""
+        if self._post_order is None or self._post_order[0] != self.version:
+            self._post_order = (self.version, self._compute_post_order())
+        return list(self._post_order[1])
+
+    def _compute_post_order(self) -> list[Node]:
         order: list[Node] = []
         state: dict[Node, bool] = {}  # False: visiting, True: done
         for start in self.nodes:

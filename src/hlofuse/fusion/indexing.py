@@ -14,6 +14,7 @@ concatenates only (the study's third variant).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from hlofuse.fusion.graph import Node
 from hlofuse.fusion.properties import (
@@ -50,14 +51,18 @@ class IndexingEvaluation:
             if inst.op is Op.PARAMETER:
                 continue
             self.usage[inst] = sum(self.usage[u] for u in self.indexing_users[inst])
-            for operand in inst.operands:
-                key = (fusion.operands[operand.parameter_number]
-                       if operand.op is Op.PARAMETER else operand)
-                if inst.op is Op.TRANSPOSE or equal_ignoring_element_type(operand.shape,
-                                                                          inst.shape):
-                    self.indexing_users[key] |= self.indexing_users[inst]
-                else:
-                    self.indexing_users[key].add(inst)
+            self.add_operand_users(inst)
+
+    def add_operand_users(self, inst: Node) -> None:
+        """Operands of `inst` are indexed by `inst`'s users (same shape) or by `inst`."""
+        mine = self.indexing_users[inst]
+        for operand in inst.operands:
+            key = (self.fusion.operands[operand.parameter_number]
+                   if operand.op is Op.PARAMETER else operand)
+            if inst.op is Op.TRANSPOSE or equal_ignoring_element_type(operand.shape, inst.shape):
+                self.indexing_users[key] |= mine
+            else:
+                self.indexing_users[key].add(inst)
 
     def emitted(self, producer: Node) -> int:
         """How often `producer` (an operand of the fusion) would be emitted once fused."""
@@ -76,17 +81,83 @@ class IndexingEvaluation:
         return self.too_high(producer, self.emitted(producer))
 
     def max_code_duplication_too_high(self) -> bool:
-        return any(self.too_high(node, count) for node, count in self.usage.items())
+        return self.worst() is not None
+
+    def worst(self) -> Culprit | None:
+        """The first instruction that would be emitted too often, if any."""
+        for node, count in self.usage.items():
+            if self.too_high(node, count):
+                return Culprit(node, count, real_user_count(node))
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """An instruction the fused emitter would duplicate too much, with the figures."""
+
+    node: Node
+    emitted: int
+    users: int
+
+    def describe(self) -> str:
+        what = f"{self.node.op.text} %{self.node.name}"
+        if self.emitted > ALLOWED_CODE_DUPLICATION:
+            return (f"{what} would be emitted {self.emitted} times, over the limit of "
+                    f"{ALLOWED_CODE_DUPLICATION}")
+        uses = (f"has {self.users} users" if self.users > 1
+                else f"would be read at {self.emitted} different indices")
+        return (f"{what} {uses}; it starts a new basic block, so the fused emitter may emit it "
+                "only once")
+
+    def figures(self) -> dict[str, int | str]:
+        return {"op": self.node.op.text, "instruction": self.node.name,
+                "source_line": self.node.source_location or "", "emitted": self.emitted,
+                "users": self.users, "limit": ALLOWED_CODE_DUPLICATION}
+
+
+def cached_evaluation(fusion: Node, relax_concatenate: bool) -> IndexingEvaluation | None:
+    cached = fusion.memo.get("indexing")
+    if cached is None or cached[0] != fusion.fusion_key() + (int(relax_concatenate),):
+        return None
+    return cached[1]  # type: ignore[return-value]
+
+
+def _store(fusion: Node, evaluation: IndexingEvaluation) -> None:
+    fusion.memo["indexing"] = (fusion.fusion_key() + (int(evaluation.relax_concatenate),),
+                               evaluation)
+
+
+def indexing_evaluation(fusion: Node, relax_concatenate: bool = False) -> IndexingEvaluation:
+    """The evaluation of `fusion` as it is now (cached until its body or operands change)."""
+    evaluation = cached_evaluation(fusion, relax_concatenate)
+    if evaluation is None:
+        evaluation = IndexingEvaluation(fusion, relax_concatenate=relax_concatenate)
+        _store(fusion, evaluation)
+    return evaluation
+
+
+def update_after_fusing(evaluation: IndexingEvaluation, producer: Node, clone: Node) -> None:
+    """XLA's RemoveFusionOperand + UpdateEvaluationCache: `producer` was just cloned into the
+    evaluated fusion as `clone`; account for it without recomputing everything."""
+    fusion = evaluation.fusion
+    users = evaluation.indexing_users.pop(producer, set())
+    evaluation.indexing_users[clone] = users
+    evaluation.usage[clone] = sum(evaluation.usage[u] for u in users)
+    evaluation.add_operand_users(clone)
+    _store(fusion, evaluation)
 
 
 def fused_emitter_inefficient(consumer: Node, producer: Node,
-                              relax_concatenate: bool = False) -> bool:
+                              relax_concatenate: bool = False) -> Culprit | None:
     """FusedIrEmitter::IsFusedIrEmitterInefficient: would merging `producer` into the fusion
-    `consumer` duplicate too much code?"""
+    `consumer` duplicate too much code? Returns the instruction that would be duplicated."""
     if not consumer.is_fusion:
-        return False
-    evaluation = IndexingEvaluation(consumer, relax_concatenate=relax_concatenate)
+        return None
+    evaluation = indexing_evaluation(consumer, relax_concatenate)
     if not producer.is_fusion:
-        return evaluation.code_duplication_too_high(producer)
+        emitted = evaluation.emitted(producer)
+        if evaluation.too_high(producer, emitted):
+            return Culprit(producer, emitted, real_user_count(producer))
+        return None
     merged = IndexingEvaluation(producer, evaluation.emitted(producer), relax_concatenate)
-    return merged.max_code_duplication_too_high()
+    return merged.worst()

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 from hlofuse.fusion.decision import Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction
 from hlofuse.fusion.graph import Graph, ModuleGraph, Node, Reachability
+from hlofuse.fusion.indexing import cached_evaluation, update_after_fusing
 from hlofuse.fusion.properties import (
     is_effective_scalar,
     is_fusible,
@@ -77,16 +78,20 @@ def choose_kind(producer: Node, consumer: Node) -> str:
     return "kInput" if is_input_fusible(consumer) else "kLoop"
 
 
-def fuse(producer: Node, consumer: Node) -> Node:
+def fuse(producer: Node, consumer: Node, relax_concatenate: bool = False) -> Node:
     """InstructionFusion::Fuse: the consumer becomes (or is) a fusion holding a producer clone."""
     kind = choose_kind(producer, consumer)
+    evaluation = None
     if consumer.is_fusion:
         fusion = consumer
         if fusion.kind != kind:
             fusion.set_kind(kind)
+        evaluation = cached_evaluation(fusion, relax_concatenate)
     else:
         fusion = create_fusion(consumer, kind)
-    fuse_instruction(fusion, producer)
+    clone = fuse_instruction(fusion, producer)
+    if evaluation is not None:
+        update_after_fusing(evaluation, producer, clone)
     return fusion
 
 
@@ -135,17 +140,18 @@ def fuse_computation(graph: Graph, options: FusionOptions, recorder: Recorder) -
             if producer.op is Op.PARAMETER:
                 continue  # an input of the computation, not an edge between kernels
             decision = producer_is_fusible(producer, consumer)
+            if decision:
+                decision = should_fuse(consumer, i, options)
             if decision and producer in do_not_duplicate:
+                # XLA checks this first; when the edge itself is fine, this is the reason.
                 decision = refuse("globally-unfusible", producer, consumer,
                                   f"it reads more than it writes and cannot be fused into all "
                                   f"{len(producer.users)} users on all paths",
                                   users=len(producer.users))
-            if decision:
-                decision = should_fuse(consumer, i, options)
             recorder.pair(graph.name, producer, consumer, decision)
             if not decision:
                 continue
-            fusion = fuse(producer, consumer)
+            fusion = fuse(producer, consumer, options.relax_concatenate)
             queue.on_fusing(fusion)
             changed = True
             if not producer.users:

@@ -72,7 +72,8 @@ def kernel_kind(node: Node) -> str:
 
 def _kernel(node: Node, loops: tuple[str, ...]) -> Kernel:
     if node.is_fusion:
-        inner = [n for n in node.fused.post_order() if n.op is not Op.PARAMETER]
+        # A multi-output fusion's root tuple only lists outputs; it computes nothing.
+        inner = [n for n in node.fused.post_order() if n.op not in (Op.PARAMETER, Op.TUPLE)]
     else:
         inner = [node]
     return Kernel(node.name, kernel_kind(node), node.parent.name, loops,

@@ -182,7 +182,8 @@ class _MultiOutputFuser:
     # --- producer and consumer ---------------------------------------------------------
 
     def fuse_producer_consumer(self, producer: Node) -> bool:
-        if not self.graph.contains(producer) or not producer.users:
+        if (not self.graph.contains(producer) or not producer.users
+                or producer.op is Op.PARAMETER):
             return False
         users = list(producer.users)
         if len(users) == 1 and not users[0].is_multi_output_fusion:
@@ -218,7 +219,8 @@ class _MultiOutputFuser:
         decision = fits_in_budget(producer, consumer)
         if not decision:
             return decision
-        if fused_emitter_inefficient(consumer, producer, self.relax_concatenate):
+        culprit = fused_emitter_inefficient(consumer, producer, self.relax_concatenate)
+        if culprit is not None:
             return refuse("code-duplication-too-high", producer, consumer,
-                          "the fused emitter would duplicate too much code")
+                          f"{culprit.describe()} (as an extra output)", **culprit.figures())
         return FusionDecision.yes()

@@ -9,6 +9,7 @@ are the 2022 GPU values the study's pipeline used.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,6 +57,17 @@ def is_fusible(node: Node) -> bool:
     return not has_side_effect(node)
 
 
+def _per_fusion(name: str, node: Node, compute: Callable[[Node], int]) -> int:
+    """A sum over a fusion's instructions, cached until its body changes."""
+    key = (node.fused.version,)
+    cached = node.memo.get(name)
+    if cached is not None and cached[0] == key:
+        return cached[1]  # type: ignore[return-value]
+    value = sum(compute(n) for n in node.fused.nodes)
+    node.memo[name] = (key, value)
+    return value
+
+
 def is_elementwise_op(node: Node) -> bool:
     """XLA's IsOpElementwise (copy included; bitcast-convert only between equal widths)."""
     if node.op is Op.COPY:
@@ -68,8 +80,12 @@ def is_elementwise_op(node: Node) -> bool:
 def is_elementwise(node: Node) -> bool:
     """HloInstruction::IsElementwise (a fusion is if every fused instruction is)."""
     if node.is_fusion:
-        return all(n.op is Op.PARAMETER or is_elementwise(n) for n in node.fused.nodes)
+        return _per_fusion("non_elementwise", node, _not_elementwise) == 0
     return is_elementwise_op(node)
+
+
+def _not_elementwise(node: Node) -> int:
+    return 0 if node.op is Op.PARAMETER or is_elementwise(node) else 1
 
 
 def is_elementwise_on_operand(node: Node, index: int) -> bool:
@@ -121,12 +137,19 @@ def subshape_count(shape: Shape) -> int:
 # --- layouts and reductions ---------------------------------------------------------------
 
 
+@functools.cache
+def _default_layout(rank: int) -> tuple[int, ...]:
+    return default_layout(rank)
+
+
 def minor_to_major(shape: Shape) -> tuple[int, ...]:
-    return shape.layout if shape.layout is not None else default_layout(shape.rank)
+    return shape.layout if shape.layout is not None else _default_layout(shape.rank)
 
 
 def equal_ignoring_element_type(a: Shape, b: Shape) -> bool:
     """Same dims and layout (XLA's Shape::Equal().IgnoreElementType())."""
+    if a.layout is None and b.layout is None and not a.elements and not b.elements:
+        return a.dims == b.dims and a.is_tuple == b.is_tuple
     if a.is_tuple or b.is_tuple:
         return (a.is_tuple and b.is_tuple and len(a.elements) == len(b.elements)
                 and all(equal_ignoring_element_type(x, y)
@@ -239,7 +262,7 @@ def is_loop_fusible(node: Node) -> bool:
     """IsLoopFusible (2022 gpu_fusible.cc)."""
     if not is_fusible(node):
         return False
-    if is_elementwise(node) and node.operands and not node.is_fusion:
+    if not node.is_fusion and node.operands and is_elementwise_op(node):
         return True
     if node.op is Op.REDUCE:
         return not is_contiguous_reduction(node) and not node.shape.is_tuple
@@ -271,8 +294,8 @@ def is_physically_transposing(node: Node) -> bool:
 def shared_memory_usage(node: Node) -> int:
     """Bytes of shared memory the tiled reduction emitter needs (2022 estimates)."""
     if node.is_fusion:
-        return sum(shared_memory_usage(n) for n in node.fused.nodes)
-    if not is_contiguous_reduction(node):
+        return _per_fusion("shared_memory", node, shared_memory_usage)
+    if node.op is not Op.REDUCE or not is_contiguous_reduction(node):
         return 0
     item = node.operands[0].dtype.itemsize
     outputs = len(node.shape.elements) if node.shape.is_tuple else 1
@@ -284,7 +307,7 @@ def shared_memory_usage(node: Node) -> int:
 
 def unnested_reduction_count(node: Node) -> int:
     if node.is_fusion:
-        return sum(unnested_reduction_count(n) for n in node.fused.nodes)
+        return _per_fusion("unnested_reductions", node, unnested_reduction_count)
     return 1 if is_contiguous_reduction(node) else 0
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hlofuse.fusion.decision import FusionDecision, Figure
 from hlofuse.fusion.graph import Node
-from hlofuse.fusion.indexing import IndexingEvaluation, real_user_count
+from hlofuse.fusion.indexing import indexing_evaluation, real_user_count
 from hlofuse.fusion.properties import (
     ALLOWED_CODE_DUPLICATION,
     MAX_OPERANDS_AND_OUTPUTS_PER_FUSION,
@@ -69,11 +69,11 @@ def barrier(node: Node) -> tuple[str, str]:
     if op in (Op.WHILE, Op.CONDITIONAL, Op.CALL):
         return ("control-flow-boundary",
                 f"{op.text} %{node.name} runs other computations; fusion stops at its boundary")
+    if has_side_effect(node):
+        return "side-effect", f"{op.text} %{node.name} has side effects"
     if op is Op.CUSTOM_CALL:
         target = node.attrs.get("custom_call_target", "")
         return "custom-call", f"custom-call %{node.name} ({target}) is an opaque library call"
-    if has_side_effect(node):
-        return "side-effect", f"%{node.name} has side effects"
     if op in (Op.TUPLE, Op.GET_TUPLE_ELEMENT):
         return ("tuple-boundary",
                 f"{op.text} %{node.name} only moves buffers; values passing through it are "
@@ -335,7 +335,7 @@ def code_duplication_acceptable(producer: Node, consumer: Node,
     """CodeDuplicationTooHigh, for a consumer that is already a fusion."""
     if not consumer.is_fusion:
         return OK
-    evaluation = IndexingEvaluation(consumer, relax_concatenate=options.relax_concatenate)
+    evaluation = indexing_evaluation(consumer, options.relax_concatenate)
     emitted = evaluation.emitted(producer)
     if not evaluation.too_high(producer, emitted):
         return OK
@@ -348,14 +348,19 @@ def code_duplication_acceptable(producer: Node, consumer: Node,
                   "time(s); it starts a new basic block, so it may only be fused with a single "
                   "user and a single index")
     return refuse("code-duplication-too-high", producer, consumer, reason, emitted=emitted,
-                  users=users, op=producer.op.text, limit=ALLOWED_CODE_DUPLICATION)
+                  users=users, op=producer.op.text, instruction=producer.name,
+                  source_line=producer.source_location or "", limit=ALLOWED_CODE_DUPLICATION)
 
 
 def should_fuse(consumer: Node, index: int, options: FusionOptions) -> FusionDecision:
-    """GpuInstructionFusion::ShouldFuse (2022 order), for operand `index` of `consumer`."""
+    """GpuInstructionFusion::ShouldFuse (2022), for operand `index` of `consumer`."""
     producer = consumer.operands[index]
+    # Every check must pass, so their order only decides which refusal is reported; barriers
+    # (custom calls, tuples, loops, ...) are reported before the cost rule they also fail.
     checks: tuple[Callable[[], FusionDecision], ...] = (
         lambda: producer_not_fusion(producer, consumer),
+        lambda: producer_is_loop_fusible(producer, consumer),
+        lambda: consumer_is_fusible(producer, consumer),
         lambda: expensive_producer_not_reused(producer, consumer, index),
         lambda: is_producer_consumer_fusible(producer, consumer),
         lambda: producer_not_root(producer, consumer),
@@ -376,7 +381,3 @@ def producer_is_fusible(producer: Node, consumer: Node) -> FusionDecision:
         return OK
     rule, reason = barrier(producer)
     return refuse(rule, producer, consumer, reason)
-
-
-def describe_contiguous(node: Node) -> str:
-    return "tiled reduction" if is_contiguous_reduction(node) else node.op.text

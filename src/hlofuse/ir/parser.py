@@ -47,10 +47,15 @@ class HloParseError(ValueError):
         where = f"{self.filename or '<text>'}:{self.line}:{self.column}"
         text = f"{where}: {self.message}"
         if self.source_line:
-            excerpt = self.source_line[:200]
+            # At most 200 characters of the line, from far enough left to include the column
+            # (jax's lines with metadata run to many hundreds).
+            start = max(0, self.column - 150) if len(self.source_line) > 200 else 0
+            marker = "..." if start else ""
+            excerpt = self.source_line[start:start + 200]
             # Keep the line's tabs so the caret lines up under tab-indented text.
-            pad = "".join(c if c == "\t" else " " for c in self.source_line[:self.column - 1])
-            text += f"\n  {excerpt}\n  {pad}^"
+            pad = "".join(c if c == "\t" else " "
+                          for c in marker + self.source_line[start:self.column - 1])
+            text += f"\n  {marker}{excerpt}\n  {pad}^"
         return text
 
 

@@ -27,7 +27,8 @@ def _require(cond: bool, message: str) -> None:
 
 
 def _array(shape: Shape, what: str) -> Shape:
-    _require(shape.is_array, f"{what} must be an array, got {shape.text(False)}")
+    if not shape.is_array:  # format the message only on failure: this runs per instruction
+        raise ShapeError(f"{what} must be an array, got {shape.text(False)}")
     return shape
 
 
@@ -57,11 +58,9 @@ def same_shape_operands(operands: Sequence[Shape], op: str) -> Shape:
     first = _array(operands[0], f"{op} operand")
     for other in operands[1:]:
         _array(other, f"{op} operand")
-        _require(
-            other.dims == first.dims and other.dtype == first.dtype,
-            f"{op} operands must have the same shape, got {first.text(False)} and "
-            f"{other.text(False)}",
-        )
+        if other.dims != first.dims or other.dtype != first.dtype:
+            raise ShapeError(f"{op} operands must have the same shape, got "
+                             f"{first.text(False)} and {other.text(False)}")
     return Shape.array(first.dtype, first.dims)
 
 

@@ -103,7 +103,7 @@ class Pipeline:
                 raise PassError(f"pass {p.name} produced an invalid module: {e}") from e
         if self.dump_dir is not None:
             path = Path(self.dump_dir) / f"{self._count:02d}-{p.name}.hlo"
-            path.write_text(f"// after pass {describe(p)} (changed: {changed})\n"
+            path.write_text(f"// after pass {describe(p)} (changed: {_knob_text(changed)})\n"
                             + module_text(module))
         return module, changed
 

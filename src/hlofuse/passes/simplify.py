@@ -154,13 +154,15 @@ def slice_of_concatenate(inst: Instruction, builder: RewriteBuilder) -> Instruct
     concat = inst.operands[0]
     dim = concat.ints("dimensions")[0]
     spec = _slices(inst)
+    if any(s.stride != 1 for s in spec):
+        return None  # XLA only rewrites unstrided slices
     start, limit = spec[dim].start, spec[dim].limit
     offset = 0
     for part in concat.operands:
         size = part.shape.dims[dim]
         if offset <= start and limit <= offset + size and size:
             shifted = list(spec)
-            shifted[dim] = SliceDim(start - offset, limit - offset, spec[dim].stride)
+            shifted[dim] = SliceDim(start - offset, limit - offset)
             return _add(builder, inst, Op.SLICE, [part], None, slice=tuple(shifted))
         offset += size
     return None

@@ -211,6 +211,8 @@ def _join_in_place(program: Program, at: _Positions, classes: _Classes,
                 continue
             if not (classes.is_temporary(source) and classes.is_temporary(target)):
                 continue
+            if len(classes.members[classes.find(target)]) != 1:
+                continue  # already sharing another operand's buffer
             if classes.interval[classes.find(source)][1] != p:
                 continue  # the operand is still needed afterwards
             classes.union(source, target)
@@ -267,19 +269,20 @@ def _join_results(thunks: list[Thunk], span: tuple[int, int], at: _Positions,
         copy_at = at.position_of[id(copy)]
         if any(p > copy_at for p, _ in classes.class_uses(result)):
             continue
-        if reason == "while-back" and not _old_state_dead(state, result, defined, begin, at,
+        if reason == "while-back" and not _old_state_dead(state, result, defined, span, at,
                                                           classes, in_place, updated):
             continue
         classes.union(state, result)
 
 
-def _old_state_dead(state: Buffer, result: Buffer, defined: int, begin: int, at: _Positions,
-                    classes: _Classes, in_place: Mapping[int, tuple[tuple[int, int], ...]],
-                    updated: set[int]) -> bool:
-    """Nothing reads the state's old value once the result starts being written, except an
-    in-place update producing the result itself."""
+def _old_state_dead(state: Buffer, result: Buffer, defined: int, span: tuple[int, int],
+                    at: _Positions, classes: _Classes,
+                    in_place: Mapping[int, tuple[tuple[int, int], ...]], updated: set[int]) -> bool:
+    """Nothing in the body reads the state's old value once the result starts being written,
+    except an in-place update producing the result itself."""
+    begin, end = span
     for p, reader in classes.class_uses(state):
-        if p < begin or p < defined:
+        if p < begin or p < defined or p > end:
             continue
         if p == defined and isinstance(reader, KernelThunk):
             source = None

@@ -8,7 +8,6 @@ body, e.g. from a computation called twice) share one function.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from hlofuse.runtime.buffers import Assignment
 from hlofuse.runtime.program import (
     Buffer, BufferKind, ConditionalThunk, CopyThunk, KernelThunk, Program, Thunk, WhileThunk)
 
+PART_SIZE = 100  # thunks per driver function
 _DOT_TAGS = ("f32", "f64", "u8", "u16", "u32", "u64", "pred")
 LIBRARY_DECLARATIONS = "\n".join(
     [f"void hlofuse_rt_dot_{tag}(const void *, const void *, void *, int64_t, int64_t, "
@@ -69,7 +69,10 @@ def module_source(program: Program, emitted: Mapping[int, EmittedKernel],
     driver = _Driver(assignment, constant_offsets, function_of, lang)
     body = driver.thunks(program.thunks, 1)
     text = (templates.HEADER.substitute(what=what, library_declarations=LIBRARY_DECLARATIONS)
-            + "".join(definitions) + "".join(exports)
+            + "".join(definitions) + "".join(exports) + templates.DRIVER_SUPPORT
+            + "".join(templates.DRIVER_PART_PROTOTYPE.substitute(name=f"hlofuse_part{k}")
+                      for k in range(len(driver.parts)))
+            + "".join(driver.parts)
             + templates.DRIVER.substitute(export=lang.export_qualifier, body=body))
     return ModuleSource(text, tuple(functions.values()), function_of)
 
@@ -88,7 +91,7 @@ class _Driver:
         self.constant_offsets = constant_offsets
         self.function_of = function_of
         self.lang = lang
-        self._names = itertools.count()
+        self.parts: list[str] = []
 
     def pointer(self, buffer: Buffer) -> str:
         storage = self.assignment.of(buffer)
@@ -101,7 +104,17 @@ class _Driver:
         return f"(consts + {self.constant_offsets[storage.offset]})"
 
     def thunks(self, thunks: list[Thunk], depth: int) -> str:
-        return "".join(self.thunk(t, depth) for t in thunks)
+        if len(thunks) <= PART_SIZE:
+            return "".join(self.thunk(t, depth) for t in thunks)
+        calls = []
+        for start in range(0, len(thunks), PART_SIZE):
+            name = f"hlofuse_part{len(self.parts)}"
+            self.parts.append("")  # reserve the name: a loop inside may add parts of its own
+            body = "".join(self.thunk(t, 1) for t in thunks[start:start + PART_SIZE])
+            self.parts[int(name[len("hlofuse_part"):])] = templates.DRIVER_PART.substitute(
+                name=name, body=body)
+            calls.append(f"{'  ' * depth}{name}(params, outs, arena, consts, prof);\n")
+        return "".join(calls)
 
     def thunk(self, thunk: Thunk, depth: int) -> str:
         pad = "  " * depth

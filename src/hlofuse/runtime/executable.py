@@ -193,13 +193,13 @@ class Executable:
             seen.add(buffer.id)
             read += _bytes_read(thunk, inst, buffer)
         written = sum(b.nbytes for b in thunk.outputs)
-        if id(thunk) in storage.in_place:
-            for out_k, in_k in self._generated.emitted[id(thunk)].in_place:
-                source = thunk.inputs[in_k]
-                if storage.of(source) == storage.of(thunk.outputs[out_k]):
-                    update = _update_bytes(thunk, out_k)
-                    read -= source.nbytes
-                    written += update - thunk.outputs[out_k].nbytes
+        for out_k, in_k in self._generated.emitted[id(thunk)].in_place:
+            source, target = thunk.inputs[in_k], thunk.outputs[out_k]
+            update = _update_bytes(thunk, out_k)
+            if update is not None and storage.of(source) == storage.of(target):
+                # An in-place dynamic-update-slice touches only the window it writes.
+                read -= source.nbytes
+                written += update - target.nbytes
         return read, written
 
     # --- running ------------------------------------------------------------------------
@@ -408,6 +408,6 @@ def _kernel_instructions(thunk: KernelThunk) -> list[Instruction]:
     return kernel_instructions(thunk.spec)
 
 
-def _update_bytes(thunk: KernelThunk, output: int) -> int:
+def _update_bytes(thunk: KernelThunk, output: int) -> int | None:
     inst, _ = thunk.spec.outputs[output]
-    return inst.operands[1].shape.byte_size if inst.op is Op.DYNAMIC_UPDATE_SLICE else 0
+    return inst.operands[1].shape.byte_size if inst.op is Op.DYNAMIC_UPDATE_SLICE else None

@@ -159,6 +159,16 @@ def resolve_leaf(inst: Instruction, path: tuple[int, ...]) -> tuple[Instruction,
 _ALIASES = (Op.RESHAPE, Op.BITCAST, Op.OPT_BARRIER)
 
 
+def schedule(comp: Computation) -> list[Instruction]:
+    """Operands before users, from the root. A tuple root's elements are visited last to
+    first, so a loop body computes `i + 1` after the other elements have read `i` and the new
+    value can overwrite the old in place."""
+    root = comp.root
+    if root.op is not Op.TUPLE:
+        return post_order([root])
+    return [*post_order(reversed(root.operands)), root]
+
+
 class ProgramBuilder:
     def __init__(self) -> None:
         self._ids = itertools.count()
@@ -198,7 +208,7 @@ class ProgramBuilder:
 
     def run(self, comp: Computation, arguments: list[Tree], out: list[Thunk]) -> Tree:
         env: dict[int, Tree] = {}
-        for inst in post_order([comp.root]):
+        for inst in schedule(comp):
             operands = [env[id(o)] for o in inst.operands]
             env[id(inst)] = self.instruction(inst, operands, arguments, out)
         return env[id(comp.root)]
@@ -348,17 +358,17 @@ def build_program(module: Module) -> Program:
     result = builder.run(module.entry, arguments, thunks)
     outputs: list[Buffer] = []
 
-    def output_tree(tree: Tree) -> Tree:
+    def output_tree(tree: Tree, shape: Shape) -> Tree:
         if isinstance(tree, tuple):
-            return tuple(output_tree(t) for t in tree)
+            return tuple(output_tree(t, s) for t, s in zip(tree, shape.elements))
         if tree is None:
             return None
-        target = builder.buffer(Shape.array(tree.dtype, tree.dims), BufferKind.OUTPUT,
-                                f"output {len(outputs)}", len(outputs))
+        # The shape comes from the result, not the buffer: a reshape only renames a buffer.
+        target = builder.buffer(shape, BufferKind.OUTPUT, f"output {len(outputs)}", len(outputs))
         outputs.append(target)
         thunks.append(builder.copy(tree, target, "output"))
         return target
 
-    structure = output_tree(result)
+    structure = output_tree(result, module.result_shape)
     return Program(thunks, params, outputs, structure, builder.constants,
                    builder.profile_labels)

@@ -40,6 +40,14 @@
 #define HLOFUSE__FMA(a, b, c) fma((a), (b), (c))
 #endif
 
+/* Polynomial steps use fma where the target has it, whatever -ffp-contract says:
+ * one rounding instead of two, and half the instructions. */
+#if defined(__FMA__) || defined(__FP_FAST_FMA)
+#define HLOFUSE__MADD(a, b, c) HLOFUSE__FMA((a), (b), (c))
+#else
+#define HLOFUSE__MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* ---------------------------------------------------------------- bit access */
 
 HLOFUSE_MATH_FN uint64_t hlofuse__bits64(double x) {
@@ -109,8 +117,8 @@ HLOFUSE_MATH_FN double hlofuse__pow2(double j) {
 /* --------------------------------------------------------------- constants */
 
 #define HLOFUSE__INV_LN2 0x1.71547652b82fep+0
-/* ln2 = LN2_HI + LN2_LO; LN2_HI has 32 trailing zero bits, so k * LN2_HI is exact
- * for |k| < 2^20 and x - k * LN2_HI is exact (Sterbenz) when k = rint(x / ln2). */
+/* ln2 = LN2_HI + LN2_LO (fdlibm's split); LN2_HI has 32 significant bits, so k * LN2_HI
+ * is exact for |k| < 2^21 and x - k * LN2_HI is exact (Sterbenz) when k = rint(x / ln2). */
 #define HLOFUSE__LN2_HI 0x1.62e42fee00000p-1
 #define HLOFUSE__LN2_LO 0x1.a39ef35793c76p-33
 #define HLOFUSE__LN2 0x1.62e42fefa39efp-1
@@ -127,13 +135,13 @@ HLOFUSE_MATH_FN double hlofuse__exp_fcore(double x) {
     double kd = HLOFUSE__RINT(x * HLOFUSE__INV_LN2);
     double r = (x - kd * HLOFUSE__LN2_HI) - kd * HLOFUSE__LN2_LO;
     double p = 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
+    p = HLOFUSE__MADD(p, r, 1.0 / 40320.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 5040.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 720.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 120.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 24.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 6.0);
+    p = HLOFUSE__MADD(p, r, 0.5);
     p = 1.0 + (r + r * r * p);
     return p * hlofuse__pow2(kd);
 }
@@ -144,15 +152,15 @@ HLOFUSE_MATH_FN double hlofuse__expm1_fcore(double x) {
     double kd = HLOFUSE__RINT(x * HLOFUSE__INV_LN2);
     double r = (x - kd * HLOFUSE__LN2_HI) - kd * HLOFUSE__LN2_LO;
     double p = 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
+    p = HLOFUSE__MADD(p, r, 1.0 / 3628800.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 362880.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 40320.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 5040.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 720.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 120.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 24.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 6.0);
+    p = HLOFUSE__MADD(p, r, 0.5);
     p = r + r * r * p;
     /* 2^k * p + (2^k - 1), scaled by 1/2 so that 2^(k-1) stays finite at k = 128. */
     double s = hlofuse__pow2(kd - 1.0);
@@ -182,12 +190,12 @@ HLOFUSE_MATH_FN double hlofuse__log_fcore(double x) {
     double s2 = s * s;
     double hfsq = 0.5 * f * f;
     double r = 2.0 / 15.0;
-    r = r * s2 + 2.0 / 13.0;
-    r = r * s2 + 2.0 / 11.0;
-    r = r * s2 + 2.0 / 9.0;
-    r = r * s2 + 2.0 / 7.0;
-    r = r * s2 + 2.0 / 5.0;
-    r = r * s2 + 2.0 / 3.0;
+    r = HLOFUSE__MADD(r, s2, 2.0 / 13.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 11.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 9.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 7.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 5.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 3.0);
     r = r * s2;
     return kd * HLOFUSE__LN2 + (f - (hfsq - s * (hfsq + r)));
 }
@@ -202,17 +210,17 @@ HLOFUSE_MATH_FN double hlofuse__log_dcore(double x, double kextra) {
     double s2 = s * s;
     double hfsq = 0.5 * f * f;
     double r = 2.0 / 25.0;
-    r = r * s2 + 2.0 / 23.0;
-    r = r * s2 + 2.0 / 21.0;
-    r = r * s2 + 2.0 / 19.0;
-    r = r * s2 + 2.0 / 17.0;
-    r = r * s2 + 2.0 / 15.0;
-    r = r * s2 + 2.0 / 13.0;
-    r = r * s2 + 2.0 / 11.0;
-    r = r * s2 + 2.0 / 9.0;
-    r = r * s2 + 2.0 / 7.0;
-    r = r * s2 + 2.0 / 5.0;
-    r = r * s2 + 2.0 / 3.0;
+    r = HLOFUSE__MADD(r, s2, 2.0 / 23.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 21.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 19.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 17.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 15.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 13.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 11.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 9.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 7.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 5.0);
+    r = HLOFUSE__MADD(r, s2, 2.0 / 3.0);
     r = r * s2;
     return kd * HLOFUSE__LN2_HI - ((hfsq - (s * (hfsq + r) + kd * HLOFUSE__LN2_LO)) - f);
 }
@@ -237,7 +245,7 @@ HLOFUSE_MATH_FN double hlofuse__cbrt_halley(double x, int steps) {
     double q = HLOFUSE__RINT(e * (1.0 / 3.0));
     double m = hlofuse__from_bits64((ix & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
     double v = m * hlofuse__pow2(e - 3.0 * q);
-    double y = (-0.04035 * v + 0.39331) * v + 0.63631;
+    double y = HLOFUSE__MADD(HLOFUSE__MADD(-0.04035, v, 0.39331), v, 0.63631);
     for (int i = 0; i < steps; i++) {
         double y3 = y * y * y;
         y = y * (y3 + 2.0 * v) / (2.0 * y3 + v);
@@ -250,12 +258,12 @@ HLOFUSE_MATH_FN double hlofuse__cbrt_halley(double x, int steps) {
 HLOFUSE_MATH_FN double hlofuse__atan_fpoly(double t) {
     double z = t * t;
     double p = -0x1.360ecc6310e1fp-5;
-    p = p * z + 0x1.1e2c3b804c57fp-4;
-    p = p * z - 0x1.7077410b2d020p-4;
-    p = p * z + 0x1.c6d090341ebd5p-4;
-    p = p * z - 0x1.2490b87a303fdp-3;
-    p = p * z + 0x1.999991aeedd5fp-3;
-    p = p * z - 0x1.5555554e7c900p-2;
+    p = HLOFUSE__MADD(p, z, 0x1.1e2c3b804c57fp-4);
+    p = HLOFUSE__MADD(p, z, -0x1.7077410b2d020p-4);
+    p = HLOFUSE__MADD(p, z, 0x1.c6d090341ebd5p-4);
+    p = HLOFUSE__MADD(p, z, -0x1.2490b87a303fdp-3);
+    p = HLOFUSE__MADD(p, z, 0x1.999991aeedd5fp-3);
+    p = HLOFUSE__MADD(p, z, -0x1.5555554e7c900p-2);
     return t + t * z * p;
 }
 
@@ -268,8 +276,8 @@ typedef struct {
 } hlofuse__reduced;
 
 /* One 29-bit piece c of 2/pi: p = ax * c is exact (24 + 29 bits), and so is
- * a = p mod 4 (in [-2, 2]). a is split into hi, a multiple of 2^-24 (so that the
- * seven hi parts add up exactly), and the exact remainder lo, |lo| <= 2^-25. */
+ * a = p mod 4 (in [-2, 2]). a is split into hi, a multiple of 2^-24 (so that all the
+ * hi parts add up exactly), and the exact remainder lo, |lo| <= 2^-25. */
 #define HLOFUSE__REDUCE_PIECE(c)                                    \
     do {                                                            \
         double p_ = ax * (c);                                       \
@@ -281,17 +289,21 @@ typedef struct {
 
 /* Reduces ax = |x| (x a float, exact in double) modulo pi/2 over the whole float
  * range. The seven pieces cover 2/pi down to 2^-203, so for ax < 2^128 the
- * neglected tail is below 2^-75; the fraction is known to about 2^-75 absolutely,
- * while no float lies closer than 2^-32 to a multiple of pi/2 (relative to pi/2). */
+ * neglected tail is below 2^-75. The fifth product is below 2^12, so it needs no
+ * reduction modulo 4 before its split, and the last two are below 2^-19 and go
+ * straight into lo; lo's rounding errors stay below 2^-68, while no float above pi/4
+ * lies closer than 2^-29.86 (in units of pi/2) to a multiple of pi/2 (found by
+ * scanning every float: x = 0x1.f37c8ap+95). */
 HLOFUSE_MATH_FN hlofuse__reduced hlofuse__reduce_pio2_f(double ax) {
     double hi = 0.0, lo = 0.0;
     HLOFUSE__REDUCE_PIECE(341782637.0 * 0x1p-29);
     HLOFUSE__REDUCE_PIECE(423170132.0 * 0x1p-58);
     HLOFUSE__REDUCE_PIECE(352195499.0 * 0x1p-87);
     HLOFUSE__REDUCE_PIECE(488592205.0 * 0x1p-116);
-    HLOFUSE__REDUCE_PIECE(461485765.0 * 0x1p-145);
-    HLOFUSE__REDUCE_PIECE(90590992.0 * 0x1p-174);
-    HLOFUSE__REDUCE_PIECE(478285810.0 * 0x1p-203);
+    double p4 = ax * (461485765.0 * 0x1p-145);
+    double p4_hi = (p4 + 0x1.8p28) - 0x1.8p28;
+    hi += p4_hi;
+    lo += (p4 - p4_hi) + (ax * (90590992.0 * 0x1p-174) + ax * (478285810.0 * 0x1p-203));
     double n = HLOFUSE__RINT(hi);
     double frac = (hi - n) + lo;
     double q = n - 4.0 * HLOFUSE__RINT(n * 0.25);
@@ -307,10 +319,10 @@ HLOFUSE_MATH_FN hlofuse__reduced hlofuse__reduce_pio2_f(double ax) {
 HLOFUSE_MATH_FN double hlofuse__sin_fpoly(double r) {
     double z = r * r;
     double p = -1.0 / 39916800.0;
-    p = p * z + 1.0 / 362880.0;
-    p = p * z - 1.0 / 5040.0;
-    p = p * z + 1.0 / 120.0;
-    p = p * z - 1.0 / 6.0;
+    p = HLOFUSE__MADD(p, z, 1.0 / 362880.0);
+    p = HLOFUSE__MADD(p, z, -1.0 / 5040.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 120.0);
+    p = HLOFUSE__MADD(p, z, -1.0 / 6.0);
     return r + r * z * p;
 }
 
@@ -318,11 +330,11 @@ HLOFUSE_MATH_FN double hlofuse__sin_fpoly(double r) {
 HLOFUSE_MATH_FN double hlofuse__cos_fpoly(double r) {
     double z = r * r;
     double p = 1.0 / 479001600.0;
-    p = p * z - 1.0 / 3628800.0;
-    p = p * z + 1.0 / 40320.0;
-    p = p * z - 1.0 / 720.0;
-    p = p * z + 1.0 / 24.0;
-    p = p * z - 0.5;
+    p = HLOFUSE__MADD(p, z, -1.0 / 3628800.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 40320.0);
+    p = HLOFUSE__MADD(p, z, -1.0 / 720.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 24.0);
+    p = HLOFUSE__MADD(p, z, -0.5);
     return 1.0 + z * p;
 }
 
@@ -338,17 +350,17 @@ HLOFUSE_MATH_FN double hlofuse__exp_dcore(double x) {
     double r = hi - lo;
     double c = (hi - r) - lo;
     double p = 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
+    p = HLOFUSE__MADD(p, r, 1.0 / 479001600.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 39916800.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 3628800.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 362880.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 40320.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 5040.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 720.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 120.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 24.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 6.0);
+    p = HLOFUSE__MADD(p, r, 0.5);
     double y = 1.0 + (r + (r * r * p + (c + c * r)));
     double k1 = HLOFUSE__RINT(0.5 * kd);
     return (y * hlofuse__pow2(k1)) * hlofuse__pow2(kd - k1);
@@ -363,18 +375,18 @@ HLOFUSE_MATH_FN double hlofuse__expm1_dcore(double x) {
     double r = hi - lo;
     double c = (hi - r) - lo;
     double p = 1.0 / 87178291200.0;
-    p = p * r + 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
+    p = HLOFUSE__MADD(p, r, 1.0 / 6227020800.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 479001600.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 39916800.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 3628800.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 362880.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 40320.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 5040.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 720.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 120.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 24.0);
+    p = HLOFUSE__MADD(p, r, 1.0 / 6.0);
+    p = HLOFUSE__MADD(p, r, 0.5);
     p = r + (r * r * p + c * (1.0 + r));
     double s = hlofuse__pow2(kd - 1.0);
     return (s * p + (s - 0.5)) * 2.0;
@@ -405,13 +417,13 @@ HLOFUSE_MATH_FN double hlofuse__reduce_pio2_d(double ax, double *lo_out, double 
 HLOFUSE_MATH_FN double hlofuse__sin_dpoly(double hi, double lo) {
     double z = hi * hi;
     double p = 1.0 / 355687428096000.0;
-    p = p * z - 1.0 / 1307674368000.0;
-    p = p * z + 1.0 / 6227020800.0;
-    p = p * z - 1.0 / 39916800.0;
-    p = p * z + 1.0 / 362880.0;
-    p = p * z - 1.0 / 5040.0;
-    p = p * z + 1.0 / 120.0;
-    p = p * z - 1.0 / 6.0;
+    p = HLOFUSE__MADD(p, z, -1.0 / 1307674368000.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 6227020800.0);
+    p = HLOFUSE__MADD(p, z, -1.0 / 39916800.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 362880.0);
+    p = HLOFUSE__MADD(p, z, -1.0 / 5040.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 120.0);
+    p = HLOFUSE__MADD(p, z, -1.0 / 6.0);
     return hi + (hi * z * p + lo * (1.0 - 0.5 * z));
 }
 
@@ -420,12 +432,12 @@ HLOFUSE_MATH_FN double hlofuse__sin_dpoly(double hi, double lo) {
 HLOFUSE_MATH_FN double hlofuse__cos_dpoly(double hi, double lo) {
     double z = hi * hi;
     double p = 1.0 / 20922789888000.0;
-    p = p * z - 1.0 / 87178291200.0;
-    p = p * z + 1.0 / 479001600.0;
-    p = p * z - 1.0 / 3628800.0;
-    p = p * z + 1.0 / 40320.0;
-    p = p * z - 1.0 / 720.0;
-    p = p * z + 1.0 / 24.0;
+    p = HLOFUSE__MADD(p, z, -1.0 / 87178291200.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 479001600.0);
+    p = HLOFUSE__MADD(p, z, -1.0 / 3628800.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 40320.0);
+    p = HLOFUSE__MADD(p, z, -1.0 / 720.0);
+    p = HLOFUSE__MADD(p, z, 1.0 / 24.0);
     double hz = 0.5 * z;
     double w = 1.0 - hz;
     return w + (((1.0 - w) - hz) + (z * z * p - hi * lo));
@@ -547,7 +559,8 @@ HLOFUSE_MATH_FN float hlofuse_rsqrtf(float x) {
     double xd = x;
     int is_regular = (x > 0.0f) & (x < HLOFUSE__INFF);
     float y = (float)hlofuse__rsqrt_newton(hlofuse__sel(is_regular, xd, 1.0), 4);
-    float special = hlofuse__self(x == 0.0f, hlofuse__with_sign_of_f(HLOFUSE__INFF, x), HLOFUSE__NANF);
+    float special = hlofuse__with_sign_of_f(HLOFUSE__INFF, x);
+    special = hlofuse__self(x == 0.0f, special, HLOFUSE__NANF);
     special = hlofuse__self(x == HLOFUSE__INFF, 0.0f, special);
     special = hlofuse__self(x != x, x, special);
     return hlofuse__self(is_regular, y, special);
@@ -662,7 +675,12 @@ HLOFUSE_MATH_FN double hlofuse_logistic(double x) {
     double a = hlofuse__abs(x);
     a = hlofuse__sel(a > 746.0, 746.0, a);
     double e = hlofuse__exp_dcore(-a);
-    return hlofuse__sel(x < 0.0, e, 1.0) / (1.0 + e);
+    /* 1 + e = s + s_err exactly (Fast2Sum, e <= 1); the quotient is corrected by
+     * -s_err/s, which takes the rounding of 1 + e out of the error budget */
+    double s = 1.0 + e;
+    double s_err = (1.0 - s) + e;
+    double y = hlofuse__sel(x < 0.0, e, 1.0) / s;
+    return y - y * (s_err / s);
 }
 
 /* Correctly rounded sqrt: Newton estimate, one fma-based refinement, then
@@ -686,17 +704,30 @@ HLOFUSE_MATH_FN double hlofuse_sqrt(double x) {
     return hlofuse__sel(is_regular, y, special);
 }
 
+/* 1/sqrt(x): a Newton estimate refined once with the residual 1 - x r^2 evaluated
+ * with fma (x r split exactly), so that only the last rounding is left. */
 HLOFUSE_MATH_FN double hlofuse_rsqrt(double x) {
-    double y = 1.0 / hlofuse_sqrt(x);
-    return hlofuse__sel(x == HLOFUSE__INF, 0.0, y);
+    int is_regular = (x > 0.0) & (x < HLOFUSE__INF);
+    int is_small = x < 0x1p-800;
+    double xs = hlofuse__sel(is_regular, hlofuse__sel(is_small, x * 0x1p200, x), 1.0);
+    double r = hlofuse__rsqrt_newton(xs, 3);
+    double xr = xs * r;
+    double xr_err = HLOFUSE__FMA(xs, r, -xr);
+    double e = HLOFUSE__FMA(-xr, r, 1.0) - xr_err * r;
+    r = HLOFUSE__FMA(r, 0.5 * e, r);
+    r = r * hlofuse__sel(is_small, 0x1p100, 1.0);
+    double special = hlofuse__sel(x == 0.0, hlofuse__with_sign_of(HLOFUSE__INF, x), HLOFUSE__NAN);
+    special = hlofuse__sel(x == HLOFUSE__INF, 0.0, special);
+    special = hlofuse__sel(x != x, x, special);
+    return hlofuse__sel(is_regular, r, special);
 }
 
 HLOFUSE_MATH_FN double hlofuse_cbrt(double x) {
     double a = hlofuse__abs(x);
     int is_regular = (a > 0.0) & (a < HLOFUSE__INF);
-    int is_subnormal = a < 0x1p-1022;
-    double as = hlofuse__sel(is_subnormal, a * 0x1p54, a);
-    double v = hlofuse__sel(is_regular, as, 1.0);
+    /* small inputs are scaled by 2^300 so that the residual below stays normal */
+    int is_small = a < 0x1p-900;
+    double v = hlofuse__sel(is_regular, hlofuse__sel(is_small, a * 0x1p300, a), 1.0);
     double y = hlofuse__cbrt_halley(v, 3);
     /* one Newton step on y^3 - v, with y^2 kept double-double so the residual is exact
      * to well below an ulp */
@@ -704,7 +735,7 @@ HLOFUSE_MATH_FN double hlofuse_cbrt(double x) {
     double y2_err = HLOFUSE__FMA(y, y, -y2);
     double residual = HLOFUSE__FMA(y2, y, -v) + y2_err * y;
     y = y - residual / (3.0 * y2);
-    y = y * hlofuse__sel(is_subnormal, 0x1p-18, 1.0);
+    y = y * hlofuse__sel(is_small, 0x1p-100, 1.0);
     return hlofuse__sel(is_regular, hlofuse__with_sign_of(y, x), x + x);
 }
 

@@ -1,39 +1,52 @@
 /* Hand-written CartPole rollout: the practical limit the peers are measured against.
  *
- * Work and random scheme as in workload.py (Threefry-2x32-20 keyed by (seed, j), counter
- * (env, step)). Two entry points:
+ * Work and random scheme as in workload.py (jax.random's partitionable Threefry-2x32-20:
+ * per step, keys ka and kr from fold_in and split; the action of environment e is
+ * bernoulli(ka) at counter e, its reset state uniform(kr) at counters j * N + e). Two entry
+ * points, each returning 0, or -1 when memory for the step keys cannot be had:
  *
  *   hf_cartpole_rollout         environments in blocks of HF_BLOCK lanes; blocks split across
  *                               threads (OpenMP); the time loop runs inside a block, its state
  *                               in block-local arrays the compiler keeps in vector registers or
- *                               L1; the per-step work is one `omp simd` loop over the lanes.
+ *                               L1; each step is two `omp simd` loops over the lanes (the
+ *                               dynamics, then the reset draws and selects).
  *   hf_cartpole_rollout_scalar  one environment at a time, one thread, no SIMD: for small N,
  *                               where a thread team and padded lanes cost more than they save.
+ *
+ * The keys of every step (three Threefry hashes per step, the same for all environments) are
+ * computed once per call into a table before the environment loop.
  *
  * sin/cos: without -ffast-math gcc does not vectorise loops that call sinf/cosf (glibc only
  * declares its SIMD variants under __FAST_MATH__), so the step uses an inline sincos instead:
  * Cody-Waite reduction by pi/2 in three parts and Cephes' minimax polynomials on
- * [-pi/4, pi/4], about 1 ulp (tests measure it). The reduction is accurate for |x| <= 8192.
- * theta entering a step is always either a reset value or a state that was not done, so
- * |theta| <= 12 degrees after the first step, except where a finished environment returns to
- * its own initial state (deterministic variant). So a block whose initial states have any
- * |theta| > 8192 (or NaN) runs with libm's sinf/cosf instead; no other input ever needs it.
+ * [-pi/4, pi/4]. Measured against float64 (tests/studies/test_peers.py): at most 1.5 ulp for
+ * |x| <= 1 (CartPole's theta stays within 0.21) and wherever |result| > 1e-3 up to
+ * |x| = 8192; absolute error under 1e-7 everywhere up to 8192 (near the zeros of sin and cos
+ * far from 0 the three-part pi/2 leaves a relative error of many ulp). theta entering a step
+ * is always either a reset value or a state that was not done, so |theta| <= 12 degrees after
+ * the first step, except where a finished environment returns to its own initial state
+ * (deterministic variant). So a block whose initial states have any |theta| > 8192 (or NaN)
+ * runs with libm's sinf/cosf instead; no other input ever needs it.
  *
- * Resets: the three Threefry blocks of a step cost more than the dynamics. Block 0 (action
- * and reset x) is needed every step; blocks 1 and 2 (the rest of the reset state) only by
- * environments that just finished, so the vector kernel draws them in a second lane loop that
- * runs only when some lane of the block finished (about half of the steps for 16 lanes under
- * the random policy). The bits drawn are the same as an unconditional draw would give.
+ * Resets: four of the five Threefry hashes of an environment-step are for the reset state,
+ * needed only by environments that just finished. The scalar kernel draws them only then.
+ * The vector kernel runs a second lane loop per step that draws them for every lane and
+ * selects. Measured here (one core, N = 16384): guarding that loop with "did any lane of the
+ * block finish" (true on about half of the steps for 16 lanes) was 8 % slower, the branch
+ * being unpredictable; fusing both loops into one was 25 % slower (register pressure).
  *
- * No -ffast-math: IEEE semantics throughout (gcc contracts a*b+c into FMA by default, which
- * only changes rounding in the last bit).
+ * Built with hlofuse's own flags (toolchain.DEFAULT_FLAGS: no -ffast-math, no FMA
+ * contraction, hidden visibility), so the entry points are marked for export.
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifndef HF_BLOCK
 #define HF_BLOCK 16
 #endif
+
+#define HF_EXPORT __attribute__((visibility("default")))
 
 #define HF_GRAVITY 9.8f
 #define HF_MASSPOLE 0.1f
@@ -46,6 +59,8 @@
 #define HF_X_THRESHOLD 2.4f
 #define HF_POLICY_GAIN 0.5f
 #define HF_SINCOS_LIMIT 8192.0f
+#define HF_RESET_LOW -0.05f
+#define HF_RESET_SPAN 0.1f /* float(0.05f - -0.05f), as jax.random.uniform computes it */
 
 #define HF_ROTL(x, r) (((x) << (r)) | ((x) >> (32 - (r))))
 #define HF_ROUND(x0, x1, r) \
@@ -74,9 +89,37 @@ hf_threefry(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1, uint32_t *o0, ui
     *o1 = x1;
 }
 
-static inline __attribute__((always_inline)) float hf_uniform_reset(uint32_t w)
+/* jax.random.bits at one counter: the xor of the two words of Threefry((0, counter)). */
+static inline __attribute__((always_inline)) uint32_t
+hf_bits(uint32_t k0, uint32_t k1, uint32_t counter)
 {
-    return (float)(w >> 8) * 5.9604644775390625e-08f * 0.1f + -0.05f;
+    uint32_t y0, y1;
+    hf_threefry(k0, k1, 0u, counter, &y0, &y1);
+    return y0 ^ y1;
+}
+
+/* jax.random.uniform(-0.05, 0.05) from one word: mantissa bits under 1.0's exponent. */
+static inline __attribute__((always_inline)) float hf_uniform_reset(uint32_t bits)
+{
+    union { uint32_t u; float f; } one_to_two = { (bits >> 9) | 0x3F800000u };
+    float v = (one_to_two.f - 1.0f) * HF_RESET_SPAN + HF_RESET_LOW;
+    return v < HF_RESET_LOW ? HF_RESET_LOW : v;
+}
+
+/* Step keys: keys[4t..4t+3] = (ka0, ka1, kr0, kr1) of step t, or NULL without memory. */
+static uint32_t *hf_step_keys(uint32_t seed, int64_t steps)
+{
+    uint32_t *keys = malloc(sizeof(uint32_t) * 4 * (size_t)(steps > 0 ? steps : 1));
+    if (!keys)
+        return NULL;
+    uint32_t s0, s1, f0, f1;
+    hf_threefry(0u, seed, 0u, 1u, &s0, &s1); /* steps_key = split(key(seed))[1] */
+    for (int64_t t = 0; t < steps; ++t) {
+        hf_threefry(s0, s1, 0u, (uint32_t)t, &f0, &f1); /* fold_in(steps_key, t) */
+        hf_threefry(f0, f1, 0u, 0u, &keys[4 * t], &keys[4 * t + 1]);
+        hf_threefry(f0, f1, 0u, 1u, &keys[4 * t + 2], &keys[4 * t + 3]);
+    }
+    return keys;
 }
 
 /* sin and cos of x for |x| <= HF_SINCOS_LIMIT; vectorisable (no calls, no branches). */
@@ -126,35 +169,31 @@ static inline __attribute__((always_inline)) int hf_done(float x, float theta)
  * `deterministic` and `exact_trig` are literals at every call, so each combination compiles
  * to its own loop without run-time branches inside. */
 static inline __attribute__((always_inline)) void
-hf_run_block(int64_t base, int lanes, int64_t steps, uint32_t seed, int deterministic,
-             int exact_trig, const float *init, float *out, int64_t *episodes, double *reward)
+hf_run_block(int64_t n, int64_t base, int lanes, int64_t steps, const uint32_t *keys,
+             int deterministic, int exact_trig, const float *init, float *out,
+             int64_t *episodes, int64_t *returns)
 {
     float x[HF_BLOCK], xd[HF_BLOCK], th[HF_BLOCK], thd[HF_BLOCK];
     float ix[HF_BLOCK], ixd[HF_BLOCK], ith[HF_BLOCK], ithd[HF_BLOCK];
-    uint32_t reset_x[HF_BLOCK];
-    int32_t done[HF_BLOCK], count[HF_BLOCK];
-    float rew[HF_BLOCK];
+    int32_t done[HF_BLOCK], length[HF_BLOCK], count[HF_BLOCK], ret[HF_BLOCK];
     for (int l = 0; l < HF_BLOCK; ++l) {
         const float *p = init + 4 * (base + (l < lanes ? l : 0));
         ix[l] = p[0]; ixd[l] = p[1]; ith[l] = p[2]; ithd[l] = p[3];
         x[l] = ix[l]; xd[l] = ixd[l]; th[l] = ith[l]; thd[l] = ithd[l];
+        length[l] = 0;
         count[l] = 0;
-        rew[l] = 0.0f;
+        ret[l] = 0;
     }
     for (int64_t t = 0; t < steps; ++t) {
-        uint32_t step = (uint32_t)t;
-        int any_done = 0;
-#pragma omp simd reduction(| : any_done)
+        const uint32_t ka0 = keys[4 * t], ka1 = keys[4 * t + 1];
+        const uint32_t kr0 = keys[4 * t + 2], kr1 = keys[4 * t + 3];
+#pragma omp simd
         for (int l = 0; l < HF_BLOCK; ++l) {
             int action;
-            if (deterministic) {
+            if (deterministic)
                 action = thd[l] + HF_POLICY_GAIN * th[l] > 0.0f;
-            } else {
-                uint32_t a0, a1;
-                hf_threefry(seed, 0u, (uint32_t)(base + l), step, &a0, &a1);
-                action = (int)(a0 >> 31);
-                reset_x[l] = a1;
-            }
+            else /* bernoulli(0.5): uniform < 0.5 exactly when the top bit is clear */
+                action = (hf_bits(ka0, ka1, (uint32_t)(base + l)) >> 31) == 0u;
             float s, c;
             if (exact_trig) {
                 s = sinf(th[l]);
@@ -163,26 +202,24 @@ hf_run_block(int64_t base, int lanes, int64_t steps, uint32_t seed, int determin
                 hf_sincosf(th[l], &s, &c);
             }
             hf_dynamics(s, c, action, &x[l], &xd[l], &th[l], &thd[l]);
-            done[l] = hf_done(x[l], th[l]);
-            count[l] += done[l];
-            rew[l] += 1.0f;
-            any_done |= done[l];
+            int d = hf_done(x[l], th[l]);
+            int len = length[l] + 1;
+            done[l] = d;
+            count[l] += d;
+            ret[l] += d ? len : 0;
+            length[l] = d ? 0 : len;
         }
-        if (!any_done)
-            continue;
 #pragma omp simd
         for (int l = 0; l < HF_BLOCK; ++l) {
             float rx, rxd, rth, rthd;
             if (deterministic) {
                 rx = ix[l]; rxd = ixd[l]; rth = ith[l]; rthd = ithd[l];
             } else {
-                uint32_t b0, b1, c0, c1;
-                hf_threefry(seed, 1u, (uint32_t)(base + l), step, &b0, &b1);
-                hf_threefry(seed, 2u, (uint32_t)(base + l), step, &c0, &c1);
-                rx = hf_uniform_reset(reset_x[l]);
-                rxd = hf_uniform_reset(b0);
-                rth = hf_uniform_reset(b1);
-                rthd = hf_uniform_reset(c0);
+                uint32_t e = (uint32_t)(base + l), stride = (uint32_t)n;
+                rx = hf_uniform_reset(hf_bits(kr0, kr1, e));
+                rxd = hf_uniform_reset(hf_bits(kr0, kr1, stride + e));
+                rth = hf_uniform_reset(hf_bits(kr0, kr1, 2u * stride + e));
+                rthd = hf_uniform_reset(hf_bits(kr0, kr1, 3u * stride + e));
             }
             x[l] = done[l] ? rx : x[l];
             xd[l] = done[l] ? rxd : xd[l];
@@ -190,16 +227,15 @@ hf_run_block(int64_t base, int lanes, int64_t steps, uint32_t seed, int determin
             thd[l] = done[l] ? rthd : thd[l];
         }
     }
-    int64_t block_episodes = 0;
-    double block_reward = 0.0;
+    int64_t block_episodes = 0, block_returns = 0;
     for (int l = 0; l < lanes; ++l) {
         float *p = out + 4 * (base + l);
         p[0] = x[l]; p[1] = xd[l]; p[2] = th[l]; p[3] = thd[l];
         block_episodes += count[l];
-        block_reward += rew[l];
+        block_returns += ret[l];
     }
     *episodes += block_episodes;
-    *reward += block_reward;
+    *returns += block_returns;
 }
 
 static int hf_needs_exact_trig(const float *init, int64_t base, int lanes)
@@ -212,61 +248,61 @@ static int hf_needs_exact_trig(const float *init, int64_t base, int lanes)
     return big;
 }
 
-static void hf_dispatch_block(int64_t base, int lanes, int64_t steps, uint32_t seed,
-                              int deterministic, const float *init, float *out,
-                              int64_t *episodes, double *reward)
+static void hf_dispatch_block(int64_t n, int64_t base, int lanes, int64_t steps,
+                              const uint32_t *keys, int deterministic, const float *init,
+                              float *out, int64_t *episodes, int64_t *returns)
 {
     int exact = hf_needs_exact_trig(init, base, lanes);
     if (deterministic && exact)
-        hf_run_block(base, lanes, steps, seed, 1, 1, init, out, episodes, reward);
+        hf_run_block(n, base, lanes, steps, keys, 1, 1, init, out, episodes, returns);
     else if (deterministic)
-        hf_run_block(base, lanes, steps, seed, 1, 0, init, out, episodes, reward);
+        hf_run_block(n, base, lanes, steps, keys, 1, 0, init, out, episodes, returns);
     else if (exact)
-        hf_run_block(base, lanes, steps, seed, 0, 1, init, out, episodes, reward);
+        hf_run_block(n, base, lanes, steps, keys, 0, 1, init, out, episodes, returns);
     else
-        hf_run_block(base, lanes, steps, seed, 0, 0, init, out, episodes, reward);
+        hf_run_block(n, base, lanes, steps, keys, 0, 0, init, out, episodes, returns);
 }
 
-void hf_cartpole_rollout(int64_t n, int64_t steps, uint32_t seed, int deterministic,
-                         const float *init, float *out, int64_t *episodes, double *reward)
+HF_EXPORT int hf_cartpole_rollout(int64_t n, int64_t steps, uint32_t seed, int deterministic,
+                                  const float *init, float *out, int64_t *episodes,
+                                  double *return_sum)
 {
+    uint32_t *keys = hf_step_keys(seed, steps);
+    if (!keys)
+        return -1;
     int64_t n_blocks = (n + HF_BLOCK - 1) / HF_BLOCK;
-    int64_t total_episodes = 0;
-    double total_reward = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total_episodes, total_reward)
+    int64_t total_episodes = 0, total_returns = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total_episodes, total_returns)
     for (int64_t b = 0; b < n_blocks; ++b) {
         int64_t base = b * HF_BLOCK;
         int lanes = (int)(n - base < HF_BLOCK ? n - base : HF_BLOCK);
-        int64_t block_episodes = 0;
-        double block_reward = 0.0;
-        hf_dispatch_block(base, lanes, steps, seed, deterministic, init, out,
-                          &block_episodes, &block_reward);
+        int64_t block_episodes = 0, block_returns = 0;
+        hf_dispatch_block(n, base, lanes, steps, keys, deterministic, init, out,
+                          &block_episodes, &block_returns);
         total_episodes += block_episodes;
-        total_reward += block_reward;
+        total_returns += block_returns;
     }
+    free(keys);
     *episodes = total_episodes;
-    *reward = total_reward;
+    *return_sum = (double)total_returns;
+    return 0;
 }
 
 /* One environment, all steps, scalar code; `exact_trig` as in hf_run_block. */
 static inline __attribute__((always_inline)) void
-hf_run_env(int64_t env, int64_t steps, uint32_t seed, int deterministic, int exact_trig,
-           const float *init, float *out, int64_t *episodes, double *reward)
+hf_run_env(int64_t n, int64_t env, int64_t steps, const uint32_t *keys, int deterministic,
+           int exact_trig, const float *init, float *out, int64_t *episodes,
+           int64_t *returns)
 {
     const float *p = init + 4 * env;
     float x = p[0], xd = p[1], th = p[2], thd = p[3];
-    int64_t count = 0;
-    double rew = 0.0;
+    int64_t count = 0, ret = 0, length = 0;
     for (int64_t t = 0; t < steps; ++t) {
-        uint32_t step = (uint32_t)t;
-        uint32_t a0 = 0, a1 = 0;
         int action;
-        if (deterministic) {
+        if (deterministic)
             action = thd + HF_POLICY_GAIN * th > 0.0f;
-        } else {
-            hf_threefry(seed, 0u, (uint32_t)env, step, &a0, &a1);
-            action = (int)(a0 >> 31);
-        }
+        else
+            action = (hf_bits(keys[4 * t], keys[4 * t + 1], (uint32_t)env) >> 31) == 0u;
         float s, c;
         if (exact_trig) {
             s = sinf(th);
@@ -275,51 +311,56 @@ hf_run_env(int64_t env, int64_t steps, uint32_t seed, int deterministic, int exa
             hf_sincosf(th, &s, &c);
         }
         hf_dynamics(s, c, action, &x, &xd, &th, &thd);
-        rew += 1.0;
+        length += 1;
         if (!hf_done(x, th))
             continue;
         count += 1;
+        ret += length;
+        length = 0;
         if (deterministic) {
             x = p[0]; xd = p[1]; th = p[2]; thd = p[3];
             continue;
         }
-        uint32_t b0, b1, c0, c1;
-        hf_threefry(seed, 1u, (uint32_t)env, step, &b0, &b1);
-        hf_threefry(seed, 2u, (uint32_t)env, step, &c0, &c1);
-        x = hf_uniform_reset(a1);
-        xd = hf_uniform_reset(b0);
-        th = hf_uniform_reset(b1);
-        thd = hf_uniform_reset(c0);
+        uint32_t kr0 = keys[4 * t + 2], kr1 = keys[4 * t + 3];
+        uint32_t e = (uint32_t)env, stride = (uint32_t)n;
+        x = hf_uniform_reset(hf_bits(kr0, kr1, e));
+        xd = hf_uniform_reset(hf_bits(kr0, kr1, stride + e));
+        th = hf_uniform_reset(hf_bits(kr0, kr1, 2u * stride + e));
+        thd = hf_uniform_reset(hf_bits(kr0, kr1, 3u * stride + e));
     }
     float *q = out + 4 * env;
     q[0] = x; q[1] = xd; q[2] = th; q[3] = thd;
     *episodes += count;
-    *reward += rew;
+    *returns += ret;
 }
 
-void hf_cartpole_rollout_scalar(int64_t n, int64_t steps, uint32_t seed, int deterministic,
-                                const float *init, float *out, int64_t *episodes,
-                                double *reward)
+HF_EXPORT int hf_cartpole_rollout_scalar(int64_t n, int64_t steps, uint32_t seed,
+                                         int deterministic, const float *init, float *out,
+                                         int64_t *episodes, double *return_sum)
 {
-    int64_t total_episodes = 0;
-    double total_reward = 0.0;
+    uint32_t *keys = hf_step_keys(seed, steps);
+    if (!keys)
+        return -1;
+    int64_t total_episodes = 0, total_returns = 0;
     for (int64_t env = 0; env < n; ++env) {
         int exact = hf_needs_exact_trig(init, env, 1);
         if (deterministic && exact)
-            hf_run_env(env, steps, seed, 1, 1, init, out, &total_episodes, &total_reward);
+            hf_run_env(n, env, steps, keys, 1, 1, init, out, &total_episodes, &total_returns);
         else if (deterministic)
-            hf_run_env(env, steps, seed, 1, 0, init, out, &total_episodes, &total_reward);
+            hf_run_env(n, env, steps, keys, 1, 0, init, out, &total_episodes, &total_returns);
         else if (exact)
-            hf_run_env(env, steps, seed, 0, 1, init, out, &total_episodes, &total_reward);
+            hf_run_env(n, env, steps, keys, 0, 1, init, out, &total_episodes, &total_returns);
         else
-            hf_run_env(env, steps, seed, 0, 0, init, out, &total_episodes, &total_reward);
+            hf_run_env(n, env, steps, keys, 0, 0, init, out, &total_episodes, &total_returns);
     }
+    free(keys);
     *episodes = total_episodes;
-    *reward = total_reward;
+    *return_sum = (double)total_returns;
+    return 0;
 }
 
 /* The inline sincos over an array, so tests can measure its error against a reference. */
-void hf_sincosf_array(int64_t n, const float *x, float *s, float *c)
+HF_EXPORT void hf_sincosf_array(int64_t n, const float *x, float *s, float *c)
 {
     for (int64_t i = 0; i < n; ++i)
         hf_sincosf(x[i], &s[i], &c[i]);

@@ -4,8 +4,9 @@ What a Gymnasium user gets, with two differences from the fixed workload that be
 Gymnasium and are kept: the environment computes in float64, and it resets the step *after*
 an episode ends (its `NEXT_STEP` autoreset mode), drawing reset states from its own
 generator (PCG64, seeded with the workload's seed). Actions come from the shared
-counter-based scheme (block 0 of workload.py), so the policy costs what it costs the other
-eager peers. Truncation is switched off (the workload has none).
+counter-based scheme (workload.py), so the policy costs what it costs the other eager peers.
+Truncation is switched off (the workload has none). Gymnasium reports no episode lengths, so
+the runner counts them itself to give the same outputs as the other peers.
 
 The deterministic variant drives the same `step` for the dynamics and does the reset itself:
 after each step, finished environments get their initial state back and Gymnasium's pending
@@ -55,22 +56,26 @@ class GymnasiumRunner:
         env.reset(seed=wl.seed)
         # Start from the workload's states, as every peer does; Gymnasium keeps (4, N) float64.
         env.state = wl.initial.T.astype(np.float64)
+        keys = w.step_keys(wl.seed, wl.n_steps)
+        length = np.zeros(wl.n_envs, dtype=np.int64)
         episodes = 0
-        reward_sum = 0.0
+        return_sum = 0.0
         for t in range(wl.n_steps):
             if wl.deterministic:
-                action = (w.policy_value(env.state[2], env.state[3]) > 0).astype(np.int64)
+                action = w.policy_value(env.state[2], env.state[3]) > 0
             else:
-                a0, _ = w.threefry2x32(wl.seed, 0, self.env_index, np.uint32(t))
-                action = (a0 >> np.uint32(31)).astype(np.int64)
-            _, reward, terminated, _, _ = env.step(action)
+                bits = w.random_bits((keys.action0[t], keys.action1[t]), self.env_index)
+                action = w.action_from_bits(bits)
+            _, reward, terminated, _, _ = env.step(action.astype(np.int64))
+            length += reward.astype(np.int64)
             episodes += int(terminated.sum())
-            reward_sum += float(reward.sum())
+            return_sum += float(length[terminated].sum())
+            length[terminated] = 0
             if wl.deterministic:
                 env.state[:, terminated] = wl.initial[terminated].T
                 env.prev_done[:] = False
         states = np.asarray(env.state.T, dtype=np.float32)
-        return RolloutResult(states, episodes, reward_sum)
+        return RolloutResult(states, episodes, return_sum)
 
 
 def peers() -> list[Peer]:

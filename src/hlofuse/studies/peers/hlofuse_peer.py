@@ -1,42 +1,103 @@
-"""The "hlofuse best" slot: where hlofuse's own compiled CartPole rollout joins the peers.
+"""The "hlofuse best" slot: hlofuse's own compiled CartPole rollout among the peers.
 
-To plug it in, register one `Peer` per strategy worth showing (for example `hlofuse-max`)
-with `is_hlofuse=True` in `register_hlofuse_peers`. Its factory gets the `Workload` (initial
-states (N, 4) float32, steps, seed, `deterministic`) and compiles; its runner's `run()` does
-the whole rollout under the shared random scheme of workload.py (and the deterministic
-variant when asked) and returns a `RolloutResult`. The benchmark then takes the fastest
-`is_hlofuse` peer at each N as the denominator of every ratio, and the agreement test in
-tests/studies/test_peers.py checks it like every other peer.
+`HlofuseRunner` runs hlofuse.envs.cartpole's scan rollout, jitted with a strategy and a
+backend. Its random scheme is the peers' scheme (workload.py), so it draws the same numbers
+and the agreement tests check it like any other peer. `register_hlofuse_peers` adds one
+`hlofuse-<strategy>` peer per fusion strategy (except `none`), on the study's best program
+form (the `all` preset: fused RNG, split state, unroll 10), with `is_hlofuse=True`: the
+benchmark's ratios are to the fastest of them at each N.
+
+They join the benchmark only once `jit(..., backend="cpu")` really compiles, which the
+architecture's `Compiled.source()` (the generated C) announces; until then the cpu backend
+runs the reference interpreter, far too slow to time at N = 16384, and the slot stays empty
+with a note. To add another program form or strategy, register one more `Peer` here.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
-from hlofuse.studies.peers.registry import PeerRegistry
+import numpy as np
 
+from hlofuse.studies.peers.registry import Peer, PeerRegistry, PeerUnavailable
+from hlofuse.studies.peers.workload import RolloutResult, Workload, initial_states
+
+BEST_PRESET = "all"
 MISSING_NOTE = (
-    "hlofuse best: no compiled hlofuse CartPole yet (needs hlofuse.envs.cartpole and "
-    "hlofuse.api); ratios are to the C kernel"
+    "hlofuse best: hlofuse's jit does not compile yet (backend 'cpu' still runs the "
+    "interpreter); ratios are to the C kernel"
 )
 
 
-def hlofuse_backend_exists() -> bool:
-    try:
-        return all(
-            importlib.util.find_spec(name) is not None
-            for name in ("hlofuse.envs", "hlofuse.envs.cartpole", "hlofuse.api")
-        )
-    except ModuleNotFoundError:
-        return False
+def availability() -> str | None:
+    if importlib.util.find_spec("hlofuse.envs.cartpole") is None:
+        return "hlofuse.envs.cartpole is missing"
+    return None
+
+
+def has_compiled_backend() -> bool:
+    from hlofuse import api
+
+    return "cpu" in api.BACKENDS and callable(getattr(api.Compiled, "source", None))
+
+
+@dataclass(frozen=True, slots=True)
+class HlofuseConfig:
+    strategy: str
+    backend: str
+    preset: str = BEST_PRESET
+
+
+class HlofuseRunner:
+    """hlofuse's scan rollout of one preset; compiled (traced and built) by the first call."""
+
+    def __init__(self, workload: Workload, config: HlofuseConfig) -> None:
+        note = availability()
+        if note is not None:
+            raise PeerUnavailable(note)
+        from dataclasses import replace
+
+        from hlofuse import random
+        from hlofuse.api import jit
+        from hlofuse.envs import cartpole
+
+        variant = replace(cartpole.PRESETS[config.preset], deterministic=workload.deterministic)
+        if workload.deterministic:
+            self.argument: Any = workload.initial
+        else:
+            # hlofuse's random rollout draws its initial states from the seed itself.
+            if not np.array_equal(workload.initial, initial_states(workload.n_envs, workload.seed)):
+                raise ValueError("hlofuse's random rollout starts from initial_states(N, seed)")
+            self.argument = random.key(workload.seed)
+        program = cartpole.scan_rollout(variant, workload.n_envs, workload.n_steps)
+        self.rollout = jit(program, strategy=config.strategy, backend=config.backend)
+        self.rollout(self.argument)
+
+    def run(self) -> RolloutResult:
+        states, finished, return_sum = self.rollout(self.argument)
+        return RolloutResult(np.asarray(states), int(finished), float(return_sum))
+
+
+def hlofuse_peer(strategy: str, backend: str = "cpu") -> Peer:
+    return Peer(
+        f"hlofuse-{strategy}",
+        f"hlofuse, strategy {strategy}, program preset '{BEST_PRESET}', backend {backend}",
+        partial(HlofuseRunner, config=HlofuseConfig(strategy, backend)),
+        is_hlofuse=True,
+        availability=availability,
+    )
 
 
 def register_hlofuse_peers(registry: PeerRegistry) -> str | None:
     """Register hlofuse's rollout peers; returns a note when there is nothing to register."""
-    del registry  # nothing to register until hlofuse compiles the CartPole rollout
-    if not hlofuse_backend_exists():
+    if availability() is not None or not has_compiled_backend():
         return MISSING_NOTE
-    return (
-        "hlofuse best: hlofuse.envs.cartpole exists but no peer adapter is registered in "
-        "studies/peers/hlofuse_peer.py yet; ratios are to the C kernel"
-    )
+    from hlofuse.fusion.strategies import STRATEGIES
+
+    for strategy in STRATEGIES:
+        if strategy != "none":
+            registry.register_peer(hlofuse_peer(strategy))
+    return None

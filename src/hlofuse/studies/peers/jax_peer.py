@@ -2,9 +2,9 @@
 
 The scan peers come in the study's program forms: the state packed into one (N, 4) array,
 rebuilt by stacking every step, or split into four arrays; and the scan unrolled by 1 or 10.
-Threefry is written here as uint32 array arithmetic (the shared scheme of workload.py), which
-is also how JAX lowers its own Threefry on CPU, so XLA can fuse it with the dynamics.
-Compilation is ahead of time (`lower(...).compile()`) and reported separately.
+Random numbers come from jax.random itself (fold_in, split, bernoulli, uniform), which is the
+shared scheme of workload.py; on CPU JAX lowers its Threefry to element-wise integer HLO, so
+XLA can fuse it with the dynamics. Compilation is ahead of time (`lower(...).compile()`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from hlofuse.studies.peers.registry import Peer, PeerUnavailable
 from hlofuse.studies.peers.workload import RolloutResult, Workload
 
 State = tuple[Any, Any, Any, Any]
+# Per-environment counters carried through the rollout: episode length, sum of the returns of
+# finished episodes, finished episodes. Summed once at the end.
+Counters = tuple[Any, Any, Any]
 
 
 def availability() -> str | None:
@@ -30,47 +33,25 @@ def availability() -> str | None:
     return None
 
 
-def threefry2x32(jnp: Any, key0: Any, key1: int, c0: Any, c1: Any) -> tuple[Any, Any]:
-    """Threefry-2x32-20 on uint32 arrays (same algorithm as workload.threefry2x32)."""
-    k0 = jnp.asarray(key0, jnp.uint32)
-    k1 = jnp.uint32(key1)
-    ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(w.THREEFRY_PARITY))
-    x0 = c0 + ks[0]
-    x1 = c1 + ks[1]
-    for i in range(20):
-        r = w.THREEFRY_ROTATIONS[i % 8]
-        x0 = x0 + x1
-        x1 = (x1 << jnp.uint32(r)) | (x1 >> jnp.uint32(32 - r))
-        x1 = x1 ^ x0
-        if i % 4 == 3:
-            s = (i + 1) // 4
-            x0 = x0 + ks[s % 3]
-            x1 = x1 + ks[(s + 1) % 3] + jnp.uint32(s)
-    return x0, x1
-
-
-def uniform_reset(jnp: Any, bits: Any) -> Any:
-    f = (bits >> jnp.uint32(8)).astype(jnp.float32) * jnp.float32(w.UNIFORM_SCALE)
-    return f * jnp.float32(w.RESET_SPAN) + jnp.float32(w.RESET_LOW)
-
-
 def cartpole_step(
-    jnp: Any, state: State, init: State, seed: Any, step: Any, deterministic: bool
-) -> tuple[State, Any]:
-    """One step of every environment with auto-reset; returns the new state and `done`."""
+    state: State, counters: Counters, init: State, steps_key: Any, t: Any, deterministic: bool
+) -> tuple[State, Counters]:
+    """One step of every environment with auto-reset and episode bookkeeping."""
+    import jax
+    import jax.numpy as jnp
+
     f32 = jnp.float32
     x, x_dot, theta, theta_dot = state
     if deterministic:
         action = theta_dot + f32(w.POLICY_GAIN) * theta > 0
         reset = init
     else:
-        env = jnp.arange(x.shape[0], dtype=jnp.uint32)
-        step32 = jnp.broadcast_to(jnp.asarray(step, jnp.uint32), env.shape)
-        a0, a1 = threefry2x32(jnp, seed, 0, env, step32)
-        b0, b1 = threefry2x32(jnp, seed, 1, env, step32)
-        c0, _ = threefry2x32(jnp, seed, 2, env, step32)
-        action = (a0 >> jnp.uint32(31)) == 1
-        reset = tuple(uniform_reset(jnp, bits) for bits in (a1, b0, b1, c0))
+        ka, kr = jax.random.split(jax.random.fold_in(steps_key, t))
+        action = jax.random.bernoulli(ka, 0.5, x.shape)
+        values = jax.random.uniform(
+            kr, (4, x.shape[0]), minval=w.RESET_LOW, maxval=w.RESET_HIGH
+        )
+        reset = (values[0], values[1], values[2], values[3])
     force = jnp.where(action, f32(w.FORCE_MAG), f32(-w.FORCE_MAG))
     c, s = jnp.cos(theta), jnp.sin(theta)
     temp = (force + f32(w.POLEMASS_LENGTH) * theta_dot * theta_dot * s) / f32(w.TOTAL_MASS)
@@ -83,11 +64,30 @@ def cartpole_step(
     theta_dot = theta_dot + f32(w.TAU) * thetaacc
     done = (jnp.abs(x) > f32(w.X_THRESHOLD)) | (jnp.abs(theta) > f32(w.THETA_THRESHOLD))
     new = tuple(jnp.where(done, r, v) for r, v in zip(reset, (x, x_dot, theta, theta_dot)))
-    return (new[0], new[1], new[2], new[3]), done
+    length, returns, episodes = counters
+    length = length + f32(1.0)
+    counters = (
+        jnp.where(done, f32(0.0), length),
+        returns + jnp.where(done, length, f32(0.0)),
+        episodes + done,
+    )
+    return (new[0], new[1], new[2], new[3]), counters
 
 
 def unpack(state: Any) -> State:
     return state[:, 0], state[:, 1], state[:, 2], state[:, 3]
+
+
+def zero_counters(n: int) -> Counters:
+    import jax.numpy as jnp
+
+    return jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.int32)
+
+
+def steps_key_of(seed: Any) -> Any:
+    import jax
+
+    return jax.random.split(jax.random.PRNGKey(seed))[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,29 +101,27 @@ class ScanForm:
 def scan_rollout(
     form: ScanForm, deterministic: bool, n_steps: int
 ) -> Callable[[Any, Any], tuple[Any, Any, Any]]:
-    """(initial (N, 4), seed) -> (final (N, 4), episodes, reward sum), the loop in lax.scan."""
+    """(initial (N, 4), seed) -> (final (N, 4), episodes, return sum), the loop in lax.scan."""
     import jax
     import jax.numpy as jnp
 
     def rollout(initial: Any, seed: Any) -> tuple[Any, Any, Any]:
         init = unpack(initial)
-        n = initial.shape[0]
-        counters = (jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.float32))
+        steps_key = steps_key_of(seed)
 
-        def body(carry: Any, step: Any) -> tuple[Any, None]:
-            state, (episodes, rewards) = carry
+        def body(carry: Any, t: Any) -> tuple[Any, None]:
+            state, counters = carry
             split = unpack(state) if form.is_packed else state
-            new, done = cartpole_step(jnp, split, init, seed, step, deterministic)
+            new, counters = cartpole_step(split, counters, init, steps_key, t, deterministic)
             out = jnp.stack(new, axis=1) if form.is_packed else new
-            return (out, (episodes + done, rewards + jnp.float32(1.0))), None
+            return (out, counters), None
 
         start = initial if form.is_packed else init
         steps = jnp.arange(n_steps, dtype=jnp.uint32)
-        (final, (episodes, rewards)), _ = jax.lax.scan(
-            body, (start, counters), steps, unroll=form.unroll
-        )
+        carry = (start, zero_counters(initial.shape[0]))
+        (final, counters), _ = jax.lax.scan(body, carry, steps, unroll=form.unroll)
         states = final if form.is_packed else jnp.stack(final, axis=1)
-        return states, episodes.sum(), rewards.sum()
+        return states, counters[2].sum(), counters[1].sum()
 
     return rollout
 
@@ -142,8 +140,8 @@ class ScanRunner:
         self.compiled = jax.jit(rollout).lower(self.initial, self.seed).compile()
 
     def run(self) -> RolloutResult:
-        states, episodes, rewards = self.compiled(self.initial, self.seed)
-        return RolloutResult(np.asarray(states), int(episodes), float(rewards))
+        states, episodes, returns = self.compiled(self.initial, self.seed)
+        return RolloutResult(np.asarray(states), int(episodes), float(returns))
 
 
 class JitStepRunner:
@@ -158,32 +156,33 @@ class JitStepRunner:
 
         self.workload = workload
         self.initial = jnp.asarray(workload.initial)
-        self.seed = jnp.uint32(workload.seed)
-        n = workload.n_envs
-        self.zeros = (jnp.zeros(n, jnp.int32), jnp.zeros(n, jnp.float32))
+        self.steps_key = jax.jit(steps_key_of)(jnp.uint32(workload.seed))
+        self.zeros = zero_counters(workload.n_envs)
 
-        def step(carry: Any, initial: Any, seed: Any, t: Any) -> Any:
-            state, (episodes, rewards) = carry
-            new, done = cartpole_step(
-                jnp, unpack(state), unpack(initial), seed, t, workload.deterministic
+        def step(carry: Any, initial: Any, steps_key: Any, t: Any) -> Any:
+            state, counters = carry
+            new, counters = cartpole_step(
+                unpack(state), counters, unpack(initial), steps_key, t, workload.deterministic
             )
-            return jnp.stack(new, axis=1), (episodes + done, rewards + jnp.float32(1.0))
+            return jnp.stack(new, axis=1), counters
+
+        def totals(counters: Counters) -> tuple[Any, Any]:
+            return counters[2].sum(), counters[1].sum()
 
         carry = (self.initial, self.zeros)
-        self.step = jax.jit(step).lower(carry, self.initial, self.seed, 0).compile()
-        self.totals = jax.jit(partial(totals, jnp)).lower(self.zeros).compile()
+        t0 = jnp.uint32(0)
+        self.step = jax.jit(step).lower(carry, self.initial, self.steps_key, t0).compile()
+        self.totals = jax.jit(totals).lower(self.zeros).compile()
 
     def run(self) -> RolloutResult:
+        import numpy as np
+
         carry = (self.initial, self.zeros)
         for t in range(self.workload.n_steps):
-            carry = self.step(carry, self.initial, self.seed, t)
+            carry = self.step(carry, self.initial, self.steps_key, np.uint32(t))
         states, counters = carry
-        episodes, rewards = self.totals(counters)
-        return RolloutResult(np.asarray(states), int(episodes), float(rewards))
-
-
-def totals(jnp: Any, counters: tuple[Any, Any]) -> tuple[Any, Any]:
-    return counters[0].sum(), counters[1].sum()
+        episodes, returns = self.totals(counters)
+        return RolloutResult(np.asarray(states), int(episodes), float(returns))
 
 
 def peers() -> list[Peer]:

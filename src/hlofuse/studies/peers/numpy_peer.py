@@ -34,34 +34,36 @@ class NumpyRunner:
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         self.env = np.arange(workload.n_envs, dtype=np.uint32)
+        self.reset_counters = np.arange(4 * workload.n_envs, dtype=np.uint32)
 
     def run(self) -> RolloutResult:
         wl = self.workload
         init = wl.initial
         x, x_dot, theta, theta_dot = (init[:, k].copy() for k in range(4))
+        length = np.zeros(wl.n_envs, dtype=np.float32)
+        returns = np.zeros(wl.n_envs, dtype=np.float32)
         episodes = np.zeros(wl.n_envs, dtype=np.int32)
-        rewards = np.zeros(wl.n_envs, dtype=np.float32)
-        seed = wl.seed
+        keys = w.step_keys(wl.seed, wl.n_steps)
         for t in range(wl.n_steps):
-            step = np.uint32(t)
             if wl.deterministic:
                 action = w.policy_value(theta, theta_dot) > 0
-                reset = (init[:, 0], init[:, 1], init[:, 2], init[:, 3])
+                reset = init.T
             else:
-                a0, a1 = w.threefry2x32(seed, 0, self.env, step)
-                b0, b1 = w.threefry2x32(seed, 1, self.env, step)
-                c0, _ = w.threefry2x32(seed, 2, self.env, step)
-                action = (a0 >> np.uint32(31)).astype(bool)
-                reset = tuple(w.uniform_reset(bits) for bits in (a1, b0, b1, c0))
+                action_bits = w.random_bits((keys.action0[t], keys.action1[t]), self.env)
+                action = w.action_from_bits(action_bits)
+                reset_bits = w.random_bits((keys.reset0[t], keys.reset1[t]), self.reset_counters)
+                reset = w.uniform_from_bits(reset_bits).reshape(4, wl.n_envs)
             x, x_dot, theta, theta_dot, done = step_dynamics(action, x, x_dot, theta, theta_dot)
+            length += F32(1.0)
             episodes += done
-            rewards += F32(1.0)
+            returns += np.where(done, length, F32(0.0))
+            length = np.where(done, F32(0.0), length)
             x = np.where(done, reset[0], x)
             x_dot = np.where(done, reset[1], x_dot)
             theta = np.where(done, reset[2], theta)
             theta_dot = np.where(done, reset[3], theta_dot)
         states = np.stack([x, x_dot, theta, theta_dot], axis=1)
-        return RolloutResult(states, int(episodes.sum()), float(rewards.sum(dtype=np.float64)))
+        return RolloutResult(states, int(episodes.sum()), float(returns.sum(dtype=np.float64)))
 
 
 def peers() -> list[Peer]:

@@ -3,7 +3,8 @@
 PyTorch on CPU has no uint32 arithmetic (add and shifts are not implemented for it), so
 Threefry runs on int32, whose addition wraps the same way; right shifts are arithmetic on
 int32, so the logical shift is a shift followed by a mask. The bits are those of the shared
-scheme (workload.py); the agreement test checks it. The compiled peer compiles one step
+scheme (workload.py; the per-step keys are computed for all steps at once with NumPy at the
+start of each rollout); the agreement test checks it. The compiled peer compiles one step
 (`dynamic=True`, so one compilation serves every N) and calls it from Python each step, as a
 PyTorch user would; a Python loop over 1000 steps inside the compiled function would be
 unrolled by Dynamo into one huge graph.
@@ -42,11 +43,9 @@ def shift_right_logical(x: Tensor, r: int) -> Tensor:
     return (x >> r) & ((1 << (32 - r)) - 1)
 
 
-def threefry2x32(key0: Tensor, key1: int, c0: Tensor, c1: Tensor) -> tuple[Tensor, Tensor]:
+def threefry2x32(k0: Tensor, k1: Tensor, c0: Tensor | int, c1: Tensor) -> tuple[Tensor, Tensor]:
     """Threefry-2x32-20 on int32 tensors holding uint32 bits."""
-    k1 = as_int32(key1)
-    k2 = key0 ^ as_int32(key1 ^ w.THREEFRY_PARITY)
-    ks = (key0, k1, k2)
+    ks = (k0, k1, k0 ^ k1 ^ as_int32(w.THREEFRY_PARITY))
     x0 = c0 + ks[0]
     x1 = c1 + ks[1]
     for i in range(20):
@@ -61,30 +60,37 @@ def threefry2x32(key0: Tensor, key1: int, c0: Tensor, c1: Tensor) -> tuple[Tenso
     return x0, x1
 
 
+def random_bits(k0: Tensor, k1: Tensor, counters: Tensor) -> Tensor:
+    y0, y1 = threefry2x32(k0, k1, 0, counters)
+    return y0 ^ y1
+
+
 def uniform_reset(bits: Tensor) -> Tensor:
     import torch
 
-    f = shift_right_logical(bits, 8).to(torch.float32) * w.UNIFORM_SCALE
-    return f * w.RESET_SPAN + w.RESET_LOW
+    one_to_two = (shift_right_logical(bits, 9) | w.FLOAT_ONE_BITS).view(torch.float32)
+    span = float(np.float32(w.RESET_HIGH) - np.float32(w.RESET_LOW))
+    return ((one_to_two - 1.0) * span + w.RESET_LOW).clamp_min(w.RESET_LOW)
 
 
 def cartpole_step(
-    x: Tensor, x_dot: Tensor, theta: Tensor, theta_dot: Tensor, episodes: Tensor,
-    rewards: Tensor, ix: Tensor, ix_dot: Tensor, itheta: Tensor, itheta_dot: Tensor,
-    env: Tensor, seed: Tensor, step: Tensor, deterministic: bool,
+    x: Tensor, x_dot: Tensor, theta: Tensor, theta_dot: Tensor, length: Tensor,
+    returns: Tensor, episodes: Tensor, ix: Tensor, ix_dot: Tensor, itheta: Tensor,
+    itheta_dot: Tensor, env: Tensor, reset_counters: Tensor, key: Tensor, deterministic: bool,
 ) -> tuple[Tensor, ...]:
-    """One step of every environment with auto-reset; returns state, counters and step + 1."""
+    """One step of every environment with auto-reset; `key` is the step's (ka0, ka1, kr0, kr1).
+
+    Returns the new state and the new per-environment counters (length, returns, episodes).
+    """
     import torch
 
     if deterministic:
         action = theta_dot + w.POLICY_GAIN * theta > 0
         reset = (ix, ix_dot, itheta, itheta_dot)
     else:
-        a0, a1 = threefry2x32(seed, 0, env, step)
-        b0, b1 = threefry2x32(seed, 1, env, step)
-        c0, _ = threefry2x32(seed, 2, env, step)
-        action = a0 < 0  # top bit set
-        reset = (uniform_reset(a1), uniform_reset(b0), uniform_reset(b1), uniform_reset(c0))
+        action = random_bits(key[0], key[1], env) >= 0  # top bit clear: uniform < 0.5
+        values = uniform_reset(random_bits(key[2], key[3], reset_counters)).view(4, -1)
+        reset = (values[0], values[1], values[2], values[3])
     force = torch.where(action, w.FORCE_MAG, -w.FORCE_MAG)
     c, s = torch.cos(theta), torch.sin(theta)
     temp = (force + w.POLEMASS_LENGTH * theta_dot * theta_dot * s) / w.TOTAL_MASS
@@ -96,14 +102,15 @@ def cartpole_step(
     theta_new = theta + w.TAU * theta_dot
     theta_dot_new = theta_dot + w.TAU * thetaacc
     done = (x_new.abs() > w.X_THRESHOLD) | (theta_new.abs() > w.THETA_THRESHOLD)
+    length = length + 1.0
     return (
         torch.where(done, reset[0], x_new),
         torch.where(done, reset[1], x_dot_new),
         torch.where(done, reset[2], theta_new),
         torch.where(done, reset[3], theta_dot_new),
+        torch.where(done, 0.0, length),
+        returns + torch.where(done, length, 0.0),
         episodes + done.to(torch.int32),
-        rewards + 1.0,
-        step + 1,
     )
 
 
@@ -118,8 +125,9 @@ class TorchRunner:
 
         self.workload = workload
         self.init = [torch.from_numpy(workload.initial[:, k].copy()) for k in range(4)]
-        self.env = torch.arange(workload.n_envs, dtype=torch.int32)
-        self.seed = torch.tensor(as_int32(workload.seed), dtype=torch.int32)
+        n = workload.n_envs
+        self.env = torch.arange(n, dtype=torch.int32)
+        self.reset_counters = torch.arange(4 * n, dtype=torch.int32)
         step = partial(cartpole_step, deterministic=workload.deterministic)
         self.step: StepFn = step
         if compiled:
@@ -130,22 +138,30 @@ class TorchRunner:
                 message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise PeerUnavailable(f"torch.compile failed: {message}") from e
 
+    def key_table(self, n_steps: int) -> Tensor:
+        """(T, 4) int32: every step's action and reset key words."""
+        import torch
+
+        keys = w.step_keys(self.workload.seed, n_steps)
+        table = np.stack([keys.action0, keys.action1, keys.reset0, keys.reset1], axis=1)
+        return torch.from_numpy(table.view(np.int32))
+
     def run_steps(self, n_steps: int) -> RolloutResult:
         import torch
 
         n = self.workload.n_envs
         state = [t.clone() for t in self.init]
-        episodes = torch.zeros(n, dtype=torch.int32)
-        rewards = torch.zeros(n, dtype=torch.float32)
-        step = torch.zeros((), dtype=torch.int32)
+        counters = [torch.zeros(n), torch.zeros(n), torch.zeros(n, dtype=torch.int32)]
+        keys = self.key_table(n_steps)
         with torch.no_grad():
-            for _ in range(n_steps):
-                *state, episodes, rewards, step = self.step(
-                    *state, episodes, rewards, *self.init, self.env, self.seed, step
+            for t in range(n_steps):
+                *state, length, returns, episodes = self.step(
+                    *state, *counters, *self.init, self.env, self.reset_counters, keys[t]
                 )
+                counters = [length, returns, episodes]
         states = torch.stack(state, dim=1).numpy()
         return RolloutResult(
-            np.asarray(states), int(episodes.sum()), float(rewards.double().sum())
+            np.asarray(states), int(counters[2].sum()), float(counters[1].double().sum())
         )
 
     def run(self) -> RolloutResult:

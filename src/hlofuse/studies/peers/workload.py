@@ -1,19 +1,30 @@
 """The CartPole workload every peer runs: constants, the shared random scheme, references.
 
-The dynamics, reset and rollout are fixed in shared/design/cartpole.md. This module fixes the
-one thing that document leaves open for the peers: which counter-based random bits each
-environment-step uses, so that every peer draws exactly the same actions and reset states.
+The dynamics, reset and rollout are fixed in shared/design/cartpole.md. This module fixes
+what that document leaves open for the peers: which random bits each step uses, so that every
+peer draws exactly the same actions and reset states. The scheme is jax.random's default
+(partitionable Threefry-2x32, 20 rounds), the one hlofuse.envs.cartpole's program uses, so
+hlofuse's rollout, the JAX peers (which call jax.random itself) and the others agree bit for
+bit and do the same amount of random-number work:
 
-Random scheme (Threefry-2x32 with 20 rounds, as in Random123 and JAX):
+    key                    = (0, seed)
+    init_key, steps_key    = split(key)          split(k)[i] = threefry(k, (0, i))
+    initial states (N, 4)  = uniform(init_key, (4, N), -0.05, 0.05).T
+    per step t:  k         = fold_in(steps_key, t) = threefry(steps_key, (0, t))
+                 ka, kr    = split(k)
+                 action    = bernoulli(ka, 0.5, (N,))
+                 reset     = uniform(kr, (4, N), -0.05, 0.05)   row j = state component j
+    bits(k, shape)[i]      = y0 ^ y1 of threefry(k, (0, i)), i the flat index
+    uniform from bits b    = max(low, (bitcast_f32((b >> 9) | 0x3f800000) - 1) * (high - low)
+                                      + low)
+    bernoulli(p = 0.5)     = uniform < 0.5, which is exactly b < 2**31
 
-    block_j = threefry2x32(key=(seed, j), counter=(env, step))      j = 0, 1, 2
-    action      = block_0.w0 >> 31                                   (p = 0.5)
-    reset x     = u(block_0.w1)    reset x_dot     = u(block_1.w0)
-    reset theta = u(block_1.w1)    reset theta_dot = u(block_2.w0)   (block_2.w1 unused)
-    u(w)        = float32(w >> 8) * 2**-24 * 0.1 - 0.05             in [-0.05, 0.05)
+So one environment-step costs one Threefry hash for the action and four for the reset state
+(plus three per step for the keys, shared by all environments); a peer may skip the reset
+hashes of environments that did not finish, since their values are then unused.
 
-The initial states are the reset draws of step 2**32 - 1 (the step before step 0), made once
-by `initial_states` and handed to every peer, so no peer needs a second scheme for them.
+The rollout returns the final states, the number of finished episodes and the sum of the
+returns (lengths) of the finished episodes, as hlofuse.envs.cartpole does.
 """
 
 from __future__ import annotations
@@ -36,11 +47,9 @@ X_THRESHOLD = 2.4
 
 THREEFRY_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
 THREEFRY_PARITY = 0x1BD11BDA
-# Reset values: u(w) = (w >> 8) * UNIFORM_SCALE * RESET_SPAN + RESET_LOW.
-UNIFORM_SCALE = 2.0**-24
 RESET_LOW = -0.05
-RESET_SPAN = 0.1
-INITIAL_STEP = 0xFFFFFFFF
+RESET_HIGH = 0.05
+FLOAT_ONE_BITS = 0x3F800000
 # The deterministic variant's policy: push right when theta_dot + POLICY_GAIN * theta > 0.
 POLICY_GAIN = 0.5
 
@@ -71,20 +80,21 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class RolloutResult:
-    """Final states (N, 4), finished episodes (all environments), sum of rewards."""
+    """Final states (N, 4), finished episodes, sum of the returns of the finished episodes."""
 
     states: np.ndarray
     episodes: int
-    reward_sum: float
+    return_sum: float
 
 
 def threefry2x32(
-    key0: int, key1: int, ctr0: np.ndarray | np.uint32, ctr1: np.ndarray | np.uint32
+    key0: int | np.ndarray, key1: int | np.ndarray, ctr0: np.ndarray | np.uint32,
+    ctr1: np.ndarray | np.uint32,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Threefry-2x32-20 on uint32 counters, element-wise (Random123's reference algorithm)."""
-    k0, k1 = np.uint32(key0), np.uint32(key1)
-    ks = (k0, k1, np.uint32(k0 ^ k1 ^ np.uint32(THREEFRY_PARITY)))
-    c0, c1 = np.broadcast_arrays(np.asarray(ctr0, np.uint32), np.asarray(ctr1, np.uint32))
+    """Threefry-2x32-20 on uint32 values, element-wise (Random123's reference algorithm)."""
+    k0, k1, c0, c1 = np.broadcast_arrays(*(np.asarray(v, np.uint32) for v in
+                                           (key0, key1, ctr0, ctr1)))
+    ks = (k0, k1, k0 ^ k1 ^ np.uint32(THREEFRY_PARITY))
     # Wrap-around is the algorithm; NumPy warns about it only in scalar arithmetic.
     with np.errstate(over="ignore"):
         x0 = c0 + ks[0]
@@ -101,27 +111,75 @@ def threefry2x32(
     return x0, x1
 
 
-def uniform_reset(bits: np.ndarray) -> np.ndarray:
-    """Reset values in [-0.05, 0.05) from 32-bit words, in float32 as every peer computes it."""
-    f = (bits >> np.uint32(8)).astype(np.float32) * np.float32(UNIFORM_SCALE)
-    return f * np.float32(RESET_SPAN) + np.float32(RESET_LOW)
+Key = tuple[np.ndarray, np.ndarray]
 
 
-def draw_step(seed: int, step: int, n_envs: int) -> tuple[np.ndarray, np.ndarray]:
-    """(actions (N,) int, reset states (N, 4) float32) of one step under the shared scheme."""
+def split(key: Key) -> tuple[Key, Key]:
+    """jax.random.split(key) (two keys), element-wise over arrays of keys."""
+    first = threefry2x32(key[0], key[1], np.uint32(0), np.uint32(0))
+    second = threefry2x32(key[0], key[1], np.uint32(0), np.uint32(1))
+    return first, second
+
+
+def random_bits(key: Key, counters: np.ndarray) -> np.ndarray:
+    """jax.random.bits words at the flat indices `counters` (uint32)."""
+    y0, y1 = threefry2x32(key[0], key[1], np.uint32(0), counters)
+    return y0 ^ y1
+
+
+def uniform_from_bits(bits: np.ndarray) -> np.ndarray:
+    """Reset values in [-0.05, 0.05) from 32-bit words, as jax.random.uniform makes them."""
+    one_to_two = ((bits >> np.uint32(9)) | np.uint32(FLOAT_ONE_BITS)).view(np.float32)
+    low = np.float32(RESET_LOW)
+    span = np.float32(RESET_HIGH) - low
+    return np.maximum(low, (one_to_two - np.float32(1.0)) * span + low)
+
+
+def action_from_bits(bits: np.ndarray) -> np.ndarray:
+    """bernoulli(0.5): uniform(bits) < 0.5, which holds exactly when the top bit is clear."""
+    return (bits >> np.uint32(31)) == 0
+
+
+def root_keys(seed: int) -> tuple[Key, Key]:
+    """(init_key, steps_key) of a seed."""
+    key = (np.uint32(0), np.uint32(seed & 0xFFFFFFFF))
+    return split(key)
+
+
+@dataclass(frozen=True, slots=True)
+class StepKeys:
+    """The action and reset keys of steps 0..T-1, four uint32 arrays of shape (T,)."""
+
+    action0: np.ndarray
+    action1: np.ndarray
+    reset0: np.ndarray
+    reset1: np.ndarray
+
+
+def step_keys(seed: int, n_steps: int) -> StepKeys:
+    """Every step's (ka, kr) = split(fold_in(steps_key, t)), computed for all t at once."""
+    _, steps_key = root_keys(seed)
+    t = np.arange(n_steps, dtype=np.uint32)
+    folded = threefry2x32(steps_key[0], steps_key[1], np.uint32(0), t)
+    ka, kr = split(folded)
+    return StepKeys(ka[0], ka[1], kr[0], kr[1])
+
+
+def draw_step(keys: StepKeys, t: int, n_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(actions (N,) bool, reset states (N, 4) float32) of step t."""
     env = np.arange(n_envs, dtype=np.uint32)
-    step_ctr = np.full(n_envs, step & 0xFFFFFFFF, dtype=np.uint32)
-    a0, a1 = threefry2x32(seed, 0, env, step_ctr)
-    b0, b1 = threefry2x32(seed, 1, env, step_ctr)
-    c0, _ = threefry2x32(seed, 2, env, step_ctr)
-    actions = (a0 >> np.uint32(31)).astype(np.int64)
-    reset = np.stack([uniform_reset(w) for w in (a1, b0, b1, c0)], axis=1)
-    return actions, reset
+    action = action_from_bits(random_bits((keys.action0[t], keys.action1[t]), env))
+    counters = np.arange(4 * n_envs, dtype=np.uint32)
+    reset = uniform_from_bits(random_bits((keys.reset0[t], keys.reset1[t]), counters))
+    return action, reset.reshape(4, n_envs).T
 
 
 def initial_states(n_envs: int, seed: int = 0) -> np.ndarray:
-    """The random variant's initial states: the reset draws of the step before step 0."""
-    return draw_step(seed, INITIAL_STEP, n_envs)[1]
+    """The random variant's initial states: uniform(init_key, (4, N)).T."""
+    init_key, _ = root_keys(seed)
+    counters = np.arange(4 * n_envs, dtype=np.uint32)
+    values = uniform_from_bits(random_bits(init_key, counters))
+    return np.ascontiguousarray(values.reshape(4, n_envs).T)
 
 
 def deterministic_initial_states(n_envs: int) -> np.ndarray:
@@ -173,8 +231,9 @@ def reference_rollout(workload: Workload) -> ReferenceRollout:
         raise ValueError("the float64 reference runs the deterministic variant only")
     init = workload.initial.astype(np.float64)
     x, x_dot, theta, theta_dot = (init[:, k].copy() for k in range(4))
+    length = np.zeros(workload.n_envs, dtype=np.int64)
     episodes = 0
-    reward_sum = 0.0
+    return_sum = 0.0
     margin = math.inf
     for _ in range(workload.n_steps):
         value = policy_value(theta, theta_dot)
@@ -191,11 +250,13 @@ def reference_rollout(workload: Workload) -> ReferenceRollout:
         margin = min(margin, float(np.min(x_gap, initial=math.inf)))
         margin = min(margin, float(np.min(theta_gap, initial=math.inf)))
         done = (np.abs(x) > X_THRESHOLD) | (np.abs(theta) > THETA_THRESHOLD)
+        length += 1
         episodes += int(done.sum())
-        reward_sum += float(x.size)
+        return_sum += float(length[done].sum())
+        length[done] = 0
         x = np.where(done, init[:, 0], x)
         x_dot = np.where(done, init[:, 1], x_dot)
         theta = np.where(done, init[:, 2], theta)
         theta_dot = np.where(done, init[:, 3], theta_dot)
     states = np.stack([x, x_dot, theta, theta_dot], axis=1)
-    return ReferenceRollout(RolloutResult(states, episodes, reward_sum), margin)
+    return ReferenceRollout(RolloutResult(states, episodes, return_sum), margin)

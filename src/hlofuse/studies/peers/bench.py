@@ -1,0 +1,241 @@
+"""Measure every peer on the same workload, side by side in one run; the table, JSON and plot.
+
+For each (peer, N): build (compile) and time it, run once to warm up, then time `repeats`
+whole rollouts and keep the median. env-steps/s = N * steps / median seconds. Eager peers
+(Python drives every step) run `eager_steps` steps instead, since the metric is per step. At
+each N the reference is the fastest hlofuse peer ("hlofuse best"), or the fastest C kernel
+while hlofuse has none, and every record carries its ratio to that reference.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hlofuse.studies.peers.registry import Peer, PeerRegistry, PeerUnavailable
+from hlofuse.studies.peers.workload import Workload, initial_states
+
+C_REFERENCE_PEERS = ("c", "c-scalar")
+VERSIONED_PACKAGES = ("numpy", "jax", "jaxlib", "torch", "gymnasium", "rich", "matplotlib")
+PRELIMINARY_NOTE = (
+    "Preliminary: measured on a machine shared with other work; figures are noisy."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    envs: tuple[int, ...] = (1, 64, 1024, 16384)
+    steps: int = 1000
+    eager_steps: int = 100
+    repeats: int = 5
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One peer at one N. `ratio` is env_steps_per_s over the reference's at that N."""
+
+    peer: str
+    envs: int
+    steps: int
+    repeats: int
+    seconds: float
+    env_steps_per_s: float
+    compile_s: float
+    episodes: int
+    return_sum: float
+    reference: str = ""
+    ratio: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    peer: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    config: BenchConfig
+    records: tuple[Measurement, ...]
+    skipped: tuple[Skip, ...]
+    notes: tuple[str, ...]
+    machine: dict[str, object]
+
+
+def measure(peer: Peer, workload: Workload, repeats: int) -> Measurement:
+    """Build, warm up and time one peer on one workload."""
+    start = time.perf_counter()
+    runner = peer.factory(workload)
+    compile_s = time.perf_counter() - start
+    result = runner.run()
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = runner.run()
+        seconds.append(time.perf_counter() - start)
+    median = statistics.median(seconds)
+    rate = workload.n_envs * workload.n_steps / median if median > 0 else float("inf")
+    return Measurement(
+        peer=peer.name,
+        envs=workload.n_envs,
+        steps=workload.n_steps,
+        repeats=repeats,
+        seconds=median,
+        env_steps_per_s=rate,
+        compile_s=compile_s,
+        episodes=result.episodes,
+        return_sum=result.return_sum,
+    )
+
+
+def with_ratios(records: Sequence[Measurement], registry: PeerRegistry) -> list[Measurement]:
+    """Each record with its reference at that N and its ratio to it."""
+    out = []
+    for n in sorted({r.envs for r in records}):
+        at_n = [r for r in records if r.envs == n]
+        hlofuse = [r for r in at_n if r.peer in registry and registry[r.peer].is_hlofuse]
+        candidates = hlofuse or [r for r in at_n if r.peer in C_REFERENCE_PEERS]
+        best = max(candidates, key=lambda r: r.env_steps_per_s, default=None)
+        for r in at_n:
+            if best is None:
+                out.append(r)
+                continue
+            name = best.peer if hlofuse else f"{best.peer} (C kernel, no hlofuse peer)"
+            ratio = r.env_steps_per_s / best.env_steps_per_s
+            out.append(_replace(r, reference=name, ratio=ratio))
+    return out
+
+
+def _replace(record: Measurement, reference: str, ratio: float) -> Measurement:
+    fields = asdict(record)
+    fields.update(reference=reference, ratio=ratio)
+    return Measurement(**fields)
+
+
+def run_bench(
+    registry: PeerRegistry,
+    selected: Sequence[str],
+    config: BenchConfig,
+    on_task: Callable[[str], None] = lambda label: None,
+    on_done: Callable[[], None] = lambda: None,
+) -> BenchResult:
+    """Measure the selected peers at every N; `on_task`/`on_done` drive a progress display."""
+    records: list[Measurement] = []
+    skipped: list[Skip] = []
+    inits = {n: initial_states(n, config.seed) for n in config.envs}
+    for name in selected:
+        peer = registry[name]
+        note = peer.availability()
+        if note is not None:
+            skipped.append(Skip(name, note))
+            for _ in config.envs:
+                on_done()
+            continue
+        steps = config.eager_steps if peer.is_eager else config.steps
+        for n in config.envs:
+            on_task(f"{name} N={n}")
+            workload = Workload(inits[n], steps, seed=config.seed)
+            try:
+                records.append(measure(peer, workload, config.repeats))
+            except PeerUnavailable as e:
+                skipped.append(Skip(name, str(e)))
+                for _ in config.envs[config.envs.index(n) :]:
+                    on_done()
+                break
+            on_done()
+    return BenchResult(
+        config=config,
+        records=tuple(with_ratios(records, registry)),
+        skipped=tuple(skipped),
+        notes=tuple(registry.notes),
+        machine=machine_description(),
+    )
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_description() -> dict[str, object]:
+    from hlofuse.toolchain import Compiler, ToolchainError
+
+    versions: dict[str, str] = {}
+    for package in VERSIONED_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        cc: str | None = Compiler.find().version
+    except ToolchainError:
+        cc = None
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cc": cc,
+        "versions": versions,
+    }
+
+
+def result_json(result: BenchResult) -> dict[str, object]:
+    return {
+        "preliminary": PRELIMINARY_NOTE,
+        "machine": result.machine,
+        "config": asdict(result.config),
+        "records": [asdict(r) for r in result.records],
+        "skipped": [asdict(s) for s in result.skipped],
+        "notes": list(result.notes),
+    }
+
+
+def write_json(result: BenchResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(result_json(result), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def write_plot(result: BenchResult, path: Path) -> None:
+    """env-steps/s against N for every peer, log axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    peers = list(dict.fromkeys(r.peer for r in result.records))
+    for name in peers:
+        rows = sorted((r for r in result.records if r.peer == name), key=lambda r: r.envs)
+        style = "-" if not name.startswith("c") else "--"
+        ax.plot(
+            [r.envs for r in rows], [r.env_steps_per_s for r in rows], style, marker="o",
+            label=name,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("environments N")
+    ax.set_ylabel("env-steps/s")
+    ax.set_title(f"CartPole peers ({result.machine.get('cpu')}, preliminary)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,168 @@
+"""`hlofuse bench peers`: the CartPole peers side by side; table, results/peers.json, plot."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hlofuse.studies.peers.bench import (
+    BenchConfig,
+    BenchResult,
+    run_bench,
+    write_json,
+    write_plot,
+)
+from hlofuse.studies.peers.registry import PeerRegistry, default_registry
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+BENCH_DEFAULT_ENVS = "1,64,1024,16384"
+
+
+def add_bench_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    p = bench_sub.add_parser(
+        "peers",
+        help="the CartPole workload in NumPy, Gymnasium, JAX, PyTorch, C and hlofuse",
+        description="Runs the CartPole workload in every installed peer on this machine and "
+        "reports env-steps/s per N and each peer's ratio to hlofuse's best (to the C kernel "
+        "while hlofuse has no compiled CartPole).",
+    )
+    p.add_argument("--envs", default=BENCH_DEFAULT_ENVS,
+                   help=f"comma-separated environment counts (default {BENCH_DEFAULT_ENVS})")
+    p.add_argument("--steps", type=int, default=1000,
+                   help="steps per rollout for compiled peers (default 1000)")
+    p.add_argument("--eager-steps", type=int, default=100,
+                   help="steps per rollout for peers driven from Python each step "
+                   "(default 100)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed rollouts per peer and N; the median is kept (default 5)")
+    p.add_argument("--peers", default="",
+                   help="comma-separated peer names (default: all); `--peers list` lists them")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", default="results", help="output folder (default results/)")
+    p.set_defaults(handler=cmd_bench_peers)
+
+
+def parse_positive_list(text: str, option: str) -> tuple[int, ...]:
+    from hlofuse.cli import UsageError
+
+    values = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            value = int(item)
+        except ValueError:
+            raise UsageError(f"{option}: {item!r} is not an integer") from None
+        if value <= 0:
+            raise UsageError(f"{option}: {value} is not positive")
+        values.append(value)
+    if not values:
+        raise UsageError(f"{option}: no values given")
+    return tuple(dict.fromkeys(values))
+
+
+def check_positive(value: int, option: str) -> int:
+    from hlofuse.cli import UsageError
+
+    if value <= 0:
+        raise UsageError(f"{option}: {value} is not positive")
+    return value
+
+
+def cmd_bench_peers(args: argparse.Namespace) -> int:
+    from hlofuse.cli import UsageError
+
+    registry = default_registry()
+    if args.peers.strip() == "list":
+        for peer in registry:
+            print(f"{peer.name:20} {peer.description}")
+        return 0
+    selected = [p.strip() for p in args.peers.split(",") if p.strip()] or registry.names()
+    unknown = [p for p in selected if p not in registry]
+    if unknown:
+        raise UsageError(
+            f"--peers: unknown peer {unknown[0]!r} (known: {', '.join(registry.names())})"
+        )
+    if not 0 <= args.seed <= 0xFFFFFFFF:
+        raise UsageError(f"--seed: {args.seed} does not fit in 32 bits")
+    config = BenchConfig(
+        envs=parse_positive_list(args.envs, "--envs"),
+        steps=check_positive(args.steps, "--steps"),
+        eager_steps=check_positive(args.eager_steps, "--eager-steps"),
+        repeats=check_positive(args.repeats, "--repeats"),
+        seed=args.seed,
+    )
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out: {out} exists and is not a folder")
+    return run_and_report(registry, selected, config, out)
+
+
+def run_and_report(
+    registry: PeerRegistry, selected: list[str], config: BenchConfig, out: Path
+) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console()
+    for note in registry.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    total = len(selected) * len(config.envs)
+    columns = (
+        TextColumn("{task.description:28}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("starting", total=total)
+        result = run_bench(
+            registry, selected, config,
+            on_task=lambda label: progress.update(task, description=label),
+            on_done=lambda: progress.advance(task),
+        )
+    for skip in result.skipped:
+        console.print(f"[yellow]skipped {skip.peer}:[/] {skip.note}")
+    console.print(results_table(result))
+    json_path, plot_path = out / "peers.json", out / "peers.png"
+    write_json(result, json_path)
+    if result.records:
+        write_plot(result, plot_path)
+        console.print(f"wrote {json_path} and {plot_path}")
+    else:
+        console.print(f"wrote {json_path} (no records, no plot)")
+    return 0
+
+
+def format_rate(value: float) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def results_table(result: BenchResult) -> Table:
+    from rich.table import Table
+    envs = sorted({r.envs for r in result.records})
+    references = {r.envs: r.reference for r in result.records}
+    table = Table(title="CartPole peers: env-steps/s (ratio to reference), preliminary")
+    table.add_column("peer")
+    for n in envs:
+        table.add_column(f"N={n}", justify="right")
+    table.add_column("compile s", justify="right")
+    peers = list(dict.fromkeys(r.peer for r in result.records))
+    for name in peers:
+        by_n = {r.envs: r for r in result.records if r.peer == name}
+        cells = []
+        for n in envs:
+            r = by_n.get(n)
+            cells.append("-" if r is None else f"{format_rate(r.env_steps_per_s)} ({r.ratio:.2f})")
+        compile_s = max((r.compile_s for r in by_n.values()), default=0.0)
+        table.add_row(name, *cells, f"{compile_s:.2f}")
+    if references:
+        table.caption = "reference: " + "; ".join(f"N={n}: {references[n]}" for n in envs)
+    return table

@@ -1,0 +1,90 @@
+"""The mutable fusion graph: lossless conversion, XLA's post order, fusion surgery."""
+
+from __future__ import annotations
+
+from hlofuse.fusion.fusing import create_fusion, fuse_instruction, fuse_into_multi_output
+from hlofuse.fusion.graph import ModuleGraph, Names
+from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.ir.parser import parse_module
+from hlofuse.ir.printer import module_text
+from hlofuse.ir.verifier import verify
+
+from tests.conftest import CORPUS, load_corpus_case
+
+import numpy as np
+
+SMALL = """HloModule m
+
+ENTRY main {
+  p0 = f32[4]{0} parameter(0)
+  p1 = f32[4]{0} parameter(1)
+  a = f32[4]{0} add(p0, p1), metadata={source_file="f.py" source_line=1}
+  b = f32[4]{0} multiply(a, p1)
+  c = f32[4]{0} negate(a)
+  ROOT t = (f32[4]{0}, f32[4]{0}) tuple(b, c)
+}
+"""
+
+
+def test_round_trip_is_lossless() -> None:
+    for name in CORPUS:
+        module = parse_module(load_corpus_case(name)[0])
+        again = ModuleGraph.from_module(module).to_module()
+        verify(again)
+        assert module_text(again) == module_text(module), name
+
+
+def test_post_order_follows_xla() -> None:
+    graph = ModuleGraph.from_module(parse_module(SMALL))
+    assert graph.entry is not None
+    # DFS from the user-less root, first operand first
+    assert [n.name for n in graph.entry.post_order()] == ["p0", "p1", "a", "b", "c", "t"]
+    reach = graph.entry.reachability()
+    nodes = {n.name: n for n in graph.entry.nodes}
+    assert reach.is_reachable(nodes["a"], nodes["t"]) and not reach.is_reachable(nodes["b"],
+                                                                                 nodes["c"])
+    assert not reach.is_connected(nodes["b"], nodes["c"])
+
+
+def test_names_follow_xla() -> None:
+    names = Names()
+    names.reserve("add.3")
+    assert [names.unique("fusion"), names.unique("fusion"), names.unique("add.3")] == [
+        "fusion", "fusion.1", "add"]
+
+
+def test_duplicating_a_producer_clones_it_under_a_new_name() -> None:
+    module = parse_module(SMALL)
+    inputs = [np.arange(4, dtype=np.float32), np.ones(4, np.float32)]
+    graph = ModuleGraph.from_module(module)
+    assert graph.entry is not None
+    nodes = {n.name: n for n in graph.entry.nodes}
+    f1 = create_fusion(nodes["b"], "kLoop")
+    fuse_instruction(f1, nodes["a"])
+    f2 = create_fusion(nodes["c"], "kLoop")
+    fuse_instruction(f2, nodes["a"])
+    graph.entry.remove(nodes["a"])
+    fused = graph.to_module()
+    verify(fused)
+    text = module_text(fused)
+    assert "a = f32[4]{0} add(" in text and "a.clone = f32[4]{0} add(" in text
+    assert text.count('source_line=1') == 2  # both copies keep the user's line
+    np.testing.assert_array_equal(flatten_value(evaluate(fused, inputs))[0],
+                                  flatten_value(evaluate(module, inputs))[0])
+
+
+def test_multi_output_fusion_redirects_users() -> None:
+    module = parse_module(SMALL)
+    inputs = [np.arange(4, dtype=np.float32), np.full(4, 2, np.float32)]
+    graph = ModuleGraph.from_module(module)
+    assert graph.entry is not None
+    nodes = {n.name: n for n in graph.entry.nodes}
+    fusion = create_fusion(nodes["b"], "kLoop")
+    fuse_into_multi_output(fusion, nodes["a"])
+    graph.entry.remove(nodes["a"])
+    fused = graph.to_module()
+    verify(fused)
+    assert fusion.shape.is_tuple and len(fusion.shape.elements) == 2
+    for got, want in zip(flatten_value(evaluate(fused, inputs)),
+                         flatten_value(evaluate(module, inputs))):
+        np.testing.assert_array_equal(got, want)

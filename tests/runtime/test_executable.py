@@ -1,0 +1,167 @@
+"""The executable: argument checks, outputs, buffer reuse, profiles, the source it came from."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from hlofuse.cli import main
+from hlofuse.ir.parser import parse_module
+from hlofuse.runtime import compile_cpu, generate
+
+CHAIN = """HloModule chain
+ENTRY main {
+  x = f32[1024]{0} parameter(0)
+  a = f32[1024]{0} exponential(x)
+  b = f32[1024]{0} negate(a)
+  c = f32[1024]{0} add(b, x)
+  d = f32[1024]{0} multiply(c, c)
+  e = f32[1024]{0} subtract(d, a)
+  f = f32[1024]{0} sine(e)
+  ROOT g = f32[1024]{0} cosine(f)
+}
+"""
+
+LOOP = """HloModule counting
+cond {
+  cond.s = (s32[], f32[64]{0}) parameter(0)
+  cond.i = s32[] get-tuple-element(cond.s), index=0
+  cond.n = s32[] constant(25)
+  ROOT cond.lt = pred[] compare(cond.i, cond.n), direction=LT
+}
+body {
+  body.s = (s32[], f32[64]{0}) parameter(0)
+  body.i = s32[] get-tuple-element(body.s), index=0
+  body.x = f32[64]{0} get-tuple-element(body.s), index=1
+  body.one = s32[] constant(1)
+  body.j = s32[] add(body.i, body.one)
+  body.y = f32[64]{0} multiply(body.x, body.x)
+  body.h = f32[] constant(0.5)
+  body.hb = f32[64]{0} broadcast(body.h), dimensions={}
+  body.z = f32[64]{0} multiply(body.y, body.hb)
+  ROOT body.t = (s32[], f32[64]{0}) tuple(body.j, body.z)
+}
+ENTRY main {
+  x = f32[64]{0} parameter(0)
+  zero = s32[] constant(0)
+  t = (s32[], f32[64]{0}) tuple(zero, x)
+  w = (s32[], f32[64]{0}) while(t), condition=cond, body=body
+  r = f32[64]{0} get-tuple-element(w), index=1
+  tok = token[] after-all()
+  ROOT out = (f32[64]{0}, (s32[], f32[64]{0}), token[]) tuple(r, w, tok)
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def chain():  # type: ignore[no-untyped-def]
+    return compile_cpu(parse_module(CHAIN))
+
+
+@pytest.mark.needs_cc
+def test_arguments_are_checked(chain) -> None:  # type: ignore[no-untyped-def]
+    x = np.linspace(-1, 1, 1024, dtype=np.float32)
+    with pytest.raises(TypeError, match="takes 1 argument"):
+        chain()
+    with pytest.raises(TypeError, match=r"argument 0 \(%x\): expected element type f32"):
+        chain(x.astype(np.float64))
+    with pytest.raises(TypeError, match=r"expected shape \[1024\], got \[2, 512\]"):
+        chain(x.reshape(2, 512))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        chain(np.linspace(-1, 1, 2048, dtype=np.float32)[::2])
+    with pytest.raises(TypeError, match="expected a NumPy array"):
+        chain([0.0] * 1024)
+    expected = np.cos(np.sin(np.square(x - np.exp(x)) - np.exp(x)))
+    np.testing.assert_allclose(chain(x), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.needs_cc
+def test_temporaries_share_the_arena(chain) -> None:  # type: ignore[no-untyped-def]
+    # Six 4 KiB temporaries in a chain: at most a few are live at once.
+    assert len(chain.kernels) == 7
+    assert 0 < chain.peak_bytes <= 3 * 4096
+
+
+@pytest.mark.needs_cc
+def test_profile_reports_every_kernel(chain) -> None:  # type: ignore[no-untyped-def]
+    x = np.ones(1024, np.float32)
+    for runner in ("driver", "thunks"):
+        profile = chain.profile(x, repeat=3, runner=runner)
+        assert profile.runs == 3 and profile.wall_s > 0
+        assert [r.name for r in profile.rows] == ["a", "b", "c", "d", "e", "f", "g"]
+        for row in profile.rows:
+            assert row.calls == 3
+            assert row.total_s > 0 and 0 < row.median_s <= row.total_s
+            assert row.bytes_written == 3 * 4096
+            assert row.bytes_read == 3 * 4096 * (2 if row.name in ("c", "e") else 1)
+            assert 0 < row.share < 1
+        assert sum(r.share for r in profile.rows) <= 1.0 + 1e-9
+        assert "median us" in profile.table() and "exponential" not in profile.table()
+    with pytest.raises(ValueError, match="runner"):
+        chain.profile(x, runner="gpu")
+
+
+@pytest.mark.needs_cc
+def test_while_loop_runs_in_c_and_returns_nested_outputs() -> None:
+    executable = compile_cpu(parse_module(LOOP))
+    x = np.linspace(0.5, 1.5, 64, dtype=np.float32)
+    expected = x.copy()
+    for _ in range(25):
+        expected = (expected * expected * np.float32(0.5)).astype(np.float32)
+    result = executable(x)
+    assert isinstance(result, tuple) and len(result) == 3 and result[2] is None
+    r, (count, state), _ = result
+    assert int(count) == 25
+    np.testing.assert_allclose(r, expected, rtol=1e-6)
+    np.testing.assert_array_equal(r, state)
+    assert r is not state  # one buffer at two output positions is copied
+    profile = executable.profile(x)
+    by_name = {row.name: row for row in profile.rows}
+    assert by_name["body.z"].calls == 25 and by_name["cond.lt"].calls == 26
+    assert not [row for row in profile.rows if row.name == "copy (while-back)"]
+    loop = executable.source().split("for (;;) {")[1].split("\n  }\n")[0]
+    assert "body.z" in loop and "memcpy" not in loop
+
+
+@pytest.mark.needs_cc
+def test_scalar_arguments_may_be_python_numbers() -> None:
+    module = parse_module("""HloModule scalars
+ENTRY main {
+  a = f32[] parameter(0)
+  b = s32[] parameter(1)
+  c = f32[] convert(b)
+  ROOT d = f32[] add(a, c)
+}
+""")
+    assert compile_cpu(module)(1.5, 2) == np.float32(3.5)
+
+
+def test_nothing_from_the_input_text_reaches_the_c_source() -> None:
+    text = CHAIN.replace("HloModule chain", 'HloModule evil_module_name')
+    text = text.replace("ROOT g = f32[1024]{0} cosine(f)",
+                        'ROOT g = f32[1024]{0} cosine(f), metadata={op_name="*/ int evil; /*" '
+                        'source_file="x.py" source_line=3}')
+    source = generate(parse_module(text)).source.text
+    assert "evil;" not in source and "x.py" not in source
+    comments = re.findall(r"/\*(.*?)\*/", source, flags=re.S)
+    assert comments and all("*/" not in c for c in comments)
+    for comment in re.findall(r"/\* kernel (.*?) \*/", source):
+        assert re.fullmatch(r"[A-Za-z0-9_.() :-]*", comment), comment
+
+
+@pytest.mark.needs_cc
+def test_compile_command_emits_c_and_hlo(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "chain.hlo"
+    path.write_text(CHAIN)
+    assert main(["compile", str(path), "--strategy", "none", "--emit", "c"]) == 0
+    c_source = capsys.readouterr().out
+    assert "int hlofuse_run(" in c_source and c_source.count("/* kernel ") == 7
+    assert main(["compile", str(path), "--strategy", "xla", "--emit", "hlo"]) == 0
+    fused = capsys.readouterr().out
+    assert "fusion(" in fused and "kind=kLoop" in fused
+    assert main(["compile", str(path), "--strategy", "xla"]) == 0
+    assert capsys.readouterr().out.count("/* kernel ") == 1
+    assert main(["compile", str(path), "--strategy", "nonsense"]) == 2
+    assert "unknown strategy" in capsys.readouterr().err
