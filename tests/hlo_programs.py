@@ -214,7 +214,9 @@ class _ProgramBuilder:
         x = self.pick(lambda v: v.shape.rank >= 1)
         if x is None:
             return
-        dims = tuple(sorted(self.draw(st.sets(st.integers(0, x.shape.rank - 1), min_size=1))))  # type: ignore[call-overload]
+        drawn = self.draw(st.sets(st.integers(0, x.shape.rank - 1), min_size=1))
+        assert isinstance(drawn, set)
+        dims = tuple(sorted(drawn))
         op = Op.OR if x.dtype.is_pred else self.choose((Op.ADD, Op.MAXIMUM))
         assert isinstance(op, Op)
         init_value = 0 if op in (Op.ADD, Op.OR) else -100

@@ -17,6 +17,7 @@ through a C checker against libm in double (a few minutes per function).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import re
 import subprocess
@@ -191,10 +192,13 @@ def _logistic64(x: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-x))
 
 
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+
 _REFERENCES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "exp": np.exp, "expm1": np.expm1,
     "log": np.log, "log1p": np.log1p, "tanh": np.tanh, "logistic": _logistic64,
     "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "cbrt": np.cbrt,
+    "erf": lambda x: _erf64(x).astype(x.dtype),
 }
 
 
@@ -240,6 +244,9 @@ def _critical_f32(name: str) -> np.ndarray:
     if name in ("sin", "cos", "tan"):
         near = _near_pio2_multiples()
         runs += [near, -near]
+    if name == "erf":
+        # the switch between the two approximations, and the saturation to 1
+        runs += [_around(0.84375, 20000), _around(-0.84375, 20000), _around(3.92, 20000)]
     if name in ("exp", "expm1", "logistic", "tanh"):
         # exp overflow, smallest normal result, smallest subnormal, rounding to 0;
         # expm1's k switch at +-ln2/2; tanh's saturation.
@@ -448,6 +455,8 @@ SPECIAL_VALUES: list[tuple[str, tuple[float, ...], float]] = [
     ("cbrt", (0.0,), 0.0), ("cbrt", (-0.0,), -0.0), ("cbrt", (INF,), INF),
     ("cbrt", (-INF,), -INF), ("cbrt", (NAN,), NAN), ("cbrt", (-8.0,), -2.0),
     ("cbrt", (27.0,), 3.0),
+    ("erf", (0.0,), 0.0), ("erf", (-0.0,), -0.0), ("erf", (INF,), 1.0), ("erf", (-INF,), -1.0),
+    ("erf", (NAN,), NAN), ("erf", (10.0,), 1.0),
     # pow, C99 F.9.4.4
     ("pow", (NAN, 0.0), 1.0), ("pow", (NAN, -0.0), 1.0), ("pow", (1.0, NAN), 1.0),
     ("pow", (1.0, INF), 1.0), ("pow", (-1.0, INF), 1.0), ("pow", (-1.0, -INF), 1.0),
@@ -601,7 +610,7 @@ static double ulp_error(float y, double ref) {
     int e;
     frexp(fabs(r), &e);
     e = e - 1 < -126 ? -126 : e - 1;
-    if (r == 0.0 && y == 0.0) return signbit(r) == signbit(y) ? 0.0 : INFINITY;
+    if (r == 0.0 && y == 0.0) return !signbit(r) == !signbit(y) ? 0.0 : INFINITY;
     return fabs((double)y - r) / ldexp(1.0, e - 23);
 }
 static float x[1 << 16], y[1 << 16];
@@ -626,7 +635,7 @@ int main(void) {
 
 _EXHAUSTIVE_REFS = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "expm1": "expm1",
                     "log": "log", "log1p": "log1p", "tanh": "tanh", "logistic": "ref_logistic",
-                    "sqrt": "sqrt", "rsqrt": "ref_rsqrt", "cbrt": "cbrt"}
+                    "sqrt": "sqrt", "rsqrt": "ref_rsqrt", "cbrt": "cbrt", "erf": "erf"}
 
 
 @pytest.mark.slow

@@ -40,7 +40,8 @@ def test_explain_dict_is_the_documented_json() -> None:
     kernels = report["kernels"]
     assert isinstance(kernels, list)
     for kernel in kernels:
-        assert {"name", "kind", "instructions", "source_lines", "computation", "loop"} <= set(kernel)
+        assert {"name", "kind", "instructions", "source_lines", "computation",
+                "loop"} <= set(kernel)
     decisions = report["decisions"]
     assert isinstance(decisions, list) and decisions
     for decision in decisions:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction, fuse_into_multi_output
-from hlofuse.fusion.graph import ModuleGraph, Names
+from hlofuse.fusion.graph import Names
+from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text

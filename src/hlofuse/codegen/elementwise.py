@@ -187,6 +187,8 @@ def _is_finite(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
 
 
 def _logistic(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
+    if lang.has_math("logistic", inst.dtype):
+        return lang.round_to(inst.dtype, lang.call_math("logistic", inst.dtype, x[0]))
     one = "1.0" if inst.dtype is DType.F64 else "1.0f"
     exp = lang.call_math("exp", inst.dtype, f"-{x[0]}")
     return lang.round_to(inst.dtype, f"({one} / ({one} + {exp}))")
@@ -199,8 +201,8 @@ def _rsqrt(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
 
 def _erf(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
     # The reference evaluates erf in f64 whatever the type, then rounds.
-    if inst.dtype is DType.F64:
-        return lang.call_math("erf", DType.F64, x[0])
+    if inst.dtype is DType.F64 or lang.math("erf", inst.dtype) != "erff":
+        return lang.round_to(inst.dtype, lang.call_math("erf", inst.dtype, x[0]))
     if inst.dtype is DType.F32:
         flushed = lang.call_math("erf", DType.F64, f"(double)hlofuse_daz_f({x[0]})")
         return f"hlofuse_daz_f((float){flushed})"

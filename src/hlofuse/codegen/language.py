@@ -47,12 +47,22 @@ _FLOAT_MATH = MappingProxyType({
 })
 
 
+def _vectorisable_math() -> Mapping[tuple[str, DType], str]:
+    """The math library's functions that kernels should call instead of libm's."""
+    from hlofuse.codegen.mathlib import FUNCTIONS
+
+    return MappingProxyType({(f.name, f.dtype): f.c_name for f in FUNCTIONS if f.recommended})
+
+
 @dataclass(frozen=True)
 class CLanguage:
     """C11 with OpenMP, as compiled by gcc or clang."""
 
     storage_types: Mapping[DType, str] = field(default_factory=lambda: _STORAGE)
     float_math: Mapping[str, tuple[str, str]] = field(default_factory=lambda: _FLOAT_MATH)
+    # Branch-free functions of codegen/mathlib (within ~0.5 ulp for f32) that vectorise, where
+    # libm's are calls that keep a loop scalar; keyed by (name, f32 or f64).
+    vector_math: Mapping[tuple[str, DType], str] = field(default_factory=_vectorisable_math)
     index_type: str = "int64_t"
     restrict: str = "restrict"
     kernel_qualifier: str = "static __attribute__((noinline))"
@@ -125,8 +135,17 @@ class CLanguage:
         return expr
 
     def math(self, name: str, dtype: DType) -> str:
+        width = DType.F64 if dtype is DType.F64 else DType.F32
+        vectorised = self.vector_math.get((name, width))
+        if vectorised is not None:
+            return vectorised
         f32_name, f64_name = self.float_math[name]
         return f64_name if dtype is DType.F64 else f32_name
+
+    def has_math(self, name: str, dtype: DType) -> bool:
+        """Whether `math(name)` exists as a function (logistic has no libm spelling)."""
+        width = DType.F64 if dtype is DType.F64 else DType.F32
+        return (name, width) in self.vector_math or name in self.float_math
 
     def call_math(self, name: str, dtype: DType, *arguments: str) -> str:
         """A libm call with denormal inputs and results flushed (f32/f64; the reference

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse import rnglib
 from hlofuse.frontend import primitives as prim
 from hlofuse.frontend.dtype_rules import to_dtype
 from hlofuse.frontend.eager import eager
@@ -33,8 +34,6 @@ from hlofuse.ir.shapes import Shape
 
 IMPLS = ("fused", "custom_call")
 CUSTOM_CALL_TARGET = "hlofuse_threefry2x32"
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-_PARITY = 0x1BD11BDA
 
 _default = {"impl": "fused"}
 
@@ -82,22 +81,10 @@ def _threefry_fused(k0: Tracer, k1: Tracer, x0: Tracer, x1: Tracer) -> tuple[Tra
             constants[value] = _u32(value, shape)
         return constants[value]
 
-    def rotate_left(v: Tracer, r: int) -> Tracer:
-        left = prim.binary(Op.SHIFT_LEFT, v, u32(r))
-        right = prim.binary(Op.SHIFT_RIGHT_LOGICAL, v, u32(32 - r))
-        return prim.binary(Op.OR, left, right)
-
-    k2 = prim.binary(Op.XOR, prim.binary(Op.XOR, k0, k1), constant(_PARITY, DType.U32))
-    ks = [prim.broadcast_in_dim(k, shape, ()) for k in (k0, k1, k2)]
-    y0 = prim.binary(Op.ADD, x0, ks[0])
-    y1 = prim.binary(Op.ADD, x1, ks[1])
-    for block in range(5):
-        for r in _ROTATIONS[block % 2]:
-            y0 = prim.binary(Op.ADD, y0, y1)
-            y1 = prim.binary(Op.XOR, rotate_left(y1, r), y0)
-        y0 = prim.binary(Op.ADD, y0, ks[(block + 1) % 3])
-        y1 = prim.binary(Op.ADD, prim.binary(Op.ADD, y1, ks[(block + 2) % 3]), u32(block + 1))
-    return y0, y1
+    # The key words are scalars here: the third is computed once, then all are broadcast.
+    k2 = prim.binary(Op.XOR, prim.binary(Op.XOR, k0, k1), constant(rnglib.PARITY, DType.U32))
+    k0b, k1b, k2b = (prim.broadcast_in_dim(k, shape, ()) for k in (k0, k1, k2))
+    return rnglib.threefry2x32_ops(prim.binary, u32, (k0b, k1b, k2b), x0, x1)
 
 
 def _threefry_custom_call(k0: Tracer, k1: Tracer, x0: Tracer,

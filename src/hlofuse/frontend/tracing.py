@@ -49,7 +49,7 @@ _PACKAGE_DIR = os.path.dirname(_FRONTEND_DIR.rstrip(os.sep)) + os.sep
 # hlofuse's own (CartPole), so its lines are the ones to report.
 _INTERNAL_PREFIXES = (_FRONTEND_DIR, os.path.join(_PACKAGE_DIR, "ir") + os.sep)
 _INTERNAL_FILES = frozenset(os.path.join(_PACKAGE_DIR, f)
-                            for f in ("api.py", "numpy.py", "lax.py", "random.py"))
+                            for f in ("api.py", "numpy.py", "lax.py", "random.py", "rnglib.py"))
 
 
 def _is_internal(filename: str) -> bool:

@@ -15,6 +15,9 @@ from typing import Any, Protocol
 
 FUSE = "fuse"
 NO = "no"
+# The verdict of the passes that rewrite the program before fusion (rng-expansion, loop-unroll,
+# ...): they log what they rewrote with this verdict and what they refused with NO.
+REWRITE = "rewrite"
 
 # The rule id of a positive decision.
 FUSIBLE = "fusible"
@@ -56,7 +59,7 @@ class DecisionRecord:
     computation: str
     producer: str
     consumer: str | None
-    verdict: str  # FUSE or NO
+    verdict: str  # FUSE or NO (REWRITE for the passes before fusion)
     rule: str
     message: str
     producer_op: str = ""

@@ -3,10 +3,9 @@
 - `create_fusion(consumer, kind)`: wrap an instruction into a one-instruction fusion.
 - `fuse_instruction(fusion, producer)`: clone an operand into the fusion (the producer stays if
   it has other users: that is duplication).
-- `fuse_into_multi_output(fusion, producer)`: clone the producer in as an extra output; its
-  other users read a get-tuple-element of the fusion instead.
+- `fuse_into_multi_output(fusion, other)`: clone a producer or sibling (plain or a fusion) in
+  as extra outputs; its other users read get-tuple-elements of the fusion instead.
 - `merge_fusion(consumer, producer)`: inline a producer fusion's body into a consumer fusion.
-- `merge_into_multi_output(fusion, other)`: absorb a sibling (or producer) fusion's outputs.
 
 Parameter order follows XLA: parameters of remaining operands keep their order, operands that
 a fused instruction adds are appended in the order they are met, root first.
@@ -174,8 +173,3 @@ def merge_fusion(consumer: Node, producer: Node) -> None:
     outputs = _clone_body(consumer, producer)
     assert len(outputs) == 1, "merging a multi-output fusion"
     _unbind_operand(consumer, producer, outputs[0])
-
-
-def remove_fusion(node: Node) -> None:
-    """Remove a user-less fusion (or plain) instruction from its graph."""
-    node.parent.remove(node)

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.fusion.decision import FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, merge_fusion
-from hlofuse.fusion.graph import Graph, ModuleGraph, Node
+from hlofuse.fusion.graph import Graph, Node
+from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.indexing import fused_emitter_inefficient
 from hlofuse.fusion.instruction_fusion import choose_kind
 from hlofuse.fusion.properties import is_expensive, is_loop_fusion, reuses_operand_elements

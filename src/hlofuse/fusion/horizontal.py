@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.fusion.decision import FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_into_multi_output
-from hlofuse.fusion.graph import Graph, ModuleGraph, Node
+from hlofuse.fusion.graph import Graph, Node
+from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import (
     fusion_outputs,
     is_elementwise,

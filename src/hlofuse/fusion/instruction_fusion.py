@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.fusion.decision import Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction
-from hlofuse.fusion.graph import Graph, ModuleGraph, Node, Reachability
+from hlofuse.fusion.graph import Graph, Node, Reachability
 from hlofuse.fusion.indexing import cached_evaluation, update_after_fusing
+from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import (
     is_effective_scalar,
     is_fusible,

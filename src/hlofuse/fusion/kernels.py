@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hlofuse.fusion.graph import Graph, ModuleGraph, Node
+from hlofuse.fusion.graph import Graph, Node
+from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import is_contiguous_reduction, minor_to_major
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op, OpKind

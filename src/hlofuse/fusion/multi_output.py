@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.fusion.decision import FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_into_multi_output
-from hlofuse.fusion.graph import Graph, ModuleGraph, Node, Reachability
+from hlofuse.fusion.graph import Graph, Node
+from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.indexing import fused_emitter_inefficient
 from hlofuse.fusion.instruction_fusion import choose_kind
 from hlofuse.fusion.properties import (

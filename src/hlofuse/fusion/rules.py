@@ -28,7 +28,6 @@ from hlofuse.fusion.properties import (
     has_side_effect,
     in_place_operands,
     is_always_duplicable,
-    is_contiguous_reduction,
     is_effective_scalar,
     is_elementwise,
     is_expensive,

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from hlofuse.ir.builder import ComputationBuilder
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module, without_unreachable
@@ -29,7 +30,13 @@ def inline_call(call: Instruction, operands: tuple[Instruction, ...],
 
     With `keep_names` (the callee has no other caller and disappears) copies keep their names.
     """
-    callee = builder.callee(call.calls[0])
+    return inline_computation(builder.callee(call.calls[0]), operands, builder, keep_names)
+
+
+def inline_computation(callee: Computation, operands: tuple[Instruction, ...],
+                       builder: ComputationBuilder, keep_names: bool) -> Instruction:
+    """`callee` applied to `operands`: its instructions copied into `builder` (parameters
+    replaced by the operands); returns the copy of its root. Loop unrolling uses it too."""
     copies: dict[Instruction, Instruction] = {}
     for param in callee.parameters:
         copies[param] = operands[param.parameter_number]

@@ -7,7 +7,7 @@ rules again, so chains collapse in one run:
 
 - no-op reshape, bitcast, broadcast, transpose, slice, convert -> the operand;
 - reshape of reshape, broadcast of broadcast, transpose of transpose, slice of slice -> one op;
-- reshape of a scalar, and reshape of a broadcast scalar -> a broadcast of the scalar;
+- reshape of a broadcast scalar, broadcast of a reshaped scalar -> a broadcast of the scalar;
 - get-tuple-element of a tuple -> the element; a tuple of all elements of x in order -> x;
 - a slice of a concatenate that falls inside one operand -> a slice of that operand (only
   when the slice sees the concatenate: never through a while loop's state, as in XLA);
@@ -81,16 +81,17 @@ def reshape_of_reshape(inst: Instruction, builder: RewriteBuilder) -> Instructio
     return _add(builder, inst, Op.RESHAPE, [inst.operands[0].operands[0]], inst.shape)
 
 
-def reshape_of_scalar(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
-    """reshape(s) and reshape(broadcast(s)) of a rank-0 s become broadcast(s)."""
-    if inst.op is not Op.RESHAPE:
+def scalar_broadcasts(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    """reshape(broadcast(s)) and broadcast(reshape(s)) of a rank-0 s become broadcast(s)."""
+    operand = inst.operands[0] if inst.operands else None
+    if operand is None or not operand.operands:
         return None
-    operand = inst.operands[0]
-    if operand.op is Op.BROADCAST and operand.operands[0].shape.rank == 0:
-        operand = operand.operands[0]
-    if operand.shape.rank != 0:
+    inner = operand.operands[0]
+    shapes_only = (inst.op, operand.op) in ((Op.RESHAPE, Op.BROADCAST),
+                                            (Op.BROADCAST, Op.RESHAPE))
+    if not shapes_only or inner.shape.rank != 0:
         return None
-    return _add(builder, inst, Op.BROADCAST, [operand], inst.shape, dimensions=())
+    return _add(builder, inst, Op.BROADCAST, [inner], inst.shape, dimensions=())
 
 
 def noop_broadcast(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
@@ -224,7 +225,7 @@ def make_constant_folding(max_elements: int) -> Rule:
 
 STRUCTURAL_RULES: tuple[Rule, ...] = (
     noop_reshape, noop_broadcast, noop_transpose, noop_slice, noop_convert,
-    get_tuple_element_of_tuple, tuple_of_all_elements, reshape_of_scalar, reshape_of_reshape,
+    get_tuple_element_of_tuple, tuple_of_all_elements, scalar_broadcasts, reshape_of_reshape,
     broadcast_of_broadcast, transpose_of_transpose, slice_of_slice, slice_of_concatenate,
 )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hlofuse.codegen import templates
+from hlofuse.codegen import mathlib, templates
 from hlofuse.codegen.c_emitter import EmittedKernel, sanitize
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType
@@ -68,7 +68,8 @@ def module_source(program: Program, emitted: Mapping[int, EmittedKernel],
     exports = [_exported(f, lang) for f in functions.values()]
     driver = _Driver(assignment, constant_offsets, function_of, lang)
     body = driver.thunks(program.thunks, 1)
-    text = (templates.HEADER.substitute(what=what, library_declarations=LIBRARY_DECLARATIONS)
+    text = (templates.HEADER.substitute(what=what, library_declarations=LIBRARY_DECLARATIONS,
+                                        math_library=mathlib.header_text())
             + "".join(definitions) + "".join(exports) + templates.DRIVER_SUPPORT
             + "".join(templates.DRIVER_PART_PROTOTYPE.substitute(name=f"hlofuse_part{k}")
                       for k in range(len(driver.parts)))

@@ -128,7 +128,8 @@ def compile_cpu(module: Module, options: CompileOptions = CompileOptions()) -> E
 
 class _Pointers(ctypes.Structure):
     _fields_ = [("counts", ctypes.c_void_p), ("totals", ctypes.c_void_p),
-                ("samples", ctypes.c_void_p), ("capacity", ctypes.c_int64)]
+                ("samples", ctypes.c_void_p), ("capacity", ctypes.c_int64),
+                ("started", ctypes.c_double)]
 
 
 class Executable:
@@ -254,7 +255,7 @@ class Executable:
         totals = np.zeros(max(count, 1), np.float64)
         samples = np.zeros(max(count, 1) * PROFILE_SAMPLES, np.float64)
         pointers = _Pointers(counts.ctypes.data, totals.ctypes.data, samples.ctypes.data,
-                             PROFILE_SAMPLES)
+                             PROFILE_SAMPLES, 0.0)
         wall = 0.0
         with self._lock:
             for _ in range(repeat):

@@ -22,6 +22,7 @@ Functions (float32 name / float64 name):
     cbrt      hlofuse_cbrtf     hlofuse_cbrt
     pow       hlofuse_powf      -                  (x, y), C99 special cases
     atan2     hlofuse_atan2f    -                  (y, x), C99 special cases
+    erf       hlofuse_erff      -
 
 float32 functions compute in double and round once, so they are within ~0.5 ulp over
 the whole float range, sin/cos/tan included (their reduction modulo pi/2 is exact for
@@ -110,6 +111,7 @@ FUNCTIONS: tuple[MathFunction, ...] = (
     _f32("cbrt", 0.51),
     _f32("pow", 0.51, arity=2),
     _f32("atan2", 0.51, arity=2),
+    _f32("erf", 0.51),
     _f64("sin", 1.0, note=_TRIG_LIMIT),
     _f64("cos", 1.0, note=_TRIG_LIMIT),
     _f64("tan", 2.5, note=_TRIG_LIMIT),

@@ -175,8 +175,6 @@ class JitStepRunner:
         self.totals = jax.jit(totals).lower(self.zeros).compile()
 
     def run(self) -> RolloutResult:
-        import numpy as np
-
         carry = (self.initial, self.zeros)
         for t in range(self.workload.n_steps):
             carry = self.step(carry, self.initial, self.steps_key, np.uint32(t))

@@ -1,0 +1,167 @@
+"""A module of mutable Graphs: conversion from frozen IR and back (with final names)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from hlofuse.fusion.graph import Graph, Names, Node
+from hlofuse.ir.builder import ComputationBuilder, NameUniquer
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op
+from hlofuse.passes.rewrite import callee_order
+
+
+class ModuleGraph:
+    """A module of Graphs; `from_module` and `to_module` convert to and from frozen IR."""
+
+    def __init__(self, name: str,
+                 debug_tables: tuple[tuple[str, tuple[tuple[int, str], ...]], ...] = ()) -> None:
+        self.name = name
+        self.debug_tables = debug_tables
+        self.graphs: list[Graph] = []
+        self.entry: Graph | None = None
+        self.names = Names()
+        self.computation_names = Names()
+
+    @staticmethod
+    def from_module(module: Module) -> ModuleGraph:
+        mg = ModuleGraph(module.name, module.debug_tables)
+        for inst in module.all_instructions():
+            mg.names.reserve(inst.name)
+        fused = {id(c) for i in module.all_instructions() if i.op is Op.FUSION for c in i.calls}
+        graphs: dict[int, Graph] = {}
+        for comp in callee_order(module):
+            mg.computation_names.reserve(comp.name)
+            graph = Graph(comp.name, mg, is_fusion=id(comp) in fused)
+            nodes: dict[int, Node] = {}
+            for inst in comp.instructions:
+                node = graph.add(inst.op, [nodes[id(o)] for o in inst.operands], inst.shape,
+                                 attrs=inst.attrs, calls=[graphs[id(c)] for c in inst.calls],
+                                 metadata=inst.metadata, extra=inst.extra, name=inst.name)
+                nodes[id(inst)] = node
+            graph.params = [nodes[id(p)] for p in comp.parameters]
+            graph.root = nodes[id(comp.root)]
+            graphs[id(comp)] = graph
+            mg.graphs.append(graph)
+        mg.entry = graphs[id(module.entry)]
+        return mg
+
+    def add_graph(self, base: str, is_fusion: bool) -> Graph:
+        graph = Graph(self.computation_names.unique(base), self, is_fusion)
+        self.graphs.append(graph)
+        return graph
+
+    def remove_graph(self, graph: Graph) -> None:
+        self.graphs.remove(graph)
+
+    def nonfusion_graphs(self) -> list[Graph]:
+        return [g for g in self._ordered() if not g.is_fusion]
+
+    def fusible_graphs(self) -> list[Graph]:
+        """XLA's GetFusibleComputations: non-fusion computations, except the bodies of
+        reduce, reduce-window and custom calls (they are applied per element, not launched)."""
+        applied: set[Graph] = set()
+        for graph in self.graphs:
+            for node in graph.nodes:
+                if node.op in (Op.REDUCE, Op.REDUCE_WINDOW, Op.CUSTOM_CALL):
+                    applied.update(node.calls)
+        return [g for g in self.nonfusion_graphs() if g not in applied]
+
+    def _ordered(self) -> list[Graph]:
+        """Graphs still in use, callees before callers (XLA's MakeComputationPostOrder)."""
+        assert self.entry is not None
+        order: list[Graph] = []
+        seen: set[Graph] = set()
+
+        def callees(g: Graph) -> Iterator[Graph]:
+            for node in list(g.nodes):
+                yield from node.calls
+
+        for start in self.graphs:
+            if start in seen:
+                continue
+            seen.add(start)
+            stack: list[tuple[Graph, Iterator[Graph]]] = [(start, callees(start))]
+            while stack:
+                graph, it = stack[-1]
+                callee = next(it, None)
+                if callee is None:
+                    stack.pop()
+                    order.append(graph)
+                elif callee not in seen:
+                    seen.add(callee)
+                    stack.append((callee, callees(callee)))
+        return order
+
+    def to_module(self) -> Module:
+        """Frozen IR again. Top-level names stay; a fused copy whose name is taken elsewhere
+        becomes `name.clone` (`name.clone.N`), fused parameters are `param_N` made unique."""
+        assert self.entry is not None
+        ordered = self._reachable(self._ordered())
+        names = self._final_names(ordered)
+        uniquer = NameUniquer()
+        built: dict[Graph, Computation] = {}
+        for graph in ordered:
+            builder = ComputationBuilder(graph.name, uniquer)
+            made: dict[Node, Instruction] = {}
+            for node in graph.post_order():
+                made[node] = builder.add(
+                    node.op, [made[o] for o in node.operands], attrs=dict(node.attrs),
+                    calls=[built[c] for c in node.calls], shape=node.shape,
+                    name=names[node], metadata=node.metadata, extra=node.extra)
+            params = tuple(made[p] for p in graph.params)
+            built[graph] = Computation(graph.name, tuple(builder.instructions),
+                                       made[graph.root], params)
+        return Module(self.name, tuple(built[g] for g in ordered), built[self.entry],
+                      self.debug_tables)
+
+    def _reachable(self, ordered: list[Graph]) -> list[Graph]:
+        assert self.entry is not None
+        keep: set[Graph] = set()
+        stack = [self.entry]
+        while stack:
+            graph = stack.pop()
+            if graph in keep:
+                continue
+            keep.add(graph)
+            for node in graph.nodes:
+                stack.extend(node.calls)
+        return [g for g in ordered if g in keep]
+
+    @staticmethod
+    def _final_names(ordered: list[Graph]) -> dict[Node, str]:
+        names: dict[Node, str] = {}
+        used: set[str] = set()
+        for graph in ordered:
+            if graph.is_fusion:
+                continue
+            for node in graph.nodes:
+                names[node] = node.name
+                used.add(node.name)
+        for graph in ordered:
+            if not graph.is_fusion:
+                continue
+            for node in graph.post_order():
+                name = _fresh_name(node, used)
+                names[node] = name
+                used.add(name)
+        return names
+
+
+_CLONE_SUFFIX = re.compile(r"(\.clone(\.\d+)?)+$")
+
+
+def _fresh_name(node: Node, used: set[str]) -> str:
+    """A fused instruction's name: its own, else the original's, else `original.clone[.N]`."""
+    if node.op is Op.PARAMETER:
+        base = f"param_{node.parameter_number}"
+        candidates: Iterator[str] = (f"{base}.{k}" for k in range(1, 1 << 30))
+        return base if base not in used else next(c for c in candidates if c not in used)
+    if node.name not in used:
+        return node.name
+    base = _CLONE_SUFFIX.sub("", node.name)
+    if base not in used:
+        return base
+    candidates = (f"{base}.clone" if k == 0 else f"{base}.clone.{k}" for k in range(1 << 30))
+    return next(c for c in candidates if c not in used)

@@ -1,0 +1,246 @@
+"""concat-forwarding: slices of a concatenate read the concatenated pieces directly, and
+element-wise work over a concatenation is done per piece.
+
+Two rules, applied operands-first in one walk of each computation:
+
+- slice(concatenate(a, b, ...)) whose range lies inside one piece becomes that piece, or a
+  slice of it (the algebraic simplifier's rule, here for strided slices too, and logged);
+- an element-wise instruction with a concatenate operand of its own shape is split per piece:
+  op(concatenate(a, b), y) -> concatenate(op(a, y[piece a]), op(b, y[piece b])), the other
+  operands sliced to the piece (a slice of a broadcast, transpose, iota or concatenate is
+  rewritten into the smaller instruction rather than added on top). It applies only when it
+  gains something: every user of the concatenate consumes it piece by piece (element-wise
+  users that split the same way, slices inside one piece), so the concatenate goes away, or a
+  slice of the result lies inside one piece and will read that piece directly. The split
+  result is again a concatenate, so chains of element-wise ops split from the top down.
+
+The second rule is what lets `scalarize-state` see a packed loop state that the program
+builds as `select(done, reset, concatenate(x, v, ...))`. Refused, and logged: slices across
+pieces (`slice-within-one-piece`), splits that gain nothing
+(`split-gains-nothing`), concatenations of more than `max_pieces` pieces (`too-many-pieces`).
+
+XLA's AlgebraicSimplifier has the first rule (HandleSlice on a concatenate) and no form of the
+second: it never moves element-wise work across a concatenate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from hlofuse.ir.analysis import users
+from hlofuse.ir.attrs import SliceDim
+from hlofuse.ir.builder import ComputationBuilder
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
+from hlofuse.ir.shapes import Shape
+from hlofuse.passes.decisions import RewriteLog
+from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+
+if TYPE_CHECKING:
+    from hlofuse.passes.manager import DecisionSink
+
+DEFAULT_MAX_PIECES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """How a concatenate cuts its dimension `dim`: piece i is [offsets[i], offsets[i] + sizes[i])."""
+
+    dim: int
+    sizes: tuple[int, ...]
+
+    @staticmethod
+    def of(concat: Instruction) -> Partition:
+        dim = concat.ints("dimensions")[0]
+        return Partition(dim, tuple(o.shape.dims[dim] for o in concat.operands))
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        out, total = [], 0
+        for size in self.sizes:
+            out.append(total)
+            total += size
+        return tuple(out)
+
+    def piece_of(self, start: int, limit: int) -> int | None:
+        """The piece that holds [start, limit) along `dim`, or None if none does."""
+        for i, (offset, size) in enumerate(zip(self.offsets, self.sizes)):
+            if size and offset <= start and limit <= offset + size:
+                return i
+        return None
+
+
+def slice_ranges(inst: Instruction) -> tuple[SliceDim, ...]:
+    spec = inst.attrs["slice"]
+    assert isinstance(spec, tuple)
+    return tuple(s for s in spec if isinstance(s, SliceDim))
+
+
+def piece_of_slice(inst: Instruction, partition: Partition) -> int | None:
+    """The piece a slice reads from, if it reads from one piece only."""
+    s = slice_ranges(inst)[partition.dim]
+    last = s.start + max(inst.shape.dims[partition.dim] - 1, 0) * s.stride
+    return partition.piece_of(s.start, last + 1)
+
+
+def slice_in_piece(inst: Instruction, partition: Partition,
+                   piece_dims: tuple[int, ...]) -> tuple[SliceDim, ...] | None:
+    """The ranges of slice `inst` relative to the piece it reads (whose dims are `piece_dims`),
+    or None when the slice is that whole piece."""
+    piece = piece_of_slice(inst, partition)
+    assert piece is not None
+    offset = partition.offsets[piece]
+    spec = []
+    for d, (r, size) in enumerate(zip(slice_ranges(inst), piece_dims)):
+        start, limit = (r.start - offset, r.limit - offset) if d == partition.dim else (
+            r.start, r.limit)
+        # A strided slice may name a limit past the piece; the elements it reads are inside.
+        spec.append(SliceDim(start, min(limit, size), r.stride))
+    if inst.shape.dims == piece_dims and all(r.stride == 1 for r in spec):
+        return None
+    return tuple(spec)
+
+
+def slice_along(value: Instruction, dim: int, start: int, limit: int,
+                builder: ComputationBuilder) -> Instruction:
+    """`value[..., start:limit, ...]` along `dim`, built from smaller instructions where the
+    value is a concatenate, broadcast, transpose or iota (the slice sinks into them)."""
+    dims = value.shape.dims
+    if start == 0 and limit == dims[dim]:
+        return value
+    out_dims = dims[:dim] + (limit - start,) + dims[dim + 1:]
+    meta = value.metadata
+    if value.op is Op.CONCATENATE and value.ints("dimensions")[0] == dim:
+        partition = Partition.of(value)
+        piece = partition.piece_of(start, limit)
+        if piece is not None:
+            offset = partition.offsets[piece]
+            return slice_along(value.operands[piece], dim, start - offset, limit - offset,
+                               builder)
+    if value.op is Op.BROADCAST:
+        operand = value.operands[0]
+        mapped = value.ints("dimensions")
+        if dim in mapped and operand.shape.dims[mapped.index(dim)] != 1:
+            operand = slice_along(operand, mapped.index(dim), start, limit, builder)
+        return builder.add(Op.BROADCAST, [operand], attrs={"dimensions": mapped},
+                           shape=Shape.array(value.dtype, out_dims), metadata=meta)
+    if value.op is Op.TRANSPOSE:
+        perm = value.ints("dimensions")
+        inner = slice_along(value.operands[0], perm[dim], start, limit, builder)
+        return builder.add(Op.TRANSPOSE, [inner], attrs={"dimensions": perm}, metadata=meta)
+    if value.op is Op.IOTA and value.attrs["iota_dimension"] != dim:
+        return builder.add(Op.IOTA, attrs=dict(value.attrs),
+                           shape=Shape.array(value.dtype, out_dims), metadata=meta)
+    spec = tuple(SliceDim(start, limit) if d == dim else SliceDim(0, size)
+                 for d, size in enumerate(dims))
+    return builder.add(Op.SLICE, [value], attrs={"slice": spec}, metadata=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class ConcatForwarding:
+    """Forwards slices of concatenates and splits element-wise work per concatenated piece."""
+
+    name: ClassVar[str] = "concat-forwarding"
+    split_elementwise: bool = True
+    max_pieces: int = DEFAULT_MAX_PIECES
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        records = RewriteLog(log, self.name)
+
+        def transform_for(comp: Computation) -> Transform | None:
+            if not any(i.op is Op.CONCATENATE for i in comp.instructions):
+                return None
+            return _Forwarder(self, comp, records).transform
+
+        return rewrite_module(module, transform_for)
+
+
+class _Forwarder:
+    def __init__(self, config: ConcatForwarding, comp: Computation, records: RewriteLog) -> None:
+        self.config = config
+        self.comp = comp
+        self.records = records
+        self.users = users(comp)
+
+    def transform(self, inst: Instruction, operands: tuple[Instruction, ...],
+                  builder: RewriteBuilder) -> Instruction | None:
+        if inst.op is Op.SLICE and operands[0].op is Op.CONCATENATE:
+            return self.forward_slice(inst, operands, builder)
+        if inst.op in ELEMENTWISE_OPS and self.config.split_elementwise:
+            return self.split(inst, operands, builder)
+        return None
+
+    def forward_slice(self, inst: Instruction, operands: tuple[Instruction, ...],
+                      builder: RewriteBuilder) -> Instruction | None:
+        concat = inst.operands[0]
+        partition = Partition.of(operands[0])
+        piece = piece_of_slice(inst, partition)
+        if piece is None:
+            self.records.refused(self.comp.name, concat, "slice-within-one-piece",
+                                 f"cannot forward %{inst.name} to a piece of %{concat.name}: "
+                                 "it reads from several pieces", inst)
+            return None
+        source = operands[0].operands[piece]
+        spec = slice_in_piece(inst, partition, source.shape.dims)
+        result = source if spec is None else builder.add(
+            Op.SLICE, [source], attrs={"slice": spec}, metadata=inst.metadata)
+        self.records.rewrote(self.comp.name, concat, "slice-forwarded",
+                             f"%{inst.name} reads %{source.name} instead of %{concat.name}",
+                             inst)
+        return result
+
+    def split(self, inst: Instruction, operands: tuple[Instruction, ...],
+              builder: RewriteBuilder) -> Instruction | None:
+        index = next((i for i, o in enumerate(operands)
+                      if o.op is Op.CONCATENATE and o.shape.dims == inst.shape.dims), None)
+        if index is None:
+            return None
+        concat, original = operands[index], inst.operands[index]
+        partition = Partition.of(concat)
+        if len(partition.sizes) > self.config.max_pieces:
+            self.records.refused(self.comp.name, original, "too-many-pieces",
+                                 f"not splitting %{inst.name} over %{original.name}: "
+                                 f"{len(partition.sizes)} pieces (at most "
+                                 f"{self.config.max_pieces})", inst,
+                                 pieces=len(partition.sizes))
+            return None
+        if not self.gains(inst, original, partition):
+            self.records.refused(self.comp.name, original, "split-gains-nothing",
+                                 f"not splitting %{inst.name} over the pieces of "
+                                 f"%{original.name}: the concatenate stays and no slice of "
+                                 "the result reads a single piece", inst)
+            return None
+        pieces = []
+        for offset, size in zip(partition.offsets, partition.sizes):
+            if not size:
+                continue
+            # Scalar operands (a select's predicate, a clamp's bounds) apply to every piece.
+            parts = [slice_along(o, partition.dim, offset, offset + size, builder)
+                     if o.shape.dims == inst.shape.dims else o for o in operands]
+            dims = list(inst.shape.dims)
+            dims[partition.dim] = size
+            pieces.append(builder.add(inst.op, parts, attrs=dict(inst.attrs),
+                                      shape=Shape.array(inst.dtype, dims),
+                                      metadata=inst.metadata))
+        result = builder.add(Op.CONCATENATE, pieces, attrs={"dimensions": (partition.dim,)},
+                             metadata=inst.metadata)
+        self.records.rewrote(self.comp.name, original, "elementwise-split",
+                             f"split %{inst.name} over the {len(pieces)} pieces of "
+                             f"%{original.name}", inst, pieces=len(pieces))
+        return result
+
+    def gains(self, inst: Instruction, concat: Instruction, partition: Partition) -> bool:
+        """Whether the concatenate goes away, or a slice of `inst` will read one piece."""
+        if len([s for s in partition.sizes if s]) < 2:
+            return False
+        if all(self.consumes_pieces(user, concat, partition) for user in self.users[concat]):
+            return True
+        return any(u.op is Op.SLICE and piece_of_slice(u, partition) is not None
+                   for u in self.users[inst])
+
+    @staticmethod
+    def consumes_pieces(user: Instruction, concat: Instruction, partition: Partition) -> bool:
+        if user.op is Op.SLICE:
+            return piece_of_slice(user, partition) is not None
+        return user.op in ELEMENTWISE_OPS and user.shape.dims == concat.shape.dims
