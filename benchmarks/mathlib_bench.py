@@ -75,6 +75,7 @@ CASES = (
     Case("cbrt", _log_uniform(1e-30, 1e30), "cbrtf(x)", "cbrt(x)"),
     Case("pow", _pow_inputs, "powf(x, z)", "pow(x, z)"),
     Case("atan2", _atan2_inputs, "atan2f(x, z)", "atan2(x, z)"),
+    Case("erf", _uniform(-4, 4), "erff(x)", "erf(x)"),
 )
 
 

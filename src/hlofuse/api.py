@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,14 +20,16 @@ from hlofuse.frontend.dtype_rules import AbstractValue, python_scalar_type, to_d
 from hlofuse.frontend.staging import TracedModule, trace_module
 from hlofuse.frontend.tracer import Tracer
 from hlofuse.frontend.tracing import is_tracing, located
+from hlofuse.fusion.kernels import Kernel
+from hlofuse.fusion.strategies import FusionResult, parse_strategy, run_strategy
 from hlofuse.interpreter import coerce_argument, evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
+from hlofuse.runtime import Executable, Profile, compile_cpu
 
 BACKENDS = ("interpreter", "cpu")
 DEFAULT_STRATEGY = "xla"
-DEFAULT_BACKEND = "interpreter"
 _STRATEGY_NAME = re.compile(r"^[a-z][a-z0-9_+\-]*$")
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -36,6 +39,7 @@ FlatFn = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 def check_strategy(strategy: object) -> str:
     if not isinstance(strategy, str) or not _STRATEGY_NAME.match(strategy):
         raise ValueError(f"strategy must be a name such as 'xla' or 'none', got {strategy!r}")
+    parse_strategy(strategy)  # raises ValueError naming what is wrong
     return strategy
 
 
@@ -46,17 +50,34 @@ def check_backend(backend: object) -> str:
     return backend
 
 
-def _executable(module: Module, strategy: str, backend: str) -> FlatFn:
-    """The module as a function of flat arrays.
+_default_backend = os.environ.get("HLOFUSE_BACKEND", "cpu")
 
-    Fusion strategies and the compiled CPU backend plug in here; until they do, every strategy
-    and backend runs the module unchanged on the reference interpreter.
-    """
+
+def default_backend() -> str:
+    """The backend `jit` uses when none is given: "cpu", or $HLOFUSE_BACKEND."""
+    return _default_backend
+
+
+def set_default_backend(backend: str) -> None:
+    global _default_backend
+    _default_backend = check_backend(backend)
+
+
+def _executable(fused: FusionResult, backend: str) -> tuple[FlatFn, Executable | None]:
+    """The fused module as a function of flat arrays, on the interpreter or compiled to C."""
+    if backend == "interpreter":
+        def interpret(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+            return flatten_value(evaluate(fused.module, arrays))
+
+        return interpret, None
+    executable = compile_cpu(fused.module)
 
     def run(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return flatten_value(evaluate(module, arrays))
+        # Kernels index their operands densely; any strided view is copied once here.
+        dense = [np.asarray(a, order="C") for a in arrays]
+        return flatten_value(executable(*dense))  # type: ignore[arg-type]
 
-    return run
+    return run, executable
 
 
 class Compiled:
@@ -70,11 +91,42 @@ class Compiled:
         self.strategy = strategy
         self.backend = backend
         self.signature = signature
-        self._run = _executable(module, strategy, backend)
+        self.fusion = run_strategy(module, strategy, debug=False)
+        self._run, self.executable = _executable(self.fusion, backend)
 
     def hlo(self) -> str:
-        """The module as HLO text."""
+        """The module as HLO text, before fusion."""
         return module_text(self.module)
+
+    def fused_hlo(self) -> str:
+        """The module after the strategy's passes: fusion instructions as XLA prints them."""
+        return module_text(self.fusion.module)
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return self.fusion.kernels
+
+    def explain(self, as_dict: bool = False) -> str | dict[str, Any]:
+        """The kernels and every blocked fusion edge grouped by rule (see `hlofuse explain`)."""
+        return self.fusion.explain_dict() if as_dict else self.fusion.explain()
+
+    def _compiled(self, what: str) -> Executable:
+        if self.executable is None:
+            raise ValueError(f"{what} needs backend='cpu'; this function runs on the "
+                             f"{self.backend} backend")
+        return self.executable
+
+    def source(self) -> str:
+        """The generated C source."""
+        return self._compiled("source()").source()
+
+    def profile(self, *args: Any, repeat: int = 1) -> Profile:
+        """Run with per-kernel timing: calls, total and median time, bytes, share of the run."""
+        executable = self._compiled("profile()")
+        if self.signature is not None:
+            arrays, _, _ = canonical_arguments((args, {}), "profiled function")
+            return executable.profile(*arrays, repeat=repeat)
+        return executable.profile(*args, repeat=repeat)
 
     def run_flat(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         # Copies, so that an output never aliases an input the caller may change.
@@ -106,11 +158,12 @@ class Compiled:
 
 
 def compile_module(module: Module, strategy: str = DEFAULT_STRATEGY,
-                   backend: str = DEFAULT_BACKEND, *,
+                   backend: str | None = None, *,
                    signature: TracedModule | None = None) -> Compiled:
     """Verify `module` and make it executable under `strategy` on `backend`."""
     verify(module)
-    return Compiled(module, check_strategy(strategy), check_backend(backend), signature)
+    chosen = check_backend(backend if backend is not None else default_backend())
+    return Compiled(module, check_strategy(strategy), chosen, signature)
 
 
 def _describe(tree: pytree.TreeDef, avals: Sequence[AbstractValue]) -> str:
@@ -168,13 +221,13 @@ class Lowered:
 class JitFunction:
     """A function traced to HLO on first call per argument signature, then compiled and run."""
 
-    def __init__(self, fn: Callable[..., Any], strategy: str, backend: str,
+    def __init__(self, fn: Callable[..., Any], strategy: str, backend: str | None,
                  static_argnums: int | Sequence[int], static_argnames: str | Sequence[str]):
         if not callable(fn):
             raise TypeError(f"jit needs a function, got {type(fn).__name__}")
         self.fn = fn
         self.strategy = check_strategy(strategy)
-        self.backend = check_backend(backend)
+        self.backend = check_backend(backend if backend is not None else default_backend())
         self.name = getattr(fn, "__name__", "fn")
         nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
@@ -285,7 +338,7 @@ def _positional_names(fn: Callable[..., Any]) -> list[str]:
 
 
 def jit(fn: Callable[..., Any] | None = None, *, strategy: str = DEFAULT_STRATEGY,
-        backend: str = DEFAULT_BACKEND, static_argnums: int | Sequence[int] = (),
+        backend: str | None = None, static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = ()) -> Any:
     """Trace `fn` to an HLO module per argument signature, compile it, and run it.
 

@@ -10,11 +10,15 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import numpy as np
 
 from hlofuse.envs.commands import add_cartpole_command
+
+if TYPE_CHECKING:
+    from hlofuse.api import Compiled
 from hlofuse.fusion.commands import add_explain_command, add_opt_command
 from hlofuse.interpreter import InterpreterError, Value, evaluate, flatten_value
 from hlofuse.ir.hlo import Module
@@ -164,14 +168,36 @@ def _storable(array: np.ndarray) -> np.ndarray:
     return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
 
 
+def _compile(module: Module, strategy: str, backend: str, path: str) -> Compiled:
+    from hlofuse.api import compile_module  # api imports every layer; only `run` needs it
+    from hlofuse.fusion.strategies import StrategyError
+    from hlofuse.toolchain import CompileError
+
+    try:
+        return compile_module(module, strategy, backend)
+    except StrategyError as e:
+        raise UsageError(f"--strategy: {e}") from None
+    except CompileError as e:
+        raise UsageError(f"{path}: the C compiler failed: {_one_line(str(e))}") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     module, _ = load_module(args.file)
     if args.inputs:
         inputs = load_inputs(args.inputs, module)
     else:
         inputs = random_inputs(module, args.random_inputs)
-    outputs = flatten_value(_evaluate(module, inputs, args.file))
+    if args.profile and args.backend != "cpu":
+        raise UsageError("--profile needs --backend cpu")
+    compiled = _compile(module, args.strategy, args.backend, args.file)
+    try:
+        outputs = compiled.run_flat(inputs)
+        profile = compiled.profile(*inputs) if args.profile else None
+    except (TypeError, ValueError, InterpreterError) as e:
+        raise UsageError(f"{args.file}: {_one_line(str(e))}") from None
     print_outputs(outputs)
+    if profile is not None:
+        print(profile)
     if args.out:
         try:
             np.savez(args.out, **{f"out{i}": _storable(a) for i, a in enumerate(outputs)})
@@ -196,6 +222,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        help="random arguments from this seed (default 0)")
     p.add_argument("--out", help="write outputs as out0, out1, ... to this .npz (bf16 as "
                    "uint16 bit patterns)")
+    p.add_argument("--strategy", default="xla",
+                   help="fusion strategy: none, xla, priority, max, or modifiers such as "
+                   "xla+relax_concatenate (default xla)")
+    p.add_argument("--backend", choices=("cpu", "interpreter"), default="cpu",
+                   help="run compiled C kernels (default) or the reference interpreter")
+    p.add_argument("--profile", action="store_true",
+                   help="print per-kernel calls, time, bytes and share of the run")
     p.set_defaults(handler=cmd_run)
 
 

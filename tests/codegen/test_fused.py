@@ -123,3 +123,38 @@ ENTRY main {
     module = parse_module(text)
     x = np.array([1, -1, 0.5, 2], np.float32)
     np.testing.assert_array_equal(compile_cpu(module)(x), x * np.array([1, 2, 3, 4], np.float32))
+
+
+PACKED = """HloModule packed
+fused_pack {
+  x = f32[64,1]{1,0} parameter(0)
+  v = f32[64,1]{1,0} parameter(1)
+  done = pred[64,4]{1,0} parameter(2)
+  fresh = f32[64,4]{1,0} parameter(3)
+  s = f32[64,1]{1,0} sine(x)
+  c = f32[64,1]{1,0} cosine(x)
+  n = f32[64,1]{1,0} negate(v)
+  packed = f32[64,4]{1,0} concatenate(x, s, c, n), dimensions={1}
+  ROOT r = f32[64,4]{1,0} select(done, fresh, packed)
+}
+ENTRY main {
+  a = f32[64,1]{1,0} parameter(0)
+  b = f32[64,1]{1,0} parameter(1)
+  d = pred[64,4]{1,0} parameter(2)
+  f = f32[64,4]{1,0} parameter(3)
+  ROOT k = f32[64,4]{1,0} fusion(a, b, d, f), kind=kLoop, calls=fused_pack
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_concatenate_read_element_for_element_splits_the_loop() -> None:
+    module = parse_module(PACKED)
+    source = generate(module).source.text
+    kernel = kernel_text(source, "k")
+    # One branch-free loop per operand of the concatenate, each writing its column.
+    assert len(re.findall(r"for \(int64_t i\d+ = 0; i\d+ < 64;", kernel)) == 4
+    assert "if (" not in kernel and "< 1 ?" not in kernel
+    inputs = random_inputs(module, 3)
+    expected = flatten_value(evaluate(module, inputs))
+    assert_same(compile_cpu(module)(*inputs), expected[0], "packed")

@@ -397,6 +397,7 @@ def test_bounds_hold_with_bare_flags(tmp_path: Path) -> None:
     bare = _build_harness(tmp_path, BARE_FLAGS)
     for function in F32_UNARY + F64:
         x = _f32_sweep() if function.dtype is DType.F32 else _f64_inputs(function.name)
+        x = x[::3]  # the full sweeps run with the toolchain's flags
         err = _ulp_errors(bare(function, x), _reference(function, x), ftz=False)
         assert err.max() <= function.max_ulp, f"{function.c_name}: {_worst(err, x)}"
 

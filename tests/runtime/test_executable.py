@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,7 +153,8 @@ def test_nothing_from_the_input_text_reaches_the_c_source() -> None:
 
 
 @pytest.mark.needs_cc
-def test_compile_command_emits_c_and_hlo(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_compile_command_emits_c_and_hlo(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
     path = tmp_path / "chain.hlo"
     path.write_text(CHAIN)
     assert main(["compile", str(path), "--strategy", "none", "--emit", "c"]) == 0

@@ -28,7 +28,8 @@ from hlofuse.codegen.elementwise import convert_expression
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
+from hlofuse.ir.shapes import Shape
 
 THREEFRY_TARGET = "hlofuse_threefry2x32"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -75,7 +76,7 @@ class EmittedKernel:
     is_small: bool
 
 
-def leaf_shape(inst: Instruction, path: tuple[int, ...]):  # type: ignore[no-untyped-def]
+def leaf_shape(inst: Instruction, path: tuple[int, ...]) -> Shape:
     shape = inst.shape
     for k in path:
         shape = shape.elements[k]
@@ -88,6 +89,40 @@ def pick(value: Value, path: tuple[int, ...]) -> str:
         value = value[k]
     assert isinstance(value, str)
     return value
+
+
+MAX_CONCATENATE_PARTS = 16
+
+
+def concatenate_seams(roots: tuple[Instruction, ...], dims: tuple[int, ...],
+                      bound: set[int]) -> tuple[int, list[int]] | None:
+    """(axis, seams) of the concatenates the roots read element for element (through
+    element-wise ops of the same shape), for splitting a loop into branch-free parts."""
+    seams: dict[int, set[int]] = {}
+    seen: set[int] = set()
+    stack = [r for r in roots if r.shape.is_array and r.shape.dims == dims]
+    while stack:
+        inst = stack.pop()
+        if id(inst) in seen or id(inst) in bound:
+            continue
+        seen.add(id(inst))
+        if inst.op is Op.CONCATENATE:
+            axis = inst.ints("dimensions")[0]
+            edges = seams.setdefault(axis, {0, dims[axis]})
+            offset = 0
+            for operand in inst.operands:
+                offset += operand.shape.dims[axis]
+                edges.add(offset)
+            continue
+        if inst.op in ELEMENTWISE_OPS:
+            stack.extend(o for o in inst.operands if o.shape.dims == dims)
+    if not seams:
+        return None
+    axis = max(seams, key=lambda a: len(seams[a]))
+    edges = sorted(seams[axis])
+    if len(edges) - 1 > MAX_CONCATENATE_PARTS or len(edges) <= 2:
+        return None
+    return axis, edges
 
 
 def kernel_instructions(spec: KernelSpec) -> list[Instruction]:
@@ -193,7 +228,7 @@ class KernelEmitter:
                 continue
             stores = [(self.element(inst, path), self.output_names[k],
                        leaf_shape(inst, path).dtype) for k, inst, path in members]
-            self.loop(dims, stores, parallel=True)
+            self.loop(dims, stores, parallel=True, roots=tuple(m[1] for m in members))
         return self._finish()
 
     def _elementwise_in_place(self) -> None:
@@ -255,11 +290,15 @@ class KernelEmitter:
     # --- loops --------------------------------------------------------------------------
 
     def loop(self, dims: tuple[int, ...], stores: list[Store], parallel: bool,
-             offsets: Callable[[Index], str] | None = None) -> None:
+             offsets: Callable[[Index], str] | None = None,
+             roots: tuple[Instruction, ...] = ()) -> None:
         """Store every element of `stores` (value function, pointer, type) over `dims`.
 
         `offsets` maps an element's index to the linear index it is stored at (a dynamic
-        update slice's window); by default the element's own linear index.
+        update slice's window); by default the element's own linear index. When `roots`
+        read a concatenate element for element, the loop is split at its seams so each part
+        knows which operand it reads (no branch per element; XLA's GPU emitter cannot do
+        this, which is why it refuses some concatenate fusions).
         """
         if math.prod(dims) == 0:
             return
@@ -270,22 +309,35 @@ class KernelEmitter:
         parallel = (parallel and not in_prologue
                     and math.prod(dims) >= self.options.parallel_min_elements
                     and max(dims, default=1) > 1)
-        flat = group not in self.nest_groups and offsets is None and len(dims) > 1
+        bound = {id(inst) for inst, _ in self.spec.inputs}
+        split = concatenate_seams(roots, dims, bound) if offsets is None else None
+        flat = (group not in self.nest_groups and offsets is None and len(dims) > 1
+                and split is None)
+        parts: list[dict[int, tuple[int, int]]] = [{}]
+        if split is not None:
+            axis, seams = split
+            parts = [{axis: (lo, hi)} for lo, hi in zip(seams, seams[1:])]
         lines: list[str] = []
         with self.body.section(lines, base + 2 if parallel else base):
-            index, headers = self._loop_headers(dims, flat, group)
-            pragma = self._parallel_for(dims, flat) if parallel else None
-            with contextlib.ExitStack() as stack:
-                for k, header in enumerate(headers):
-                    stack.enter_context(self.body.block(header, pragma if k == 0 else None))
-                for value_of, pointer, dtype in stores:
-                    # Only a loop storing one output can update in place: with several, a
-                    # later output could re-read an element an earlier one overwrote.
-                    alone = len(stores) == 1 and offsets is None and not in_prologue
-                    self.stored_at[pointer] = index.key if alone else None
-                    value = value_of(index)
-                    target = offsets(index) if offsets else self.em.linear_of(index)
-                    self.body.emit(f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
+            for k, ranges in enumerate(parts):
+                index, headers, extents = self._loop_headers(dims, flat, group, ranges)
+                pragma = None
+                if parallel and headers:
+                    pragma = self._parallel_for(extents)
+                    pragma += " nowait" if k < len(parts) - 1 else ""
+                with contextlib.ExitStack() as stack:
+                    for h, header in enumerate(headers):
+                        stack.enter_context(self.body.block(header, pragma if h == 0 else None))
+                    for value_of, pointer, dtype in stores:
+                        # Only a loop storing one output can update in place: with several,
+                        # a later output could re-read an element an earlier one overwrote.
+                        alone = (len(stores) == 1 and len(parts) == 1 and offsets is None
+                                 and not in_prologue)
+                        self.stored_at[pointer] = index.key if alone else None
+                        value = value_of(index)
+                        target = offsets(index) if offsets else self.em.linear_of(index)
+                        self.body.emit(
+                            f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
         self._add_section(lines, parallel, base, in_prologue)
 
     def _add_section(self, lines: list[str], parallel: bool, base: int,
@@ -300,30 +352,38 @@ class KernelEmitter:
         else:
             self.sections.append(lines)
 
-    def _loop_headers(self, dims: tuple[int, ...], flat: bool,
-                      group: int) -> tuple[Index, list[str]]:
+    def _loop_headers(self, dims: tuple[int, ...], flat: bool, group: int,
+                      ranges: dict[int, tuple[int, int]]
+                      ) -> tuple[Index, list[str], list[int]]:
+        """Loop headers over `dims` (dimension d restricted to `ranges[d]` when given), the
+        index they define, and their trip counts."""
         if not dims:
-            return SCALAR, []
-        if flat or len(dims) <= 1:
+            return SCALAR, [], []
+        if (flat or len(dims) == 1) and not ranges:
             var = self.body.fresh("i")
             count = math.prod(dims)
             header = f"for (int64_t {var} = 0; {var} < {count}; ++{var})"
             multi = (var,) if len(dims) == 1 else None
-            return Index(dims, var, multi, group if multi is None else None), [header]
+            return Index(dims, var, multi, group if multi is None else None), [header], [count]
         multi = []
         headers = []
-        for size in dims:
-            if size == 1:
-                multi.append("0")
+        extents = []
+        for d, size in enumerate(dims):
+            lo, hi = ranges.get(d, (0, size))
+            if hi - lo == 1:
+                multi.append(str(lo))
                 continue
             var = self.body.fresh("i")
             multi.append(var)
-            headers.append(f"for (int64_t {var} = 0; {var} < {size}; ++{var})")
-        return Index(dims, None, tuple(multi), None), headers
+            self.em.ranges[var] = (lo, hi)
+            headers.append(f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var})")
+            extents.append(hi - lo)
+        return Index(dims, None, tuple(multi), None), headers, extents
 
-    def _parallel_for(self, dims: tuple[int, ...], flat: bool) -> str:
-        looped = [d for d in dims if d != 1]
-        if flat or len(looped) <= 1:
+    def _parallel_for(self, extents: list[int]) -> str:
+        """The OpenMP work-sharing line for loop headers of these trip counts."""
+        looped = extents
+        if len(looped) <= 1:
             return self.lang.parallel_for
         collapse = 1
         while collapse < len(looped) - 1 and math.prod(looped[:collapse]) < 256:
@@ -579,7 +639,8 @@ def _merge(group: tuple[int, ...], dims: tuple[int, ...], strides: tuple[int, ..
     return strides[kept[-1]]
 
 
-def _tree(shape, leaves: dict[tuple[int, ...], Binding], path: tuple[int, ...]) -> Binding:  # type: ignore[no-untyped-def]
+def _tree(shape: Shape, leaves: dict[tuple[int, ...], Binding],
+          path: tuple[int, ...]) -> Binding:
     if path in leaves:
         return leaves[path]
     if not shape.is_tuple:

@@ -30,7 +30,9 @@ from hlofuse.ir.ops import Op, OpKind
 Value = Union[str, tuple["Value", ...]]
 Binding = Union[Callable[["Index"], Value], tuple["Binding", ...]]
 
-_SIMPLE = re.compile(r"^-?[A-Za-z_][A-Za-z0-9_]*$|^-?[0-9][0-9A-Za-z.+x]*$|^\(\([a-z0-9_]+\)-?[0-9]+U?LL\)$")
+_SIMPLE = re.compile(r"^-?[A-Za-z_][A-Za-z0-9_]*$"  # an identifier
+                     r"|^-?[0-9][0-9A-Za-z.+x]*$"  # a number
+                     r"|^\(\([a-z0-9_]+\)-?[0-9]+U?LL\)$")  # a typed integer literal
 
 
 class UnsupportedInstruction(ValueError):
@@ -206,8 +208,17 @@ class ElementalEmitter:
         self.bindings = bindings
         self.materialize = materialize
         self._no_hoist = 0
+        # Loop variables with a known range [lo, hi): a concatenate read where the range lies
+        # inside one operand picks that operand without a branch.
+        self.ranges: dict[str, tuple[int, int]] = {}
 
     # --- index arithmetic -----------------------------------------------------------------
+
+    def known_range(self, component: str) -> tuple[int, int] | None:
+        """[lo, hi) of an index component that is a literal or a loop variable."""
+        if component.lstrip("-").isdigit():
+            return int(component), int(component) + 1
+        return self.ranges.get(component)
 
     def index_let(self, expr: str) -> str:
         if is_simple(expr):
@@ -529,6 +540,12 @@ def _concatenate(em: ElementalEmitter, inst: Instruction, index: Index) -> Value
             pieces.append((operand, offset))
         offset += operand.shape.dims[axis]
 
+    known = em.known_range(multi[axis])
+    if known is not None:
+        for operand, start in pieces:
+            if start <= known[0] and known[1] <= start + operand.shape.dims[axis]:
+                return _piece_value(em, inst, operand, start, multi, axis)
+
     def chain(k: int) -> str:
         operand, start = pieces[k]
         if k == len(pieces) - 1:
@@ -626,7 +643,9 @@ def simple_reducer(reducer: Computation) -> Op | None:
     params = reducer.parameters
     if len(params) != 2 or len(root.operands) != 2 or not root.shape.is_array:
         return None
-    if {id(o) for o in root.operands} != {id(p) for p in params} or root.operands[0] is root.operands[1]:
+    if {id(o) for o in root.operands} != {id(p) for p in params}:
+        return None
+    if root.operands[0] is root.operands[1]:
         return None
     if root.op in (Op.ADD, Op.MULTIPLY, Op.MAXIMUM, Op.MINIMUM, Op.AND, Op.OR, Op.XOR):
         return root.op
@@ -741,7 +760,8 @@ def _reduce_window(em: ElementalEmitter, inst: Instruction, index: Index) -> Val
             terms = [f"{out_multi[d]} * {window.stride[d]}" if window.stride[d] != 1
                      else out_multi[d]]
             if var != "0":
-                terms.append(var if window.rhs_dilate[d] == 1 else f"{var} * {window.rhs_dilate[d]}")
+                dilation = window.rhs_dilate[d]
+                terms.append(var if dilation == 1 else f"{var} * {dilation}")
             if window.pad_low[d]:
                 terms.append(f"{-window.pad_low[d]}")
             position = em.index_let(" + ".join(terms))

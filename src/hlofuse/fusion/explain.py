@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from hlofuse.fusion.decision import DecisionRecord
 from hlofuse.ir.hlo import Module
+from hlofuse.passes.manager import PASSES
 
 if TYPE_CHECKING:
     from hlofuse.fusion.strategies import FusionResult
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 _VERTICAL_PASSES = ("instruction-fusion", "fusion-merger")
 _DEFERRALS = frozenset({"producer-is-fusion"})
 _MAX_EDGES_SHOWN = 8
+# Passes that rewrite the program before fusion (rng-expansion, loop-unroll, ...): their records
+# are listed as rewrites, never as blocked edges.
+_REWRITE_PASSES = frozenset(cls.name for cls in PASSES)
 
 
 def _edges(module: Module) -> set[tuple[str, str, str]]:
@@ -42,7 +46,7 @@ def blocked_edges(result: FusionResult) -> list[DecisionRecord]:
     names = _top_level_names(result.module)
     per_edge: dict[tuple[object, ...], list[DecisionRecord]] = defaultdict(list)
     for record in result.decisions.unique():
-        if not record.is_refusal:
+        if not record.is_refusal or record.pass_name in _REWRITE_PASSES:
             continue
         if len(record.siblings) > 1:
             present = names.get(record.computation, set())
@@ -178,6 +182,7 @@ def explain_dict(result: FusionResult) -> dict[str, object]:
         "blocked": {rule: per_rule[rule] for rule in sorted(per_rule)},
         "blocked_edges": [r.as_dict() for r in blocked],
         "hints": hints(blocked, result.strategy.name),
+        "rewrites": [r.as_dict() for r in rewrites(result)],
         "decisions": [r.as_dict() for r in result.decisions.unique()],
     }
 
@@ -216,7 +221,32 @@ def explain_text(result: FusionResult, verbose: bool = False) -> str:
                             if record.source_lines else ""))
         if len(shown) < len(records):
             lines.append(f"    ... and {len(records) - len(shown)} more")
+    lines += _rewrite_lines(result, verbose)
     found = hints(blocked, result.strategy.name)
     if found:
         lines += ["", "hints"] + [f"  - {h}" for h in found]
     return "\n".join(lines) + "\n"
+
+
+def rewrites(result: FusionResult) -> list[DecisionRecord]:
+    """What the passes before fusion rewrote and refused, each once."""
+    return [r for r in result.decisions.unique() if r.pass_name in _REWRITE_PASSES]
+
+
+def _rewrite_lines(result: FusionResult, verbose: bool) -> list[str]:
+    records = rewrites(result)
+    if not records:
+        return []
+    done = sum(1 for r in records if not r.is_refusal)
+    lines = ["", f"rewrites before fusion: {done} done, {len(records) - done} refused"]
+    by_rule: dict[tuple[str, str], list[DecisionRecord]] = defaultdict(list)
+    for record in records:
+        by_rule[(record.pass_name, record.rule)].append(record)
+    for (pass_name, rule), group in by_rule.items():
+        verdict = "refused" if group[0].is_refusal else "done"
+        lines.append(f"  {pass_name} {rule} ({verdict}): {len(group)}")
+        shown = group if verbose else group[:_MAX_EDGES_SHOWN]
+        lines += [f"    {r.message}" for r in shown]
+        if len(shown) < len(group):
+            lines.append(f"    ... and {len(group) - len(shown)} more")
+    return lines

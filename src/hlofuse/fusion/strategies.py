@@ -13,6 +13,12 @@ Modifiers, appended to the name: `-no-<pass>` leaves a pass out (`merger`, `mult
 `simplify`), `+<pass>` adds one to `none`, and `+relax_concatenate` lets a concatenate with
 several users fuse (the study's third variant). Examples: `xla+relax_concatenate`,
 `xla-no-merger`, `xla-no-horizontal-no-multi-output`.
+
+Rewrites before fusion, each off by default: `+rng_expansion` (the Threefry custom call as
+element-wise HLO, before simplification), `+concat_forwarding` and `+scalarize_state` (packed
+state split into its pieces, in a fixed point with simplify, CSE and DCE after
+simplification), `+unroll=k` (loop-unroll by k after them; `+unroll` or `+unroll=auto` lets the
+pass choose). Example: `xla+rng_expansion+concat_forwarding+scalarize_state+unroll=10`.
 """
 
 from __future__ import annotations
@@ -32,8 +38,12 @@ from hlofuse.ir.hlo import Module
 from hlofuse.passes.call_inliner import CallInliner
 from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
+from hlofuse.passes.concat_forwarding import ConcatForwarding
 from hlofuse.passes.manager import PASSES, FixedPoint, Pass, Pipeline, Step
+from hlofuse.passes.rng_expansion import RngExpansion
+from hlofuse.passes.scalarize_state import ScalarizeState
 from hlofuse.passes.simplify import AlgebraicSimplifier
+from hlofuse.passes.unroll import LoopUnroll
 
 FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiOutputFusion,
                                          HorizontalLoopFusion, HorizontalInputFusion)
@@ -56,6 +66,12 @@ _SWITCHES = {
     "horizontal-input-fusion": "horizontal_input",
     "relax_concatenate": "relax_concatenate",
     "relax-concatenate": "relax_concatenate",
+    "rng_expansion": "rng_expansion",
+    "rng-expansion": "rng_expansion",
+    "concat_forwarding": "concat_forwarding",
+    "concat-forwarding": "concat_forwarding",
+    "scalarize_state": "scalarize_state",
+    "scalarize-state": "scalarize_state",
 }
 
 
@@ -72,6 +88,10 @@ class Strategy:
     horizontal_loop: bool = False
     horizontal_input: bool = False
     relax_concatenate: bool = False
+    rng_expansion: bool = False
+    concat_forwarding: bool = False
+    scalarize_state: bool = False
+    unroll: int = 1  # loop-unroll factor; 1: off, 0: chosen by the pass
 
     @property
     def fuses(self) -> bool:
@@ -83,10 +103,20 @@ class Strategy:
         steps: list[Step] = []
         cleanup = (CommonSubexpressionElimination(only_fusion_computations=True),
                    DeadCodeElimination())
+        if self.rng_expansion:
+            steps.append(RngExpansion())
         if self.simplify:
             steps.append(FixedPoint((CallInliner(), AlgebraicSimplifier(),
                                      CommonSubexpressionElimination(), DeadCodeElimination()),
                                     label="simplification"))
+        tidy = (AlgebraicSimplifier(), CommonSubexpressionElimination(), DeadCodeElimination())
+        loop_state = [p for p, on in ((ConcatForwarding(), self.concat_forwarding),
+                                      (ScalarizeState(), self.scalarize_state)) if on]
+        if loop_state:
+            steps.append(FixedPoint(tuple(loop_state) + tidy, label="loop state"))
+        if self.unroll != 1:
+            steps.append(LoopUnroll(factor=self.unroll))
+            steps.append(FixedPoint(tidy, label="after unrolling"))
         vertical: list[Pass] = []
         if self.instruction_fusion:
             vertical.append(InstructionFusion(self.duplication, self.relax_concatenate))
@@ -126,7 +156,7 @@ def parse_strategy(text: str) -> Strategy:
     strategy = STRATEGIES.get(base)
     if strategy is None:
         raise StrategyError(f"unknown strategy {base!r}; known: {', '.join(STRATEGIES)}")
-    changes: dict[str, bool] = {}
+    changes: dict[str, bool | int] = {}
     for word in disabled:
         changes.update(_switch(word, False, spec))
     for part in parts[1:]:
@@ -137,17 +167,34 @@ def parse_strategy(text: str) -> Strategy:
     return dataclasses.replace(strategy, name=spec, **changes)
 
 
-def _switch(word: str, value: bool, spec: str) -> dict[str, bool]:
+def _switch(word: str, value: bool, spec: str) -> dict[str, bool | int]:
+    if word.split("=")[0] == "unroll":
+        return {"unroll": _unroll_factor(word, value, spec)}
     if word == "horizontal":
         return {"horizontal_loop": value, "horizontal_input": value}
     field_name = _SWITCHES.get(word)
     if field_name is None:
-        known = ", ".join(sorted(set(_SWITCHES) | {"horizontal"}))
+        known = ", ".join(sorted(set(_SWITCHES) | {"horizontal", "unroll=k"}))
         raise StrategyError(f"strategy {spec!r}: unknown modifier {word!r}; known: {known}")
     if field_name == "relax_concatenate" and not value:
         raise StrategyError(f"strategy {spec!r}: relax_concatenate is a knob; write "
                             "+relax_concatenate to turn it on")
     return {field_name: value}
+
+
+def _unroll_factor(word: str, value: bool, spec: str) -> int:
+    """`unroll` / `unroll=auto` -> 0 (the pass chooses), `unroll=k` -> k, `-no-unroll` -> 1."""
+    _, has_factor, factor = word.partition("=")
+    if not value:
+        if has_factor:
+            raise StrategyError(f"strategy {spec!r}: write -no-unroll without a factor")
+        return 1
+    if not has_factor or factor == "auto":
+        return 0
+    if not factor.isdigit() or int(factor) < 1:
+        raise StrategyError(f"strategy {spec!r}: unroll takes a positive factor or auto, got "
+                            f"{factor!r}")
+    return int(factor)
 
 
 @dataclass

@@ -25,6 +25,7 @@ second: it never moves element-wise work across a concatenate.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -183,8 +184,10 @@ class _Forwarder:
             return None
         source = operands[0].operands[piece]
         spec = slice_in_piece(inst, partition, source.shape.dims)
-        result = source if spec is None else builder.add(
-            Op.SLICE, [source], attrs={"slice": spec}, metadata=inst.metadata)
+        result = source
+        if spec is not None:  # the same slice, of the piece: it keeps its name
+            result = dataclasses.replace(inst, operands=(source,), attrs={"slice": spec})
+            builder.instructions.append(result)
         self.records.rewrote(self.comp.name, concat, "slice-forwarded",
                              f"%{inst.name} reads %{source.name} instead of %{concat.name}",
                              inst)

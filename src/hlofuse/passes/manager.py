@@ -20,9 +20,13 @@ from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import HloVerifyError, verify
 from hlofuse.passes.call_inliner import CallInliner
+from hlofuse.passes.concat_forwarding import ConcatForwarding
 from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
+from hlofuse.passes.rng_expansion import RngExpansion
+from hlofuse.passes.scalarize_state import ScalarizeState
 from hlofuse.passes.simplify import AlgebraicSimplifier
+from hlofuse.passes.unroll import LoopUnroll
 
 # XLA's HloPassFix gives up after this many rounds (kIterationLimit); so do we, silently.
 FIXED_POINT_LIMIT = 25
@@ -189,7 +193,9 @@ def _knob_value(pass_name: str, key: str, raw: str, default: object) -> object:
     return raw
 
 
-# The registry of this layer's passes, in the order XLA runs them before fusion. The fusion
-# layer adds its own (hlofuse.fusion.strategies.ALL_PASSES).
+# The registry of this layer's passes, in the order XLA runs them before fusion, then the
+# rewrites hlofuse adds before fusion. The fusion layer adds its own
+# (hlofuse.fusion.strategies.ALL_PASSES).
 PASSES: tuple[type[Pass], ...] = (CallInliner, AlgebraicSimplifier,
-                                  CommonSubexpressionElimination, DeadCodeElimination)
+                                  CommonSubexpressionElimination, DeadCodeElimination,
+                                  RngExpansion, ConcatForwarding, ScalarizeState, LoopUnroll)

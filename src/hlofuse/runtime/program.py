@@ -50,7 +50,8 @@ class Buffer:
         return Shape.array(self.dtype, self.dims).byte_size
 
     def __repr__(self) -> str:
-        return f"<buffer {self.id} {self.kind.value} {self.dtype.text}{list(self.dims)} {self.label}>"
+        shape = f"{self.dtype.text}{list(self.dims)}"
+        return f"<buffer {self.id} {self.kind.value} {shape} {self.label}>"
 
 
 Tree = Union[Buffer, tuple["Tree", ...], None]
