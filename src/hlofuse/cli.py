@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hlofuse.envs.commands import add_cartpole_command
+from hlofuse.studies.commands import add_cartpole_command
 
 if TYPE_CHECKING:
     from hlofuse.api import Compiled

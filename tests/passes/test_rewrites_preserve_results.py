@@ -201,8 +201,9 @@ def test_unrolled_counted_loops_run_every_iteration(case: CountedCase, factor: i
 @st.composite
 def packed_loops(draw: Callable[..., object]) -> tuple[Module, list[np.ndarray]]:
     """A loop carrying an (n, total) array packed from pieces along dimension 1 each step,
-    read through slices inside the pieces; optionally the step is a select over the packed
-    value (as CartPole's reset), and the packed result is used whole or sliced."""
+    read through slices inside the pieces (in the body, and maybe in the condition); optionally
+    the step is a select over the packed value (as CartPole's reset), and the packed result is
+    used whole or sliced."""
     n = draw(st.integers(1, 3))
     sizes = draw(st.lists(st.integers(1, 3), min_size=2, max_size=4))
     assert isinstance(sizes, list)
@@ -244,8 +245,16 @@ def packed_loops(draw: Callable[..., object]) -> tuple[Module, list[np.ndarray]]
     cond = ComputationBuilder("cond", names)
     cp = cond.parameter(0, state)
     ci = cond.add(Op.GET_TUPLE_ELEMENT, [cp], attrs={"index": 0})
-    cond.add(Op.COMPARE, [ci, cond.constant(draw(st.integers(0, 4)), DType.S32)],
-             attrs={"direction": "LT"})
+    more = cond.add(Op.COMPARE, [ci, cond.constant(draw(st.integers(0, 4)), DType.S32)],
+                    attrs={"direction": "LT"})
+    if draw(st.booleans()):  # the condition also reads one element of the last piece
+        cs = cond.add(Op.GET_TUPLE_ELEMENT, [cp], attrs={"index": 1})
+        corner = cond.add(Op.SLICE, [cs], attrs={"slice": (SliceDim(0, 1),
+                                                           SliceDim(total - 1, total))})
+        value = cond.add(Op.RESHAPE, [corner], shape=Shape.scalar(DType.F32))
+        small = cond.add(Op.COMPARE, [value, cond.constant(50.0, DType.F32)],
+                         attrs={"direction": "LT"})
+        cond.add(Op.AND, [more, small])
 
     main = ComputationBuilder("main", names)
     s0 = main.parameter(0, packed_shape)

@@ -171,6 +171,7 @@ class KernelEmitter:
         self.results: dict[int, tuple[str, ...]] = {}
         self.converted: dict[tuple[int, DType], str] = {}
         self.in_place: list[tuple[int, int]] = []
+        self.parts: list[str] = []  # functions holding parallel loops, before the kernel
         # For element-wise in-place updates: every (pointer, index key) an input is read at,
         # and the index key of the loop that stores each output.
         self.reads: dict[str, set[tuple[str, ...]]] = {}
@@ -265,7 +266,8 @@ class KernelEmitter:
         comment = self._comment()
         definition = templates.KERNEL.safe_substitute(
             kind=_SAFE_NAME.sub("_", self.spec.kind), instructions=comment, qualifier=qualifier,
-            parameters=parameters, body="\n".join(lines) + ("\n" if lines else ""))
+            parameters=parameters, body="\n".join(lines) + ("\n" if lines else ""),
+            parts="".join(self.parts))
         return EmittedKernel(definition, types, tuple(self.in_place), comment, small)
 
     def _comment(self) -> str:
@@ -318,16 +320,15 @@ class KernelEmitter:
             axis, seams = split
             parts = [{axis: (lo, hi)} for lo, hi in zip(seams, seams[1:])]
         lines: list[str] = []
-        with self.body.section(lines, base + 2 if parallel else base):
+        spans: list[tuple[int, int]] = []  # each part's outermost loop, split among threads
+        with self.body.section(lines, base):
             for k, ranges in enumerate(parts):
-                index, headers, extents = self._loop_headers(dims, flat, group, ranges)
-                pragma = None
-                if parallel and headers:
-                    pragma = self._parallel_for(extents)
-                    pragma += " nowait" if k < len(parts) - 1 else ""
+                bounds = (f"lo{k}", f"hi{k}") if parallel else None
+                index, headers, span = self._loop_headers(dims, flat, group, ranges, bounds)
+                spans.append(span)
                 with contextlib.ExitStack() as stack:
-                    for h, header in enumerate(headers):
-                        stack.enter_context(self.body.block(header, pragma if h == 0 else None))
+                    for header in headers:
+                        stack.enter_context(self.body.block(header))
                     for value_of, pointer, dtype in stores:
                         # Only a loop storing one output can update in place: with several,
                         # a later output could re-read an element an earlier one overwrote.
@@ -338,7 +339,36 @@ class KernelEmitter:
                         target = offsets(index) if offsets else self.em.linear_of(index)
                         self.body.emit(
                             f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
+        if parallel:
+            lines = self._parallel_part(lines, spans)
         self._add_section(lines, parallel, base, in_prologue)
+
+    def _parallel_part(self, lines: list[str], spans: list[tuple[int, int]]) -> list[str]:
+        """Move a loop into a function of its own, called by every thread on its share of the
+        outermost loop. The function takes the kernel's pointers as `restrict` parameters:
+        inside an OpenMP region they would reach the loop through a shared struct, and the
+        compiler, no longer sure they don't alias, would not vectorise it."""
+        text = "\n".join(lines)
+        used = set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text))
+        types = self.parameter_types()
+        names = [*self.input_names, *self.output_names]
+        parameters = [f"{t}{n}" for t, n in zip(types, names) if n in used]
+        parameters += [f"{t} {n}".replace("* ", "*") for n, t in self.body.prologue_names.items()
+                       if n in used]
+        arguments = [n for n in names if n in used]
+        arguments += [n for n in self.body.prologue_names if n in used]
+        bounds = [f"int64_t {b}{k}" for k in range(len(spans)) for b in ("lo", "hi")]
+        name = f"$name_part{len(self.parts)}"  # $name: the kernel's name, given later
+        self.parts.append(templates.KERNEL_PART.substitute(
+            name=name, parameters=", ".join(bounds + parameters), body=text + "\n"))
+        shares = []
+        for start, end in spans:
+            count = end - start
+            shares += [f"{start} + {count} * hlofuse_t / hlofuse_nt",
+                       f"{start} + {count} * (hlofuse_t + 1) / hlofuse_nt"]
+        call = f"{name}({', '.join(shares + arguments)});"
+        return ["    const int64_t hlofuse_t = HLOFUSE_THREAD, hlofuse_nt = HLOFUSE_THREADS;",
+                "    " + call]
 
     def _add_section(self, lines: list[str], parallel: bool, base: int,
                      in_prologue: bool) -> None:
@@ -353,21 +383,28 @@ class KernelEmitter:
             self.sections.append(lines)
 
     def _loop_headers(self, dims: tuple[int, ...], flat: bool, group: int,
-                      ranges: dict[int, tuple[int, int]]
-                      ) -> tuple[Index, list[str], list[int]]:
+                      ranges: dict[int, tuple[int, int]], bounds: tuple[str, str] | None
+                      ) -> tuple[Index, list[str], tuple[int, int]]:
         """Loop headers over `dims` (dimension d restricted to `ranges[d]` when given), the
-        index they define, and their trip counts."""
+        index they define and the range of the outermost loop, which runs from bounds[0]
+        to bounds[1] instead when bounds are given (a thread's share)."""
         if not dims:
-            return SCALAR, [], []
+            return SCALAR, [], (0, 1)
+
+        def header(var: str, lo: int, hi: int) -> str:
+            first, last = bounds if bounds is not None and not headers else (lo, hi)
+            return f"for (int64_t {var} = {first}; {var} < {last}; ++{var})"
+
+        headers: list[str] = []
         if (flat or len(dims) == 1) and not ranges:
             var = self.body.fresh("i")
             count = math.prod(dims)
-            header = f"for (int64_t {var} = 0; {var} < {count}; ++{var})"
+            headers.append(header(var, 0, count))
             multi = (var,) if len(dims) == 1 else None
-            return Index(dims, var, multi, group if multi is None else None), [header], [count]
+            index = Index(dims, var, multi, group if multi is None else None)
+            return index, headers, (0, count)
         multi = []
-        headers = []
-        extents = []
+        span = (0, 1)
         for d, size in enumerate(dims):
             lo, hi = ranges.get(d, (0, size))
             if hi - lo == 1:
@@ -376,21 +413,10 @@ class KernelEmitter:
             var = self.body.fresh("i")
             multi.append(var)
             self.em.ranges[var] = (lo, hi)
-            headers.append(f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var})")
-            extents.append(hi - lo)
-        return Index(dims, None, tuple(multi), None), headers, extents
-
-    def _parallel_for(self, extents: list[int]) -> str:
-        """The OpenMP work-sharing line for loop headers of these trip counts."""
-        looped = extents
-        if len(looped) <= 1:
-            return self.lang.parallel_for
-        collapse = 1
-        while collapse < len(looped) - 1 and math.prod(looped[:collapse]) < 256:
-            collapse += 1
-        if collapse == 1:
-            return self.lang.parallel_for
-        return self.lang.parallel_for_collapse.format(n=collapse)
+            if not headers:
+                span = (lo, hi)
+            headers.append(header(var, lo, hi))
+        return Index(dims, None, tuple(multi), None), headers, span
 
     # --- column reductions ----------------------------------------------------------------
 
@@ -539,6 +565,7 @@ class KernelEmitter:
         ctype = self.lang.storage_type(dtype)
         self.body.prologue.lines.append(
             f"  {ctype} *{name} = ({ctype} *)malloc({max(count, 1)} * sizeof({ctype}));")
+        self.body.prologue_names[name] = f"{ctype} *"
         self.epilogue.append(f"  free({name});")
         return name
 

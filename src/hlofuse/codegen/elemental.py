@@ -103,6 +103,9 @@ class FunctionBody:
         self.scopes: list[Scope] = [self.prologue]
         self._names = itertools.count()
         self.hoisting = 0  # > 0 while emitting loop-invariant code into the prologue
+        # Locals declared at the top of the prologue, with their C types: a loop moved into
+        # a function of its own (a parallel part) receives the ones it reads.
+        self.prologue_names: dict[str, str] = {}
 
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self._names)}"
@@ -122,8 +125,14 @@ class FunctionBody:
         if is_simple(expr):
             return expr
         name = self.fresh(prefix)
-        self.emit(f"const {ctype} {name} = {expr};")
+        self.declare(f"const {ctype}", name, expr)
         return name
+
+    def declare(self, ctype: str, name: str, init: str | None = None) -> None:
+        """`ctype name = init;` (a variable when ctype is not const)."""
+        if self.scope is self.prologue:
+            self.prologue_names[name] = ctype
+        self.emit(f"{ctype} {name};" if init is None else f"{ctype} {name} = {init};")
 
     def lookup(self, key: tuple[object, ...]) -> Value | None:
         for scope in reversed(self.scopes):
@@ -335,7 +344,7 @@ class ElementalEmitter:
         if not then_lines and not else_lines:
             return self.body.let(ctype, f"({condition} ? {then_value} : {else_value})")
         name = self.body.fresh("v")
-        self.body.emit(f"{ctype} {name};")
+        self.body.declare(ctype, name)
         self.body.emit(f"if ({condition}) {{")
         self.body.scope.lines.extend(then_lines)
         self.body.emit(f"  {name} = {then_value};")
@@ -699,7 +708,7 @@ def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     for init in inits:
         name = em.body.fresh("acc")
         start = plan.identity if plan.identity is not None else em.scalar(init)
-        em.body.emit(f"{em.lang.register_type(init.dtype)} {name} = {start};")
+        em.body.declare(em.lang.register_type(init.dtype), name, start)
         accumulators.append(name)
     multi: list[str] = []
     loops: list[tuple[str, int]] = []
@@ -746,7 +755,7 @@ def _reduce_window(em: ElementalEmitter, inst: Instruction, index: Index) -> Val
     accumulators = []
     for init in inits:
         name = em.body.fresh("acc")
-        em.body.emit(f"{em.lang.register_type(init.dtype)} {name} = {em.scalar(init)};")
+        em.body.declare(em.lang.register_type(init.dtype), name, em.scalar(init))
         accumulators.append(name)
     with contextlib.ExitStack() as stack:
         positions: list[str] = []

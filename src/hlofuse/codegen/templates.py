@@ -34,6 +34,15 @@ $math_library
 #define HLOFUSE_FTZ_END
 #endif
 
+#ifdef _OPENMP
+#include <omp.h>
+#define HLOFUSE_THREAD ((int64_t)omp_get_thread_num())
+#define HLOFUSE_THREADS ((int64_t)omp_get_num_threads())
+#else
+#define HLOFUSE_THREAD ((int64_t)0)
+#define HLOFUSE_THREADS ((int64_t)1)
+#endif
+
 static inline float hlofuse_f32_from_bits(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
 static inline uint32_t hlofuse_f32_bits(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
 static inline double hlofuse_f64_from_bits(uint64_t b) { double f; memcpy(&f, &b, 8); return f; }
@@ -173,8 +182,14 @@ $library_declarations
 
 KERNEL = Template(r"""
 /* kernel $name ($kind): $instructions */
-$qualifier void $name($parameters) {
+$parts$qualifier void $name($parameters) {
 $body}
+""")
+
+# A parallel loop of a kernel: each thread calls it on its share of the outermost loop.
+KERNEL_PART = Template(r"""static __attribute__((noinline)) void $name($parameters) {
+$body}
+
 """)
 
 # The exported entry of one kernel, for the Python thunk runner: arguments as a pointer array.

@@ -1,8 +1,8 @@
-"""`hlofuse cartpole`: run every CartPole program variant briefly, or print one's HLO."""
+"""`hlofuse cartpole --check` and `--show-hlo`: every program variant on the reference
+interpreter, or one variant's HLO (the command itself lives in hlofuse.studies.commands)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 import zlib
 
@@ -13,19 +13,9 @@ from hlofuse.ir.printer import module_text
 
 
 def _usage_error(message: str) -> Exception:
-    from hlofuse.cli import UsageError  # cli imports this module to register the command
+    from hlofuse.cli import UsageError  # cli imports this module (through the command)
 
     return UsageError(message)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def checksum(states: np.ndarray) -> str:
@@ -33,20 +23,17 @@ def checksum(states: np.ndarray) -> str:
     return f"{zlib.crc32(np.ascontiguousarray(states, np.float32).tobytes()):08x}"
 
 
-def cmd_cartpole(args: argparse.Namespace) -> int:
-    if args.show_hlo is not None:
-        try:
-            variant = cartpole.all_variants().get(args.show_hlo) or cartpole.parse_variant(
-                args.show_hlo)
-        except ValueError as e:
-            raise _usage_error(str(e)) from None
-        sys.stdout.write(module_text(cartpole.trace(variant, args.envs, args.steps, args.seed)))
-        return 0
-    _run_all(args.envs, args.steps, args.seed)
-    return 0
+def show_hlo(text: str, n_envs: int, n_steps: int, seed: int) -> None:
+    """Print the traced HLO of a variant given by name (preset or `-det` twin) or spec."""
+    try:
+        variant = cartpole.all_variants().get(text) or cartpole.parse_variant(text)
+    except ValueError as e:
+        raise _usage_error(str(e)) from None
+    sys.stdout.write(module_text(cartpole.trace(variant, n_envs, n_steps, seed)))
 
 
-def _run_all(n_envs: int, n_steps: int, seed: int) -> None:
+def variant_table(n_envs: int, n_steps: int, seed: int) -> bool:
+    """Run every variant on the reference interpreter and print whether they agree."""
     from rich.console import Console
     from rich.table import Table
 
@@ -57,6 +44,7 @@ def _run_all(n_envs: int, n_steps: int, seed: int) -> None:
     for column in ("instrs", "state sum", "crc32", "episodes", "return", "agrees"):
         table.add_column(column, justify="right")
     references: dict[bool, cartpole.RolloutResult] = {}
+    all_agree = True
     with console.status("running variants...") as status:
         for name, variant in cartpole.all_variants().items():
             status.update(f"running {name}")
@@ -65,6 +53,7 @@ def _run_all(n_envs: int, n_steps: int, seed: int) -> None:
             reference = references.setdefault(variant.deterministic, result)
             agrees = np.allclose(result.states, reference.states, atol=1e-5) and (
                 result.finished == reference.finished)
+            all_agree = all_agree and agrees
             table.add_row(name, str(cartpole.instruction_count(module)),
                           f"{float(result.states.sum()):.6f}", checksum(result.states),
                           str(result.finished), f"{result.return_sum:g}",
@@ -73,16 +62,4 @@ def _run_all(n_envs: int, n_steps: int, seed: int) -> None:
     console.print("Random variants draw the same numbers from one seed; the -det ones and "
                   "'deterministic' start from fixed states and use a fixed policy. Within each "
                   "group every variant must agree. Programs: hlofuse cartpole --show-hlo NAME")
-
-
-def add_cartpole_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("cartpole", help="run every CartPole program variant on a small size, or "
-                                        "print one variant's HLO")
-    p.add_argument("--show-hlo", metavar="VARIANT",
-                   help="print the traced HLO of VARIANT: a preset "
-                        f"({', '.join(cartpole.PRESETS)}) or a spec such as "
-                        "rng=fused,state=split,rollout=scan,unroll=10[,deterministic]")
-    p.add_argument("--envs", type=_positive, default=8, help="environments N (default 8)")
-    p.add_argument("--steps", type=_positive, default=30, help="steps T (default 30)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.set_defaults(handler=cmd_cartpole)
+    return all_agree

@@ -19,8 +19,11 @@ NO = "no"
 # ...): they log what they rewrote with this verdict and what they refused with NO.
 REWRITE = "rewrite"
 
-# The rule id of a positive decision.
+# The rule ids of a positive decision: `fusible` (legal, and the pass's rules agree), and
+# priority fusion's `cost-model-gain` (legal, and the cost model estimates a saving).
 FUSIBLE = "fusible"
+COST_MODEL_GAIN = "cost-model-gain"
+_POSITIVE_RULES = frozenset({FUSIBLE, COST_MODEL_GAIN})
 
 Figure = int | float | str
 _NO_FIGURES: Mapping[str, Figure] = MappingProxyType({})
@@ -36,18 +39,19 @@ class FusionDecision:
 
     @property
     def can_fuse(self) -> bool:
-        return self.rule == FUSIBLE
+        return self.rule in _POSITIVE_RULES
 
     def __bool__(self) -> bool:
         return self.can_fuse
 
     @staticmethod
-    def yes(message: str = "", **figures: Figure) -> FusionDecision:
-        return FusionDecision(FUSIBLE, message, MappingProxyType(dict(figures)))
+    def yes(message: str = "", rule: str = FUSIBLE, **figures: Figure) -> FusionDecision:
+        assert rule in _POSITIVE_RULES, f"{rule!r} is not the rule id of a positive decision"
+        return FusionDecision(rule, message, MappingProxyType(dict(figures)))
 
     @staticmethod
     def no(rule: str, message: str, **figures: Figure) -> FusionDecision:
-        assert rule != FUSIBLE and message, "a refusal needs a rule id and a message"
+        assert rule not in _POSITIVE_RULES and message, "a refusal needs a rule id and a message"
         return FusionDecision(rule, message, MappingProxyType(dict(figures)))
 
 

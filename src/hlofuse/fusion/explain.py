@@ -22,7 +22,7 @@ from hlofuse.passes.manager import PASSES
 if TYPE_CHECKING:
     from hlofuse.fusion.strategies import FusionResult
 
-_VERTICAL_PASSES = ("instruction-fusion", "fusion-merger")
+_VERTICAL_PASSES = ("instruction-fusion", "fusion-merger", "priority-fusion")
 _DEFERRALS = frozenset({"producer-is-fusion"})
 _MAX_EDGES_SHOWN = 8
 # Passes that rewrite the program before fusion (rng-expansion, loop-unroll, ...): their records
@@ -101,8 +101,9 @@ def _hint_code_duplication(records: list[DecisionRecord], strategy: str) -> list
         uses = (f"has {users} users" if isinstance(users, int) and users > 1
                 else f"is read at {emitted} different indices (several slices of it)")
         if op == "concatenate":
-            out.append(f"the concatenate {where} {uses}; keep the parts as separate arrays or "
-                       f"use strategy {base}+relax_concatenate")
+            out.append(f"the concatenate {where} {uses}; keep the parts as separate arrays "
+                       f"(strategy {base}+concat_forwarding+scalarize_state does it for loop "
+                       f"state) or use strategy {base}+relax_concatenate")
         else:
             out.append(f"the {op} {where} {uses} but may only be emitted once per fusion; it "
                        "stays a kernel of its own")
@@ -110,9 +111,11 @@ def _hint_code_duplication(records: list[DecisionRecord], strategy: str) -> list
 
 
 def _hint_custom_call(records: list[DecisionRecord], strategy: str) -> list[str]:
+    base = strategy.split("+")[0].split("-no-")[0]
     return [f"the custom call {_barrier_side(r, ('custom-call',))} is opaque to fusion and "
             "runs as its own kernel; computing it with ordinary ops (e.g. random numbers as "
-            "Threefry in plain HLO) lets it fuse with its users" for r in records]
+            f"Threefry in plain HLO: strategy {base}+rng_expansion) lets it fuse with its "
+            "users" for r in records]
 
 
 def _hint_loop(records: list[DecisionRecord], strategy: str) -> list[str]:
@@ -120,8 +123,10 @@ def _hint_loop(records: list[DecisionRecord], strategy: str) -> list[str]:
              if "while" in (r.producer_op, r.consumer_op)]
     if not loops:
         return []
+    base = strategy.split("+")[0].split("-no-")[0]
     return [f"the while loop(s) {_some(loops)} launch their body's kernels on every iteration "
-            "and nothing fuses across iterations; unrolling puts more work into each kernel"]
+            "and nothing fuses across iterations; unrolling puts more work into each kernel "
+            f"(strategy {base}+unroll=K)"]
 
 
 def _hint_tuple(records: list[DecisionRecord], strategy: str) -> list[str]:
@@ -143,6 +148,18 @@ def _hint_library(records: list[DecisionRecord], strategy: str) -> list[str]:
             for r in records]
 
 
+def _hint_cost_model(records: list[DecisionRecord], strategy: str) -> list[str]:
+    def us(value: object) -> str:
+        return f"{value:.3g} us" if isinstance(value, (int, float)) else "?"
+
+    producers = {r.producer: r for r in records}
+    return [f"the {r.producer_op} {_where(r.producer, r.producer_lines)} stays a kernel: fused "
+            f"into its {r.figures.get('users', 'several')} user(s) it would take an estimated "
+            f"{us(r.figures.get('fused_us'))} instead of {us(r.figures.get('unfused_us'))} "
+            "(the cost model prices recomputing it wherever it is read)"
+            for r in producers.values()]
+
+
 _HINTS: dict[str, Callable[[list[DecisionRecord], str], list[str]]] = {
     "code-duplication-too-high": _hint_code_duplication,
     "custom-call": _hint_custom_call,
@@ -150,6 +167,7 @@ _HINTS: dict[str, Callable[[list[DecisionRecord], str], list[str]]] = {
     "tuple-boundary": _hint_tuple,
     "expensive-producer-duplicated": _hint_expensive,
     "library-call": _hint_library,
+    "cost-model-loss": _hint_cost_model,
 }
 
 

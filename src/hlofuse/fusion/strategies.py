@@ -7,6 +7,11 @@ A strategy names which passes run and their knobs:
 - `xla`: the 2022 GPU pipeline the study read: simplification; then in a fixed point
   instruction fusion (without, then with duplication), fusion merger, multi-output fusion,
   CSE and DCE; then in a fixed point horizontal loop fusion, horizontal input fusion, CSE, DCE.
+- `priority`: the 2024 GPU pipeline, for our CPU: simplification; then in a fixed point
+  priority fusion (cost model; `priority.py`), CSE, DCE, multi-output fusion, CSE, DCE; then
+  horizontal fusion as in `xla`. No multi-user concatenate rule (`relax_concatenate` is on).
+  Its cost model uses this machine's measured constants; `+default_costs` uses the fixed
+  documented ones instead (deterministic: tests use it).
 
 Modifiers, appended to the name: `-no-<pass>` leaves a pass out (`merger`, `multi-output`,
 `horizontal`, `horizontal-loop`, `horizontal-input`, `duplication`, `instruction-fusion`,
@@ -34,6 +39,7 @@ from hlofuse.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusio
 from hlofuse.fusion.instruction_fusion import InstructionFusion
 from hlofuse.fusion.kernels import Kernel, Loop, kernels_per_iteration, list_kernels
 from hlofuse.fusion.multi_output import MultiOutputFusion
+from hlofuse.fusion.priority import PriorityFusion
 from hlofuse.ir.hlo import Module
 from hlofuse.passes.call_inliner import CallInliner
 from hlofuse.passes.cse import CommonSubexpressionElimination
@@ -46,7 +52,8 @@ from hlofuse.passes.simplify import AlgebraicSimplifier
 from hlofuse.passes.unroll import LoopUnroll
 
 FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiOutputFusion,
-                                         HorizontalLoopFusion, HorizontalInputFusion)
+                                         HorizontalLoopFusion, HorizontalInputFusion,
+                                         PriorityFusion)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -72,6 +79,9 @@ _SWITCHES = {
     "concat-forwarding": "concat_forwarding",
     "scalarize_state": "scalarize_state",
     "scalarize-state": "scalarize_state",
+    "priority-fusion": "priority_fusion",
+    "default_costs": "default_costs",
+    "default-costs": "default_costs",
 }
 
 
@@ -92,11 +102,13 @@ class Strategy:
     concat_forwarding: bool = False
     scalarize_state: bool = False
     unroll: int = 1  # loop-unroll factor; 1: off, 0: chosen by the pass
+    priority_fusion: bool = False
+    default_costs: bool = False  # priority fusion's fixed constants instead of measured ones
 
     @property
     def fuses(self) -> bool:
         return any((self.instruction_fusion, self.fusion_merger, self.multi_output,
-                    self.horizontal_loop, self.horizontal_input))
+                    self.horizontal_loop, self.horizontal_input, self.priority_fusion))
 
     def steps(self) -> list[Step]:
         """The pipeline this strategy runs."""
@@ -118,6 +130,9 @@ class Strategy:
             steps.append(LoopUnroll(factor=self.unroll))
             steps.append(FixedPoint(tidy, label="after unrolling"))
         vertical: list[Pass] = []
+        if self.priority_fusion:
+            costs = "default" if self.default_costs else "measured"
+            vertical += [PriorityFusion(costs=costs), *cleanup]
         if self.instruction_fusion:
             vertical.append(InstructionFusion(self.duplication, self.relax_concatenate))
         if self.fusion_merger:
@@ -139,7 +154,9 @@ class Strategy:
 NONE = Strategy("none")
 XLA = Strategy("xla", instruction_fusion=True, fusion_merger=True, multi_output=True,
                horizontal_loop=True, horizontal_input=True)
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NONE, XLA)}
+PRIORITY = Strategy("priority", priority_fusion=True, multi_output=True, horizontal_loop=True,
+                    horizontal_input=True, relax_concatenate=True)
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NONE, XLA, PRIORITY)}
 
 
 class StrategyError(ValueError):

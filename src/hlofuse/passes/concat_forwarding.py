@@ -46,7 +46,7 @@ DEFAULT_MAX_PIECES = 8
 
 @dataclass(frozen=True, slots=True)
 class Partition:
-    """How a concatenate cuts its dimension `dim`: piece i is [offsets[i], offsets[i] + sizes[i])."""
+    """How a concatenate cuts dimension `dim`: piece i is [offsets[i], offsets[i] + sizes[i])."""
 
     dim: int
     sizes: tuple[int, ...]
@@ -138,6 +138,38 @@ def slice_along(value: Instruction, dim: int, start: int, limit: int,
     return builder.add(Op.SLICE, [value], attrs={"slice": spec}, metadata=meta)
 
 
+def _without_ones(dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in dims if d != 1)
+
+
+def reshape_to(value: Instruction, dims: tuple[int, ...],
+               builder: ComputationBuilder) -> Instruction:
+    """`value` reshaped to `dims`, merged into the reshape, transpose or broadcast that made it
+    when that is only a matter of size-1 dimensions."""
+    if value.shape.dims == dims:
+        return value
+    if value.op is Op.RESHAPE:
+        return reshape_to(value.operands[0], dims, builder)
+    if value.op is Op.TRANSPOSE:
+        moved = [p for p, d in zip(value.ints("dimensions"), value.shape.dims) if d != 1]
+        if moved == sorted(moved):  # only size-1 dimensions move: the order of elements stays
+            return reshape_to(value.operands[0], dims, builder)
+    shape = Shape.array(value.dtype, dims)
+    if value.op is Op.BROADCAST and _without_ones(value.shape.dims) == _without_ones(dims):
+        # Every operand dimension of size > 1 maps to a result dimension of the same size, so
+        # to one of the size > 1 dimensions both shapes share, in order.
+        operand = value.operands[0]
+        kept = [i for i, d in enumerate(value.shape.dims) if d != 1]
+        targets = [i for i, d in enumerate(dims) if d != 1]
+        mapped = value.ints("dimensions")
+        new_mapping = tuple(targets[kept.index(m)] for m, d in zip(mapped, operand.shape.dims)
+                            if d != 1)
+        operand = reshape_to(operand, _without_ones(operand.shape.dims), builder)
+        return builder.add(Op.BROADCAST, [operand], attrs={"dimensions": new_mapping},
+                           shape=shape, metadata=value.metadata)
+    return builder.add(Op.RESHAPE, [value], shape=shape, metadata=value.metadata)
+
+
 @dataclass(frozen=True, slots=True)
 class ConcatForwarding:
     """Forwards slices of concatenates and splits element-wise work per concatenated piece."""
@@ -215,17 +247,26 @@ class _Forwarder:
                                  "the result reads a single piece", inst)
             return None
         pieces = []
-        for offset, size in zip(partition.offsets, partition.sizes):
+        for piece, offset, size in zip(concat.operands, partition.offsets, partition.sizes):
             if not size:
                 continue
-            # Scalar operands (a select's predicate, a clamp's bounds) apply to every piece.
-            parts = [slice_along(o, partition.dim, offset, offset + size, builder)
-                     if o.shape.dims == inst.shape.dims else o for o in operands]
-            dims = list(inst.shape.dims)
-            dims[partition.dim] = size
-            pieces.append(builder.add(inst.op, parts, attrs=dict(inst.attrs),
-                                      shape=Shape.array(inst.dtype, dims),
-                                      metadata=inst.metadata))
+            # A piece that is a reshape (CartPole's (N,) columns made (N, 1)) is worked on in
+            # its operand's shape and reshaped after: element-wise ops do not care, and the
+            # work then fuses with the other arrays of that shape.
+            natural = piece.operands[0] if piece.op is Op.RESHAPE else piece
+            parts = []
+            for o in operands:
+                if o is concat:
+                    parts.append(natural)
+                elif o.shape.dims == inst.shape.dims:
+                    part = slice_along(o, partition.dim, offset, offset + size, builder)
+                    parts.append(reshape_to(part, natural.shape.dims, builder))
+                else:  # a scalar (a select's predicate, a clamp's bound) applies to every piece
+                    parts.append(o)
+            work = builder.add(inst.op, parts, attrs=dict(inst.attrs),
+                               shape=Shape.array(inst.dtype, natural.shape.dims),
+                               metadata=inst.metadata)
+            pieces.append(reshape_to(work, piece.shape.dims, builder))
         result = builder.add(Op.CONCATENATE, pieces, attrs={"dimensions": (partition.dim,)},
                              metadata=inst.metadata)
         self.records.rewrote(self.comp.name, original, "elementwise-split",

@@ -36,6 +36,7 @@ from hlofuse.passes.concat_forwarding import (
     DEFAULT_MAX_PIECES,
     Partition,
     piece_of_slice,
+    reshape_to,
     slice_along,
     slice_in_piece,
 )
@@ -143,13 +144,6 @@ def _carried(piece: Shape, dim: int) -> Shape:
     return Shape.array(piece.dtype, piece.dims[:dim] + piece.dims[dim + 1:])
 
 
-def _reshaped(value: Instruction, shape: Shape, builder: ComputationBuilder) -> Instruction:
-    if value.shape.dims == shape.dims:
-        return value
-    return builder.add(Op.RESHAPE, [value], shape=Shape.array(value.dtype, shape.dims),
-                       metadata=value.metadata)
-
-
 def _split_loop(loop: Instruction, init: Instruction, cond: Computation, body: Computation,
                 plans: dict[int, Partition], builder: RewriteBuilder, records: RewriteLog,
                 where: str) -> Instruction:
@@ -170,8 +164,8 @@ def _split_loop(loop: Instruction, init: Instruction, cond: Computation, body: C
             flat.append(element)
             continue
         p = plans[index]
-        flat += [_reshaped(slice_along(element, p.dim, offset, offset + size, builder),
-                           _carried(piece.shape, p.dim), builder)
+        flat += [reshape_to(slice_along(element, p.dim, offset, offset + size, builder),
+                            _carried(piece.shape, p.dim).dims, builder)
                  for offset, size, piece in zip(p.offsets, p.sizes, packed[index])]
     new_init = builder.add(Op.TUPLE, flat, metadata=init.metadata)
     rebuilt = [_rebuild(c, state, indices, plans, packed, builder.names) for c in (cond, body)]
@@ -185,7 +179,8 @@ def _split_loop(loop: Instruction, init: Instruction, cond: Computation, body: C
         if index not in plans:
             outputs.append(reads[0])
             continue
-        pieces = [_reshaped(r, piece.shape, builder) for r, piece in zip(reads, packed[index])]
+        pieces = [reshape_to(r, piece.shape.dims, builder)
+                  for r, piece in zip(reads, packed[index])]
         outputs.append(builder.add(Op.CONCATENATE, pieces,
                                    attrs={"dimensions": (plans[index].dim,)},
                                    metadata=body.root.operands[index].metadata))
@@ -217,7 +212,7 @@ def _rebuild(comp: Computation, state: Shape, indices: list[list[int]],
                 if index not in pieces:
                     reads = [b.add(Op.GET_TUPLE_ELEMENT, [mapping[param]], attrs={"index": i},
                                    metadata=inst.metadata) for i in indices[index]]
-                    pieces[index] = [_reshaped(r, piece.shape, b)
+                    pieces[index] = [reshape_to(r, piece.shape.dims, b)
                                      for r, piece in zip(reads, packed[index])]
                 split_reads[inst] = index
                 continue
@@ -239,7 +234,7 @@ def _rebuild(comp: Computation, state: Shape, indices: list[list[int]],
                 if index not in plans:
                     flat.append(mapping[element])
                     continue
-                flat += [_reshaped(mapping[p], _carried(p.shape, plans[index].dim), b)
+                flat += [reshape_to(mapping[p], _carried(p.shape, plans[index].dim).dims, b)
                          for p in packed[index]]
             new = dataclasses.replace(inst, operands=tuple(flat), shape=state)
         else:

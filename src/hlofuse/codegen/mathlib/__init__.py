@@ -146,3 +146,8 @@ def lookup(name: str, dtype: DType) -> MathFunction | None:
         if function.name == name and function.dtype is dtype:
             return function
     return None
+
+
+def c_names(*, recommended_only: bool = True) -> dict[tuple[str, DType], str]:
+    """(generic name, dtype) -> C name, for an emitter to prefer over libm's spelling."""
+    return {(f.name, f.dtype): f.c_name for f in FUNCTIONS if f.recommended or not recommended_only}

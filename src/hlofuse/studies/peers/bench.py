@@ -1,7 +1,8 @@
 """Measure every peer on the same workload, side by side in one run; the table, JSON and plot.
 
 For each (peer, N): build (compile) and time it, run once to warm up, then time `repeats`
-whole rollouts and keep the median. env-steps/s = N * steps / median seconds. Eager peers
+whole rollouts and keep the median; when the warm-up says those would take longer than
+`budget_s`, fewer (at least one), so that one slow peer cannot take over the run. env-steps/s = N * steps / median seconds. Eager peers
 (Python drives every step) run `eager_steps` steps instead, since the metric is per step. At
 each N the reference is the fastest hlofuse peer ("hlofuse best"), or the fastest C kernel
 while hlofuse has none, and every record carries its ratio to that reference.
@@ -36,6 +37,7 @@ class BenchConfig:
     eager_steps: int = 100
     repeats: int = 5
     seed: int = 0
+    budget_s: float = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +72,15 @@ class BenchResult:
     machine: dict[str, object]
 
 
-def measure(peer: Peer, workload: Workload, repeats: int) -> Measurement:
+def measure(peer: Peer, workload: Workload, repeats: int, budget_s: float) -> Measurement:
     """Build, warm up and time one peer on one workload."""
     start = time.perf_counter()
     runner = peer.factory(workload)
     compile_s = time.perf_counter() - start
+    start = time.perf_counter()
     result = runner.run()
+    warm_up_s = time.perf_counter() - start
+    repeats = max(1, min(repeats, int(budget_s / warm_up_s) if warm_up_s > 0 else repeats))
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -144,7 +149,7 @@ def run_bench(
             on_task(f"{name} N={n}")
             workload = Workload(inits[n], steps, seed=config.seed)
             try:
-                records.append(measure(peer, workload, config.repeats))
+                records.append(measure(peer, workload, config.repeats, config.budget_s))
             except PeerUnavailable as e:
                 skipped.append(Skip(name, str(e)))
                 for _ in config.envs[config.envs.index(n) :]:

@@ -272,7 +272,9 @@ HF_EXPORT int hf_cartpole_rollout(int64_t n, int64_t steps, uint32_t seed, int d
         return -1;
     int64_t n_blocks = (n + HF_BLOCK - 1) / HF_BLOCK;
     int64_t total_episodes = 0, total_returns = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total_episodes, total_returns)
+    /* One block needs no thread team; waking one would cost more than the block's work. */
+#pragma omp parallel for schedule(static) reduction(+ : total_episodes, total_returns) \
+    if (n_blocks > 1)
     for (int64_t b = 0; b < n_blocks; ++b) {
         int64_t base = b * HF_BLOCK;
         int lanes = (int)(n - base < HF_BLOCK ? n - base : HF_BLOCK);

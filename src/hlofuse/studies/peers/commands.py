@@ -40,6 +40,9 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                    "(default 100)")
     p.add_argument("--repeats", type=int, default=5,
                    help="timed rollouts per peer and N; the median is kept (default 5)")
+    p.add_argument("--budget", type=float, default=3.0, metavar="SECONDS",
+                   help="at most about this long for one peer's timed rollouts at one N; "
+                   "fewer repeats (at least 1) when the warm-up says so (default 3)")
     p.add_argument("--peers", default="",
                    help="comma-separated peer names (default: all); `--peers list` lists them")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -73,6 +76,14 @@ def check_positive(value: int, option: str) -> int:
     return value
 
 
+def check_positive_float(value: float, option: str) -> float:
+    from hlofuse.cli import UsageError
+
+    if not value > 0:
+        raise UsageError(f"{option}: {value} is not positive")
+    return value
+
+
 def cmd_bench_peers(args: argparse.Namespace) -> int:
     from hlofuse.cli import UsageError
 
@@ -95,6 +106,7 @@ def cmd_bench_peers(args: argparse.Namespace) -> int:
         eager_steps=check_positive(args.eager_steps, "--eager-steps"),
         repeats=check_positive(args.repeats, "--repeats"),
         seed=args.seed,
+        budget_s=check_positive_float(args.budget, "--budget"),
     )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -147,22 +159,23 @@ def format_rate(value: float) -> str:
 
 def results_table(result: BenchResult) -> Table:
     from rich.table import Table
+
     envs = sorted({r.envs for r in result.records})
     references = {r.envs: r.reference for r in result.records}
-    table = Table(title="CartPole peers: env-steps/s (ratio to reference), preliminary")
-    table.add_column("peer")
+    table = Table(title="CartPole peers: env-steps/s and ratio to the reference (preliminary)")
+    table.add_column("peer", no_wrap=True)
     for n in envs:
-        table.add_column(f"N={n}", justify="right")
-    table.add_column("compile s", justify="right")
+        table.add_column(f"N={n}", justify="right", no_wrap=True)
+    table.add_column("compile s", justify="right", no_wrap=True)
     peers = list(dict.fromkeys(r.peer for r in result.records))
     for name in peers:
         by_n = {r.envs: r for r in result.records if r.peer == name}
         cells = []
         for n in envs:
             r = by_n.get(n)
-            cells.append("-" if r is None else f"{format_rate(r.env_steps_per_s)} ({r.ratio:.2f})")
+            cells.append("-" if r is None else f"{format_rate(r.env_steps_per_s)} {r.ratio:.2f}")
         compile_s = max((r.compile_s for r in by_n.values()), default=0.0)
-        table.add_row(name, *cells, f"{compile_s:.2f}")
+        table.add_row(name, *cells, f"{compile_s:.1f}")
     if references:
         table.caption = "reference: " + "; ".join(f"N={n}: {references[n]}" for n in envs)
     return table

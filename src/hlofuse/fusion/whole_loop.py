@@ -1,0 +1,221 @@
+"""whole-loop-fusion: a while loop that runs independently per environment becomes one kernel.
+
+A loop qualifies when its state splits into per-environment arrays (leading dimension N) and
+uniform values, each iteration computes environment e's new state from environment e's old
+state and uniform values only, the uniform values and the trip count do not depend on
+per-environment values, and the per-environment state is small (the analysis is
+`hlofuse.ir.parallel_loop`; cross-environment sums that only accumulate, such as CartPole's
+episode count, are allowed). Such a loop is wrapped as it is in a fusion of kind kCustom whose
+called computation holds the loop, its operands being the loop's initial values, so the
+interpreter still evaluates it unchanged; the code generator (codegen/whole_loop.py) emits it
+as one kernel: blocks of `lanes` environments split across threads, the time loop inside each
+block, the state in block-local arrays, the uniform values computed once per step.
+
+Algorithm: every while of a computation that is not (inside) a fusion is planned; fusions in
+its body and condition (when the pass runs after the fusion passes) are inlined first, since
+the kernel computes the whole body element by element anyway. A loop that qualifies is
+replaced by the fusion; one that does not is left alone and the refusal is logged with a rule
+id naming the first offending instruction (`whole-loop-opaque-op`,
+`whole-loop-cross-env-reduce`, `whole-loop-cross-env-access`,
+`whole-loop-data-dependent-trip-count`, `whole-loop-state-too-large`,
+`whole-loop-nested-control-flow`, `whole-loop-state-not-tuple`,
+`whole-loop-no-parallel-dimension`).
+
+Run it before the fusion passes (strategy `+whole_loop` does): they then leave the wrapped
+loop alone, and only fuse what stays outside. XLA has no such pass: it fuses loop bodies in
+isolation and runs the loop on the host (xla-fusion.md, section 16.1); the hand-written CartPole
+kernel of the peers benchmark is what this reproduces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar
+
+from hlofuse.fusion.decision import FUSE, FUSIBLE, NO, DecisionRecord, Figure
+from hlofuse.ir.attrs import RawAttr
+from hlofuse.ir.builder import ComputationBuilder, NameUniquer
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op
+from hlofuse.ir.parallel_loop import LoopPlan, Refusal, plan_parallel_loop
+from hlofuse.passes.call_inliner import inline_computation
+from hlofuse.passes.loops import with_reachable_computations
+from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+
+if TYPE_CHECKING:
+    from hlofuse.passes.manager import DecisionSink
+
+# The backend_config of the fusion names the emitter, as XLA's custom fusions do.
+CUSTOM_FUSION_NAME = "whole_loop"
+MAX_LANES = 256
+
+
+def whole_loop_config(lanes: int) -> RawAttr:
+    return RawAttr(json.dumps({"custom_fusion": CUSTOM_FUSION_NAME, "lanes": lanes},
+                              separators=(",", ":")))
+
+
+def read_whole_loop_config(text: str) -> int | None:
+    """The lanes of a whole-loop fusion's backend_config, or None if it is not one."""
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or config.get("custom_fusion") != CUSTOM_FUSION_NAME:
+        return None
+    lanes = config.get("lanes")
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= MAX_LANES:
+        return None
+    return lanes
+
+
+def fusion_reachable(module: Module) -> set[int]:
+    """id() of every computation called, directly or not, from a fused computation."""
+    out: set[int] = set()
+    stack = [c for inst in module.all_instructions() if inst.op is Op.FUSION for c in inst.calls]
+    while stack:
+        comp = stack.pop()
+        if id(comp) in out:
+            continue
+        out.add(id(comp))
+        stack.extend(comp.called_computations)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class WholeLoopFusion:
+    """Wraps every loop that is parallel over environments into one kCustom fusion."""
+
+    name: ClassVar[str] = "whole-loop-fusion"
+    lanes: int = 8
+    max_state_elements_per_env: int = 64
+    max_uniform_elements: int = 64
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.lanes <= MAX_LANES:
+            raise ValueError(f"whole-loop-fusion: lanes must be in 1..{MAX_LANES}, got "
+                             f"{self.lanes}")
+        if self.max_state_elements_per_env < 1 or self.max_uniform_elements < 1:
+            raise ValueError("whole-loop-fusion: the element limits must be positive")
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        skipped = fusion_reachable(module)
+        computation_names = {c.name for c in module.computations}
+
+        def transform_for(comp: Computation) -> Transform | None:
+            if id(comp) in skipped or not any(i.op is Op.WHILE for i in comp.instructions):
+                return None
+
+            def transform(inst: Instruction, operands: tuple[Instruction, ...],
+                          builder: RewriteBuilder) -> Instruction | None:
+                if inst.op is not Op.WHILE:
+                    return None
+                return self._loop(comp, inst, operands, builder, log, computation_names)
+
+            return transform
+
+        module, changed = rewrite_module(module, transform_for)
+        if changed:
+            module = with_reachable_computations(module)
+        return module, changed
+
+    def _loop(self, comp: Computation, inst: Instruction, operands: tuple[Instruction, ...],
+              builder: RewriteBuilder, log: DecisionSink | None,
+              computation_names: set[str]) -> Instruction | None:
+        calls = tuple(builder.callee(c) for c in inst.calls)
+        loop = dataclasses.replace(inst, operands=operands, calls=calls)
+        if any(i.op is Op.FUSION for c in calls for i in c.instructions):
+            loop = dataclasses.replace(loop, calls=tuple(_unfused(c, builder.names)
+                                                         for c in calls))
+        plan = plan_parallel_loop(loop, max_state_elements_per_env=self.max_state_elements_per_env,
+                                  max_uniform_elements=self.max_uniform_elements)
+        if isinstance(plan, Refusal):
+            _log_refusal(log, comp, inst, plan)
+            return None
+        fusion = self._wrap(loop, builder, _fresh(computation_names, "whole_loop_computation"))
+        _log_fusion(log, comp, inst, fusion, plan, self.lanes)
+        return fusion
+
+    def _wrap(self, loop: Instruction, builder: RewriteBuilder, name: str) -> Instruction:
+        """fusion(initial values), kind=kCustom, calling { params; tuple; while }."""
+        init = loop.operands[0]
+        if init.op is Op.TUPLE:
+            values = list(dict.fromkeys(init.operands))
+        else:
+            values = [builder.add(Op.GET_TUPLE_ELEMENT, [init], attrs={"index": i})
+                      for i in range(len(init.shape.elements))]
+        inner = ComputationBuilder(name, builder.names)
+        params = {id(v): inner.parameter(k, v.shape) for k, v in enumerate(values)}
+        elements = init.operands if init.op is Op.TUPLE else values
+        state = inner.add(Op.TUPLE, [params[id(v)] for v in elements], metadata=init.metadata)
+        inner.instructions.append(dataclasses.replace(loop, operands=(state,)))
+        fused = inner.build()
+        return builder.add(Op.FUSION, values, attrs={"kind": "kCustom"}, calls=[fused],
+                           shape=loop.shape, metadata=loop.metadata,
+                           extra=[("backend_config", whole_loop_config(self.lanes))])
+
+
+def _fresh(used: set[str], base: str) -> str:
+    number = 0
+    while f"{base}.{number}" in used:
+        number += 1
+    used.add(f"{base}.{number}")
+    return f"{base}.{number}"
+
+
+def _unfused(comp: Computation, names: NameUniquer) -> Computation:
+    """`comp` with every fusion replaced by the instructions of its fused computation."""
+    if not any(i.op is Op.FUSION for i in comp.instructions):
+        return comp
+    builder = ComputationBuilder(comp.name, names)
+    copies: dict[int, Instruction] = {}
+    for inst in comp.instructions:
+        operands = tuple(copies[id(o)] for o in inst.operands)
+        if inst.op is Op.FUSION:
+            copies[id(inst)] = inline_computation(_unfused(inst.calls[0], names), operands,
+                                                  builder, keep_names=False)
+            continue
+        copy = inst if operands == inst.operands else dataclasses.replace(inst, operands=operands)
+        builder.instructions.append(copy)
+        copies[id(inst)] = copy
+    params = tuple(copies[id(p)] for p in comp.parameters)
+    return Computation(comp.name, tuple(builder.instructions), copies[id(comp.root)], params)
+
+
+def _lines(inst: Instruction | None) -> tuple[str, ...]:
+    location = inst.source_location if inst is not None else None
+    return (location,) if location else ()
+
+
+def _log_refusal(log: DecisionSink | None, comp: Computation, loop: Instruction,
+                 refusal: Refusal) -> None:
+    if log is None:
+        return
+    offender = refusal.instruction
+    consumer = offender if offender is not loop else None
+    figures: dict[str, Figure] = dict(refusal.figures)
+    log.append(DecisionRecord(
+        WholeLoopFusion.name, comp.name, loop.name, consumer.name if consumer else None, NO,
+        refusal.rule, refusal.message, loop.op.text, consumer.op.text if consumer else "",
+        (), MappingProxyType(figures), _lines(loop), _lines(consumer)))
+
+
+def _log_fusion(log: DecisionSink | None, comp: Computation, loop: Instruction,
+                fusion: Instruction, plan: LoopPlan, lanes: int) -> None:
+    if log is None:
+        return
+    accumulated = [a.element for a in plan.accumulators]
+    message = (f"%{loop.name} runs as one kernel %{fusion.name}: {plan.size} environments in "
+               f"blocks of {lanes}, per-environment elements {list(plan.per_env)}, uniform "
+               f"{list(plan.uniform)}" + (f", accumulated {accumulated}" if accumulated else ""))
+    figures: dict[str, Figure] = {
+        "environments": plan.size, "lanes": lanes, "per_env_elements": len(plan.per_env),
+        "uniform_elements": len(plan.uniform), "accumulators": len(plan.accumulators),
+        "lane_instructions": len(plan.lane), "uniform_instructions": len(plan.uniform_code),
+    }
+    log.append(DecisionRecord(
+        WholeLoopFusion.name, comp.name, loop.name, fusion.name, FUSE, FUSIBLE, message,
+        loop.op.text, fusion.op.text, (), MappingProxyType(figures), _lines(loop), ()))

@@ -1,0 +1,216 @@
+"""`hlofuse cartpole`: the study's table measured on hlofuse (the main job, `make run`).
+
+With `--check` it runs every program variant on the reference interpreter instead, and with
+`--show-hlo VARIANT` it prints one variant's traced HLO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hlofuse.studies.peers.commands import check_positive, format_rate, parse_positive_list
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from hlofuse.studies.cartpole_study import StudyConfig, StudyResult, StudyStep
+
+DEFAULT_ENVS = (64, 1024, 16384)
+DEFAULT_STEPS = 200
+DEFAULT_REPEATS = 3
+QUICK_ENVS = (1024,)
+QUICK_STEPS = 50
+QUICK_REPEATS = 1
+# --check and --show-hlo run the reference interpreter or print a module: one small size.
+SMALL_ENVS, SMALL_STEPS = 8, 30
+EXIT_WRONG_RESULT = 1
+
+
+def add_cartpole_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "cartpole",
+        help="the CartPole study: each step compiled, checked and timed (the main job)",
+        description="Runs the study's sequence on hlofuse: each step is a program variant "
+        "compiled by a fusion strategy. For every step and N it checks the compiled rollout "
+        "against the reference interpreter (at the smallest N), then measures kernels and "
+        "bytes per step, env-steps/s (median of --repeats rollouts), the speedup over the "
+        "baseline and the compile time; it prints a table and writes cartpole.json and two "
+        "plots to --out.",
+    )
+    p.add_argument("--envs", help="comma-separated environment counts N (default "
+                   f"{','.join(map(str, DEFAULT_ENVS))}; the study's full set is "
+                   "64,1024,16384,262144; one N with --check and --show-hlo, default "
+                   f"{SMALL_ENVS})")
+    p.add_argument("--steps", type=int, help=f"steps T per rollout (default {DEFAULT_STEPS}; "
+                   f"{SMALL_STEPS} with --check and --show-hlo)")
+    p.add_argument("--variants", default="",
+                   help="comma-separated steps of the sequence to run (default: every default "
+                   "step; baseline is always run); `--variants list` lists them")
+    p.add_argument("--strategies", default="",
+                   help="comma-separated extra strategies, each run on the baseline program as "
+                   "a step named after it (e.g. xla-no-merger,xla+rng_expansion)")
+    p.add_argument("--repeats", type=int,
+                   help=f"timed rollouts per step and N, the median is kept (default "
+                   f"{DEFAULT_REPEATS})")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", default="results", help="output folder (default results/)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a short run: N={','.join(map(str, QUICK_ENVS))}, T={QUICK_STEPS}, "
+                   f"{QUICK_REPEATS} repeat (explicit options still win)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="instead: run every program variant on the reference interpreter "
+                      "and print whether they agree")
+    mode.add_argument("--show-hlo", metavar="VARIANT",
+                      help="instead: print the traced HLO of VARIANT, a preset or a spec such "
+                      "as rng=fused,state=split,rollout=scan,unroll=10[,deterministic]")
+    p.set_defaults(handler=cmd_cartpole)
+
+
+def _single_size(args: argparse.Namespace) -> tuple[int, int]:
+    from hlofuse.cli import UsageError
+
+    envs = parse_positive_list(args.envs, "--envs") if args.envs else (SMALL_ENVS,)
+    if len(envs) != 1:
+        raise UsageError("--envs: --check and --show-hlo take one N")
+    steps = SMALL_STEPS if args.steps is None else check_positive(args.steps, "--steps")
+    return envs[0], steps
+
+
+def cmd_cartpole(args: argparse.Namespace) -> int:
+    from hlofuse.envs.commands import show_hlo, variant_table
+
+    if args.show_hlo is not None:
+        show_hlo(args.show_hlo, *_single_size(args), args.seed)
+        return 0
+    if args.check:
+        return 0 if variant_table(*_single_size(args), args.seed) else EXIT_WRONG_RESULT
+    if args.variants.strip() == "list":
+        _list_steps()
+        return 0
+    return run_and_report(_steps(args), _config(args), Path(args.out))
+
+
+def _list_steps() -> None:
+    from hlofuse.studies.cartpole_study import SEQUENCE, is_available
+
+    for s in SEQUENCE:
+        state = "" if is_available(s.strategy) else "  (strategy not available yet)"
+        default = "" if s.is_default else "  (not run by default)"
+        print(f"{s.name:16} {s.program:12} {s.strategy:24} {s.about}{default}{state}")
+
+
+def _split(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _steps(args: argparse.Namespace) -> list[StudyStep]:
+    from hlofuse.cli import UsageError
+    from hlofuse.fusion.strategies import StrategyError, parse_strategy
+    from hlofuse.studies.cartpole_study import select_steps
+
+    strategies = _split(args.strategies)
+    for strategy in strategies:
+        try:
+            parse_strategy(strategy)
+        except StrategyError as e:
+            raise UsageError(f"--strategies: {e}") from None
+    try:
+        return select_steps(_split(args.variants), strategies)
+    except ValueError as e:
+        raise UsageError(f"--variants: {e}") from None
+
+
+def _config(args: argparse.Namespace) -> StudyConfig:
+    from hlofuse.cli import UsageError
+    from hlofuse.studies.cartpole_study import StudyConfig
+
+    if args.envs:
+        envs = parse_positive_list(args.envs, "--envs")
+    else:
+        envs = QUICK_ENVS if args.quick else DEFAULT_ENVS
+    steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick
+                                                       else DEFAULT_STEPS)
+    repeats = args.repeats if args.repeats is not None else (QUICK_REPEATS if args.quick
+                                                             else DEFAULT_REPEATS)
+    if not 0 <= args.seed <= 0xFFFFFFFF:
+        raise UsageError(f"--seed: {args.seed} does not fit in 32 bits")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out: {out} exists and is not a folder")
+    return StudyConfig(envs=envs, steps=check_positive(steps, "--steps"),
+                       repeats=check_positive(repeats, "--repeats"), seed=args.seed)
+
+
+def run_and_report(steps: list[StudyStep], config: StudyConfig, out: Path) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hlofuse.studies.cartpole_plots import write_rates_plot, write_speedup_plot
+    from hlofuse.studies.cartpole_study import StudyCheckError, run_study, write_json
+
+    console = Console()
+    columns = (TextColumn("{task.description:30}"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("starting", total=len(steps) * len(config.envs))
+            result = run_study(steps, config,
+                               on_task=lambda label: progress.update(task, description=label),
+                               on_done=lambda: progress.advance(task))
+    except StudyCheckError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_WRONG_RESULT
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(results_table(result))
+    json_path = out / "cartpole.json"
+    speedup_path, rates_path = out / "cartpole_speedup.png", out / "cartpole_rates.png"
+    write_json(result, json_path)
+    write_speedup_plot(result, speedup_path)
+    write_rates_plot(result, rates_path)
+    console.print(f"wrote {json_path}, {speedup_path} and {rates_path}")
+    return 0
+
+
+def _span(values: list[float], digits: int) -> str:
+    low, high = min(values), max(values)
+    if f"{low:.{digits}f}" == f"{high:.{digits}f}":
+        return f"{low:.{digits}f}"
+    return f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def results_table(result: StudyResult) -> Table:
+    from rich.table import Table
+
+    envs = sorted({r.envs for r in result.records})
+    table = Table(title=f"CartPole on hlofuse, T={result.config.steps}: env-steps/s and speedup "
+                  "over baseline (preliminary)")
+    table.add_column("step", no_wrap=True)
+    table.add_column("strategy", overflow="fold")
+    table.add_column("kernels\n/step", justify="right")
+    table.add_column("bytes\n/env-step", justify="right")
+    for n in envs:
+        table.add_column(f"N={n}", justify="right", no_wrap=True)
+    table.add_column("compile\ns", justify="right")
+    for step in result.steps:
+        rows = {r.envs: r for r in result.records if r.step == step.name}
+        if not rows:
+            continue
+        cells = [f"{format_rate(rows[n].env_steps_per_s)}\n{rows[n].speedup_vs_baseline:.2f}x"
+                 if n in rows else "-" for n in envs]
+        compile_s = max(r.compile_s for r in rows.values())
+        all_hits = all(r.cache_hit for r in rows.values())
+        table.add_row(step.name, step.strategy,
+                      _span([r.kernels_per_step for r in rows.values()], 2),
+                      f"{rows[envs[-1]].bytes_per_step / envs[-1]:.0f}" if envs[-1] in rows
+                      else "-", *cells,
+                      f"{compile_s:.1f}{'*' if all_hits else ''}")
+    table.caption = ("Kernels and bytes from the profile of one rollout, divided by T (bytes "
+                     "per environment at the largest N); compile: the largest over N, * when "
+                     "every C object came from the on-disk cache. Every step was checked "
+                     "against the reference interpreter.")
+    return table
