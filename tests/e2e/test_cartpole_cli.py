@@ -1,4 +1,4 @@
-"""`hlofuse cartpole`: the variant table and --show-hlo."""
+"""`hlofuse cartpole --check` (the variant table) and --show-hlo."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_bad_variant_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_table_lists_every_variant_and_they_agree(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["cartpole", "--envs", "3", "--steps", "10"]) == 0
+    assert main(["cartpole", "--check", "--envs", "3", "--steps", "10"]) == 0
     out = capsys.readouterr().out
     for name in cp.all_variants():
         assert name in out

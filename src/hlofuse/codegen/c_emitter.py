@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from hlofuse.codegen import templates
 from hlofuse.codegen.elemental import (
     SCALAR, Binding, ElementalEmitter, FunctionBody, Index, NeedsLoopNest, UnsupportedInstruction,
-    Value, simple_reducer)
+    Value, accumulation, simple_reducer)
 from hlofuse.codegen.elementwise import convert_expression
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType
@@ -55,6 +55,8 @@ class KernelSpec:
     inputs: tuple[tuple[Instruction, tuple[int, ...]], ...]
     outputs: tuple[tuple[Instruction, tuple[int, ...]], ...]
     instructions: tuple[str, ...] = ()
+    # A fusion's backend_config text: which emitter a kCustom fusion needs (whole_loop.py).
+    backend_config: str = ""
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ class KernelEmitter:
         done: set[int] = set()
         self._emit_library_roots(outputs, done)
         self._emit_update_slices(outputs, done)
+        self._emit_reduction_groups(outputs, done)
         groups: dict[tuple[int, ...], list[tuple[int, Instruction, tuple[int, ...]]]] = {}
         for k, (inst, path) in outputs:
             if k not in done:
@@ -418,6 +421,106 @@ class KernelEmitter:
             headers.append(header(var, lo, hi))
         return Index(dims, None, tuple(multi), None), headers, span
 
+    # --- reductions computed together ----------------------------------------------------
+
+    def _emit_reduction_groups(self, outputs: list[tuple[int, tuple[Instruction, tuple[int, ...]]]],
+                               done: set[int]) -> None:
+        """Reduces over the same input shape and dimensions, and outputs of that input shape,
+        in one pass (XLA's multi-output reduction fusion): the shared producers are computed
+        once per input element instead of once per output."""
+        groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[Instruction]] = {}
+        bound = {id(inst) for inst, _ in self.spec.inputs}
+        for _, (inst, _) in outputs:
+            if inst.op is not Op.REDUCE or id(inst) in bound:
+                continue
+            count = len(inst.operands) // 2
+            plan = accumulation(self.em, inst.calls[0], inst.operands[0].dtype, count)
+            if plan.identity is not None:
+                continue
+            key = (inst.operands[0].shape.dims, tuple(sorted(inst.ints("dimensions"))))
+            members = groups.setdefault(key, [])
+            if all(m is not inst for m in members):
+                members.append(inst)
+        for (in_dims, reduced), reduces in groups.items():
+            siblings = [(k, inst, path) for k, (inst, path) in outputs
+                        if k not in done and inst.op is not Op.REDUCE
+                        and leaf_shape(inst, path).dims == in_dims]
+            if len(reduces) == 1 and not siblings:
+                continue
+            self._reduction_group(in_dims, reduced, reduces, siblings, outputs)
+            done.update(k for k, (inst, _) in outputs if any(inst is r for r in reduces))
+            done.update(k for k, _, _ in siblings)
+
+    def _reduction_group(self, in_dims: tuple[int, ...], reduced: tuple[int, ...],
+                         reduces: list[Instruction],
+                         siblings: list[tuple[int, Instruction, tuple[int, ...]]],
+                         outputs: list[tuple[int, tuple[Instruction, tuple[int, ...]]]]) -> None:
+        kept = [d for d in range(len(in_dims)) if d not in reduced]
+        out_dims = tuple(in_dims[d] for d in kept)
+        plans = [accumulation(self.em, r.calls[0], r.operands[0].dtype,
+                              len(r.operands) // 2) for r in reduces]
+        lines: list[str] = []
+        with self.body.section(lines, 1), contextlib.ExitStack() as outer:
+            out_index, headers, _ = self._loop_headers(out_dims, False, self.groups, {}, None)
+            self.groups += 1
+            for header in headers:
+                outer.enter_context(self.body.block(header))
+            accumulators: list[list[str]] = []
+            for r in reduces:
+                names = []
+                for init in r.operands[len(r.operands) // 2:]:
+                    name = self.body.fresh("acc")
+                    self.body.declare(self.lang.register_type(init.dtype), name,
+                                      self.em.scalar(init))
+                    names.append(name)
+                accumulators.append(names)
+            simd = all(p.simd_op is not None for p in plans)
+            pragma = " ".join(
+                self.lang.simd_reduction.format(op=p.simd_op, var=a[0]).replace(
+                    "#pragma omp simd ", "") for p, a in zip(plans, accumulators)) if simd else None
+            if pragma is not None:
+                pragma = "#pragma omp simd " + pragma
+            multi = list(out_index.multi or ())
+            position = iter(multi)
+            input_multi: list[str] = []
+            loops: list[tuple[str, int]] = []
+            for d, size in enumerate(in_dims):
+                if d not in reduced:
+                    input_multi.append(next(position))
+                elif size == 1:
+                    input_multi.append("0")
+                else:
+                    var = self.body.fresh("red")
+                    loops.append((var, size))
+                    input_multi.append(var)
+            if all(in_dims[d] for d in reduced):
+                with contextlib.ExitStack() as inner:
+                    for n, (var, size) in enumerate(loops):
+                        inner.enter_context(self.body.block(
+                            f"for (int64_t {var} = 0; {var} < {size}; ++{var})",
+                            pragma if n == len(loops) - 1 else None))
+                    index = Index(in_dims, None, tuple(input_multi), None)
+                    for r, names in zip(reduces, accumulators):
+                        count = len(r.operands) // 2
+                        values = [self.em.array_value(x, index) for x in r.operands[:count]]
+                        for acc, new in zip(names, self.em.apply_reducer(r.calls[0], names,
+                                                                         values)):
+                            self.body.emit(f"{acc} = {new};")
+                    for k, inst, path in siblings:
+                        dtype = leaf_shape(inst, path).dtype
+                        value = pick(self.em.value(inst, index), path)
+                        self.body.emit(f"{self.output_names[k]}[{self.em.linear_of(index)}] = "
+                                       f"{self.lang.to_storage(dtype, value)};")
+            target = self.em.linear_of(out_index)
+            for r, names in zip(reduces, accumulators):
+                for k, (inst, path) in outputs:
+                    if inst is r:
+                        dtype = leaf_shape(inst, path).dtype
+                        value = names[path[0] if path else 0]
+                        self.body.emit(f"{self.output_names[k]}[{target}] = "
+                                       f"{self.lang.to_storage(dtype, value)};")
+        self.sections.append(lines)
+
     # --- column reductions ----------------------------------------------------------------
 
     def _column_reduction(self, k: int, inst: Instruction, path: tuple[int, ...]) -> bool:
@@ -453,7 +556,7 @@ class KernelEmitter:
             outer * blocks > 1
         lines: list[str] = []
         with self.body.section(lines, 3 if parallel else 1):
-            o, b, r, j = (self.body.fresh(p) for p in "obrj")
+            o, b, r, j = (self.body.fresh(p) for p in ("o", "b", "red", "j"))
             pragma = self.lang.parallel_for_collapse.format(n=2) if parallel else None
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self.body.block(
@@ -688,6 +791,11 @@ _DOT_ROUTINES = {
 def emit_kernel(spec: KernelSpec, lang: CLanguage,
                 options: KernelOptions = KernelOptions()) -> EmittedKernel:
     """The kernel's C function; flat loops are tried first, nests where a flat one can't work."""
+    if spec.kind == "kCustom":
+        # A custom fusion has an emitter of its own, built on this module's pieces.
+        from hlofuse.codegen.whole_loop import emit_whole_loop
+
+        return emit_whole_loop(spec, lang, options)
     nest_groups: set[int] = set()
     while True:
         try:

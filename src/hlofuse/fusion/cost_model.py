@@ -169,46 +169,77 @@ def _is_aligned_read(user: Node, index: int, operand: Node) -> bool:
     return is_elementwise_op(user) and operand.shape.dims == user.shape.dims
 
 
+# Where in a kernel an element is read: () is the index of the output element being computed;
+# a read through a broadcast, slice, transpose, reduce, ... starts a new context, named by the
+# edges taken. Reads in one context are at the same indices, so a value read there by several
+# element-wise users is computed once (the emitter caches a value per index); reads in
+# different contexts add up. At most `MAX_CONTEXTS` are kept per value, the rest summed.
+Context = tuple[object, ...]
+Reads = Mapping[Context, float]
+AT_OUTPUT: Context = ()
+MAX_CONTEXTS = 8
+
+
 @dataclass(frozen=True, slots=True)
 class KernelProfile:
-    """What one kernel does, before it is priced.
+    """What one kernel does, before it is priced: how many elements of each input (kernel
+    operand) it reads, per context (see `Context`), its cheap operations, the bytes it writes,
+    and the trip count of its parallel loop (the largest output)."""
 
-    Reads of each input (a kernel operand) are split: `aligned` reads happen at the index of
-    the output element being computed (through element-wise ops only), so several of them
-    are one read (the emitter computes a value once per index); `other` reads (through a
-    broadcast, a reduce, a slice, ...) add up."""
-
-    aligned: Mapping[Node, float]  # elements read at the output's own index
-    other: Mapping[Node, float]  # elements read elsewhere
-    operations: float  # cheap operations
+    contexts: Mapping[Node, Reads]
+    operations: float
     bytes_written: float
-    loop_elements: int  # the parallel loop's trip count (the largest output)
+    loop_elements: int
     is_free: bool = False
+    # The input a dynamic-update-slice at the root updates in place (only the window is
+    # written), and the bytes that saves.
+    in_place: Node | None = None
+    in_place_saved_bytes: float = 0.0
 
     def reads(self) -> dict[Node, float]:
         """Elements read of each input."""
-        total = dict(self.aligned)
-        for node, count in self.other.items():
-            total[node] = total.get(node, 0.0) + count
-        return total
+        return {node: sum(by_context.values()) for node, by_context in self.contexts.items()}
+
+    def reads_at_output(self, node: Node) -> float:
+        """Elements of `node` read at the index of the output element being computed."""
+        return self.contexts.get(node, {}).get(AT_OUTPUT, 0.0)
 
     def bytes_read(self) -> float:
         """Bytes moved from the inputs, each element counted once per read."""
         return sum(count * _item_bytes(node) for node, count in self.reads().items())
 
 
-FREE_PROFILE = KernelProfile({}, {}, 0.0, 0.0, 0, True)
+FREE_PROFILE = KernelProfile({}, 0.0, 0.0, 0, True)
 
 
 def _item_bytes(node: Node) -> float:
     return _bytes(node.shape) / max(1, _elements(node.shape))
 
 
-def _scalar_once(aligned: float, other: float) -> tuple[float, float]:
-    """A one-element value is loop invariant: computed (or loaded) once per call."""
-    if aligned > 0:
-        return min(aligned, 1.0), 0.0
-    return 0.0, min(other, 1.0)
+def _loop_invariant(reads: dict[Context, float]) -> dict[Context, float]:
+    """A one-element value is loop invariant: computed (or loaded) once per call, if at all."""
+    if not any(count > 0 for count in reads.values()):
+        return {}
+    return {AT_OUTPUT if AT_OUTPUT in reads else next(iter(reads)): 1.0}
+
+
+def _merge(target: dict[Context, float], context: Context, count: float,
+           same_index: bool) -> None:
+    """Add reads in `context`; reads at the same indices are one (max), others add up."""
+    old = target.get(context)
+    if old is None:
+        target[context] = count
+    else:
+        target[context] = max(old, count) if same_index else old + count
+
+
+def _bounded(reads: dict[Context, float]) -> dict[Context, float]:
+    if len(reads) <= MAX_CONTEXTS:
+        return reads
+    ordered = sorted(reads.items(), key=lambda item: -item[1])
+    kept = dict(ordered[:MAX_CONTEXTS - 1])
+    kept[(object(),)] = sum(count for _, count in ordered[MAX_CONTEXTS - 1:])
+    return kept
 
 
 def profile_kernel(node: Node, constants: MachineConstants) -> KernelProfile:
@@ -217,54 +248,53 @@ def profile_kernel(node: Node, constants: MachineConstants) -> KernelProfile:
         return FREE_PROFILE
     fusion = node if node.is_fusion else None
 
-    def operands(inst: Node) -> list[Node]:
-        if fusion is None:
-            return list(inst.operands)
-        return [fusion.operands[o.parameter_number] if o.op is Op.PARAMETER else o
-                for o in inst.operands]
+    def outer(inst: Node) -> Node:
+        return fusion.operands[inst.parameter_number] \
+            if fusion is not None and inst.op is Op.PARAMETER else inst
 
-    outputs = ([fusion.operands[o.parameter_number] if o.op is Op.PARAMETER else o
-                for o in fusion_outputs(fusion)] if fusion is not None else [node])
-    inside = (lambda n: n.parent is fusion.fused) if fusion is not None else \
-        (lambda n: n is node)
+    outputs = [outer(o) for o in fusion_outputs(fusion)] if fusion is not None else [node]
+    inside = (lambda n: n.parent is fusion.fused and n.op is not Op.PARAMETER) \
+        if fusion is not None else (lambda n: n is node)
     order = ([n for n in fusion.fused.post_order() if n.op is not Op.PARAMETER]
              if fusion is not None else [node])
-    aligned: dict[Node, float] = defaultdict(float)
-    other: dict[Node, float] = defaultdict(float)
+    evaluations: dict[Node, dict[Context, float]] = defaultdict(dict)
     for output in outputs:
-        aligned[output] = max(aligned[output], float(_elements(output.shape)))
+        _merge(evaluations[output], AT_OUTPUT, float(_elements(output.shape)), True)
     operations = 0.0
     # Users before operands: each element a user computes reads `read_factor` elements of
-    # each operand.
+    # each operand, at its own index (element-wise) or in a new context.
     for inst in reversed(order):
-        a, o = aligned.get(inst, 0.0), other.get(inst, 0.0)
+        counts = evaluations.pop(inst, {})
         if _elements(inst.shape) <= 1:
-            a, o = _scalar_once(a, o)
-        count = a + o
-        operations += count * operation_count(inst, constants)
-        for i, operand in enumerate(operands(inst)):
+            counts = _loop_invariant(counts)
+        operations += sum(counts.values()) * operation_count(inst, constants)
+        for i, operand in enumerate(inst.operands):
+            target = evaluations[outer(operand)]
             if _is_aligned_read(inst, i, operand):
-                # Read at the user's own indices: users of one shape share their evaluations
-                # (a value is computed once per index), so fan-out does not multiply them.
-                aligned[operand] = max(aligned[operand], a)
-                other[operand] = max(other[operand], o)
-            else:
-                other[operand] += count * _read_factor_in(inst, i, outputs, inside)
-    reads_aligned: dict[Node, float] = {}
-    reads_other: dict[Node, float] = {}
-    for source in set(aligned) | set(other):
-        if inside(source):
+                for context, count in counts.items():
+                    _merge(target, context, count, True)
+                continue
+            factor = _read_factor_in(inst, i, outputs, inside)
+            if factor <= 0:
+                continue
+            for context, count in counts.items():
+                _merge(target, (inst, i, context), count * factor, False)
+        for operand in inst.operands:
+            key = outer(operand)
+            evaluations[key] = _bounded(evaluations[key])
+    contexts: dict[Node, Reads] = {}
+    for source, counts in evaluations.items():
+        if inside(source) or not counts:
             continue
-        a, o = aligned.get(source, 0.0), other.get(source, 0.0)
-        if _elements(source.shape) <= 1:
-            a, o = _scalar_once(a, o)
-        if a > 0:
-            reads_aligned[source] = a
-        if o > 0:
-            reads_other[source] = o
+        contexts[source] = _loop_invariant(counts) if _elements(source.shape) <= 1 else counts
     written = sum(_written_bytes(o, inside) for o in outputs)
     loop = max((_elements(o.shape) for o in outputs), default=0)
-    return KernelProfile(reads_aligned, reads_other, operations, float(written), loop)
+    updated = [o for o in outputs if _written_bytes(o, inside) < _bytes(o.shape)]
+    if not updated:
+        return KernelProfile(contexts, operations, float(written), loop)
+    saved = float(_bytes(updated[0].shape)) - _written_bytes(updated[0], inside)
+    return KernelProfile(contexts, operations, float(written), loop,
+                         in_place=outer(updated[0].operands[0]), in_place_saved_bytes=saved)
 
 
 def _read_factor_in(inst: Node, index: int, outputs: list[Node],
@@ -287,27 +317,37 @@ def _written_bytes(output: Node, inside: Callable[[Node], bool]) -> float:
 def compose(consumer: KernelProfile, producer: KernelProfile, node: Node) -> KernelProfile:
     """The profile of the consumer's kernel with the producer (`node`, one of its inputs)
     computed inside it instead of read: the producer is evaluated wherever the consumer read
-    it, so its work and reads scale with those reads, and what both read at the output's
-    index is read once. The consumer's outputs and loop stay."""
+    it, so its work and reads scale with those reads; what it reads at its own output index
+    it reads in the context the consumer read it in, where the consumer's own reads of the
+    same input at the same indices are the same reads. The consumer's outputs and loop stay."""
     elements = max(1, _elements(node.shape))
-    a, o = consumer.aligned.get(node, 0.0), consumer.other.get(node, 0.0)
+    how = dict(consumer.contexts.get(node, {}))
+    written = consumer.bytes_written
+    if consumer.in_place is node:
+        # The buffer updated in place is computed now: every element is written, the ones
+        # outside the window read from the producer at their own index.
+        how[AT_OUTPUT] = max(how.get(AT_OUTPUT, 0.0), float(elements))
+        written += consumer.in_place_saved_bytes
     if elements <= 1:
-        a, o = _scalar_once(a, o)
-    at_index, elsewhere = a / elements, o / elements
-    aligned = {k: v for k, v in consumer.aligned.items() if k is not node}
-    other = {k: v for k, v in consumer.other.items() if k is not node}
-    for source, count in producer.aligned.items():
-        aligned[source] = max(aligned.get(source, 0.0), count * at_index)
-        if elsewhere:
-            other[source] = other.get(source, 0.0) + count * elsewhere
-    for source, count in producer.other.items():
-        other[source] = other.get(source, 0.0) + count * (at_index + elsewhere)
-    for reads in (aligned, other):
-        for source in [k for k, v in reads.items() if v <= 0]:
-            del reads[source]
-    operations = consumer.operations + producer.operations * (at_index + elsewhere)
-    return KernelProfile(aligned, other, operations, consumer.bytes_written,
-                         consumer.loop_elements)
+        how = _loop_invariant(how)
+    contexts = {k: dict(v) for k, v in consumer.contexts.items() if k is not node}
+    for source, counts in producer.contexts.items():
+        target = contexts.setdefault(source, {})
+        for outer_context, outer_count in how.items():
+            scale = outer_count / elements
+            for inner_context, count in counts.items():
+                if inner_context == AT_OUTPUT:
+                    _merge(target, outer_context, count * scale, True)
+                else:
+                    _merge(target, (outer_context, inner_context), count * scale, False)
+        if _elements(source.shape) <= 1:
+            contexts[source] = _loop_invariant(target)
+        else:
+            contexts[source] = _bounded(target)
+    operations = consumer.operations + producer.operations * sum(how.values()) / elements
+    in_place = consumer.in_place if consumer.in_place is not node else None
+    return KernelProfile(contexts, operations, written, consumer.loop_elements, in_place=in_place,
+                         in_place_saved_bytes=consumer.in_place_saved_bytes if in_place else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,36 +361,66 @@ class KernelTime:
     is_parallel: bool
 
 
-def _node_key(node: Node) -> tuple[object, ...]:
+def node_key(node: Node) -> tuple[object, ...]:
     """Changes whenever what `node`'s kernel computes changes."""
     return (node.fused.version if node.is_fusion else -1, *node.operands)
 
 
 class CostModel:
-    """Prices kernels with one set of machine constants; profiles are cached per instruction
-    until it changes (priority fusion asks for the same ones many times)."""
+    """Prices kernels with one set of machine constants. Profiles and times are cached per
+    instruction (and per producer-consumer pair) until either changes: priority fusion asks
+    for the same ones many times."""
 
     def __init__(self, constants: MachineConstants = DEFAULT_CONSTANTS) -> None:
         self.constants = constants
-        self._profiles: dict[Node, tuple[tuple[object, ...], KernelProfile]] = {}
+        self._profiles: dict[Node, tuple[tuple[object, ...], KernelProfile, float]] = {}
+        self._fused: dict[tuple[Node, Node], tuple[tuple[object, ...], KernelProfile, float]] = {}
+        self._sizes: dict[Node, tuple[float, float]] = {}
 
-    def profile(self, node: Node) -> KernelProfile:
-        key = _node_key(node)
+    def _entry(self, node: Node) -> tuple[tuple[object, ...], KernelProfile, float]:
+        key = node_key(node)
         cached = self._profiles.get(node)
         if cached is None or cached[0] != key:
-            cached = (key, profile_kernel(node, self.constants))
+            profile = profile_kernel(node, self.constants)
+            cached = (key, profile, self.price(profile).total)
             self._profiles[node] = cached
-        return cached[1]
+        return cached
+
+    def _fused_entry(self, producer: Node, consumer: Node
+                     ) -> tuple[tuple[object, ...], KernelProfile, float]:
+        key = (*node_key(producer), None, *node_key(consumer))
+        cached = self._fused.get((producer, consumer))
+        if cached is None or cached[0] != key:
+            inner = self.profile(producer)
+            if inner.is_free:
+                inner = profile_kernel_forced(producer, self.constants)
+            outer = self.profile(consumer)
+            if outer.is_free:
+                outer = profile_kernel_forced(consumer, self.constants)
+            profile = compose(outer, inner, producer)
+            cached = (key, profile, self.price(profile).total)
+            self._fused[(producer, consumer)] = cached
+        return cached
+
+    def profile(self, node: Node) -> KernelProfile:
+        return self._entry(node)[1]
 
     def fused_profile(self, producer: Node, consumer: Node) -> KernelProfile:
         """`consumer`'s kernel with `producer` (one of its operands) fused into it."""
-        inner = self.profile(producer)
-        if inner.is_free:
-            inner = profile_kernel_forced(producer, self.constants)
-        outer = self.profile(consumer)
-        if outer.is_free:
-            outer = profile_kernel_forced(consumer, self.constants)
-        return compose(outer, inner, producer)
+        return self._fused_entry(producer, consumer)[1]
+
+    def remember(self, node: Node, profile: KernelProfile) -> None:
+        """`node` (a fusion just grown) computes what `profile` describes: a fused profile
+        stands for its kernel, so growing a fusion does not walk it again."""
+        self._profiles[node] = (node_key(node), profile, self.price(profile).total)
+
+    def _size(self, node: Node) -> tuple[float, float]:
+        """(bytes, bytes per element) of `node`'s value."""
+        found = self._sizes.get(node)
+        if found is None:
+            found = (float(_bytes(node.shape)), _item_bytes(node))
+            self._sizes[node] = found
+        return found
 
     def price(self, profile: KernelProfile) -> KernelTime:
         c = self.constants
@@ -364,8 +434,8 @@ class CostModel:
         cache = c.cache_bandwidth * threads
         memory = 0.0
         for node, count in profile.reads().items():
-            size = float(_bytes(node.shape))
-            touched = count * _item_bytes(node)
+            size, item = self._size(node)
+            touched = count * item
             first = min(size, touched)
             memory += first / (cache if size <= c.cache_bytes else dram)
             memory += (touched - first) / cache
@@ -376,23 +446,22 @@ class CostModel:
 
     def time(self, node: Node) -> float:
         """Seconds one call of `node`'s kernel takes (0 for a free instruction)."""
-        return self.price(self.profile(node)).total
+        return self._entry(node)[2]
 
     def fused_time(self, producer: Node, consumer: Node) -> float:
         """Seconds of `consumer`'s kernel with `producer` fused into it."""
-        return self.price(self.fused_profile(producer, consumer)).total
+        return self._fused_entry(producer, consumer)[2]
 
 
 def profile_kernel_forced(node: Node, constants: MachineConstants) -> KernelProfile:
     """The profile of a free instruction (a row-major reshape) as if it were computed: what it
     costs once it is part of a kernel."""
-    a = float(_elements(node.shape))
-    aligned: dict[Node, float] = {}
-    other: dict[Node, float] = {}
+    contexts: dict[Node, dict[Context, float]] = {}
+    count = float(_elements(node.shape))
     for i, operand in enumerate(node.operands):
-        target = aligned if _is_aligned_read(node, i, operand) else other
-        target[operand] = target.get(operand, 0.0) + a * read_factor(node, i)
-    return KernelProfile(aligned, other, 0.0, float(_bytes(node.shape)), _elements(node.shape))
+        context = AT_OUTPUT if _is_aligned_read(node, i, operand) else (node, i, AT_OUTPUT)
+        _merge(contexts.setdefault(operand, {}), context, count * read_factor(node, i), False)
+    return KernelProfile(contexts, 0.0, float(_bytes(node.shape)), _elements(node.shape))
 
 
 @dataclass(frozen=True, slots=True)

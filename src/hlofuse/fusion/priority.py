@@ -52,11 +52,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS, CostModel, MachineConstants
+from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS, CostModel, MachineConstants, node_key
 from hlofuse.fusion.decision import COST_MODEL_GAIN, FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction, merge_fusion
 from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.indexing import indexing_evaluation
+from hlofuse.fusion.indexing import cached_evaluation, indexing_evaluation, update_after_fusing
 from hlofuse.fusion.kernels import is_free
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import (
@@ -184,13 +184,17 @@ def merged_not_too_large(producer: Node, consumer: Node) -> FusionDecision:
 
 CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
     producer_is_fusible, consumer_is_fusible, producer_is_not_multi_output, consumer_not_bitcast,
-    fits_in_kernel_budget, merged_not_too_large, producer_not_root, in_place_safe,
+    fits_in_kernel_budget, producer_not_root, in_place_safe,
 )
+# Counting emissions walks the consumer's body: asked only where the cost model sees a gain.
+SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (merged_not_too_large,)
 
 
-def can_fuse(producer: Node, consumer: Node) -> FusionDecision:
+def can_fuse(producer: Node, consumer: Node,
+             checks: tuple[Callable[[Node, Node], FusionDecision], ...] = CHECKS + SIZE_CHECKS
+             ) -> FusionDecision:
     """The first check that refuses, or yes."""
-    for check in CHECKS:
+    for check in checks:
         decision = check(producer, consumer)
         if not decision:
             return decision
@@ -213,28 +217,26 @@ def fused_kind(producer: Node, consumer: Node) -> str:
 def fuse(producer: Node, consumer: Node) -> Node:
     """Fuse `producer` into `consumer` (which becomes a fusion if it is not one); returns it."""
     kind = fused_kind(producer, consumer)
+    evaluation = None
     if consumer.is_fusion:
         fusion = consumer
         if kind == "kInput" and fusion.kind != kind:
             fusion.set_kind(kind)
+        evaluation = cached_evaluation(fusion, relax_concatenate=False)
     else:
         fusion = create_fusion(consumer, kind)
     if producer.is_fusion:
         merge_fusion(fusion, producer)
     else:
-        fuse_instruction(fusion, producer)
+        clone = fuse_instruction(fusion, producer)
+        if evaluation is not None:  # keep the emission counts without recounting
+            update_after_fusing(evaluation, producer, clone)
     return fusion
 
 
 # --- the queue ------------------------------------------------------------------------------
 
 Verdicts = list[tuple[Node, FusionDecision]]
-
-
-def _key(node: Node) -> tuple[object, ...]:
-    """Changes whenever what `node`'s kernel computes changes."""
-    version = node.fused.version if node.is_fusion else -1
-    return (version, *node.operands)
 
 
 class _PriorityFuser:
@@ -245,9 +247,7 @@ class _PriorityFuser:
         self.heap: list[tuple[float, int, int, Node]] = []
         self.entry: dict[Node, int] = {}  # producer -> its live heap entry
         self.order: dict[Node, int] = {}  # XLA's unique ids: later instructions win ties
-        self.verdicts: dict[Node, Verdicts] = {}
-        self.times: dict[Node, tuple[tuple[object, ...], float]] = {}
-        self.fused_times: dict[tuple[Node, Node], tuple[tuple[object, ...], float]] = {}
+        self.verdicts: dict[Node, tuple[tuple[object, ...], Verdicts]] = {}
         self.sequence = itertools.count()
 
     def run(self) -> bool:
@@ -275,7 +275,7 @@ class _PriorityFuser:
         if not self.graph.contains(node) or node.op in _NOT_PRODUCERS or not node.users:
             return
         priority, verdicts = self.evaluate(node)
-        self.verdicts[node] = verdicts
+        self.verdicts[node] = (_edges_key(node), verdicts)
         if priority > 0:
             sequence = next(self.sequence)
             self.entry[node] = sequence
@@ -286,7 +286,7 @@ class _PriorityFuser:
         decision for each user."""
         users = list(producer.users)
         targets = [u for u in users if u.op is not Op.BITCAST]
-        decisions = [(u, can_fuse(producer, u)) for u in users]
+        decisions = [(u, can_fuse(producer, u, CHECKS)) for u in users]
         refused = [(u, d) for u, d in decisions if not d and u in targets]
         if not targets:
             return -math.inf, decisions
@@ -298,14 +298,24 @@ class _PriorityFuser:
             return math.inf, [(u, FusionDecision.yes(
                 f"fuse %{producer.name} into %{u.name}: it moves no data and is fused first"))
                 for u in targets]
-        return self.cost_verdicts(producer, targets, stays=len(targets) < len(users))
+        priority, verdicts = self.cost_verdicts(producer, targets,
+                                                stays=len(targets) < len(users))
+        if priority <= 0:
+            return priority, verdicts
+        for user in targets:
+            decision = can_fuse(producer, user, SIZE_CHECKS)
+            if not decision:
+                return -math.inf, [(u, decision if u is user else _blamed(producer, u, user,
+                                                                          decision))
+                                   for u in targets]
+        return priority, verdicts
 
     def cost_verdicts(self, producer: Node, targets: list[Node],
                       stays: bool) -> tuple[float, Verdicts]:
         """EstimateRunTimesForPriorityFusion: the gain of fusing into every target."""
-        own = self.time(producer)
-        before = {u: self.time(u) for u in targets}
-        after = {u: self.fused_time(producer, u) for u in targets}
+        own = self.model.time(producer)
+        before = {u: self.model.time(u) for u in targets}
+        after = {u: self.model.fused_time(producer, u) for u in targets}
         unfused = own + sum(before.values())
         fused = sum(after.values()) + (own if stays else 0.0)
         gain = unfused - fused
@@ -326,32 +336,16 @@ class _PriorityFuser:
                     f"(loss {_text(-gain)})", **edge)))
         return (gain if gain > 0 else -math.inf), verdicts
 
-    def time(self, node: Node) -> float:
-        key = _key(node)
-        cached = self.times.get(node)
-        if cached is None or cached[0] != key:
-            cached = (key, self.model.time(node))
-            self.times[node] = cached
-        return cached[1]
-
-    def fused_time(self, producer: Node, consumer: Node) -> float:
-        key = _key(producer) + (None,) + _key(consumer)
-        cached = self.fused_times.get((producer, consumer))
-        if cached is None or cached[0] != key:
-            cached = (key, self.model.fused_time(producer, consumer))
-            self.fused_times[(producer, consumer)] = cached
-        return cached[1]
-
     # --- fusing -------------------------------------------------------------------------
 
     def fuse_into_users(self, producer: Node) -> list[Node]:
         """Fuse into every non-bitcast user; returns the instructions whose priority changed."""
         affected: dict[Node, None] = {}
-        for user, decision in self.verdicts[producer]:
+        for user, decision in self.verdicts[producer][1]:
             if not decision:
                 continue
             self.recorder.pair(self.graph.name, producer, user, decision)
-            fusion = fuse(producer, user)
+            fusion = self.fuse(producer, user)
             affected[fusion] = None
             affected.update(dict.fromkeys(fusion.operands))
         if not producer.users:
@@ -359,6 +353,13 @@ class _PriorityFuser:
         else:
             affected[producer] = None
         return list(affected)
+
+    def fuse(self, producer: Node, consumer: Node) -> Node:
+        """`fuse`, keeping the model's profile of the grown fusion without walking it."""
+        profile = self.model.fused_profile(producer, consumer)
+        fusion = fuse(producer, consumer)
+        self.model.remember(fusion, profile)
+        return fusion
 
     def fuse_constants(self) -> bool:
         """Small constants go into each user that can take them and where the model sees a
@@ -369,7 +370,7 @@ class _PriorityFuser:
                 decision = self.constant_decision(constant, user)
                 self.recorder.pair(self.graph.name, constant, user, decision)
                 if decision:
-                    fuse(constant, user)
+                    self.fuse(constant, user)
                     changed = True
             if not constant.users and constant is not self.graph.root:
                 self.graph.remove(constant)
@@ -383,7 +384,7 @@ class _PriorityFuser:
         decision = can_fuse(constant, user)
         if not decision:
             return decision
-        before, after = self.time(user), self.fused_time(constant, user)
+        before, after = self.model.time(user), self.model.fused_time(constant, user)
         gain = before - after
         figures = {"gain_us": _us(gain), "unfused_us": _us(before), "fused_us": _us(after)}
         if gain > 0:
@@ -398,12 +399,24 @@ class _PriorityFuser:
         for producer in self.graph.post_order():
             if producer.op in _NOT_PRODUCERS or not producer.users:
                 continue
-            _, verdicts = self.evaluate(producer)
+            cached = self.verdicts.get(producer)
+            if cached is not None and cached[0] == _edges_key(producer):
+                verdicts = cached[1]
+            else:
+                verdicts = self.evaluate(producer)[1]
             for user, decision in verdicts:
                 if producer.is_multi_output_fusion and user.op is Op.GET_TUPLE_ELEMENT:
                     continue  # reading an output of a multi-output kernel, not an edge
                 if not decision:
                     self.recorder.pair(self.graph.name, producer, user, decision)
+
+
+def _edges_key(producer: Node) -> tuple[object, ...]:
+    """Changes whenever the producer, a user, or who the users are changes."""
+    key: list[object] = [node_key(producer), producer is producer.parent.root]
+    for user in producer.users:
+        key += [user, node_key(user)]
+    return tuple(key)
 
 
 def _blamed(producer: Node, user: Node, blamed: Node, why: FusionDecision) -> FusionDecision:

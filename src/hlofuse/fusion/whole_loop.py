@@ -30,7 +30,6 @@ kernel of the peers benchmark is what this reproduces.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
@@ -40,37 +39,14 @@ from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
-from hlofuse.ir.parallel_loop import LoopPlan, Refusal, plan_parallel_loop
+from hlofuse.ir.parallel_loop import (
+    MAX_LANES, LoopPlan, Refusal, plan_parallel_loop, whole_loop_config)
 from hlofuse.passes.call_inliner import inline_computation
 from hlofuse.passes.loops import with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:
     from hlofuse.passes.manager import DecisionSink
-
-# The backend_config of the fusion names the emitter, as XLA's custom fusions do.
-CUSTOM_FUSION_NAME = "whole_loop"
-MAX_LANES = 256
-
-
-def whole_loop_config(lanes: int) -> RawAttr:
-    return RawAttr(json.dumps({"custom_fusion": CUSTOM_FUSION_NAME, "lanes": lanes},
-                              separators=(",", ":")))
-
-
-def read_whole_loop_config(text: str) -> int | None:
-    """The lanes of a whole-loop fusion's backend_config, or None if it is not one."""
-    try:
-        config = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(config, dict) or config.get("custom_fusion") != CUSTOM_FUSION_NAME:
-        return None
-    lanes = config.get("lanes")
-    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= MAX_LANES:
-        return None
-    return lanes
-
 
 def fusion_reachable(module: Module) -> set[int]:
     """id() of every computation called, directly or not, from a fused computation."""
@@ -155,7 +131,7 @@ class WholeLoopFusion:
         fused = inner.build()
         return builder.add(Op.FUSION, values, attrs={"kind": "kCustom"}, calls=[fused],
                            shape=loop.shape, metadata=loop.metadata,
-                           extra=[("backend_config", whole_loop_config(self.lanes))])
+                           extra=[("backend_config", RawAttr(whole_loop_config(self.lanes)))])
 
 
 def _fresh(used: set[str], base: str) -> str:

@@ -38,7 +38,7 @@ so only the uniform code's independence is checked.
 
 from __future__ import annotations
 
-import enum
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -63,6 +63,14 @@ STATE_TOO_LARGE = "whole-loop-state-too-large"
 
 DEFAULT_MAX_STATE_ELEMENTS_PER_ENV = 64
 DEFAULT_MAX_UNIFORM_ELEMENTS = 64
+# State-free arrays at most this large (without an N dimension) that lane code reads are
+# computed once per step rather than per environment.
+LANE_INPUT_MAX_ELEMENTS = 64
+
+# A whole-loop fusion is a kCustom fusion whose backend_config names this emitter, as XLA's
+# custom fusions name theirs; it also carries the number of lanes per block.
+WHOLE_LOOP_FUSION = "whole_loop"
+MAX_LANES = 256
 
 # Ops lane and uniform code compute element by element (besides the element-wise ones).
 _STRUCTURAL = frozenset({
@@ -76,9 +84,24 @@ _ACCUMULATING_OPS = frozenset({Op.ADD, Op.MULTIPLY, Op.MAXIMUM, Op.MINIMUM, Op.A
                                Op.XOR})
 
 
-class Placement(enum.Enum):
-    UNIFORM = "uniform"  # once per step, the same value for every environment
-    LANE = "lane"  # per environment
+def whole_loop_config(lanes: int) -> str:
+    """The backend_config text of a whole-loop fusion."""
+    return json.dumps({"custom_fusion": WHOLE_LOOP_FUSION, "lanes": lanes},
+                      separators=(",", ":"))
+
+
+def read_whole_loop_config(text: str) -> int | None:
+    """The lanes of a whole-loop fusion's backend_config, or None if it is not one."""
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or config.get("custom_fusion") != WHOLE_LOOP_FUSION:
+        return None
+    lanes = config.get("lanes")
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= MAX_LANES:
+        return None
+    return lanes
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,7 +459,7 @@ class _Analysis:
             return False
         if not shape.dims:
             return True
-        return shape.num_elements <= self.max_uniform and self.size not in shape.dims
+        return shape.num_elements <= LANE_INPUT_MAX_ELEMENTS and self.size not in shape.dims
 
     def _lane_code(self, accumulators: list[Accumulator]) -> tuple[set[int], list[Instruction]]:
         roots: list[tuple[Instruction, int | None]] = [

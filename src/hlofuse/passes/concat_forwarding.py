@@ -8,16 +8,17 @@ Two rules, applied operands-first in one walk of each computation:
 - an element-wise instruction with a concatenate operand of its own shape is split per piece:
   op(concatenate(a, b), y) -> concatenate(op(a, y[piece a]), op(b, y[piece b])), the other
   operands sliced to the piece (a slice of a broadcast, transpose, iota or concatenate is
-  rewritten into the smaller instruction rather than added on top). It applies only when it
-  gains something: every user of the concatenate consumes it piece by piece (element-wise
-  users that split the same way, slices inside one piece), so the concatenate goes away, or a
-  slice of the result lies inside one piece and will read that piece directly. The split
-  result is again a concatenate, so chains of element-wise ops split from the top down.
+  rewritten into the smaller instruction rather than added on top). A piece that is a reshape
+  (a column (N,) made (N, 1)) is worked on in its operand's shape, then reshaped. It applies
+  only when it gains something: every user of the concatenate consumes it piece by piece
+  (element-wise users that split the same way, slices inside one piece), so the concatenate
+  goes away, or a slice of the result lies inside one piece and will read that piece directly.
+  The split result is again a concatenate, so chains of element-wise ops split top down.
 
 The second rule is what lets `scalarize-state` see a packed loop state that the program
 builds as `select(done, reset, concatenate(x, v, ...))`. Refused, and logged: slices across
-pieces (`slice-within-one-piece`), splits that gain nothing
-(`split-gains-nothing`), concatenations of more than `max_pieces` pieces (`too-many-pieces`).
+pieces (`slice-within-one-piece`), splits that gain nothing (`split-gains-nothing`),
+concatenations of more than `max_pieces` pieces (`too-many-pieces`).
 
 XLA's AlgebraicSimplifier has the first rule (HandleSlice on a concatenate) and no form of the
 second: it never moves element-wise work across a concatenate.

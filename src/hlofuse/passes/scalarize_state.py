@@ -6,7 +6,9 @@ A loop state element qualifies when the body produces it with a concatenate (of 
 inside one piece. The loop is rebuilt with the element replaced, in place, by one element per
 piece: the body's root tuple carries the concatenate's operands instead of the concatenate, each
 slice reads its piece (or a slice of it), and the initial value is cut into pieces before the
-loop (the cut sinks into a concatenate, broadcast, transpose or iota that built it). After the
+loop (the cut sinks into a concatenate, broadcast, transpose or iota that built it). A piece
+one slot wide in the packed dimension is carried without that dimension (CartPole's (N, 1)
+columns as (N,) arrays), so it fuses with the other arrays of its shape. After the
 loop the packed value is a concatenate of the pieces again; `simplify` forwards the slices that
 read it and `dce` removes it where nothing else does. Nothing is packed and unpacked inside the
 loop any more, so the concatenate with several users (the study's fusion barrier) is gone and
@@ -14,8 +16,9 @@ the pieces fuse like separately carried arrays.
 
 Refused, and logged: an element that is read whole, or through a slice across pieces, or whose
 tuple is used whole (`state-read-whole`); an element read only through slices but not produced
-by a concatenate (`state-not-concatenated`: `concat-forwarding` usually makes it one); loops
-whose body or condition is shared with another loop (`shared-loop-computation`).
+by a concatenate (`state-not-concatenated`: `concat-forwarding` usually makes it one); more
+than `max_pieces` pieces (`too-many-pieces`); loops whose body or condition is shared with
+another loop (`shared-loop-computation`).
 
 XLA has no such pass: its AlgebraicSimplifier does not see a slice through the loop-carried
 tuple (xla-fusion.md section 16, item 4), and the study did this split by hand (its 3.41x step).

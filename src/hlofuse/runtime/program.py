@@ -273,7 +273,8 @@ class ProgramBuilder:
             buffers.append(self.constant(constant))
         result = self.tree(inst.shape, inst.name)
         outputs = [resolve_leaf(root, path) for path in leaf_paths(inst.shape)]
-        spec = KernelSpec(inst.name, kind, tuple(inputs), tuple(outputs), tuple(names))
+        config = next((raw.text for key, raw in inst.extra if key == "backend_config"), "")
+        spec = KernelSpec(inst.name, kind, tuple(inputs), tuple(outputs), tuple(names), config)
         written = tuple(b for b in leaves(result) if b is not None)
         out.append(KernelThunk(spec, tuple(buffers), written, self.profile_id(inst.name)))
         return result

@@ -35,7 +35,9 @@ from hlofuse.envs import cartpole
 from hlofuse.fusion.strategies import StrategyError, parse_strategy
 from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
+from hlofuse.runtime import CodegenError
 from hlofuse.studies.peers.bench import PRELIMINARY_NOTE, machine_description
+from hlofuse.toolchain import ToolchainError
 
 BASELINE = "baseline"
 FULL_ENVS = (64, 1024, 16384, 262144)
@@ -85,7 +87,11 @@ SEQUENCE: tuple[StudyStep, ...] = (
 )
 
 
-class StudyCheckError(RuntimeError):
+class StudyError(RuntimeError):
+    """A step could not be compiled or run; the message names the step and N."""
+
+
+class StudyCheckError(StudyError):
     """A compiled rollout disagrees with the reference interpreter."""
 
 
@@ -137,9 +143,9 @@ def select_steps(names: Sequence[str] = (), strategies: Sequence[str] = ()) -> l
 
 @dataclass(frozen=True, slots=True)
 class StudyConfig:
-    envs: tuple[int, ...] = (64, 1024, 16384)
+    envs: tuple[int, ...] = (1024, 16384)
     steps: int = 200
-    repeats: int = 3
+    repeats: int = 5
     seed: int = 0
 
 
@@ -155,6 +161,7 @@ class Record:
     steps: int
     repeats: int
     seconds: float  # median wall time of one rollout
+    best_seconds: float  # the fastest of the timed rollouts
     env_steps_per_s: float
     kernels_per_step: float  # kernel calls (copies not counted), from the profile
     copies_per_step: float
@@ -191,7 +198,12 @@ def build(step: StudyStep, n_envs: int, n_steps: int, seed: int) -> Built:
     start = time.perf_counter()
     module = cartpole.trace(step.variant, n_envs, n_steps, seed)
     traced = time.perf_counter()
-    compiled = compile_module(module, step.strategy, "cpu")
+    try:
+        compiled = compile_module(module, step.strategy, "cpu")
+    except (CodegenError, ToolchainError) as e:
+        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise StudyError(f"step {step.name} (program {step.program}, strategy {step.strategy}) "
+                         f"at N={n_envs}: {first_line}") from e
     return Built(module, compiled, traced - start, time.perf_counter() - traced)
 
 
@@ -217,7 +229,7 @@ class Checker:
             self._references[key] = _outputs(flat)
         return self._references[key]
 
-    def check(self, step: StudyStep, built: Built, got: Outputs, n_envs: int,
+    def check(self, step: StudyStep, built: Built, got: Outputs, *, n_envs: int,
               n_steps: int) -> None:
         want = self.reference(step, built.module, n_envs, n_steps)
         states_agree = got[0].shape == want[0].shape and bool(
@@ -256,6 +268,7 @@ def measure(step: StudyStep, built: Built, n_envs: int, config: StudyConfig,
     return Record(
         step=step.name, program=step.program, variant=dataclasses.asdict(step.variant),
         strategy=step.strategy, envs=n_envs, steps=t, repeats=config.repeats, seconds=median,
+        best_seconds=min(seconds),
         env_steps_per_s=n_envs * t / median if median > 0 else float("inf"),
         kernels_per_step=kernel_calls / t, copies_per_step=sum(r.calls for r in copies) / t,
         bytes_per_step=moved / t,
@@ -284,6 +297,7 @@ def run_study(
     if config.steps < 1 or config.repeats < 1 or not config.envs or min(config.envs) < 1:
         raise ValueError(f"steps, repeats and every N must be positive: {config}")
     checker = Checker(config.seed)
+    load_before = _load_average()
     envs = sorted(set(config.envs))
     check_envs = envs[0] if envs[0] <= CHECK_MAX_ENVS else CHECK_ENVS
     records: list[Record] = []
@@ -292,7 +306,7 @@ def run_study(
             on_task(f"{step.name}: check at N={check_envs}")
             built = build(step, check_envs, config.steps, config.seed)
             got = _outputs(built.compiled.run_flat([random.key(config.seed)]))
-            checker.check(step, built, got, check_envs, config.steps)
+            checker.check(step, built, got, n_envs=check_envs, n_steps=config.steps)
         for n in envs:
             on_task(f"{step.name} N={n}")
             built = build(step, n, config.steps, config.seed)
@@ -302,8 +316,19 @@ def run_study(
             on_done()
     notes = [f"step {s.name!r} skipped: strategy {s.strategy!r} is not available yet"
              for s in unavailable_steps()]
-    return StudyResult(config, tuple(steps), tuple(with_speedups(records)),
-                       machine_description(), tuple(notes))
+    # Other work on the machine shows up in the timings (threads that wait for each other at
+    # every parallel loop suffer most), so the load goes with the figures.
+    machine = {**machine_description(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+               "load_average_before": load_before, "load_average_after": _load_average()}
+    return StudyResult(config, tuple(steps), tuple(with_speedups(records)), machine,
+                       tuple(notes))
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def command_line(result: StudyResult) -> str:

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
     from hlofuse.studies.cartpole_study import StudyConfig, StudyResult, StudyStep
 
-DEFAULT_ENVS = (64, 1024, 16384)
+DEFAULT_ENVS = (1024, 16384)
 DEFAULT_STEPS = 200
-DEFAULT_REPEATS = 3
+DEFAULT_REPEATS = 5
 QUICK_ENVS = (1024,)
 QUICK_STEPS = 50
 QUICK_REPEATS = 1
@@ -150,7 +150,7 @@ def run_and_report(steps: list[StudyStep], config: StudyConfig, out: Path) -> in
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hlofuse.studies.cartpole_plots import write_rates_plot, write_speedup_plot
-    from hlofuse.studies.cartpole_study import StudyCheckError, run_study, write_json
+    from hlofuse.studies.cartpole_study import StudyError, run_study, write_json
 
     console = Console()
     columns = (TextColumn("{task.description:30}"), BarColumn(),
@@ -161,7 +161,7 @@ def run_and_report(steps: list[StudyStep], config: StudyConfig, out: Path) -> in
             result = run_study(steps, config,
                                on_task=lambda label: progress.update(task, description=label),
                                on_done=lambda: progress.advance(task))
-    except StudyCheckError as e:
+    except StudyError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_WRONG_RESULT
     for note in result.notes:

@@ -1,0 +1,511 @@
+"""The kernel of a whole-loop fusion: a while loop run per environment, inside one C function.
+
+The fusion (fusion/whole_loop.py) holds a while loop that `hlofuse.ir.parallel_loop` found to
+be independent per environment. The kernel runs it as the hand-written CartPole kernel does,
+in chunks of at most CHUNK steps:
+
+1. uniform steps (one thread): evaluate the condition from the uniform state and stop when it
+   is false; compute the values per-environment code reads ("lane inputs": the step's random
+   key, ...) into a table with one row per step; compute the new uniform state and commit it.
+   The uniform state never depends on environments, so this runs once, not once per block.
+2. environment blocks (`#pragma omp parallel for` over blocks of W lanes): load the block's
+   state into local arrays `s[value][lane]` (from the inputs in the first chunk, from the
+   outputs after), then for every step of the chunk run a `#pragma omp simd` loop over the
+   lanes that computes each new per-environment value through the elemental emitter (state
+   read at the lane, lane inputs from the step's table row, the environment index where an
+   iota asks for it) and writes it back once all are computed; accumulated sums collect per
+   lane. Lanes past N (the last block) run on the last environment's state and are not stored.
+   At the end of the chunk the block stores its state and adds its lanes' partial sums to its
+   own slot.
+3. after the last chunk: the uniform state goes to its outputs; each accumulated element is its
+   initial value combined with the blocks' partial sums, in block order (deterministic; float
+   sums are reassociated compared with the reference, the only difference from it).
+
+Every output may share its initial value's buffer: blocks read only their own environments'
+rows before writing them, and uniform outputs are written after all blocks are done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable
+
+from hlofuse.codegen import templates
+from hlofuse.codegen.c_emitter import (
+    EmittedKernel, KernelOptions, KernelSpec, leaf_shape, sanitize)
+from hlofuse.codegen.elemental import (
+    SCALAR, Binding, ElementalEmitter, FunctionBody, Index, UnsupportedInstruction, Value,
+    strides_of)
+from hlofuse.codegen.language import CLanguage
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+from hlofuse.ir.parallel_loop import (
+    Accumulator, LoopPlan, Refusal, plan_parallel_loop, read_whole_loop_config)
+
+# Steps per chunk: the lane-input table holds one row per step (on the stack, at most
+# TABLE_BYTES); more steps per chunk mean fewer thread-team starts and state round trips.
+MAX_CHUNK = 4096
+MIN_CHUNK = 64
+TABLE_BYTES = 65536
+# Arrays of at most this many elements are written out element by element (literal indices
+# let the emitter pick concatenate operands and slices statically); larger ones get a loop.
+UNROLL_ELEMENTS = 16
+ENV = "e"  # the C variable holding the lane's environment index
+
+
+def emit_whole_loop(spec: KernelSpec, lang: CLanguage, options: KernelOptions) -> EmittedKernel:
+    """The C function of a whole-loop fusion's kernel."""
+    lanes = read_whole_loop_config(spec.backend_config)
+    if lanes is None:
+        raise UnsupportedInstruction(
+            f"%{sanitize(spec.label)}: a kCustom fusion needs a whole-loop backend_config")
+    return WholeLoopEmitter(spec, lang, lanes).emit()
+
+
+def _loop_of(spec: KernelSpec) -> Instruction:
+    loops = {id(inst): inst for inst, _ in spec.outputs}
+    loop = spec.outputs[0][0] if spec.outputs else None
+    if loop is None or len(loops) != 1 or loop.op is not Op.WHILE:
+        raise UnsupportedInstruction(
+            f"%{sanitize(spec.label)}: a whole-loop fusion computes one while loop")
+    if [path for _, path in spec.outputs] != [(i,) for i in range(len(loop.shape.elements))]:
+        raise UnsupportedInstruction(f"%{sanitize(spec.label)}: outputs must be the loop state")
+    return loop
+
+
+class WholeLoopEmitter:
+    """Emits one whole-loop kernel function."""
+
+    def __init__(self, spec: KernelSpec, lang: CLanguage, lanes: int) -> None:
+        self.spec = spec
+        self.lang = lang
+        self.loop = _loop_of(spec)
+        # Sizes are the pass's business; the emitter only needs the plan.
+        plan = plan_parallel_loop(self.loop, max_state_elements_per_env=1 << 62,
+                                  max_uniform_elements=1 << 62)
+        if isinstance(plan, Refusal):
+            raise UnsupportedInstruction(f"%{sanitize(spec.label)}: {plan.message}")
+        self.plan: LoopPlan = plan
+        self.n = plan.size
+        self.lanes = min(lanes, 1 << max(0, (self.n - 1).bit_length()))
+        self.blocks = -(-self.n // self.lanes)
+        self.body = FunctionBody()
+        self.inputs = [f"in{k}" for k in range(len(spec.inputs))]
+        self.outputs = [f"out{k}" for k in range(len(spec.outputs))]
+        self.init = self._initial_inputs()
+        self.in_place = self._in_place()
+        constants = self._constant_bindings()
+        lane_lang = dataclasses.replace(lang, simd_reduction="")  # no simd inside simd
+        self.uniform_em = ElementalEmitter(lang, self.body, dict(constants))
+        self.lane_em = ElementalEmitter(lane_lang, self.body, dict(constants))
+        self.uniform_em._no_hoist = 1  # values change every step: nothing moves out of it
+        self.lane_em._no_hoist = 1
+        self.chunk = self._chunk_steps()
+
+    # --- arguments ------------------------------------------------------------------------
+
+    def _initial_inputs(self) -> list[int]:
+        """For each loop element, the input argument holding its initial value."""
+        init = self.loop.operands[0]
+        if init.op is not Op.TUPLE:
+            raise UnsupportedInstruction(f"%{self.loop.name}: its initial state must be a tuple")
+        argument = {id(inst): k for k, (inst, path) in enumerate(self.spec.inputs) if not path}
+        out = []
+        for value in init.operands:
+            if value.op is not Op.PARAMETER or id(value) not in argument:
+                raise UnsupportedInstruction(
+                    f"%{self.loop.name}: initial value %{value.name} is not a kernel argument")
+            out.append(argument[id(value)])
+        return out
+
+    def _in_place(self) -> list[tuple[int, int]]:
+        """Each output may overwrite its initial value (one output per input)."""
+        pairs = []
+        taken: set[int] = set()
+        for element, k in enumerate(self.init):
+            inst, path = self.spec.inputs[k]
+            if k in taken or leaf_shape(inst, path) != self.loop.shape.elements[element]:
+                continue
+            taken.add(k)
+            pairs.append((element, k))
+        return pairs
+
+    def _constant_bindings(self) -> dict[int, Binding]:
+        """Array constants of the body come in as arguments (the runtime's constant pool)."""
+        out: dict[int, Binding] = {}
+        for (inst, path), name in zip(self.spec.inputs, self.inputs):
+            if inst.op is Op.CONSTANT and not path:
+                out[id(inst)] = self._reader(inst.dtype, name)
+        return out
+
+    def _reader(self, dtype: DType, pointer: str) -> Callable[[Index], Value]:
+        # Both emitters write into the same body; either computes the position.
+        return lambda index: self.uniform_em.load(dtype, pointer, index)
+
+    def parameter_types(self) -> tuple[str, ...]:
+        in_place_inputs = {k for _, k in self.in_place}
+        in_place_outputs = {o for o, _ in self.in_place}
+        types = []
+        for k, (inst, path) in enumerate(self.spec.inputs):
+            types.append(self.lang.pointer(leaf_shape(inst, path).dtype, True,
+                                           k not in in_place_inputs))
+        for k, (inst, path) in enumerate(self.spec.outputs):
+            types.append(self.lang.pointer(leaf_shape(inst, path).dtype, False,
+                                           k not in in_place_outputs))
+        return tuple(types)
+
+    # --- sizes ------------------------------------------------------------------------------
+
+    def _chunk_steps(self) -> int:
+        per_step = sum(max(1, x.shape.num_elements) * 8 for x in self.plan.lane_inputs)
+        if per_step == 0:
+            return MAX_CHUNK
+        return max(MIN_CHUNK, min(MAX_CHUNK, TABLE_BYTES // per_step))
+
+    def _ctype(self, dtype: DType) -> str:
+        return self.lang.register_type(dtype)
+
+    # --- the function -----------------------------------------------------------------------
+
+    def emit(self) -> EmittedKernel:
+        body = self.body
+        self._declare_uniform_state()
+        self._declare_tables()
+        self._declare_partials()
+        body.emit("int64_t steps = 0;")
+        body.emit("int finished = 0;")
+        with body.block("for (int64_t chunk = 0; ; ++chunk)"):
+            body.emit("int64_t count = 0;")
+            with body.block(f"while (count < {self.chunk})"):
+                self._uniform_step()
+                body.emit("++count;")
+            body.emit("if (count == 0 && chunk > 0) break;")
+            self._blocks()
+            body.emit("steps += count;")
+            body.emit("if (finished) break;")
+        self._finish()
+        return self._kernel()
+
+    def _kernel(self) -> EmittedKernel:
+        types = self.parameter_types()
+        names = [*self.inputs, *self.outputs]
+        parameters = ", ".join(f"{t}{n}" for t, n in zip(types, names))
+        comment = (f"{sanitize(self.spec.label)}: whole loop {sanitize(self.loop.name)}, "
+                   f"{self.n} environments in {self.blocks} blocks of {self.lanes} lanes")
+        lines = self.body.prologue.lines
+        definition = templates.KERNEL.safe_substitute(
+            kind="kCustom", instructions=comment,
+            qualifier=f"{self.lang.kernel_qualifier} {self.lang.no_jump_threading}",
+            parameters=parameters, body="\n".join(lines) + "\n", parts="")
+        return EmittedKernel(definition, types, tuple(self.in_place), comment, False)
+
+    # --- declarations -----------------------------------------------------------------------
+
+    def _declare_uniform_state(self) -> None:
+        for i in self.plan.uniform:
+            shape = self.loop.shape.elements[i]
+            count = max(1, shape.num_elements)
+            self.body.emit(f"{self._ctype(shape.dtype)} u{i}[{count}];")
+            source = self.inputs[self.init[i]]
+            self._copy_loop(shape.num_elements, lambda q, i=i, source=source, shape=shape:
+                            f"u{i}[{q}] = {self.lang.load(shape.dtype, source, q)};")
+
+    def _declare_tables(self) -> None:
+        for k, inst in enumerate(self.plan.lane_inputs):
+            count = self.chunk * max(1, inst.shape.num_elements)
+            self.body.emit(f"{self._ctype(inst.dtype)} tab{k}[{count}];")
+
+    def _declare_partials(self) -> None:
+        for k, acc in enumerate(self.plan.accumulators):
+            ctype = self._ctype(acc.combines[-1].dtype)
+            identity = self.uniform_em.scalar(acc.identity)
+            self.body.emit(f"{ctype} *part{k} = ({ctype} *)malloc({self.blocks} * "
+                           f"sizeof({ctype}));")
+            self._copy_loop(self.blocks, lambda q, k=k, identity=identity:
+                            f"part{k}[{q}] = {identity};")
+
+    def _copy_loop(self, count: int, line: Callable[[str], str]) -> None:
+        if count <= UNROLL_ELEMENTS:
+            for q in range(count):
+                self.body.emit(line(str(q)))
+            return
+        var = self.body.fresh("q")
+        with self.body.block(f"for (int64_t {var} = 0; {var} < {count}; ++{var})"):
+            self.body.emit(line(var))
+
+    # --- phase 1: uniform steps ---------------------------------------------------------------
+
+    def _uniform_bindings(self) -> None:
+        for comp in (self.plan.condition, self.plan.body):
+            for inst in comp.instructions:
+                element = _element_read(inst)
+                if element is None or element not in self.plan.uniform:
+                    continue
+                dtype = self.loop.shape.elements[element].dtype
+                self.uniform_em.bindings[id(inst)] = self._local_reader(
+                    self.uniform_em, dtype, f"u{element}", "")
+
+    def _local_reader(self, em: ElementalEmitter, dtype: DType, array: str,
+                      offset: str) -> Callable[[Index], Value]:
+        """Reads of a local array (`offset` + the element's position)."""
+        def read(index: Index) -> Value:
+            position = em.linear_of(index) if index.dims else "0"
+            return self.body.let(self._ctype(dtype), f"{array}[{offset}{position}]")
+
+        return read
+
+    def _uniform_step(self) -> None:
+        body, em = self.body, self.uniform_em
+        self._uniform_bindings()
+        with body.block(None):
+            condition = em.scalar(self.plan.condition.root)
+            body.emit(f"if (!{condition}) {{ finished = 1; break; }}")
+        with body.block(None):
+            for k, inst in enumerate(self.plan.lane_inputs):
+                count = max(1, inst.shape.num_elements)
+                self._each_element(em, inst, lambda q, v, k=k, count=count:
+                                   f"tab{k}[count * {count} + {q}] = {v};")
+            commits: list[str] = []
+            for i in self.plan.uniform:
+                value = self.plan.body.root.operands[i]
+                shape = self.loop.shape.elements[i]
+                if shape.num_elements <= UNROLL_ELEMENTS:
+                    for q, index in enumerate(_element_indices(shape.dims)):
+                        commits.append(f"u{i}[{q}] = {em.array_value(value, index)};")
+                    continue
+                # A large uniform array: computed into a copy first, the old one is still read.
+                ctype = self._ctype(shape.dtype)
+                body.emit(f"{ctype} nu{i}[{shape.num_elements}];")
+                self._each_element(em, value, lambda q, v, i=i: f"nu{i}[{q}] = {v};")
+                commits.append(f"memcpy(u{i}, nu{i}, sizeof(u{i}));")
+            for line in commits:
+                body.emit(line)
+
+    def _each_element(self, em: ElementalEmitter, inst: Instruction,
+                      line: Callable[[str, str], str]) -> None:
+        """Emit `line(position, value)` for every element of `inst`."""
+        dims = inst.shape.dims
+        if inst.shape.num_elements <= UNROLL_ELEMENTS:
+            for q, index in enumerate(_element_indices(dims)):
+                self.body.emit(line(str(q), em.array_value(inst, index)))
+            return
+        var = self.body.fresh("q")
+        with self.body.block(f"for (int64_t {var} = 0; {var} < {inst.shape.num_elements}; "
+                             f"++{var})"):
+            value = em.array_value(inst, Index(dims, var, None, None))
+            self.body.emit(line(var, value))
+
+    # --- phase 2: environment blocks -----------------------------------------------------------
+
+    def _blocks(self) -> None:
+        body, lang = self.body, self.lang
+        parallel = self.blocks > 1
+        if parallel:
+            body.emit(lang.parallel_region)
+            body.emit("{")
+            body.emit(f"  {lang.ftz_begin}")
+        with body.block(f"for (int64_t b = 0; b < {self.blocks}; ++b)",
+                        lang.parallel_for if parallel else None):
+            self._block()
+        if parallel:
+            body.emit(f"  {lang.ftz_end}")
+            body.emit("}")
+
+    def _valid_lanes(self) -> str:
+        if self.n % self.lanes == 0:
+            return str(self.lanes)
+        return f"(b == {self.blocks - 1} ? {self.n % self.lanes} : {self.lanes})"
+
+    def _env_of_lane(self) -> str:
+        if self.n % self.lanes == 0:
+            return "b * {w} + l".format(w=self.lanes)
+        return f"b * {self.lanes} + (l < valid ? l : valid - 1)"
+
+    def _block(self) -> None:
+        body, lanes = self.body, self.lanes
+        body.emit(f"const int valid = {self._valid_lanes()};")
+        body.emit("(void)valid;")
+        for i in self.plan.per_env:
+            shape = self.loop.shape.elements[i]
+            per_env = self.plan.elements_per_env(i)
+            body.emit(f"{self._ctype(shape.dtype)} s{i}[{per_env}][{lanes}];")
+        with body.block(f"for (int l = 0; l < {lanes}; ++l)"):
+            body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
+            for i in self.plan.per_env:
+                shape = self.loop.shape.elements[i]
+                per_env = self.plan.elements_per_env(i)
+                source = (f"(chunk == 0 ? {self.inputs[self.init[i]]} : "
+                          f"(const {self.lang.storage_type(shape.dtype)} *){self.outputs[i]})")
+                self._per_env_loop(per_env, lambda q, i=i, source=source, per_env=per_env,
+                                   shape=shape: f"s{i}[{q}][l] = "
+                                   f"{self.lang.load(shape.dtype, source, f'{ENV} * {per_env} + {q}')};")
+        for k, acc in enumerate(self.plan.accumulators):
+            ctype = self._ctype(acc.combines[-1].dtype)
+            identity = self.lane_em.scalar(acc.identity)
+            body.emit(f"{ctype} acc{k}[{lanes}];")
+            body.emit(f"for (int l = 0; l < {lanes}; ++l) acc{k}[l] = {identity};")
+        with body.block("for (int64_t t = 0; t < count; ++t)"):
+            self._lane_step()
+        self._store_block()
+
+    def _per_env_loop(self, count: int, line: Callable[[str], str]) -> None:
+        if count <= UNROLL_ELEMENTS:
+            for q in range(count):
+                self.body.emit(line(str(q)))
+            return
+        var = self.body.fresh("q")
+        with self.body.block(f"for (int64_t {var} = 0; {var} < {count}; ++{var})"):
+            self.body.emit(line(var))
+
+    def _lane_bindings(self) -> None:
+        em = self.lane_em
+        for k, inst in enumerate(self.plan.lane_inputs):
+            count = max(1, inst.shape.num_elements)
+            if inst.shape.dims:
+                em.bindings[id(inst)] = self._local_reader(em, inst.dtype, f"tab{k}",
+                                                           f"t * {count} + ")
+            else:
+                name = f"li{k}"
+                self.body.emit(f"const {self._ctype(inst.dtype)} {name} = tab{k}[t];")
+                em.bindings[id(inst)] = lambda index, name=name: name
+        for inst in self.plan.body.instructions:
+            element = _element_read(inst)
+            if element is None or element not in self.plan.per_env:
+                continue
+            em.bindings[id(inst)] = self._state_reader(element)
+
+    def _state_reader(self, element: int) -> Callable[[Index], Value]:
+        """State reads at the lane: the analysis guarantees the environment component is the
+        lane's own environment, so only the position inside the environment's row matters."""
+        shape = self.loop.shape.elements[element]
+        rest = shape.dims[1:]
+
+        def read(index: Index) -> Value:
+            em = self.lane_em
+            if not rest:
+                position = "0"
+            else:
+                multi = em.multi_of(index)[1:]
+                position = em.linear_of(Index(rest, None, multi, None))
+            return self.body.let(self._ctype(shape.dtype), f"s{element}[{position}][l]")
+
+        return read
+
+    def _lane_step(self) -> None:
+        body, em = self.body, self.lane_em
+        self._lane_bindings()
+        body.emit(self.lang.simd)
+        with body.block(f"for (int l = 0; l < {self.lanes}; ++l)"):
+            body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
+            stores: list[str] = []
+            for i in self.plan.per_env:
+                shape = self.loop.shape.elements[i]
+                value = self.plan.body.root.operands[i]
+                for q, index in enumerate(_env_indices(shape.dims)):
+                    stores.append(f"s{i}[{q}][l] = {em.array_value(value, index)};")
+            for k, acc in enumerate(self.plan.accumulators):
+                self._accumulate(k, acc)
+            for line in stores:
+                body.emit(line)
+
+    def _accumulate(self, k: int, acc: Accumulator) -> None:
+        em = self.lane_em
+        total = f"acc{k}[l]"
+        for operand in acc.operands:
+            env_dim = self.plan.env_dims.get(id(operand), 0) if self.n > 1 else None
+            total = self._reduce_at_lane(acc, operand, env_dim, total)
+        self.body.emit(f"acc{k}[l] = {total};")
+
+    def _reduce_at_lane(self, acc: Accumulator, operand: Instruction, env_dim: int | None,
+                        total: str) -> str:
+        """`total <op>` every element of the lane's environment's part of `operand`."""
+        em, body = self.lane_em, self.body
+        dims = operand.shape.dims
+        loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
+        if not loops:
+            multi = tuple(ENV if d == env_dim else "0" for d in range(len(dims)))
+            value = em.array_value(operand, Index(dims, None, multi, None))
+            return em.apply_reducer(acc.reducer, [total], [value])[0]
+        name = body.fresh("acc")
+        body.emit(f"{self._ctype(operand.dtype)} {name} = {total};")
+        variables = {d: body.fresh("r") for d, _ in loops}
+        multi = tuple(ENV if d == env_dim else variables.get(d, "0") for d in range(len(dims)))
+        with contextlib.ExitStack() as stack:
+            for d, size in loops:
+                var = variables[d]
+                stack.enter_context(body.block(f"for (int64_t {var} = 0; {var} < {size}; ++{var})"))
+            value = em.array_value(operand, Index(dims, None, multi, None))
+            body.emit(f"{name} = {em.apply_reducer(acc.reducer, [name], [value])[0]};")
+        return name
+
+    def _store_block(self) -> None:
+        body = self.body
+        with body.block("for (int l = 0; l < valid; ++l)"):
+            body.emit(f"const int64_t {ENV} = b * {self.lanes} + l;")
+            for i in self.plan.per_env:
+                shape = self.loop.shape.elements[i]
+                per_env = self.plan.elements_per_env(i)
+                target = self.outputs[i]
+                self._per_env_loop(per_env, lambda q, i=i, target=target, per_env=per_env,
+                                   shape=shape: f"{target}[{ENV} * {per_env} + {q}] = "
+                                   f"{self.lang.to_storage(shape.dtype, f's{i}[{q}][l]')};")
+        for k, acc in enumerate(self.plan.accumulators):
+            ctype = self._ctype(acc.combines[-1].dtype)
+            name = body.fresh("p")
+            body.emit(f"{ctype} {name} = part{k}[b];")
+            with body.block("for (int l = 0; l < valid; ++l)"):
+                combined = self.lane_em.apply_reducer(acc.reducer, [name], [f"acc{k}[l]"])[0]
+                body.emit(f"{name} = {combined};")
+            body.emit(f"part{k}[b] = {name};")
+
+    # --- the end ----------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        body, em = self.body, self.uniform_em
+        for i in self.plan.uniform:
+            shape = self.loop.shape.elements[i]
+            target = self.outputs[i]
+            self._copy_loop(shape.num_elements, lambda q, i=i, target=target, shape=shape:
+                            f"{target}[{q}] = {self.lang.to_storage(shape.dtype, f'u{i}[{q}]')};")
+        for k, acc in enumerate(self.plan.accumulators):
+            i = acc.element
+            dtype = self.loop.shape.elements[i].dtype
+            ctype = self._ctype(dtype)
+            total = body.fresh("total")
+            body.emit(f"{ctype} {total} = {self.lang.load(dtype, self.inputs[self.init[i]], '0')};")
+            with body.block("if (steps > 0)"):
+                with body.block(f"for (int64_t b = 0; b < {self.blocks}; ++b)"):
+                    combined = em.apply_reducer(acc.reducer, [total], [f"part{k}[b]"])[0]
+                    body.emit(f"{total} = {combined};")
+            body.emit(f"{self.outputs[i]}[0] = {self.lang.to_storage(dtype, total)};")
+            body.emit(f"free(part{k});")
+
+
+def _element_read(inst: Instruction) -> int | None:
+    if inst.op is not Op.GET_TUPLE_ELEMENT or inst.operands[0].op is not Op.PARAMETER:
+        return None
+    index = inst.attrs["index"]
+    assert isinstance(index, int)
+    return index
+
+
+def _element_indices(dims: tuple[int, ...]) -> list[Index]:
+    """Every element of an array of `dims`, as an index of literal components."""
+    if not dims:
+        return [SCALAR]
+    strides = strides_of(dims)
+    out = []
+    for q in range(math.prod(dims)):
+        multi = tuple(str((q // s) % d) for s, d in zip(strides, dims))
+        out.append(Index(dims, None, multi, None))
+    return out
+
+
+def _env_indices(dims: tuple[int, ...]) -> list[Index]:
+    """The elements of the lane's environment's row of a per-environment array."""
+    rest = dims[1:]
+    return [Index(dims, None, (ENV, *(index.multi or ())), None)
+            for index in _element_indices(rest)]
