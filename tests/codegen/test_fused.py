@@ -161,3 +161,62 @@ def test_concatenate_read_element_for_element_splits_the_loop() -> None:
     inputs = random_inputs(module, 3)
     expected = flatten_value(evaluate(module, inputs))
     assert_same(compile_cpu(module)(*inputs), expected[0], "packed")
+
+
+EULER = """HloModule euler
+fused_step {
+  fx = f32[256]{0} parameter(0)
+  fv = f32[256]{0} parameter(1)
+  dt = f32[] constant(0.01)
+  dtb = f32[256]{0} broadcast(dt), dimensions={}
+  dx = f32[256]{0} multiply(fv, dtb)
+  nx = f32[256]{0} add(fx, dx)
+  acc = f32[256]{0} negate(fx)
+  dv = f32[256]{0} multiply(acc, dtb)
+  nv = f32[256]{0} add(fv, dv)
+  ROOT out = (f32[256]{0}, f32[256]{0}) tuple(nv, nx)
+}
+cond {
+  cs = (s32[], f32[256]{0}, f32[256]{0}) parameter(0)
+  ci = s32[] get-tuple-element(cs), index=0
+  cn = s32[] constant(100)
+  ROOT clt = pred[] compare(ci, cn), direction=LT
+}
+body {
+  bs = (s32[], f32[256]{0}, f32[256]{0}) parameter(0)
+  bi = s32[] get-tuple-element(bs), index=0
+  bx = f32[256]{0} get-tuple-element(bs), index=1
+  bv = f32[256]{0} get-tuple-element(bs), index=2
+  step = (f32[256]{0}, f32[256]{0}) fusion(bx, bv), kind=kLoop, calls=fused_step
+  bnv = f32[256]{0} get-tuple-element(step), index=0
+  bnx = f32[256]{0} get-tuple-element(step), index=1
+  one = s32[] constant(1)
+  bj = s32[] add(bi, one)
+  ROOT bt = (s32[], f32[256]{0}, f32[256]{0}) tuple(bj, bnx, bnv)
+}
+ENTRY main {
+  x = f32[256]{0} parameter(0)
+  v = f32[256]{0} parameter(1)
+  zero = s32[] constant(0)
+  t = (s32[], f32[256]{0}, f32[256]{0}) tuple(zero, x, v)
+  ROOT w = (s32[], f32[256]{0}, f32[256]{0}) while(t), condition=cond, body=body
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_multi_output_fusion_updates_loop_state_in_place() -> None:
+    module = parse_module(EULER)
+    generated = generate(module)
+    copies = [t for t in walk(generated.program.thunks) if isinstance(t, CopyThunk)
+              and t.reason == "while-back" and id(t) not in generated.assignment.elided]
+    assert copies == []
+    step = [t for t in generated.program.kernel_thunks() if t.spec.label == "step"][0]
+    storage = generated.assignment
+    # Output 0 (new v) overwrites input 1 (v), output 1 (new x) overwrites input 0 (x).
+    assert storage.of(step.outputs[0]) == storage.of(step.inputs[1])
+    assert storage.of(step.outputs[1]) == storage.of(step.inputs[0])
+    inputs = random_inputs(module, 5)
+    expected = flatten_value(evaluate(module, inputs))
+    for a, e in zip(flatten_value(compile_cpu(module)(*inputs)), expected):
+        assert_same(a, e, "euler")

@@ -222,6 +222,10 @@ def test_ratios_prefer_hlofuse_peers() -> None:
     rows = with_ratios([record("c", 400.0), record("hlofuse-x", 100.0)], registry)
     assert {r.peer: r.ratio for r in rows} == {"c": 4.0, "hlofuse-x": 1.0}
     assert {r.reference for r in rows} == {"hlofuse-x"}
+    # Without hlofuse the fastest C kernel is the reference; without either, there is none.
+    rows = with_ratios([record("c", 400.0), record("numpy", 100.0)], registry)
+    assert {r.peer: r.ratio for r in rows} == {"c": 1.0, "numpy": 0.25}
+    assert [r.ratio for r in with_ratios([record("numpy", 100.0)], registry)] == [None]
 
 
 @pytest.mark.needs_cc

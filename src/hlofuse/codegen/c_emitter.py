@@ -55,6 +55,9 @@ class KernelSpec:
     inputs: tuple[tuple[Instruction, tuple[int, ...]], ...]
     outputs: tuple[tuple[Instruction, tuple[int, ...]], ...]
     instructions: tuple[str, ...] = ()
+    # (output, input) pairs the runtime would like to share a buffer (a loop's new state and
+    # its old value); tried first when the kernel decides what may be updated in place.
+    in_place_hints: tuple[tuple[int, int], ...] = ()
     # A fusion's backend_config text: which emitter a kCustom fusion needs (whole_loop.py).
     backend_config: str = ""
 
@@ -173,7 +176,9 @@ class KernelEmitter:
         self.results: dict[int, tuple[str, ...]] = {}
         self.converted: dict[tuple[int, DType], str] = {}
         self.in_place: list[tuple[int, int]] = []
-        self.parts: list[str] = []  # functions holding parallel loops, before the kernel
+        # Functions holding parallel loops (name, bounds, names read, body), written out once
+        # the in-place pairs (which drop `restrict`) are known.
+        self.parts: list[tuple[str, list[str], set[str], str]] = []
         # For element-wise in-place updates: every (pointer, index key) an input is read at,
         # and the index key of the loop that stores each output.
         self.reads: dict[str, set[tuple[str, ...]]] = {}
@@ -240,18 +245,21 @@ class KernelEmitter:
         stored (the same index, in the same loop): each element is read before it is written.
         """
         taken = {i for _, i in self.in_place}
-        for k, (out_inst, out_path) in enumerate(self.spec.outputs):
+        done = {o for o, _ in self.in_place}
+        candidates = list(self.spec.in_place_hints) + [
+            (k, j) for k in range(len(self.spec.outputs)) for j in range(len(self.spec.inputs))]
+        for k, j in candidates:
             key = self.stored_at.get(self.output_names[k])
-            if key is None or any(o == k for o, _ in self.in_place):
+            if key is None or k in done or j in taken:
                 continue
-            out_shape = leaf_shape(out_inst, out_path)
-            for j, (inst, path) in enumerate(self.spec.inputs):
-                if j in taken or leaf_shape(inst, path) != out_shape:
-                    continue
-                if self.reads.get(self.input_names[j]) == {key}:
-                    self.in_place.append((k, j))
-                    taken.add(j)
-                    break
+            out_inst, out_path = self.spec.outputs[k]
+            inst, path = self.spec.inputs[j]
+            if leaf_shape(inst, path) != leaf_shape(out_inst, out_path):
+                continue
+            if self.reads.get(self.input_names[j]) == {key}:
+                self.in_place.append((k, j))
+                taken.add(j)
+                done.add(k)
 
     def _finish(self) -> EmittedKernel:
         self._elementwise_in_place()
@@ -270,7 +278,7 @@ class KernelEmitter:
         definition = templates.KERNEL.safe_substitute(
             kind=_SAFE_NAME.sub("_", self.spec.kind), instructions=comment, qualifier=qualifier,
             parameters=parameters, body="\n".join(lines) + ("\n" if lines else ""),
-            parts="".join(self.parts))
+            parts="".join(self._render_part(*part) for part in self.parts))
         return EmittedKernel(definition, types, tuple(self.in_place), comment, small)
 
     def _comment(self) -> str:
@@ -332,13 +340,12 @@ class KernelEmitter:
                 with contextlib.ExitStack() as stack:
                     for header in headers:
                         stack.enter_context(self.body.block(header))
-                    for value_of, pointer, dtype in stores:
-                        # Only a loop storing one output can update in place: with several,
-                        # a later output could re-read an element an earlier one overwrote.
-                        alone = (len(stores) == 1 and len(parts) == 1 and offsets is None
-                                 and not in_prologue)
-                        self.stored_at[pointer] = index.key if alone else None
-                        value = value_of(index)
+                    # Every value is computed before any is stored, so an output may overwrite
+                    # an input it shares a buffer with (read only at this element).
+                    values = [value_of(index) for value_of, _, _ in stores]
+                    for (_, pointer, dtype), value in zip(stores, values):
+                        in_place = len(parts) == 1 and offsets is None and not in_prologue
+                        self.stored_at[pointer] = index.key if in_place else None
                         target = offsets(index) if offsets else self.em.linear_of(index)
                         self.body.emit(
                             f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
@@ -353,17 +360,12 @@ class KernelEmitter:
         compiler, no longer sure they don't alias, would not vectorise it."""
         text = "\n".join(lines)
         used = set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text))
-        types = self.parameter_types()
         names = [*self.input_names, *self.output_names]
-        parameters = [f"{t}{n}" for t, n in zip(types, names) if n in used]
-        parameters += [f"{t} {n}".replace("* ", "*") for n, t in self.body.prologue_names.items()
-                       if n in used]
         arguments = [n for n in names if n in used]
         arguments += [n for n in self.body.prologue_names if n in used]
         bounds = [f"int64_t {b}{k}" for k in range(len(spans)) for b in ("lo", "hi")]
         name = f"$name_part{len(self.parts)}"  # $name: the kernel's name, given later
-        self.parts.append(templates.KERNEL_PART.substitute(
-            name=name, parameters=", ".join(bounds + parameters), body=text + "\n"))
+        self.parts.append((name, bounds, used, text))
         shares = []
         for start, end in spans:
             count = end - start
@@ -372,6 +374,15 @@ class KernelEmitter:
         call = f"{name}({', '.join(shares + arguments)});"
         return ["    const int64_t hlofuse_t = HLOFUSE_THREAD, hlofuse_nt = HLOFUSE_THREADS;",
                 "    " + call]
+
+    def _render_part(self, name: str, bounds: list[str], used: set[str], text: str) -> str:
+        types = self.parameter_types()
+        names = [*self.input_names, *self.output_names]
+        parameters = [f"{t}{n}" for t, n in zip(types, names) if n in used]
+        parameters += [f"{t} {n}".replace("* ", "*") for n, t in self.body.prologue_names.items()
+                       if n in used]
+        return templates.KERNEL_PART.substitute(
+            name=name, parameters=", ".join(bounds + parameters), body=text + "\n")
 
     def _add_section(self, lines: list[str], parallel: bool, base: int,
                      in_prologue: bool) -> None:

@@ -95,9 +95,12 @@ class WholeLoopEmitter:
         self.body = FunctionBody()
         self.inputs = [f"in{k}" for k in range(len(spec.inputs))]
         self.outputs = [f"out{k}" for k in range(len(spec.outputs))]
-        self.init = self._initial_inputs()
+        init = self.loop.operands[0]
+        if init.op is not Op.TUPLE:
+            raise UnsupportedInstruction(f"%{self.loop.name}: its initial state must be a tuple")
+        self.init: tuple[Instruction, ...] = init.operands
         self.in_place = self._in_place()
-        constants = self._constant_bindings()
+        constants = self._argument_bindings()
         lane_lang = dataclasses.replace(lang, simd_reduction="")  # no simd inside simd
         self.uniform_em = ElementalEmitter(lang, self.body, dict(constants))
         self.lane_em = ElementalEmitter(lane_lang, self.body, dict(constants))
@@ -107,38 +110,29 @@ class WholeLoopEmitter:
 
     # --- arguments ------------------------------------------------------------------------
 
-    def _initial_inputs(self) -> list[int]:
-        """For each loop element, the input argument holding its initial value."""
-        init = self.loop.operands[0]
-        if init.op is not Op.TUPLE:
-            raise UnsupportedInstruction(f"%{self.loop.name}: its initial state must be a tuple")
-        argument = {id(inst): k for k, (inst, path) in enumerate(self.spec.inputs) if not path}
-        out = []
-        for value in init.operands:
-            if value.op is not Op.PARAMETER or id(value) not in argument:
-                raise UnsupportedInstruction(
-                    f"%{self.loop.name}: initial value %{value.name} is not a kernel argument")
-            out.append(argument[id(value)])
-        return out
-
     def _in_place(self) -> list[tuple[int, int]]:
-        """Each output may overwrite its initial value (one output per input)."""
+        """An output may overwrite the argument that is its initial value (one output per
+        argument)."""
+        argument = {id(inst): k for k, (inst, path) in enumerate(self.spec.inputs) if not path}
         pairs = []
         taken: set[int] = set()
-        for element, k in enumerate(self.init):
-            inst, path = self.spec.inputs[k]
-            if k in taken or leaf_shape(inst, path) != self.loop.shape.elements[element]:
+        for element, value in enumerate(self.init):
+            k = argument.get(id(value))
+            if k is None or k in taken or value.shape != self.loop.shape.elements[element]:
                 continue
             taken.add(k)
             pairs.append((element, k))
         return pairs
 
-    def _constant_bindings(self) -> dict[int, Binding]:
-        """Array constants of the body come in as arguments (the runtime's constant pool)."""
+    def _argument_bindings(self) -> dict[int, Binding]:
+        """The fusion's parameters and the body's array constants (from the runtime's constant
+        pool) are pointer arguments."""
         out: dict[int, Binding] = {}
         for (inst, path), name in zip(self.spec.inputs, self.inputs):
-            if inst.op is Op.CONSTANT and not path:
-                out[id(inst)] = self._reader(inst.dtype, name)
+            if path:
+                raise UnsupportedInstruction(
+                    f"%{sanitize(self.spec.label)}: tuple-shaped operand %{inst.name}")
+            out[id(inst)] = self._reader(inst.dtype, name)
         return out
 
     def _reader(self, dtype: DType, pointer: str) -> Callable[[Index], Value]:
@@ -209,9 +203,8 @@ class WholeLoopEmitter:
             shape = self.loop.shape.elements[i]
             count = max(1, shape.num_elements)
             self.body.emit(f"{self._ctype(shape.dtype)} u{i}[{count}];")
-            source = self.inputs[self.init[i]]
-            self._copy_loop(shape.num_elements, lambda q, i=i, source=source, shape=shape:
-                            f"u{i}[{q}] = {self.lang.load(shape.dtype, source, q)};")
+            self._each_element(self.uniform_em, self.init[i],
+                               lambda q, v, i=i: f"u{i}[{q}] = {v};")
 
     def _declare_tables(self) -> None:
         for k, inst in enumerate(self.plan.lane_inputs):
@@ -332,16 +325,7 @@ class WholeLoopEmitter:
             shape = self.loop.shape.elements[i]
             per_env = self.plan.elements_per_env(i)
             body.emit(f"{self._ctype(shape.dtype)} s{i}[{per_env}][{lanes}];")
-        with body.block(f"for (int l = 0; l < {lanes}; ++l)"):
-            body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
-            for i in self.plan.per_env:
-                shape = self.loop.shape.elements[i]
-                per_env = self.plan.elements_per_env(i)
-                source = (f"(chunk == 0 ? {self.inputs[self.init[i]]} : "
-                          f"(const {self.lang.storage_type(shape.dtype)} *){self.outputs[i]})")
-                self._per_env_loop(per_env, lambda q, i=i, source=source, per_env=per_env,
-                                   shape=shape: f"s{i}[{q}][l] = "
-                                   f"{self.lang.load(shape.dtype, source, f'{ENV} * {per_env} + {q}')};")
+        self._load_block()
         for k, acc in enumerate(self.plan.accumulators):
             ctype = self._ctype(acc.combines[-1].dtype)
             identity = self.lane_em.scalar(acc.identity)
@@ -350,6 +334,28 @@ class WholeLoopEmitter:
         with body.block("for (int64_t t = 0; t < count; ++t)"):
             self._lane_step()
         self._store_block()
+
+    def _load_block(self) -> None:
+        """The block's state: the initial values in the first chunk, the outputs after."""
+        body, lanes = self.body, self.lanes
+        with body.block("if (chunk == 0)"):
+            with body.block(f"for (int l = 0; l < {lanes}; ++l)"):
+                body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
+                for i in self.plan.per_env:
+                    dims = self.loop.shape.elements[i].dims
+                    for q, index in enumerate(_env_indices(dims)):
+                        value = self.uniform_em.array_value(self.init[i], index)
+                        body.emit(f"s{i}[{q}][l] = {value};")
+        with body.block("else"):
+            with body.block(f"for (int l = 0; l < {lanes}; ++l)"):
+                body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
+                for i in self.plan.per_env:
+                    shape = self.loop.shape.elements[i]
+                    per_env = self.plan.elements_per_env(i)
+                    self._per_env_loop(per_env, lambda q, i=i, per_env=per_env, shape=shape:
+                                       f"s{i}[{q}][l] = "
+                                       + self.lang.load(shape.dtype, self.outputs[i],
+                                                        f"{ENV} * {per_env} + {q}") + ";")
 
     def _per_env_loop(self, count: int, line: Callable[[str], str]) -> None:
         if count <= UNROLL_ELEMENTS:
@@ -475,7 +481,7 @@ class WholeLoopEmitter:
             dtype = self.loop.shape.elements[i].dtype
             ctype = self._ctype(dtype)
             total = body.fresh("total")
-            body.emit(f"{ctype} {total} = {self.lang.load(dtype, self.inputs[self.init[i]], '0')};")
+            body.emit(f"{ctype} {total} = {em.scalar(self.init[i])};")
             with body.block("if (steps > 0)"):
                 with body.block(f"for (int64_t b = 0; b < {self.blocks}; ++b)"):
                     combined = em.apply_reducer(acc.reducer, [total], [f"part{k}[b]"])[0]

@@ -61,8 +61,8 @@ class MachineConstants:
     source: str = "default"  # "default", "measured" or "injected"
 
 
-# Measured by the probe on the reference machine when it was quiet (parallel overhead: the
-# median of several quiet runs), rounded.
+# Measured by the probe on the reference machine when it was quiet, rounded; the fork/join
+# (0.6 us quiet) rounded up, since it grows quickly when other processes want the cores.
 DEFAULT_CONSTANTS = MachineConstants(
     threads=2, call_overhead=2e-9, parallel_overhead=1.5e-6, op_rate=9e10,
     transcendental_ops=280.0, divide_ops=9.4, memory_bandwidth=7.5e9,
@@ -83,17 +83,17 @@ _MOVEMENT = frozenset({Op.BITCAST, Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SL
 LIBRARY_OPS_PER_ELEMENT = 100.0
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def _elements(shape: Shape) -> int:
     return sum(leaf.num_elements for leaf in shape.leaves() if leaf.is_array)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def _bytes(shape: Shape) -> int:
     return sum(leaf.byte_size for leaf in shape.leaves() if leaf.is_array)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def _shape_lanes(shape: Shape) -> float:
     widest = max((leaf.dtype.itemsize for leaf in shape.leaves() if leaf.is_array), default=4)
     return max(1.0, widest / 4)

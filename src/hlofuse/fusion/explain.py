@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hlofuse.fusion.decision import DecisionRecord
+from hlofuse.fusion.whole_loop import WholeLoopFusion
 from hlofuse.ir.hlo import Module
 from hlofuse.passes.manager import PASSES
 
@@ -201,6 +202,7 @@ def explain_dict(result: FusionResult) -> dict[str, object]:
         "blocked_edges": [r.as_dict() for r in blocked],
         "hints": hints(blocked, result.strategy.name),
         "rewrites": [r.as_dict() for r in rewrites(result)],
+        "whole_loops": [r.as_dict() for r in whole_loops(result)],
         "decisions": [r.as_dict() for r in result.decisions.unique()],
     }
 
@@ -240,10 +242,28 @@ def explain_text(result: FusionResult, verbose: bool = False) -> str:
         if len(shown) < len(records):
             lines.append(f"    ... and {len(records) - len(shown)} more")
     lines += _rewrite_lines(result, verbose)
+    lines += _whole_loop_lines(result)
     found = hints(blocked, result.strategy.name)
     if found:
         lines += ["", "hints"] + [f"  - {h}" for h in found]
     return "\n".join(lines) + "\n"
+
+
+def whole_loops(result: FusionResult) -> list[DecisionRecord]:
+    """What whole-loop fusion decided about each loop: one kernel, or why not."""
+    return [r for r in result.decisions.unique() if r.pass_name == WholeLoopFusion.name]
+
+
+def _whole_loop_lines(result: FusionResult) -> list[str]:
+    records = whole_loops(result)
+    if not records:
+        return []
+    lines = ["", "whole-loop fusion"]
+    for record in records:
+        verdict = f"refused ({record.rule})" if record.is_refusal else "one kernel"
+        where = f"  ({', '.join(record.source_lines[:3])})" if record.source_lines else ""
+        lines.append(f"  %{record.producer}: {verdict}: {record.message}{where}")
+    return lines
 
 
 def rewrites(result: FusionResult) -> list[DecisionRecord]:

@@ -60,12 +60,22 @@ class ModuleGraph:
 
     def fusible_graphs(self) -> list[Graph]:
         """XLA's GetFusibleComputations: non-fusion computations, except the bodies of
-        reduce, reduce-window and custom calls (they are applied per element, not launched)."""
+        reduce, reduce-window and custom calls (they are applied per element, not launched)
+        and whatever a fused computation calls (a whole-loop fusion's loop body is one
+        kernel already)."""
         applied: set[Graph] = set()
+        inside: list[Graph] = []
         for graph in self.graphs:
             for node in graph.nodes:
                 if node.op in (Op.REDUCE, Op.REDUCE_WINDOW, Op.CUSTOM_CALL):
                     applied.update(node.calls)
+                if graph.is_fusion:
+                    inside.extend(node.calls)
+        while inside:
+            graph = inside.pop()
+            if graph not in applied:
+                applied.add(graph)
+                inside.extend(c for node in graph.nodes for c in node.calls)
         return [g for g in self.nonfusion_graphs() if g not in applied]
 
     def _ordered(self) -> list[Graph]:

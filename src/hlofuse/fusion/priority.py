@@ -8,12 +8,14 @@ they are minus the time of the users with the producer fused into each of them (
 when there are several; `cost_model`). Producers with a positive priority wait in a queue;
 the largest is taken (ties: the later instruction), fused into every user (a plain user first
 becomes a one-instruction fusion; a fusion producer is merged), and removed. Bitcasts and
-reshapes that only reinterpret a buffer go first. Only the
-priorities that changed are computed again: the new fusions' (as producers) and their
-operands' (their consumer changed); the time of every kernel and of every fused pair is cached
-until either side changes. When the queue is empty, every constant of at most one element is
-fused into each user that can take it (XLA fuses constants last, outside the queue); larger
-constants stay external buffers. A bitcast is fused into the users that are not bitcasts.
+reshapes that only reinterpret a buffer go first; a bitcast is not fused into, and a producer
+with bitcast users stays for them. Only the priorities that changed are computed again: the
+new fusions' (as producers) and their operands' (their consumer changed). The model caches
+every kernel's profile and every fused pair's until either side changes, and a grown fusion
+takes the profile predicted for it, so no fusion is walked twice. When the queue is empty,
+every constant of at most one element is fused into each user that can take it where the
+model sees a gain (XLA fuses constants last, outside the queue); larger constants stay
+external buffers.
 
 Of XLA's ten `CanFuse` checks, these apply here, because they are about correctness or about
 the kernels our C emitter writes:
@@ -23,7 +25,8 @@ the kernels our C emitter writes:
  7. the fused kernel has at most 96 operands and outputs (the budget without the GPU's shared
     memory and tiled-reduction limits, which our emitter does not have);
  8. the fused kernel stays under 10000 instructions, counting the producer once per index it
-    is emitted at (`indexing`): the C source and its compile time stay bounded;
+    is emitted at (`indexing`): the C source and its compile time stay bounded (asked last,
+    only where the model sees a gain, because it walks the consumer);
  9. the producer is not the computation's root (its value is needed anyway);
 10. in-place updates stay safe (`rules.in_place_safe`).
 Relaxed, because they were GPU emitter limits that the cost model now prices: 5, no reduce
@@ -130,7 +133,9 @@ def is_fusible(node: Node) -> bool:
     """PriorityFusion's IsFusible: side-effect free and an op a loop kernel can compute."""
     if node.op in (Op.PARAMETER, Op.WHILE, Op.CONDITIONAL, Op.CALL) or has_side_effect(node):
         return False
-    if node.is_fusion or node.op in (Op.CONSTANT, Op.IOTA):
+    if node.is_fusion:
+        return node.kind != "kCustom"  # a custom fusion (a whole loop) has its own emitter
+    if node.op in (Op.CONSTANT, Op.IOTA):
         return True
     return node.op.definition.kind in _FUSIBLE_KINDS
 

@@ -52,6 +52,8 @@ def is_fusible(node: Node) -> bool:
     """HloInstruction::IsFusible."""
     if node.op in _NEVER_FUSIBLE:
         return False
+    if node.is_fusion and node.kind == "kCustom":
+        return False  # a custom fusion (a whole loop) has an emitter of its own
     if node.op in (Op.FUSION, Op.REDUCE, Op.REDUCE_WINDOW):
         return True
     return not has_side_effect(node)

@@ -24,6 +24,11 @@ element-wise HLO, before simplification), `+concat_forwarding` and `+scalarize_s
 state split into its pieces, in a fixed point with simplify, CSE and DCE after
 simplification), `+unroll=k` (loop-unroll by k after them; `+unroll` or `+unroll=auto` lets the
 pass choose). Example: `xla+rng_expansion+concat_forwarding+scalarize_state+unroll=10`.
+
+`+whole_loop` runs whole-loop fusion after those rewrites and before the fusion passes: a loop
+that is independent per environment becomes one kernel (`whole_loop.py`), the fusion passes
+then work on what is left. `max` is everything: `priority` with `+rng_expansion`,
+`+concat_forwarding`, `+scalarize_state` and `+whole_loop`.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from hlofuse.fusion.instruction_fusion import InstructionFusion
 from hlofuse.fusion.kernels import Kernel, Loop, kernels_per_iteration, list_kernels
 from hlofuse.fusion.multi_output import MultiOutputFusion
 from hlofuse.fusion.priority import PriorityFusion
+from hlofuse.fusion.whole_loop import WholeLoopFusion
 from hlofuse.ir.hlo import Module
 from hlofuse.passes.call_inliner import CallInliner
 from hlofuse.passes.cse import CommonSubexpressionElimination
@@ -53,7 +59,7 @@ from hlofuse.passes.unroll import LoopUnroll
 
 FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiOutputFusion,
                                          HorizontalLoopFusion, HorizontalInputFusion,
-                                         PriorityFusion)
+                                         PriorityFusion, WholeLoopFusion)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -82,6 +88,9 @@ _SWITCHES = {
     "priority-fusion": "priority_fusion",
     "default_costs": "default_costs",
     "default-costs": "default_costs",
+    "whole_loop": "whole_loop",
+    "whole-loop": "whole_loop",
+    "whole-loop-fusion": "whole_loop",
 }
 
 
@@ -104,11 +113,13 @@ class Strategy:
     unroll: int = 1  # loop-unroll factor; 1: off, 0: chosen by the pass
     priority_fusion: bool = False
     default_costs: bool = False  # priority fusion's fixed constants instead of measured ones
+    whole_loop: bool = False  # loops independent per environment become one kernel each
 
     @property
     def fuses(self) -> bool:
         return any((self.instruction_fusion, self.fusion_merger, self.multi_output,
-                    self.horizontal_loop, self.horizontal_input, self.priority_fusion))
+                    self.horizontal_loop, self.horizontal_input, self.priority_fusion,
+                    self.whole_loop))
 
     def steps(self) -> list[Step]:
         """The pipeline this strategy runs."""
@@ -129,6 +140,8 @@ class Strategy:
         if self.unroll != 1:
             steps.append(LoopUnroll(factor=self.unroll))
             steps.append(FixedPoint(tidy, label="after unrolling"))
+        if self.whole_loop:
+            steps.append(WholeLoopFusion())
         vertical: list[Pass] = []
         if self.priority_fusion:
             costs = "default" if self.default_costs else "measured"
@@ -156,7 +169,9 @@ XLA = Strategy("xla", instruction_fusion=True, fusion_merger=True, multi_output=
                horizontal_loop=True, horizontal_input=True)
 PRIORITY = Strategy("priority", priority_fusion=True, multi_output=True, horizontal_loop=True,
                     horizontal_input=True, relax_concatenate=True)
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NONE, XLA, PRIORITY)}
+MAX = dataclasses.replace(PRIORITY, name="max", rng_expansion=True, concat_forwarding=True,
+                          scalarize_state=True, whole_loop=True)
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NONE, XLA, PRIORITY, MAX)}
 
 
 class StrategyError(ValueError):

@@ -11,6 +11,7 @@ the output arrays unless its buffers can be the output arrays themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 from dataclasses import dataclass, field
@@ -274,7 +275,8 @@ class ProgramBuilder:
         result = self.tree(inst.shape, inst.name)
         outputs = [resolve_leaf(root, path) for path in leaf_paths(inst.shape)]
         config = next((raw.text for key, raw in inst.extra if key == "backend_config"), "")
-        spec = KernelSpec(inst.name, kind, tuple(inputs), tuple(outputs), tuple(names), config)
+        spec = KernelSpec(inst.name, kind, tuple(inputs), tuple(outputs), tuple(names),
+                          backend_config=config)
         written = tuple(b for b in leaves(result) if b is not None)
         out.append(KernelThunk(spec, tuple(buffers), written, self.profile_id(inst.name)))
         return result
@@ -289,6 +291,7 @@ class ProgramBuilder:
         predicate = self.run(condition, [state], condition_thunks)
         body_thunks: list[Thunk] = []
         result = self.run(body, [state], body_thunks)
+        _hint_in_place(body_thunks, leaves(result), leaves(state))
         self._copy_back(leaves(result), leaves(state), body_thunks)
         assert isinstance(predicate, Buffer)
         out.append(WhileThunk(inst.name, condition_thunks, predicate, body_thunks))
@@ -326,6 +329,24 @@ class ProgramBuilder:
             branches.append(thunks)
         out.append(ConditionalThunk(inst.name, selector, branches))
         return result
+
+
+def _hint_in_place(thunks: list[Thunk], results: list[Buffer | None],
+                   state: list[Buffer | None]) -> None:
+    """Ask each kernel computing a new state element to write it over the old one."""
+    for thunk in thunks:
+        if not isinstance(thunk, KernelThunk):
+            continue
+        hints = []
+        for result, old in zip(results, state):
+            if result is None or old is None:
+                continue
+            outputs = [k for k, b in enumerate(thunk.outputs) if b is result]
+            inputs = [j for j, b in enumerate(thunk.inputs) if b is old]
+            if outputs and inputs:
+                hints.append((outputs[0], inputs[0]))
+        if hints:
+            thunk.spec = dataclasses.replace(thunk.spec, in_place_hints=tuple(hints))
 
 
 def _array_constants(comp: Computation) -> list[Instruction]:

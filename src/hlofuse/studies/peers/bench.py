@@ -17,7 +17,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from hlofuse.studies.peers.registry import Peer, PeerRegistry, PeerUnavailable
@@ -42,7 +42,8 @@ class BenchConfig:
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One peer at one N. `ratio` is env_steps_per_s over the reference's at that N."""
+    """One peer at one N. `ratio` is env_steps_per_s over the reference's at that N (None
+    when no reference peer ran)."""
 
     peer: str
     envs: int
@@ -53,8 +54,8 @@ class Measurement:
     compile_s: float
     episodes: int
     return_sum: float
-    reference: str = ""
-    ratio: float = 0.0
+    reference: str | None = None
+    ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +116,8 @@ def with_ratios(records: Sequence[Measurement], registry: PeerRegistry) -> list[
                 continue
             name = best.peer if hlofuse else f"{best.peer} (C kernel, no hlofuse peer)"
             ratio = r.env_steps_per_s / best.env_steps_per_s
-            out.append(_replace(r, reference=name, ratio=ratio))
+            out.append(replace(r, reference=name, ratio=ratio))
     return out
-
-
-def _replace(record: Measurement, reference: str, ratio: float) -> Measurement:
-    fields = asdict(record)
-    fields.update(reference=reference, ratio=ratio)
-    return Measurement(**fields)
 
 
 def run_bench(

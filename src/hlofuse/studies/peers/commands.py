@@ -161,7 +161,7 @@ def results_table(result: BenchResult) -> Table:
     from rich.table import Table
 
     envs = sorted({r.envs for r in result.records})
-    references = {r.envs: r.reference for r in result.records}
+    references = {r.envs: r.reference for r in result.records if r.reference}
     table = Table(title="CartPole peers: env-steps/s and ratio to the reference (preliminary)")
     table.add_column("peer", no_wrap=True)
     for n in envs:
@@ -173,9 +173,13 @@ def results_table(result: BenchResult) -> Table:
         cells = []
         for n in envs:
             r = by_n.get(n)
-            cells.append("-" if r is None else f"{format_rate(r.env_steps_per_s)} {r.ratio:.2f}")
+            if r is None:
+                cells.append("-")
+                continue
+            ratio = "" if r.ratio is None else f" {r.ratio:.2f}"
+            cells.append(f"{format_rate(r.env_steps_per_s)}{ratio}")
         compile_s = max((r.compile_s for r in by_n.values()), default=0.0)
         table.add_row(name, *cells, f"{compile_s:.1f}")
     if references:
-        table.caption = "reference: " + "; ".join(f"N={n}: {references[n]}" for n in envs)
+        table.caption = "reference: " + "; ".join(f"N={n}: {references[n]}" for n in references)
     return table

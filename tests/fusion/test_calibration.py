@@ -1,0 +1,143 @@
+"""Calibrating the cost model: parsing the probe's output, the private atomic cache, the
+fallback to the documented defaults. The probe itself is replaced by a stub, except in one
+test that compiles and runs it (needs_cc) and checks only that it reports every figure."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from hlofuse.cli import UsageError
+from hlofuse.fusion.calibration import (
+    RETRY_AFTER_S,
+    ProbeError,
+    last_level_cache_bytes,
+    measure,
+    parse_probe_output,
+    read_cached,
+    run_probe,
+)
+from hlofuse.fusion.commands import run_opt
+from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS, MachineConstants
+from hlofuse.fusion.priority import PriorityFusion
+from hlofuse.ir.parser import parse_module
+
+PROBE_OUTPUT = """threads 4
+call_overhead 3.0e-09
+parallel_overhead 2.0e-06
+op_rate 5.0e+10
+transcendental_ops 150
+divide_ops 8
+cache_bandwidth 8.0e+10
+memory_bandwidth 6.0e+09
+parallel_memory_bandwidth 1.2e+10
+"""
+
+
+def test_parse_probe_output() -> None:
+    constants = parse_probe_output(PROBE_OUTPUT, cache_bytes=1 << 20)
+    assert constants.source == "measured"
+    assert constants.threads == 4
+    assert constants.op_rate == 5e10
+    assert constants.transcendental_ops == 150.0
+    assert constants.parallel_memory_bandwidth == 1.2e10
+    assert constants.cache_bytes == 1 << 20
+    assert constants.parallel_min_elements == DEFAULT_CONSTANTS.parallel_min_elements
+
+
+@pytest.mark.parametrize("text, message", [
+    (PROBE_OUTPUT.replace("op_rate 5.0e+10\n", ""), "did not report op_rate"),
+    (PROBE_OUTPUT.replace("divide_ops 8", "divide_ops fast"), "not a number"),
+    (PROBE_OUTPUT.replace("parallel_overhead 2.0e-06", "parallel_overhead 0.02"),
+     "implausible parallel_overhead"),
+    (PROBE_OUTPUT.replace("threads 4", "threads 0"), "implausible threads"),
+])
+def test_bad_probe_output(text: str, message: str) -> None:
+    with pytest.raises(ProbeError, match=message):
+        parse_probe_output(text, cache_bytes=1 << 20)
+
+
+def test_measure_caches_privately(tmp_path: Path) -> None:
+    calls: list[Path] = []
+
+    def probe(workdir: Path) -> str:
+        calls.append(workdir)
+        return PROBE_OUTPUT
+
+    cache = tmp_path / "cache"
+    first = measure(cache, probe)
+    assert first.source == "measured" and first.threads == 4
+    files = [p for p in cache.iterdir() if p.suffix == ".json"]
+    assert len(files) == 1
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert stat.S_IMODE(files[0].stat().st_mode) & 0o077 == 0
+    assert not calls[0].exists()  # the probe's scratch directory is removed
+
+    def failing(workdir: Path) -> str:
+        raise AssertionError("the cached figures must be used")
+
+    assert measure(cache, failing) == first
+    assert read_cached(files[0]) == first
+    assert [p.name for p in cache.iterdir()] == [files[0].name]
+
+
+def test_failed_probe_falls_back_to_defaults_for_an_hour(tmp_path: Path) -> None:
+    def broken(workdir: Path) -> str:
+        raise ProbeError("no compiler")
+
+    def not_again(workdir: Path) -> str:
+        raise AssertionError("the probe failed a moment ago; it must not run again yet")
+
+    assert measure(tmp_path, broken) is DEFAULT_CONSTANTS
+    assert measure(tmp_path, not_again) is DEFAULT_CONSTANTS
+    assert not list(tmp_path.glob("*.json"))
+    (marker,) = tmp_path.glob("*.failed")
+    assert marker.read_text() == "no compiler\n"
+    hours_ago = time.time() - 2 * RETRY_AFTER_S
+    os.utime(marker, (hours_ago, hours_ago))
+    assert measure(tmp_path, lambda w: "threads 2\n") is DEFAULT_CONSTANTS  # tried: implausible
+    assert "did not report" in marker.read_text()
+    os.utime(marker, (hours_ago, hours_ago))
+    assert measure(tmp_path, lambda w: PROBE_OUTPUT).source == "measured"
+
+
+def test_corrupt_cache_is_measured_again(tmp_path: Path) -> None:
+    measure(tmp_path, lambda w: PROBE_OUTPUT)
+    (entry,) = tmp_path.glob("*.json")
+    entry.write_text("{not json")
+    assert read_cached(entry) is None
+    again = measure(tmp_path, lambda w: PROBE_OUTPUT.replace("threads 4", "threads 3"))
+    assert again.threads == 3
+
+
+def test_last_level_cache_from_sysfs(tmp_path: Path) -> None:
+    for index, size in enumerate(("48K", "2048K", "32M")):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(tmp_path) == 32 << 20
+    assert last_level_cache_bytes(tmp_path / "missing") == DEFAULT_CONSTANTS.cache_bytes
+
+
+@pytest.mark.needs_cc
+def test_probe_reports_every_figure(tmp_path: Path) -> None:
+    output = run_probe(tmp_path)
+    names = {line.split()[0] for line in output.splitlines() if line.strip()}
+    assert names == {"threads", "call_overhead", "parallel_overhead", "op_rate",
+                     "transcendental_ops", "divide_ops", "cache_bandwidth", "memory_bandwidth",
+                     "parallel_memory_bandwidth"}
+
+
+def test_pass_knobs_choose_the_constants() -> None:
+    injected = MachineConstants(1, 1e-9, 0.0, 1e9, 10.0, 2.0, 1e9, 1e9, 1e10, 1 << 20,
+                                source="injected")
+    assert PriorityFusion(constants=injected).machine() is injected
+    assert PriorityFusion(costs="default").machine() is DEFAULT_CONSTANTS
+    with pytest.raises(ValueError, match="costs of priority-fusion takes measured or default"):
+        PriorityFusion(costs="fast")
+    module = parse_module("HloModule m\n\nENTRY main {\n  ROOT p = f32[2]{0} parameter(0)\n}\n")
+    with pytest.raises(UsageError, match="costs of priority-fusion"):
+        run_opt(module, "priority-fusion{costs=fast}", None)
