@@ -5,8 +5,10 @@ compiled with the flags of generated kernels (hlofuse.toolchain: -O3 -march=nati
 -fno-math-errno -ffp-contract=off ..., no -ffast-math), once with the hlofuse_math.h
 function and once with libm's. With -fno-math-errno the compiler inlines and vectorises
 sqrtf/sqrt itself, so the libm column for sqrt and rsqrt is the hardware instruction.
-The figure kept is the best of several runs, in nanoseconds per element. Run from the
-repository root:
+The 1M elements are timed as blocks of 64K, each block's best time over several runs is
+kept and the blocks are summed: on a shared machine a 10-50 ms libm pass is rarely left
+alone for its whole length, a 64K block often is. Figures are nanoseconds per element.
+Run from the repository root:
 
     .venv/bin/python benchmarks/mathlib_bench.py [--n 1000000] [--repeats 15]
 """
@@ -94,14 +96,20 @@ def _source(functions: list[tuple[Case, MathFunction]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _best_time(fn: Callable[[], None], repeats: int) -> float:
-    fn()
-    best = float("inf")
+BLOCK = 1 << 16
+
+
+def _best_time(fn: Callable[[int, int], None], n: int, repeats: int) -> float:
+    """Sum over blocks of the block's best time; fn(start, count) runs one block."""
+    fn(0, n)
+    best = [float("inf")] * ((n + BLOCK - 1) // BLOCK)
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+        for b, start in enumerate(range(0, n, BLOCK)):
+            count = min(BLOCK, n - start)
+            t0 = time.perf_counter()
+            fn(start, count)
+            best[b] = min(best[b], time.perf_counter() - t0)
+    return sum(best)
 
 
 def _cpu_model() -> str:
@@ -136,13 +144,17 @@ def main() -> None:
         inputs = [np.ascontiguousarray(a, dtype=dtype) for a in case.inputs(rng, args.n)]
         x, z = inputs[0], inputs[-1]
         y = np.empty_like(x)
-        pointers = [a.ctypes.data_as(ctypes.c_void_p) for a in (x, z, y)]
-        n = ctypes.c_int64(args.n)
+        bases = [a.ctypes.data for a in (x, z, y)]
+        size = x.itemsize
         times = {}
         outputs = {}
         for kind in ("hl", "libm"):
             fn = getattr(lib, f"{kind}_{function.c_name}")
-            times[kind] = _best_time(lambda fn=fn: fn(*pointers, n), args.repeats)
+
+            def run(start: int, count: int, fn: Callable[..., object] = fn) -> None:
+                fn(*(ctypes.c_void_p(b + start * size) for b in bases), ctypes.c_int64(count))
+
+            times[kind] = _best_time(run, args.n, args.repeats)
             outputs[kind] = y.copy()
         close = np.allclose(outputs["hl"], outputs["libm"], rtol=1e-5 if dtype is np.float32
                             else 1e-13, equal_nan=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +18,16 @@ from hlofuse.studies.peers.registry import Peer, PeerRegistry, default_registry
 
 REGISTRY = default_registry()
 # hlofuse's rollout on the reference interpreter: slow, but what the slot runs once compiled.
-HLOFUSE_INTERPRETED = hlofuse_peer("xla", backend="interpreter")
-PEERS = [*REGISTRY, HLOFUSE_INTERPRETED]
+HLOFUSE_INTERPRETED = replace(
+    hlofuse_peer("xla", backend="interpreter"), name="hlofuse-xla-interpreter"
+)
+PEERS = [*(p for p in REGISTRY if p.is_default), HLOFUSE_INTERPRETED]
 # Gymnasium resets from its own generator one step late (its NEXT_STEP mode), by design.
 OWN_RESET_SCHEME = {"gymnasium"}
 # Cold torch.compile of the step takes minutes on 2 cores; opt in with `-m slow`.
 SLOW_PEERS = {"torch-compile"}
+# hlofuse compiling the random rollout takes 20 s even at this size; its own tests cover it.
+SLOW_RANDOM_PEERS = SLOW_PEERS | {p.name for p in REGISTRY if p.is_hlofuse}
 # XLA takes 10-20 s to compile the random rollout unrolled by 10; its step (and so its random
 # numbers) is the one the unroll-1 peers run, and the deterministic test covers the unroll.
 RANDOM_SKIPPED = OWN_RESET_SCHEME | {"jax-scan-packed-u10", "jax-scan-split-u10"}
@@ -31,9 +36,9 @@ DET_ENVS, DET_STEPS = 24, 60
 RANDOM_ENVS, RANDOM_STEPS, SEED = 40, 50, 11
 
 
-def peer_params(peers: list[Peer]) -> list[object]:
+def peer_params(peers: list[Peer], slow: set[str] = SLOW_PEERS) -> list[object]:
     return [
-        pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in SLOW_PEERS else [])
+        pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in slow else [])
         for p in peers
     ]
 
@@ -42,8 +47,9 @@ def runnable(peer: Peer, request: pytest.FixtureRequest) -> None:
     note = peer.availability()
     if note is not None:
         pytest.skip(note)
-    if peer.name in SLOW_PEERS and "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip(f"{peer.name} compiles for minutes; run with -m slow")
+    is_slow = request.node.get_closest_marker("slow") is not None
+    if is_slow and "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip(f"{peer.name} compiles for too long here; run with -m slow")
 
 
 def test_threefry_known_answers() -> None:
@@ -101,7 +107,9 @@ def test_deterministic_variant_matches_reference(
     assert result.return_sum == expected.return_sum
 
 
-@pytest.mark.parametrize("peer", peer_params([p for p in PEERS if p.name not in RANDOM_SKIPPED]))
+@pytest.mark.parametrize(
+    "peer", peer_params([p for p in PEERS if p.name not in RANDOM_SKIPPED], SLOW_RANDOM_PEERS)
+)
 def test_random_variant_matches_numpy(peer: Peer, request: pytest.FixtureRequest) -> None:
     runnable(peer, request)
     workload = w.Workload(w.initial_states(RANDOM_ENVS, SEED), RANDOM_STEPS, seed=SEED)
@@ -112,6 +120,13 @@ def test_random_variant_matches_numpy(peer: Peer, request: pytest.FixtureRequest
     assert result.episodes == expected.episodes
     assert result.return_sum == expected.return_sum
     np.testing.assert_allclose(result.states, expected.states, rtol=1e-4, atol=1e-5)
+
+
+def test_one_hlofuse_strategy_runs_by_default() -> None:
+    hlofuse = [p for p in REGISTRY if p.is_hlofuse]
+    if not hlofuse:
+        pytest.skip(REGISTRY.notes[0])
+    assert sum(p.is_default for p in hlofuse) == 1
 
 
 def test_random_actions_are_fair_coins() -> None:

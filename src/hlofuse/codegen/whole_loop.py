@@ -381,22 +381,25 @@ class WholeLoopEmitter:
             element = _element_read(inst)
             if element is None or element not in self.plan.per_env:
                 continue
-            em.bindings[id(inst)] = self._state_reader(element)
+            shape = self.loop.shape.elements[element]
+            em.bindings[id(inst)] = self._lane_reader(f"s{element}", shape.dtype, shape.dims, 0)
 
-    def _state_reader(self, element: int) -> Callable[[Index], Value]:
-        """State reads at the lane: the analysis guarantees the environment component is the
-        lane's own environment, so only the position inside the environment's row matters."""
-        shape = self.loop.shape.elements[element]
-        rest = shape.dims[1:]
+    def _lane_reader(self, array: str, dtype: DType, dims: tuple[int, ...],
+                     env_dim: int) -> Callable[[Index], Value]:
+        """Reads of a per-environment value kept in `array[position][lane]`: the analysis
+        guarantees the index's environment component is the lane's own environment, so only
+        the position inside the environment's part matters."""
+        rest = dims[:env_dim] + dims[env_dim + 1:]
 
         def read(index: Index) -> Value:
             em = self.lane_em
             if not rest:
                 position = "0"
             else:
-                multi = em.multi_of(index)[1:]
+                multi = em.multi_of(index)
+                multi = multi[:env_dim] + multi[env_dim + 1:]
                 position = em.linear_of(Index(rest, None, multi, None))
-            return self.body.let(self._ctype(shape.dtype), f"s{element}[{position}][l]")
+            return self.body.let(self._ctype(dtype), f"{array}[{position}][l]")
 
         return read
 
@@ -510,8 +513,11 @@ def _element_indices(dims: tuple[int, ...]) -> list[Index]:
     return out
 
 
-def _env_indices(dims: tuple[int, ...]) -> list[Index]:
-    """The elements of the lane's environment's row of a per-environment array."""
-    rest = dims[1:]
-    return [Index(dims, None, (ENV, *(index.multi or ())), None)
-            for index in _element_indices(rest)]
+def _env_indices(dims: tuple[int, ...], env_dim: int = 0) -> list[Index]:
+    """The elements of the lane's environment's part of a per-environment array."""
+    rest = dims[:env_dim] + dims[env_dim + 1:]
+    out = []
+    for index in _element_indices(rest):
+        multi = index.multi or ()
+        out.append(Index(dims, None, (*multi[:env_dim], ENV, *multi[env_dim:]), None))
+    return out

@@ -330,9 +330,12 @@ def compose(consumer: KernelProfile, producer: KernelProfile, node: Node) -> Ker
         written += consumer.in_place_saved_bytes
     if elements <= 1:
         how = _loop_invariant(how)
-    contexts = {k: dict(v) for k, v in consumer.contexts.items() if k is not node}
+    # The consumer's own reads are shared, not copied: only the inputs the producer reads
+    # get new mappings.
+    contexts = dict(consumer.contexts)
+    contexts.pop(node, None)
     for source, counts in producer.contexts.items():
-        target = contexts.setdefault(source, {})
+        target = dict(contexts.get(source, {}))
         for outer_context, outer_count in how.items():
             scale = outer_count / elements
             for inner_context, count in counts.items():
@@ -340,10 +343,9 @@ def compose(consumer: KernelProfile, producer: KernelProfile, node: Node) -> Ker
                     _merge(target, outer_context, count * scale, True)
                 else:
                     _merge(target, (outer_context, inner_context), count * scale, False)
-        if _elements(source.shape) <= 1:
-            contexts[source] = _loop_invariant(target)
-        else:
-            contexts[source] = _bounded(target)
+        target = _loop_invariant(target) if _elements(source.shape) <= 1 else _bounded(target)
+        if target:
+            contexts[source] = target
     operations = consumer.operations + producer.operations * sum(how.values()) / elements
     in_place = consumer.in_place if consumer.in_place is not node else None
     return KernelProfile(contexts, operations, written, consumer.loop_elements, in_place=in_place,

@@ -66,7 +66,7 @@ class WholeLoopFusion:
     """Wraps every loop that is parallel over environments into one kCustom fusion."""
 
     name: ClassVar[str] = "whole-loop-fusion"
-    lanes: int = 8
+    lanes: int = 16
     max_state_elements_per_env: int = 64
     max_uniform_elements: int = 64
 
@@ -150,7 +150,7 @@ def _unfused(comp: Computation, names: NameUniquer) -> Computation:
     copies: dict[int, Instruction] = {}
     for inst in comp.instructions:
         operands = tuple(copies[id(o)] for o in inst.operands)
-        if inst.op is Op.FUSION:
+        if inst.op is Op.FUSION and inst.attrs.get("kind") != "kCustom":
             copies[id(inst)] = inline_computation(_unfused(inst.calls[0], names), operands,
                                                   builder, keep_names=False)
             continue

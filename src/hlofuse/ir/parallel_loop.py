@@ -144,6 +144,7 @@ class LoopPlan:
     uniform_code: frozenset[int]  # id() of the body and condition instructions computed once
     lane_inputs: tuple[Instruction, ...]  # uniform values lane code reads, in body order
     env_dims: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    dependent: frozenset[int] = frozenset()  # id() of the state-dependent instructions
 
     @property
     def condition(self) -> Computation:
@@ -229,6 +230,10 @@ def _check_structure(loop: Instruction) -> Refusal | None:
 
 
 def _op_refusal(loop: Instruction, inst: Instruction) -> Refusal | None:
+    if inst.op is Op.FUSION and inst.attrs.get("kind") == "kCustom":
+        return Refusal(NESTED_CONTROL_FLOW, inst,
+                       f"%{loop.name}: its body runs %{inst.name}, a loop fused into a kernel "
+                       "of its own; a kernel cannot hold nested loops")
     if inst.op in _CONTROL_FLOW:
         return Refusal(NESTED_CONTROL_FLOW, inst,
                        f"%{loop.name}: its body runs {inst.op.text} %{inst.name}; a kernel "
@@ -313,7 +318,7 @@ class _Analysis:
         env_dims = {key: value for key, value in self.env.items() if isinstance(value, int)}
         return LoopPlan(self.loop, self.size, tuple(sorted(self.per_env)), uniform,
                         tuple(accumulators), frozenset(lane), frozenset(uniform_code),
-                        lane_inputs, MappingProxyType(env_dims))
+                        lane_inputs, MappingProxyType(env_dims), frozenset(self.dependent))
 
     def _check_sizes(self) -> None:
         for i in sorted(self.per_env):
@@ -505,7 +510,8 @@ class _Analysis:
                 if id(inst) in self.dependent:
                     raise self._refuse_uniform(inst, in_condition)
                 seen.add(id(inst))
-                stack.extend(inst.operands)
+                if self._element_read(inst) is None:
+                    stack.extend(inst.operands)
         return seen
 
     def _refuse_mixed(self, mixed: _Mixed) -> _Refused:
@@ -522,12 +528,14 @@ class _Analysis:
     def _refuse_uniform(self, inst: Instruction, in_condition: bool) -> _Refused:
         """A value computed once per step that depends on per-environment state."""
         demotable = self._demotable(inst)
-        if in_condition:
-            return self.refuse(DATA_DEPENDENT_TRIP_COUNT, inst,
-                               f"its condition reads per-environment state through "
-                               f"%{inst.name} ({inst.op.text}), so the trip count depends on "
-                               "data", demotable)
         env = self.env.get(id(inst))
+        if in_condition:
+            # Name the op that gathers the environments (a reduce, a slice), if there is one.
+            origin = env.instruction if isinstance(env, _Mixed) else inst
+            return self.refuse(DATA_DEPENDENT_TRIP_COUNT, origin,
+                               f"its condition reads per-environment state through "
+                               f"%{origin.name} ({origin.op.text}), so the trip count depends "
+                               "on data", demotable)
         if isinstance(env, _Mixed):
             return self.refuse(env.rule, env.instruction, env.message, demotable)
         if inst.op is Op.REDUCE:

@@ -1,8 +1,8 @@
 """Schedule, buffer assignment, the compiled executable and its per-kernel profile."""
 
 from hlofuse.runtime.executable import (
-    CodegenError, CompileOptions, Executable, KernelInfo, compile_cpu, generate)
+    CodegenError, CompileOptions, Executable, KernelInfo, compile_cpu, compile_many, generate)
 from hlofuse.runtime.profile import KernelProfile, Profile
 
 __all__ = ["CodegenError", "CompileOptions", "Executable", "KernelInfo", "KernelProfile",
-           "Profile", "compile_cpu", "generate"]
+           "Profile", "compile_cpu", "compile_many", "generate"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from concurrent.futures import ThreadPoolExecutor
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -124,6 +125,27 @@ def compile_cpu(module: Module, options: CompileOptions = CompileOptions()) -> E
     built = build_shared_object(generated.source.text, options.flags, Cache.open())
     library = load_library(built.path)
     return Executable(generated, library, built.cache_hit, time.perf_counter() - start)
+
+
+def compile_many(modules: Sequence[Module], options: CompileOptions = CompileOptions(),
+                 workers: int = 2) -> list[Executable]:
+    """compile_cpu for several modules, generating C for the next ones while the compiler
+    (a separate process) builds earlier ones: `workers` compilers run at once."""
+    runtime_library(options.flags)
+    cache = Cache.open()
+    with ThreadPoolExecutor(max(workers, 1)) as pool:
+        jobs = []
+        for module in modules:
+            start = time.perf_counter()
+            generated = generate(module, options)
+            build = pool.submit(build_shared_object, generated.source.text, options.flags, cache)
+            jobs.append((generated, build, start))
+        out = []
+        for generated, build, start in jobs:
+            built = build.result()
+            out.append(Executable(generated, load_library(built.path), built.cache_hit,
+                                  time.perf_counter() - start))
+    return out
 
 
 class _Pointers(ctypes.Structure):

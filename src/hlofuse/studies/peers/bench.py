@@ -219,14 +219,19 @@ def write_plot(result: BenchResult, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10, 6))
     peers = list(dict.fromkeys(r.peer for r in result.records))
-    for name in peers:
+    colors = plt.get_cmap("tab20").colors
+    markers = "osD^v<>ph*"
+    for i, name in enumerate(peers):
         rows = sorted((r for r in result.records if r.peer == name), key=lambda r: r.envs)
-        style = "-" if not name.startswith("c") else "--"
+        # hlofuse thick, the C kernels dashed: the two lines every ratio is read against.
+        is_hlofuse = name.startswith("hlofuse")
         ax.plot(
-            [r.envs for r in rows], [r.env_steps_per_s for r in rows], style, marker="o",
-            label=name,
+            [r.envs for r in rows], [r.env_steps_per_s for r in rows],
+            "--" if name in C_REFERENCE_PEERS else "-",
+            marker=markers[i % len(markers)], color=colors[i % len(colors)],
+            linewidth=3 if is_hlofuse else 1.5, label=name,
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -234,7 +239,7 @@ def write_plot(result: BenchResult, path: Path) -> None:
     ax.set_ylabel("env-steps/s")
     ax.set_title(f"CartPole peers ({result.machine.get('cpu')}, preliminary)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

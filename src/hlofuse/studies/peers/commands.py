@@ -44,7 +44,8 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="at most about this long for one peer's timed rollouts at one N; "
                    "fewer repeats (at least 1) when the warm-up says so (default 3)")
     p.add_argument("--peers", default="",
-                   help="comma-separated peer names (default: all); `--peers list` lists them")
+                   help="comma-separated peer names (default: every peer but the extra hlofuse "
+                   "strategies); `--peers list` lists them")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default="results", help="output folder (default results/)")
     p.set_defaults(handler=cmd_bench_peers)
@@ -90,9 +91,11 @@ def cmd_bench_peers(args: argparse.Namespace) -> int:
     registry = default_registry()
     if args.peers.strip() == "list":
         for peer in registry:
-            print(f"{peer.name:20} {peer.description}")
+            default = "" if peer.is_default else " (only when named)"
+            print(f"{peer.name:20} {peer.description}{default}")
         return 0
-    selected = [p.strip() for p in args.peers.split(",") if p.strip()] or registry.names()
+    selected = [p.strip() for p in args.peers.split(",") if p.strip()]
+    selected = selected or registry.default_names()
     unknown = [p for p in selected if p not in registry]
     if unknown:
         raise UsageError(
@@ -139,7 +142,8 @@ def run_and_report(
         )
     for skip in result.skipped:
         console.print(f"[yellow]skipped {skip.peer}:[/] {skip.note}")
-    console.print(results_table(result))
+    for table in results_tables(result):
+        console.print(table)
     json_path, plot_path = out / "peers.json", out / "peers.png"
     write_json(result, json_path)
     if result.records:
@@ -157,29 +161,29 @@ def format_rate(value: float) -> str:
     return f"{value:.3g}"
 
 
-def results_table(result: BenchResult) -> Table:
+def results_tables(result: BenchResult) -> tuple[Table, Table]:
+    """env-steps/s per peer and N, and the same as ratios to the reference."""
     from rich.table import Table
 
     envs = sorted({r.envs for r in result.records})
     references = {r.envs: r.reference for r in result.records if r.reference}
-    table = Table(title="CartPole peers: env-steps/s and ratio to the reference (preliminary)")
-    table.add_column("peer", no_wrap=True)
-    for n in envs:
-        table.add_column(f"N={n}", justify="right", no_wrap=True)
-    table.add_column("compile s", justify="right", no_wrap=True)
-    peers = list(dict.fromkeys(r.peer for r in result.records))
-    for name in peers:
+    rates = Table(title="CartPole peers: env-steps/s (preliminary)")
+    ratios = Table(title="ratio to the reference at each N (hlofuse best, else the C kernel)")
+    for table in (rates, ratios):
+        table.add_column("peer", no_wrap=True)
+        for n in envs:
+            table.add_column(f"N={n}", justify="right", no_wrap=True)
+    rates.add_column("compile s", justify="right", no_wrap=True)
+    for name in dict.fromkeys(r.peer for r in result.records):
         by_n = {r.envs: r for r in result.records if r.peer == name}
-        cells = []
+        rate_cells, ratio_cells = [], []
         for n in envs:
             r = by_n.get(n)
-            if r is None:
-                cells.append("-")
-                continue
-            ratio = "" if r.ratio is None else f" {r.ratio:.2f}"
-            cells.append(f"{format_rate(r.env_steps_per_s)}{ratio}")
+            rate_cells.append("-" if r is None else format_rate(r.env_steps_per_s))
+            ratio_cells.append("-" if r is None or r.ratio is None else f"{r.ratio:.3g}")
         compile_s = max((r.compile_s for r in by_n.values()), default=0.0)
-        table.add_row(name, *cells, f"{compile_s:.1f}")
+        rates.add_row(name, *rate_cells, f"{compile_s:.1f}")
+        ratios.add_row(name, *ratio_cells)
     if references:
-        table.caption = "reference: " + "; ".join(f"N={n}: {references[n]}" for n in references)
-    return table
+        ratios.caption = "reference: " + "; ".join(f"N={n}: {references[n]}" for n in references)
+    return rates, ratios

@@ -5,7 +5,9 @@ backend. Its random scheme is the peers' scheme (workload.py), so it draws the s
 and the agreement tests check it like any other peer. `register_hlofuse_peers` adds one
 `hlofuse-<strategy>` peer per fusion strategy (except `none`), on the study's best program
 form (the `all` preset: fused RNG, split state, unroll 10), with `is_hlofuse=True`: the
-benchmark's ratios are to the fastest of them at each N.
+benchmark's ratios are to the fastest of them at each N. Only the most capable strategy
+(the first of PREFERRED_STRATEGIES that exists) runs by default, since each one compiles the
+rollout at every N; the others run when named with --peers.
 
 They join the benchmark only once `jit(..., backend="cpu")` really compiles, which the
 architecture's `Compiled.source()` (the generated C) announces; until then the cpu backend
@@ -26,6 +28,7 @@ from hlofuse.studies.peers.registry import Peer, PeerRegistry, PeerUnavailable
 from hlofuse.studies.peers.workload import RolloutResult, Workload, initial_states
 
 BEST_PRESET = "all"
+PREFERRED_STRATEGIES = ("max", "priority", "xla")
 MISSING_NOTE = (
     "hlofuse best: hlofuse's jit does not compile yet (backend 'cpu' still runs the "
     "interpreter); ratios are to the C kernel"
@@ -81,12 +84,13 @@ class HlofuseRunner:
         return RolloutResult(np.asarray(states), int(finished), float(return_sum))
 
 
-def hlofuse_peer(strategy: str, backend: str = "cpu") -> Peer:
+def hlofuse_peer(strategy: str, backend: str = "cpu", is_default: bool = True) -> Peer:
     return Peer(
         f"hlofuse-{strategy}",
         f"hlofuse, strategy {strategy}, program preset '{BEST_PRESET}', backend {backend}",
         partial(HlofuseRunner, config=HlofuseConfig(strategy, backend)),
         is_hlofuse=True,
+        is_default=is_default,
         availability=availability,
     )
 
@@ -97,7 +101,8 @@ def register_hlofuse_peers(registry: PeerRegistry) -> str | None:
         return MISSING_NOTE
     from hlofuse.fusion.strategies import STRATEGIES
 
+    best = next((s for s in PREFERRED_STRATEGIES if s in STRATEGIES), None)
     for strategy in STRATEGIES:
         if strategy != "none":
-            registry.register_peer(hlofuse_peer(strategy))
+            registry.register_peer(hlofuse_peer(strategy, is_default=strategy == best))
     return None

@@ -41,7 +41,8 @@ class Peer:
 
     `is_eager` peers pay interpreter or dispatch overhead on every step, so the benchmark runs
     them for fewer steps (the metric is per step). `availability` returns None when the peer
-    can run, else a one-line note saying why not.
+    can run, else a one-line note saying why not. Peers that are not `is_default` run only
+    when named with --peers.
     """
 
     name: str
@@ -49,6 +50,7 @@ class Peer:
     factory: PeerFactory
     is_eager: bool = False
     is_hlofuse: bool = False
+    is_default: bool = True
     availability: Callable[[], str | None] = always_available
 
 
@@ -75,6 +77,9 @@ class PeerRegistry:
 
     def names(self) -> list[str]:
         return list(self.peers)
+
+    def default_names(self) -> list[str]:
+        return [p.name for p in self.peers.values() if p.is_default]
 
 
 def default_registry() -> PeerRegistry:
