@@ -20,7 +20,8 @@ from hlofuse.studies.commands import add_cartpole_command
 if TYPE_CHECKING:
     from hlofuse.api import Compiled
 from hlofuse.fusion.commands import add_explain_command, add_opt_command
-from hlofuse.interpreter import InterpreterError, Value, evaluate, flatten_value
+from hlofuse.interpreter import (InterpreterError, Value, coerce_argument, evaluate,
+                                 flatten_value)
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import HloParseError, parse_module
 from hlofuse.ir.printer import module_text
@@ -171,6 +172,7 @@ def _storable(array: np.ndarray) -> np.ndarray:
 def _compile(module: Module, strategy: str, backend: str, path: str) -> Compiled:
     from hlofuse.api import compile_module  # api imports every layer; only `run` needs it
     from hlofuse.fusion.strategies import StrategyError
+    from hlofuse.runtime import CodegenError
     from hlofuse.toolchain import CompileError
 
     try:
@@ -179,6 +181,8 @@ def _compile(module: Module, strategy: str, backend: str, path: str) -> Compiled
         raise UsageError(f"--strategy: {e}") from None
     except CompileError as e:
         raise UsageError(f"{path}: the C compiler failed: {_one_line(str(e))}") from None
+    except CodegenError as e:
+        raise UsageError(f"{path}: cannot compile: {_one_line(str(e))}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -189,6 +193,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         inputs = random_inputs(module, args.random_inputs)
     if args.profile and args.backend != "cpu":
         raise UsageError("--profile needs --backend cpu")
+    try:
+        inputs = [coerce_argument(a, p.shape, i)
+                  for i, (a, p) in enumerate(zip(inputs, module.entry.parameters))]
+    except TypeError as e:
+        raise UsageError(f"{args.file}: {e}") from None
     compiled = _compile(module, args.strategy, args.backend, args.file)
     try:
         outputs = compiled.run_flat(inputs)

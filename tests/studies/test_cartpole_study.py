@@ -26,9 +26,10 @@ KEYS = {"step", "variant", "strategy", "envs", "steps", "kernels_per_step", "byt
 def test_the_command_writes_every_record_and_both_plots(tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["cartpole", *TINY, "--variants", "baseline,split-state,none",
-                 "--strategies", "xla-no-merger", "--out", str(tmp_path)])
+                 "--strategies", "xla-no-merger", "--clock", "cpu", "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out
+    assert "env-steps per CPU-second" in out
     for name in ("baseline", "split-state", "none", "xla-no-merger"):
         assert name in out
     data = json.loads((tmp_path / "cartpole.json").read_text())
@@ -37,22 +38,26 @@ def test_the_command_writes_every_record_and_both_plots(tmp_path: Path,
         (s, n) for s in ("baseline", "split-state", "none", "xla-no-merger") for n in (8, 16)]
     for r in records:
         assert KEYS <= r.keys()
-        assert r["steps"] == 4 and r["repeats"] == 1
+        assert r["steps"] == 4 and 1 <= r["repeats"] <= study.MAX_REPEATS
         assert r["kernels_per_step"] > 0 and r["bytes_per_step"] > 0
         assert r["env_steps_per_s"] > 0 and r["compile_s"] > 0 and r["speedup_vs_baseline"] > 0
         assert r["env_steps_per_s"] == pytest.approx(r["envs"] * 4 / r["seconds"])
+        assert r["env_steps_per_cpu_s"] == pytest.approx(r["envs"] * 4 / r["cpu_seconds"])
+        assert r["cpu_speedup_vs_baseline"] > 0
         assert r["best_seconds"] <= r["seconds"]
         assert r["checked"] == (r["envs"] == 8)  # the smallest N is checked
     by_key = {(r["step"], r["envs"]): r for r in records}
     for n in (8, 16):
         base = by_key["baseline", n]
-        assert base["speedup_vs_baseline"] == 1.0
+        assert base["speedup_vs_baseline"] == 1.0 and base["cpu_speedup_vs_baseline"] == 1.0
         assert base["variant"] == {"rng": "custom_call", "state": "packed", "rollout": "scan",
                                    "unroll": 1, "deterministic": False}
         for step in ("split-state", "none", "xla-no-merger"):
             r = by_key[step, n]
             assert r["speedup_vs_baseline"] == pytest.approx(
                 r["env_steps_per_s"] / base["env_steps_per_s"])
+            assert r["cpu_speedup_vs_baseline"] == pytest.approx(
+                r["env_steps_per_cpu_s"] / base["env_steps_per_cpu_s"])
             # Every step draws the same random numbers: the same episodes end.
             assert (r["episodes"], r["return_sum"]) == (base["episodes"], base["return_sum"])
         # Without fusion every instruction is a kernel: more calls, more bytes per step.
@@ -146,3 +151,15 @@ def test_variants_list_names_every_step(capsys: pytest.CaptureFixture[str]) -> N
     for step in study.SEQUENCE:
         assert step.name in out
     assert "not run by default" in out
+
+
+def test_short_rollouts_are_timed_until_enough_time_has_passed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Instant:
+        def run_flat(self, arrays: list[np.ndarray]) -> None:
+            pass
+
+    monkeypatch.setattr(study, "MIN_TIMED_S", 0.01)
+    wall, cpu = study.time_rollouts(Instant(), np.zeros(2, np.uint32), 3)  # type: ignore[arg-type]
+    assert len(wall) == len(cpu) and 3 <= len(wall) <= study.MAX_REPEATS
+    assert len(wall) == study.MAX_REPEATS or sum(wall) >= 0.01

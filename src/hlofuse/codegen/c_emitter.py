@@ -466,10 +466,34 @@ class KernelEmitter:
                          reduces: list[Instruction],
                          siblings: list[tuple[int, Instruction, tuple[int, ...]]],
                          outputs: list[tuple[int, tuple[Instruction, tuple[int, ...]]]]) -> None:
+        """Two loops: the first computes every reduced value and every sibling output element
+        by element (vectorised, split across threads), keeping the reduced values; the second
+        accumulates them in the reference's order."""
+        count = math.prod(in_dims)
+        stored: list[list[str]] = []
+        stores: list[Store] = []
+        roots: list[Instruction] = []
+        for r in reduces:
+            pointers = []
+            for x in r.operands[:len(r.operands) // 2]:
+                pointer = self._temporary(x.dtype, count)
+                pointers.append(pointer)
+                stores.append((self.element(x), pointer, x.dtype))
+                roots.append(x)
+            stored.append(pointers)
+        for k, inst, path in siblings:
+            stores.append((self.element(inst, path), self.output_names[k],
+                           leaf_shape(inst, path).dtype))
+            roots.append(inst)
+        self.loop(in_dims, stores, parallel=True, roots=tuple(roots))
         kept = [d for d in range(len(in_dims)) if d not in reduced]
         out_dims = tuple(in_dims[d] for d in kept)
         plans = [accumulation(self.em, r.calls[0], r.operands[0].dtype,
                               len(r.operands) // 2) for r in reduces]
+        pragma = None
+        if all(p.simd_op is not None for p in plans):
+            pragma = "#pragma omp simd " + " ".join(
+                f"reduction({p.simd_op}:{self.body.fresh('acc')})" for p in plans)
         lines: list[str] = []
         with self.body.section(lines, 1), contextlib.ExitStack() as outer:
             out_index, headers, _ = self._loop_headers(out_dims, False, self.groups, {}, None)
@@ -485,14 +509,10 @@ class KernelEmitter:
                                       self.em.scalar(init))
                     names.append(name)
                 accumulators.append(names)
-            simd = all(p.simd_op is not None for p in plans)
-            pragma = " ".join(
-                self.lang.simd_reduction.format(op=p.simd_op, var=a[0]).replace(
-                    "#pragma omp simd ", "") for p, a in zip(plans, accumulators)) if simd else None
             if pragma is not None:
-                pragma = "#pragma omp simd " + pragma
-            multi = list(out_index.multi or ())
-            position = iter(multi)
+                pragma = "#pragma omp simd " + " ".join(
+                    f"reduction({p.simd_op}:{a[0]})" for p, a in zip(plans, accumulators))
+            position = iter(out_index.multi or ())
             input_multi: list[str] = []
             loops: list[tuple[str, int]] = []
             for d, size in enumerate(in_dims):
@@ -510,18 +530,14 @@ class KernelEmitter:
                         inner.enter_context(self.body.block(
                             f"for (int64_t {var} = 0; {var} < {size}; ++{var})",
                             pragma if n == len(loops) - 1 else None))
-                    index = Index(in_dims, None, tuple(input_multi), None)
-                    for r, names in zip(reduces, accumulators):
-                        count = len(r.operands) // 2
-                        values = [self.em.array_value(x, index) for x in r.operands[:count]]
+                    linear = self.em.linear_of(Index(in_dims, None, tuple(input_multi), None))
+                    for r, names, pointers in zip(reduces, accumulators, stored):
+                        values = [self.body.let(self.lang.register_type(x.dtype),
+                                                self.lang.load(x.dtype, p, linear))
+                                  for x, p in zip(r.operands, pointers)]
                         for acc, new in zip(names, self.em.apply_reducer(r.calls[0], names,
                                                                          values)):
                             self.body.emit(f"{acc} = {new};")
-                    for k, inst, path in siblings:
-                        dtype = leaf_shape(inst, path).dtype
-                        value = pick(self.em.value(inst, index), path)
-                        self.body.emit(f"{self.output_names[k]}[{self.em.linear_of(index)}] = "
-                                       f"{self.lang.to_storage(dtype, value)};")
             target = self.em.linear_of(out_index)
             for r, names in zip(reduces, accumulators):
                 for k, (inst, path) in outputs:

@@ -672,8 +672,8 @@ class Accumulation:
     """How a reduce accumulates.
 
     Integer add/mul/and/or/xor are associative, so the reduced loop may be vectorised (OpenMP
-    simd reduction); so may f32/f64 sums and products, within rounding. Other float reducers
-    keep the sequential order (no reassociation without -ffast-math).
+    simd reduction). Float reducers keep the sequential order (no reassociation without
+    -ffast-math), which is the reference's for short rows.
     For f16/bf16 the order is visible in the result, so it follows the reference: reduce the
     values from the op's identity, then combine the total with the initial value once; an
     f16 sum accumulates in f32 and rounds once (NumPy's pairwise summation does).
@@ -695,10 +695,6 @@ def accumulation(em: ElementalEmitter, reducer: Computation, dtype: DType,
         identity = em.lang.literal(dtype, _IDENTITIES[op])
         return Accumulation(ctype, None, identity, dtype is DType.F16 and op is Op.ADD)
     if op in _SIMD_REDUCTIONS and (dtype.is_integer or dtype.is_pred):
-        return Accumulation(ctype, _SIMD_REDUCTIONS[op])
-    if op in (Op.ADD, Op.MULTIPLY) and dtype in (DType.F32, DType.F64):
-        # Vector partial sums reassociate the sum, as XLA's vectorised reductions (and NumPy's
-        # pairwise summation) do: equal within rounding, not bit for bit.
         return Accumulation(ctype, _SIMD_REDUCTIONS[op])
     return Accumulation(ctype)
 

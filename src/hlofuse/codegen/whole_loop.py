@@ -54,6 +54,8 @@ TABLE_BYTES = 65536
 # let the emitter pick concatenate operands and slices statically); larger ones get a loop.
 UNROLL_ELEMENTS = 16
 ENV = "e"  # the C variable holding the lane's environment index
+# Environment-steps below which a chunk runs on the calling thread alone (about a millisecond).
+PARALLEL_MIN_ENV_STEPS = 1 << 17
 
 
 def emit_whole_loop(spec: KernelSpec, lang: CLanguage, options: KernelOptions) -> EmittedKernel:
@@ -92,6 +94,9 @@ class WholeLoopEmitter:
         self.n = plan.size
         self.lanes = min(lanes, 1 << max(0, (self.n - 1).bit_length()))
         self.blocks = -(-self.n // self.lanes)
+        # The environment component of lane indices. With one environment it is the literal 0,
+        # as index maps write it for dimensions of size 1, so equal values share one local.
+        self.env = ENV if self.n > 1 else "0"
         self.body = FunctionBody()
         self.inputs = [f"in{k}" for k in range(len(spec.inputs))]
         self.outputs = [f"out{k}" for k in range(len(spec.outputs))]
@@ -103,7 +108,8 @@ class WholeLoopEmitter:
         constants = self._argument_bindings()
         lane_lang = dataclasses.replace(lang, simd_reduction="")  # no simd inside simd
         self.uniform_em = ElementalEmitter(lang, self.body, dict(constants))
-        self.lane_em = ElementalEmitter(lane_lang, self.body, dict(constants))
+        lane_emitter = ElementalEmitter if self.lanes > 1 else BranchingEmitter
+        self.lane_em = lane_emitter(lane_lang, self.body, dict(constants))
         self.uniform_em._no_hoist = 1  # values change every step: nothing moves out of it
         self.lane_em._no_hoist = 1
         self.chunk = self._chunk_steps()
@@ -297,7 +303,9 @@ class WholeLoopEmitter:
         body, lang = self.body, self.lang
         parallel = self.blocks > 1
         if parallel:
-            body.emit(lang.parallel_region)
+            # Starting a thread team costs more than a small chunk's work, and far more when
+            # the machine is busy and a thread waits for a core at the barrier.
+            body.emit(f"{lang.parallel_region} if (count * {self.n} >= {PARALLEL_MIN_ENV_STEPS})")
             body.emit("{")
             body.emit(f"  {lang.ftz_begin}")
         with body.block(f"for (int64_t b = 0; b < {self.blocks}; ++b)",
@@ -343,7 +351,7 @@ class WholeLoopEmitter:
                 body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
                 for i in self.plan.per_env:
                     dims = self.loop.shape.elements[i].dims
-                    for q, index in enumerate(_env_indices(dims)):
+                    for q, index in enumerate(_env_indices(dims, self.env)):
                         value = self.uniform_em.array_value(self.init[i], index)
                         body.emit(f"s{i}[{q}][l] = {value};")
         with body.block("else"):
@@ -413,7 +421,7 @@ class WholeLoopEmitter:
             for i in self.plan.per_env:
                 shape = self.loop.shape.elements[i]
                 value = self.plan.body.root.operands[i]
-                for q, index in enumerate(_env_indices(shape.dims)):
+                for q, index in enumerate(_env_indices(shape.dims, self.env)):
                     stores.append(f"s{i}[{q}][l] = {em.array_value(value, index)};")
             for k, acc in enumerate(self.plan.accumulators):
                 self._accumulate(k, acc)
@@ -435,13 +443,14 @@ class WholeLoopEmitter:
         dims = operand.shape.dims
         loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
         if not loops:
-            multi = tuple(ENV if d == env_dim else "0" for d in range(len(dims)))
+            multi = tuple(self.env if d == env_dim else "0" for d in range(len(dims)))
             value = em.array_value(operand, Index(dims, None, multi, None))
             return em.apply_reducer(acc.reducer, [total], [value])[0]
         name = body.fresh("acc")
         body.emit(f"{self._ctype(operand.dtype)} {name} = {total};")
         variables = {d: body.fresh("r") for d, _ in loops}
-        multi = tuple(ENV if d == env_dim else variables.get(d, "0") for d in range(len(dims)))
+        multi = tuple(self.env if d == env_dim else variables.get(d, "0")
+                      for d in range(len(dims)))
         with contextlib.ExitStack() as stack:
             for d, size in loops:
                 var = variables[d]
@@ -493,6 +502,25 @@ class WholeLoopEmitter:
             body.emit(f"free(part{k});")
 
 
+class BranchingEmitter(ElementalEmitter):
+    """Lane code of one lane is scalar: there a select computes only the operand it picks (an
+    environment that did not finish draws no reset values), as the scalar hand-written kernel
+    does. With several lanes both are computed and blended, which is what vectors do."""
+
+    def _compute(self, inst: Instruction, index: Index) -> Value:
+        if inst.op is not Op.SELECT or not inst.shape.dims:
+            return super()._compute(inst, index)
+
+        def at(operand: Instruction) -> Index:
+            return index if operand.shape.dims == inst.shape.dims else SCALAR
+
+        predicate, on_true, on_false = inst.operands
+        condition = self.array_value(predicate, at(predicate))
+        return self.branch(inst.dtype, condition,
+                           lambda: self.array_value(on_true, at(on_true)),
+                           lambda: self.array_value(on_false, at(on_false)))
+
+
 def _element_read(inst: Instruction) -> int | None:
     if inst.op is not Op.GET_TUPLE_ELEMENT or inst.operands[0].op is not Op.PARAMETER:
         return None
@@ -513,11 +541,8 @@ def _element_indices(dims: tuple[int, ...]) -> list[Index]:
     return out
 
 
-def _env_indices(dims: tuple[int, ...], env_dim: int = 0) -> list[Index]:
-    """The elements of the lane's environment's part of a per-environment array."""
-    rest = dims[:env_dim] + dims[env_dim + 1:]
-    out = []
-    for index in _element_indices(rest):
-        multi = index.multi or ()
-        out.append(Index(dims, None, (*multi[:env_dim], ENV, *multi[env_dim:]), None))
-    return out
+def _env_indices(dims: tuple[int, ...], env: str) -> list[Index]:
+    """The elements of the lane's environment's row of a per-environment array (the
+    environment component written `env`)."""
+    return [Index(dims, None, (env, *(index.multi or ())), None)
+            for index in _element_indices(dims[1:])]

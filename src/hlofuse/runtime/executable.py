@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from concurrent.futures import ThreadPoolExecutor
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -24,6 +24,7 @@ from hlofuse.codegen.elemental import UnsupportedInstruction
 from hlofuse.codegen.language import C, CLanguage
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape
 from hlofuse.ir.verifier import verify
 from hlofuse.runtime.buffers import ALIGNMENT, Assignment, assign_buffers
 from hlofuse.runtime.driver import KernelFunction, ModuleSource, module_source
@@ -398,23 +399,21 @@ def _branch(thunk: ConditionalThunk, selector: int) -> int:
 
 
 def _check_argument(k: int, arg: object, buffer: Buffer) -> np.ndarray:
+    """The interpreter's checks and messages, plus contiguity (kernels index flat memory)."""
     expected = buffer.dtype.numpy
-    shape = f"{buffer.dtype.text}{list(buffer.dims)}"
-    where = f"argument {k} (%{buffer.label})"
+    shape = Shape.array(buffer.dtype, buffer.dims).text(False)
     if isinstance(arg, bool | int | float) and not buffer.dims:
         return np.asarray(arg, dtype=expected)
     if isinstance(arg, np.generic):
         arg = np.asarray(arg)
     if not isinstance(arg, np.ndarray):
-        raise TypeError(f"{where}: expected a NumPy array of {shape}, got {type(arg).__name__}")
-    if arg.dtype != expected:
-        raise TypeError(f"{where}: expected element type {buffer.dtype.text} ({expected}), got "
-                        f"{arg.dtype}")
-    if arg.shape != buffer.dims:
-        raise TypeError(f"{where}: expected shape {list(buffer.dims)}, got {list(arg.shape)}")
+        raise TypeError(f"argument {k}: expected a NumPy array of {shape}, got "
+                        f"{type(arg).__name__}")
+    if arg.dtype != expected or arg.shape != buffer.dims:
+        raise TypeError(f"argument {k}: expected {shape}, got {arg.dtype}{list(arg.shape)}")
     if not arg.flags.c_contiguous:
-        raise ValueError(f"{where}: the array is not C-contiguous (strides {arg.strides}); "
-                         "pass np.ascontiguousarray(x)")
+        raise ValueError(f"argument {k}: expected a C-contiguous array of {shape}, got one with "
+                         f"strides {arg.strides}; pass np.ascontiguousarray(x)")
     return arg
 
 

@@ -27,9 +27,11 @@ def _plain_ticks(axis: Axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _title(result: StudyResult, what: str) -> str:
-    return (f"CartPole on hlofuse: {what}, T={result.config.steps} "
-            f"({result.machine.get('cpu')}, {result.machine.get('usable_cores')} cores)")
+def _title(result: StudyResult, what: str, clock: str) -> str:
+    threads = result.machine.get("omp_num_threads") or result.machine.get("usable_cores")
+    per = "CPU-second" if clock == "cpu" else "second"
+    return (f"CartPole on hlofuse: {what} per {per}, T={result.config.steps} "
+            f"({result.machine.get('cpu')}, {threads} threads)")
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -38,7 +40,7 @@ def _save(fig: Figure, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write_speedup_plot(result: StudyResult, path: Path) -> None:
+def write_speedup_plot(result: StudyResult, path: Path, clock: str = "wall") -> None:
     """Speedup over the baseline for each step of the sequence, one bar per N (log scale)."""
     fig = _figure()
     ax = fig.add_subplot()
@@ -46,7 +48,7 @@ def write_speedup_plot(result: StudyResult, path: Path) -> None:
     envs = sorted({r.envs for r in result.records})
     width = 0.8 / max(len(envs), 1)
     for k, n in enumerate(envs):
-        by_step = {r.step: r.speedup_vs_baseline for r in result.records if r.envs == n}
+        by_step = {r.step: r.speedup(clock) for r in result.records if r.envs == n}
         xs = [i + (k - (len(envs) - 1) / 2) * width for i in range(len(steps))]
         bars = ax.bar(xs, [by_step.get(s, 0.0) for s in steps], width, label=f"N={n}")
         ax.bar_label(bars, fmt="%.2g", fontsize=6)
@@ -54,21 +56,21 @@ def write_speedup_plot(result: StudyResult, path: Path) -> None:
     ax.set_yscale("log")
     _plain_ticks(ax.yaxis)
     ax.set_xticks(range(len(steps)), steps, rotation=20, ha="right")
-    ax.set_ylabel("speedup over baseline (env-steps/s ratio)")
-    ax.set_title(_title(result, "speedup per step"), fontsize=9)
+    ax.set_ylabel("speedup over baseline")
+    ax.set_title(_title(result, "speedup", clock), fontsize=9)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, path)
 
 
-def write_rates_plot(result: StudyResult, path: Path) -> None:
+def write_rates_plot(result: StudyResult, path: Path, clock: str = "wall") -> None:
     """env-steps/s against N for every step, log axes."""
     fig = _figure()
     ax = fig.add_subplot()
     for step in result.steps:
         rows = sorted((r for r in result.records if r.step == step.name), key=lambda r: r.envs)
         style = "--" if step.strategy == "none" else "-"
-        ax.plot([r.envs for r in rows], [r.env_steps_per_s for r in rows], style, marker="o",
+        ax.plot([r.envs for r in rows], [r.rate(clock) for r in rows], style, marker="o",
                 label=f"{step.name} ({step.strategy})")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -76,8 +78,8 @@ def write_rates_plot(result: StudyResult, path: Path) -> None:
     ax.set_xticks(envs, [str(n) for n in envs])
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("environments N")
-    ax.set_ylabel("env-steps/s")
-    ax.set_title(_title(result, "throughput"), fontsize=9)
+    ax.set_ylabel("env-steps per CPU-second" if clock == "cpu" else "env-steps/s")
+    ax.set_title(_title(result, "env-steps", clock), fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, path)

@@ -11,8 +11,12 @@ For every step and N: trace, compile (timed: fusion, code generation and the C c
 on-disk cache may hold the object already), run once to warm up, check the final states
 against the reference interpreter (at one small N per step: correctness first, a
 disagreement stops the study), profile one run (kernel calls and bytes moved per step, from
-what actually ran), then time `repeats` whole rollouts and keep the median. Speedups are over
-the baseline step at the same N.
+what actually ran), then time at least `repeats` whole rollouts (more when they are short,
+until MIN_TIMED_S have been timed) and keep the median. Each rollout is timed by the wall clock
+and by this process's CPU time: on a machine shared with other work the wall clock measures
+the scheduler as much as the program, while the CPU time of a single-threaded run
+(OMP_NUM_THREADS=1) does not. Speedups, by either clock, are over the baseline step at the
+same N.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ CHECK_ENVS = 64
 # Compiled and interpreted rollouts agree bit for bit today; the tolerance only allows for a
 # math library that rounds sin/cos differently, never for a different episode count.
 CHECK_ATOL = 1e-5
+# Short rollouts are repeated until this long has been timed: a median of a handful of 1 ms
+# runs on a busy machine is mostly the scheduler's.
+MIN_TIMED_S = 0.2
+MAX_REPEATS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +167,12 @@ class Record:
     strategy: str
     envs: int
     steps: int
-    repeats: int
+    repeats: int  # timed rollouts: at least the configured count
     seconds: float  # median wall time of one rollout
     best_seconds: float  # the fastest of the timed rollouts
+    cpu_seconds: float  # median CPU time of this process (all its threads) per rollout
     env_steps_per_s: float
+    env_steps_per_cpu_s: float
     kernels_per_step: float  # kernel calls (copies not counted), from the profile
     copies_per_step: float
     bytes_per_step: float  # read + written by kernels and copies, from the profile
@@ -174,6 +184,13 @@ class Record:
     return_sum: float
     checked: bool  # this run's outputs were compared with the reference interpreter
     speedup_vs_baseline: float = 0.0
+    cpu_speedup_vs_baseline: float = 0.0  # the same by CPU time
+
+    def rate(self, clock: str) -> float:
+        return self.env_steps_per_cpu_s if clock == "cpu" else self.env_steps_per_s
+
+    def speedup(self, clock: str) -> float:
+        return self.cpu_speedup_vs_baseline if clock == "cpu" else self.speedup_vs_baseline
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,19 +274,16 @@ def measure(step: StudyStep, built: Built, n_envs: int, config: StudyConfig,
     copies = [r for r in profile.rows if r.kind == "copy"]
     kernel_calls = sum(r.calls for r in profile.rows if r.kind != "copy")
     moved = sum(r.bytes_read + r.bytes_written for r in profile.rows)
-    seconds = []
-    for _ in range(config.repeats):
-        start = time.perf_counter()
-        compiled.run_flat([key])
-        seconds.append(time.perf_counter() - start)
-    median = statistics.median(seconds)
+    wall, cpu = time_rollouts(compiled, key, config.repeats)
+    median, cpu_median = statistics.median(wall), statistics.median(cpu)
     t = config.steps
     assert compiled.executable is not None  # built for the cpu backend
     return Record(
         step=step.name, program=step.program, variant=dataclasses.asdict(step.variant),
-        strategy=step.strategy, envs=n_envs, steps=t, repeats=config.repeats, seconds=median,
-        best_seconds=min(seconds),
-        env_steps_per_s=n_envs * t / median if median > 0 else float("inf"),
+        strategy=step.strategy, envs=n_envs, steps=t, repeats=len(wall), seconds=median,
+        best_seconds=min(wall), cpu_seconds=cpu_median,
+        env_steps_per_s=_rate(n_envs * t, median),
+        env_steps_per_cpu_s=_rate(n_envs * t, cpu_median),
         kernels_per_step=kernel_calls / t, copies_per_step=sum(r.calls for r in copies) / t,
         bytes_per_step=moved / t,
         kernels_per_iteration=dict(compiled.fusion.kernels_per_iteration()),
@@ -278,10 +292,30 @@ def measure(step: StudyStep, built: Built, n_envs: int, config: StudyConfig,
     )
 
 
+def time_rollouts(compiled: Compiled, key: np.ndarray,
+                  repeats: int) -> tuple[list[float], list[float]]:
+    """(wall, CPU) seconds of at least `repeats` rollouts, more until MIN_TIMED_S are timed."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    while len(wall) < MAX_REPEATS and (len(wall) < repeats or sum(wall) < MIN_TIMED_S):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        compiled.run_flat([key])
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return wall, cpu
+
+
+def _rate(env_steps: int, seconds: float) -> float:
+    # process_time ticks coarsely on some systems: a rollout may read as 0 CPU seconds.
+    return env_steps / seconds if seconds > 0 else float("inf")
+
+
 def with_speedups(records: Sequence[Record]) -> list[Record]:
-    """Each record with its speedup over the baseline step at the same N."""
-    baseline = {r.envs: r.env_steps_per_s for r in records if r.step == BASELINE}
-    return [dataclasses.replace(r, speedup_vs_baseline=r.env_steps_per_s / baseline[r.envs])
+    """Each record with its speedups over the baseline step at the same N (both clocks)."""
+    wall = {r.envs: r.env_steps_per_s for r in records if r.step == BASELINE}
+    cpu = {r.envs: r.env_steps_per_cpu_s for r in records if r.step == BASELINE}
+    return [dataclasses.replace(r, speedup_vs_baseline=r.env_steps_per_s / wall[r.envs],
+                                cpu_speedup_vs_baseline=r.env_steps_per_cpu_s / cpu[r.envs])
             for r in records]
 
 

@@ -27,6 +27,7 @@ QUICK_REPEATS = 1
 # --check and --show-hlo run the reference interpreter or print a module: one small size.
 SMALL_ENVS, SMALL_STEPS = 8, 30
 EXIT_WRONG_RESULT = 1
+CLOCKS = ("wall", "cpu")
 
 
 def add_cartpole_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -53,8 +54,12 @@ def add_cartpole_command(sub: argparse._SubParsersAction) -> None:  # type: igno
                    help="comma-separated extra strategies, each run on the baseline program as "
                    "a step named after it (e.g. xla-no-merger,xla+rng_expansion)")
     p.add_argument("--repeats", type=int,
-                   help=f"timed rollouts per step and N, the median is kept (default "
-                   f"{DEFAULT_REPEATS})")
+                   help=f"at least this many timed rollouts per step and N, more for short "
+                   f"ones; the median is kept (default {DEFAULT_REPEATS})")
+    p.add_argument("--clock", choices=CLOCKS, default="wall",
+                   help="what the table and plots show: env-steps per wall-clock second "
+                   "(default) or per CPU-second of this process, steadier on a busy machine "
+                   "(exact with OMP_NUM_THREADS=1); the JSON has both")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default="results", help="output folder (default results/)")
     p.add_argument("--quick", action="store_true",
@@ -91,7 +96,7 @@ def cmd_cartpole(args: argparse.Namespace) -> int:
     if args.variants.strip() == "list":
         _list_steps()
         return 0
-    return run_and_report(_steps(args), _config(args), Path(args.out))
+    return run_and_report(_steps(args), _config(args), Path(args.out), args.clock)
 
 
 def _list_steps() -> None:
@@ -145,7 +150,8 @@ def _config(args: argparse.Namespace) -> StudyConfig:
                        repeats=check_positive(repeats, "--repeats"), seed=args.seed)
 
 
-def run_and_report(steps: list[StudyStep], config: StudyConfig, out: Path) -> int:
+def run_and_report(steps: list[StudyStep], config: StudyConfig, out: Path,
+                   clock: str = "wall") -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -166,12 +172,12 @@ def run_and_report(steps: list[StudyStep], config: StudyConfig, out: Path) -> in
         return EXIT_WRONG_RESULT
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
-    console.print(results_table(result))
+    console.print(results_table(result, clock))
     json_path = out / "cartpole.json"
     speedup_path, rates_path = out / "cartpole_speedup.png", out / "cartpole_rates.png"
     write_json(result, json_path)
-    write_speedup_plot(result, speedup_path)
-    write_rates_plot(result, rates_path)
+    write_speedup_plot(result, speedup_path, clock)
+    write_rates_plot(result, rates_path, clock)
     console.print(f"wrote {json_path}, {speedup_path} and {rates_path}")
     return 0
 
@@ -183,12 +189,13 @@ def _span(values: list[float], digits: int) -> str:
     return f"{low:.{digits}f}-{high:.{digits}f}"
 
 
-def results_table(result: StudyResult) -> Table:
+def results_table(result: StudyResult, clock: str = "wall") -> Table:
     from rich.table import Table
 
     envs = sorted({r.envs for r in result.records})
-    table = Table(title=f"CartPole on hlofuse, T={result.config.steps}: env-steps/s and speedup "
-                  "over baseline (preliminary)")
+    per = "CPU-second" if clock == "cpu" else "second"
+    table = Table(title=f"CartPole on hlofuse, T={result.config.steps}: env-steps per {per} and "
+                  "speedup over baseline (preliminary)")
     table.add_column("step", no_wrap=True)
     table.add_column("strategy", overflow="fold")
     table.add_column("kernels\n/step", justify="right")
@@ -200,7 +207,7 @@ def results_table(result: StudyResult) -> Table:
         rows = {r.envs: r for r in result.records if r.step == step.name}
         if not rows:
             continue
-        cells = [f"{format_rate(rows[n].env_steps_per_s)}\n{rows[n].speedup_vs_baseline:.2f}x"
+        cells = [f"{format_rate(rows[n].rate(clock))}\n{rows[n].speedup(clock):.2f}x"
                  if n in rows else "-" for n in envs]
         compile_s = max(r.compile_s for r in rows.values())
         all_hits = all(r.cache_hit for r in rows.values())
