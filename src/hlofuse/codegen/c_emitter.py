@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from hlofuse.codegen import templates
 from hlofuse.codegen.elemental import (
     SCALAR, Binding, ElementalEmitter, FunctionBody, Index, NeedsLoopNest, UnsupportedInstruction,
-    Value, accumulation, simple_reducer)
+    Accumulation, Value, accumulation, reduction_order, simple_reducer)
 from hlofuse.codegen.elementwise import convert_expression
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType
@@ -154,7 +154,7 @@ def kernel_instructions(spec: KernelSpec) -> list[Instruction]:
     return order
 
 
-Store = tuple[Callable[[Index], str], str, DType]
+Store = tuple[Callable[[Index], str], str, DType, Callable[[Index], str] | None]
 
 
 class KernelEmitter:
@@ -235,8 +235,9 @@ class KernelEmitter:
         for dims, members in groups.items():
             if len(members) == 1 and self._column_reduction(*members[0]):
                 continue
-            stores = [(self.element(inst, path), self.output_names[k],
-                       leaf_shape(inst, path).dtype) for k, inst, path in members]
+            stores: list[Store] = [(self.element(inst, path), self.output_names[k],
+                                    leaf_shape(inst, path).dtype, None)
+                                   for k, inst, path in members]
             self.loop(dims, stores, parallel=True, roots=tuple(m[1] for m in members))
         return self._finish()
 
@@ -342,11 +343,13 @@ class KernelEmitter:
                         stack.enter_context(self.body.block(header))
                     # Every value is computed before any is stored, so an output may overwrite
                     # an input it shares a buffer with (read only at this element).
-                    values = [value_of(index) for value_of, _, _ in stores]
-                    for (_, pointer, dtype), value in zip(stores, values):
-                        in_place = len(parts) == 1 and offsets is None and not in_prologue
+                    values = [value_of(index) for value_of, _, _, _ in stores]
+                    for (_, pointer, dtype, place), value in zip(stores, values):
+                        natural = offsets is None and place is None
+                        in_place = len(parts) == 1 and natural and not in_prologue
                         self.stored_at[pointer] = index.key if in_place else None
-                        target = offsets(index) if offsets else self.em.linear_of(index)
+                        at = place or offsets
+                        target = at(index) if at else self.em.linear_of(index)
                         self.body.emit(
                             f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
         if parallel:
@@ -438,17 +441,17 @@ class KernelEmitter:
                                done: set[int]) -> None:
         """Reduces over the same input shape and dimensions, and outputs of that input shape,
         in one pass (XLA's multi-output reduction fusion): the shared producers are computed
-        once per input element instead of once per output."""
+        once per input element instead of once per output. A float sum goes this way even
+        alone: its values are stored so they can be summed in the reference's order."""
         groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[Instruction]] = {}
         bound = {id(inst) for inst, _ in self.spec.inputs}
         for _, (inst, _) in outputs:
             if inst.op is not Op.REDUCE or id(inst) in bound:
                 continue
-            count = len(inst.operands) // 2
-            plan = accumulation(self.em, inst.calls[0], inst.operands[0].dtype, count)
-            if plan.identity is not None:
+            plan = self._plan(inst)
+            if plan.identity is not None and not plan.pairwise:
                 continue
-            key = (inst.operands[0].shape.dims, tuple(sorted(inst.ints("dimensions"))))
+            key = (inst.operands[0].shape.dims, inst.ints("dimensions"))
             members = groups.setdefault(key, [])
             if all(m is not inst for m in members):
                 members.append(inst)
@@ -456,97 +459,130 @@ class KernelEmitter:
             siblings = [(k, inst, path) for k, (inst, path) in outputs
                         if k not in done and inst.op is not Op.REDUCE
                         and leaf_shape(inst, path).dims == in_dims]
-            if len(reduces) == 1 and not siblings:
+            if len(reduces) == 1 and not siblings and not self._plan(reduces[0]).pairwise:
                 continue
-            self._reduction_group(in_dims, reduced, reduces, siblings, outputs)
+            targets = {}
+            for r in reduces:
+                for k, (inst, path) in outputs:
+                    if inst is r:
+                        targets[(id(r), path[0] if path else 0)] = self.output_names[k]
+            self._reduction_group(in_dims, reduced, reduces, siblings, targets)
             done.update(k for k, (inst, _) in outputs if any(inst is r for r in reduces))
             done.update(k for k, _, _ in siblings)
+
+    def _plan(self, inst: Instruction) -> Accumulation:
+        return accumulation(self.em, inst.calls[0], inst.operands[0].dtype,
+                            len(inst.operands) // 2)
 
     def _reduction_group(self, in_dims: tuple[int, ...], reduced: tuple[int, ...],
                          reduces: list[Instruction],
                          siblings: list[tuple[int, Instruction, tuple[int, ...]]],
-                         outputs: list[tuple[int, tuple[Instruction, tuple[int, ...]]]]) -> None:
+                         targets: dict[tuple[int, int], str]) -> None:
         """Two loops: the first computes every reduced value and every sibling output element
-        by element (vectorised, split across threads), keeping the reduced values; the second
-        accumulates them in the reference's order."""
-        count = math.prod(in_dims)
+        by element (vectorised, split across threads) and keeps the values in rows, one row
+        per result element (the reduced dimensions last, in `dimensions` order); the second
+        reduces each row in the reference's order. `targets` maps (id(reduce), leaf) to the
+        pointer a result goes to."""
+        kept = [d for d in range(len(in_dims)) if d not in reduced]
+        out_dims = tuple(in_dims[d] for d in kept)
+        extent = math.prod(in_dims[d] for d in reduced)
+        rows = math.prod(out_dims)
+        order = kept + list(reduced)
+        natural = order == list(range(len(in_dims)))
+        row_dims = tuple(in_dims[d] for d in order)
+
+        def row_position(index: Index) -> str:
+            multi = self.em.multi_of(index)
+            return self.em.linear_of(Index(row_dims, None, tuple(multi[d] for d in order), None))
+
         stored: list[list[str]] = []
         stores: list[Store] = []
         roots: list[Instruction] = []
         for r in reduces:
+            plan = self._plan(r)
             pointers = []
             for x in r.operands[:len(r.operands) // 2]:
-                pointer = self._temporary(x.dtype, count)
+                kept_type = DType.F32 if plan.unrounded or plan.pairwise and \
+                    x.dtype is DType.F16 else x.dtype
+                pointer = self._temporary(kept_type, rows * extent)
                 pointers.append(pointer)
-                stores.append((self.element(x), pointer, x.dtype))
+                stores.append((self.element(x), pointer, kept_type,
+                               None if natural else row_position))
                 roots.append(x)
             stored.append(pointers)
         for k, inst, path in siblings:
             stores.append((self.element(inst, path), self.output_names[k],
-                           leaf_shape(inst, path).dtype))
+                           leaf_shape(inst, path).dtype, None))
             roots.append(inst)
         self.loop(in_dims, stores, parallel=True, roots=tuple(roots))
-        kept = [d for d in range(len(in_dims)) if d not in reduced]
-        out_dims = tuple(in_dims[d] for d in kept)
-        plans = [accumulation(self.em, r.calls[0], r.operands[0].dtype,
-                              len(r.operands) // 2) for r in reduces]
-        pragma = None
-        if all(p.simd_op is not None for p in plans):
-            pragma = "#pragma omp simd " + " ".join(
-                f"reduction({p.simd_op}:{self.body.fresh('acc')})" for p in plans)
-        lines: list[str] = []
-        with self.body.section(lines, 1), contextlib.ExitStack() as outer:
-            out_index, headers, _ = self._loop_headers(out_dims, False, self.groups, {}, None)
-            self.groups += 1
+        in_prologue = self.body.hoisting > 0
+        for r, pointers in zip(reduces, stored):
+            lines: list[str] = []
+            with self.body.section(lines, self.body.scope.indent if in_prologue else 1):
+                self._reduce_rows(r, pointers, out_dims, extent, in_dims, reduced, targets)
+            self._add_section(lines, False, 1, in_prologue)
+
+    def _reduce_rows(self, r: Instruction, pointers: list[str], out_dims: tuple[int, ...],
+                     extent: int, in_dims: tuple[int, ...], reduced: tuple[int, ...],
+                     targets: dict[tuple[int, int], str]) -> None:
+        """Each result element of `r` from its stored row of `extent` values."""
+        plan = self._plan(r)
+        count = len(r.operands) // 2
+        inits = r.operands[count:]
+        out_index, headers, _ = self._loop_headers(out_dims, False, self.groups, {}, None)
+        self.groups += 1
+        with contextlib.ExitStack() as stack:
             for header in headers:
-                outer.enter_context(self.body.block(header))
-            accumulators: list[list[str]] = []
-            for r in reduces:
-                names = []
-                for init in r.operands[len(r.operands) // 2:]:
+                stack.enter_context(self.body.block(header))
+            row = self.body.let("int64_t", f"{self.em.linear_of(out_index)} * {extent}")
+            results: list[str]
+            if plan.pairwise and reduction_order(in_dims, reduced) == "pairwise":
+                width = "f64" if r.dtype is DType.F64 else "f32"
+                total = self.body.let("double" if width == "f64" else "float",
+                                      f"hlofuse_pairwise_{width}({pointers[0]} + {row}, {extent})")
+                if plan.unrounded:
+                    total = self.body.let("float", self.lang.round_to(DType.F16, total))
+                results = self.em.apply_reducer(r.calls[0], [self.em.scalar(inits[0])], [total])
+            else:
+                accumulators = []
+                for init in inits:
                     name = self.body.fresh("acc")
-                    self.body.declare(self.lang.register_type(init.dtype), name,
-                                      self.em.scalar(init))
-                    names.append(name)
-                accumulators.append(names)
-            if pragma is not None:
-                pragma = "#pragma omp simd " + " ".join(
-                    f"reduction({p.simd_op}:{a[0]})" for p, a in zip(plans, accumulators))
-            position = iter(out_index.multi or ())
-            input_multi: list[str] = []
-            loops: list[tuple[str, int]] = []
-            for d, size in enumerate(in_dims):
-                if d not in reduced:
-                    input_multi.append(next(position))
-                elif size == 1:
-                    input_multi.append("0")
-                else:
-                    var = self.body.fresh("red")
-                    loops.append((var, size))
-                    input_multi.append(var)
-            if all(in_dims[d] for d in reduced):
-                with contextlib.ExitStack() as inner:
-                    for n, (var, size) in enumerate(loops):
-                        inner.enter_context(self.body.block(
-                            f"for (int64_t {var} = 0; {var} < {size}; ++{var})",
-                            pragma if n == len(loops) - 1 else None))
-                    linear = self.em.linear_of(Index(in_dims, None, tuple(input_multi), None))
-                    for r, names, pointers in zip(reduces, accumulators, stored):
-                        values = [self.body.let(self.lang.register_type(x.dtype),
-                                                self.lang.load(x.dtype, p, linear))
-                                  for x, p in zip(r.operands, pointers)]
-                        for acc, new in zip(names, self.em.apply_reducer(r.calls[0], names,
-                                                                         values)):
+                    start = plan.identity if plan.identity is not None else self.em.scalar(init)
+                    ctype = "float" if plan.unrounded else self.lang.register_type(init.dtype)
+                    self.body.declare(ctype, name, start)
+                    accumulators.append(name)
+                j = self.body.fresh("red")
+                pragma = (self.lang.simd_reduction.format(op=plan.simd_op, var=accumulators[0])
+                          if plan.simd_op is not None else None)
+                with self.body.block(f"for (int64_t {j} = 0; {j} < {extent}; ++{j})", pragma):
+                    position = self.body.let("int64_t", f"{row} + {j}")
+                    kept_type = [DType.F32 if plan.unrounded or plan.pairwise and
+                                 x.dtype is DType.F16 else x.dtype for x in r.operands[:count]]
+                    values = [self.body.let(self.lang.register_type(t),
+                                            self.lang.load(t, p, position))
+                              for t, p in zip(kept_type, pointers)]
+                    if plan.unrounded:
+                        symbol = "+" if simple_reducer(r.calls[0]) is Op.ADD else "*"
+                        self.body.emit(f"{accumulators[0]} = {accumulators[0]} {symbol} "
+                                       f"{values[0]};")
+                    else:
+                        for acc, new in zip(accumulators,
+                                            self.em.apply_reducer(r.calls[0], accumulators,
+                                                                  values)):
                             self.body.emit(f"{acc} = {new};")
+                results = accumulators
+                if plan.identity is not None:
+                    total = accumulators[0]
+                    if plan.unrounded:
+                        total = self.body.let("float", self.lang.round_to(DType.F16, total))
+                    results = self.em.apply_reducer(r.calls[0], [self.em.scalar(inits[0])],
+                                                    [total])
             target = self.em.linear_of(out_index)
-            for r, names in zip(reduces, accumulators):
-                for k, (inst, path) in outputs:
-                    if inst is r:
-                        dtype = leaf_shape(inst, path).dtype
-                        value = names[path[0] if path else 0]
-                        self.body.emit(f"{self.output_names[k]}[{target}] = "
-                                       f"{self.lang.to_storage(dtype, value)};")
-        self.sections.append(lines)
+            for leaf, value in enumerate(results):
+                pointer = targets.get((id(r), leaf))
+                if pointer is not None:
+                    dtype = r.shape.leaves()[leaf].dtype
+                    self.body.emit(f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
 
     # --- column reductions ----------------------------------------------------------------
 
@@ -569,6 +605,8 @@ class KernelEmitter:
             return False
         if inst.dtype in (DType.F16, DType.BF16) and simple_reducer(inst.calls[0]) is not None:
             return False  # the reference's summation order shows at this precision
+        if inst.dtype.is_float and simple_reducer(inst.calls[0]) in (Op.ADD, Op.MULTIPLY):
+            return False  # so does its order of float sums and products
         self._column_loops(inst, self.output_names[k], outer, extent, inner)
         return True
 
@@ -626,7 +664,7 @@ class KernelEmitter:
                 if self._only_user(operand, inst):
                     self.in_place.append((k, self.input_names.index(source)))
             else:
-                self.loop(inst.shape.dims, [(self.element(operand), pointer, inst.dtype)],
+                self.loop(inst.shape.dims, [(self.element(operand), pointer, inst.dtype, None)],
                           parallel=True)
             starts = self.em.clamped_starts(inst, inst.operands[2:], inst.shape.dims,
                                             update.shape.dims)
@@ -639,7 +677,7 @@ class KernelEmitter:
                                 for m, s in zip(multi, starts))
                 return self.em.linear_of(Index(out_dims, None, shifted, None))
 
-            self.loop(update.shape.dims, [(self.element(update), pointer, inst.dtype)],
+            self.loop(update.shape.dims, [(self.element(update), pointer, inst.dtype, None)],
                       parallel=True, offsets=offset)
 
     def _only_user(self, operand: Instruction, dus: Instruction) -> bool:
@@ -683,9 +721,15 @@ class KernelEmitter:
                 targets = [self._temporary(leaf.dtype, leaf.num_elements)
                            for leaf in inst.shape.leaves()]
                 self._library_call(inst, targets)
+            elif inst.op is Op.REDUCE:
+                leaves = inst.shape.leaves()
+                targets = [self._temporary(leaf.dtype, leaf.num_elements) for leaf in leaves]
+                self._reduction_group(inst.operands[0].shape.dims, inst.ints("dimensions"),
+                                      [inst], [], {(id(inst), k): t
+                                                   for k, t in enumerate(targets)})
             else:
                 targets = [self._temporary(inst.dtype, inst.shape.num_elements)]
-                self.loop(inst.shape.dims, [(self.element(inst), targets[0], inst.dtype)],
+                self.loop(inst.shape.dims, [(self.element(inst), targets[0], inst.dtype, None)],
                           parallel=False)
         self.results[id(inst)] = tuple(targets)
         return tuple(targets)
@@ -771,7 +815,7 @@ class KernelEmitter:
             return self.body.let(self.lang.register_type(compute), expr)
 
         self.nest_groups.add(self.groups)  # the permutation needs per-dimension indices
-        self.loop(canonical, [(read, target, compute)], parallel=False)
+        self.loop(canonical, [(read, target, compute, None)], parallel=False)
         sizes = [math.prod(dims[d] for d in group) for group in groups]
         return target, (sizes[1] * sizes[2], sizes[2], 1)
 

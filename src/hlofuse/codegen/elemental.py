@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
+import numpy as np
+
 from hlofuse.codegen.elementwise import ELEMENTWISE, convert_expression
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
@@ -669,20 +671,22 @@ _IDENTITIES = {Op.ADD: 0.0, Op.MULTIPLY: 1.0, Op.MAXIMUM: -math.inf, Op.MINIMUM:
 
 @dataclass(frozen=True)
 class Accumulation:
-    """How a reduce accumulates.
+    """How a reduce accumulates, following the reference (NumPy) where order shows.
 
-    Integer add/mul/and/or/xor are associative, so the reduced loop may be vectorised (OpenMP
-    simd reduction). Float reducers keep the sequential order (no reassociation without
-    -ffast-math), which is the reference's for short rows.
-    For f16/bf16 the order is visible in the result, so it follows the reference: reduce the
-    values from the op's identity, then combine the total with the initial value once; an
-    f16 sum accumulates in f32 and rounds once (NumPy's pairwise summation does).
+    Integer add/mul/and/or/xor are associative: the reduced loop may be vectorised (OpenMP
+    simd reduction). Float sums and products reduce the values from the op's identity and
+    combine the total with the initial value last, as the reference does (`ufunc.reduce`,
+    then `ufunc(init, total)`): f32/f64/f16 sums in NumPy's pairwise order (`pairwise`, needs
+    the values stored: see KernelEmitter), f16 sums and products in f32, rounded once. bf16
+    and max/min reduce in order from the identity; every other reducer runs in order from the
+    initial value. Without -ffast-math nothing is reassociated.
     """
 
     ctype: str
     simd_op: str | None = None
     identity: str | None = None  # start here and apply the initial value last
-    unrounded: bool = False  # f16 sum: `acc += x` in f32
+    unrounded: bool = False  # f16 sum or product: accumulate in f32, round once
+    pairwise: bool = False  # a float sum: NumPy's pairwise order when rows are contiguous
 
 
 def accumulation(em: ElementalEmitter, reducer: Computation, dtype: DType,
@@ -691,12 +695,32 @@ def accumulation(em: ElementalEmitter, reducer: Computation, dtype: DType,
     ctype = em.lang.register_type(dtype)
     if count != 1 or op is None:
         return Accumulation(ctype)
-    if dtype in (DType.F16, DType.BF16) and op in _IDENTITIES:
-        identity = em.lang.literal(dtype, _IDENTITIES[op])
-        return Accumulation(ctype, None, identity, dtype is DType.F16 and op is Op.ADD)
     if op in _SIMD_REDUCTIONS and (dtype.is_integer or dtype.is_pred):
         return Accumulation(ctype, _SIMD_REDUCTIONS[op])
+    if dtype.is_float and op in _IDENTITIES:
+        identity = em.lang.literal(dtype, _IDENTITIES[op])
+        unrounded = dtype is DType.F16 and op in (Op.ADD, Op.MULTIPLY)
+        pairwise = op is Op.ADD and dtype in (DType.F16, DType.F32, DType.F64)
+        return Accumulation(ctype, None, identity, unrounded, pairwise)
     return Accumulation(ctype)
+
+
+def reduction_order(in_dims: tuple[int, ...], dimensions: tuple[int, ...]) -> str:
+    """"pairwise" or "sequential": how the reference sums the rows of this reduce.
+
+    The reference moves the reduced dimensions last (in `dimensions` order) and calls
+    `np.add.reduce(..., axis=-1)`, which sums pairwise when the rows end up contiguous or at
+    unit stride and one element after another otherwise. Only which dimensions exceed one
+    matters, so a tiny array of the same pattern answers the question.
+    """
+    small = tuple(min(d, 2) for d in in_dims)
+    x = np.empty(small, np.float32)
+    kept = [d for d in range(len(in_dims)) if d not in dimensions]
+    moved = np.transpose(x, kept + list(dimensions)).reshape(
+        tuple(small[d] for d in kept) + (-1,))
+    if moved.flags.c_contiguous or moved.strides[-1] == x.itemsize:
+        return "pairwise"
+    return "sequential"
 
 
 def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
@@ -704,26 +728,31 @@ def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     inputs, inits = inst.operands[:count], inst.operands[count:]
     reduced = inst.ints("dimensions")
     in_dims = inputs[0].shape.dims
-    out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
     reducer = inst.calls[0]
     plan = accumulation(em, reducer, inputs[0].dtype, count)
+    if plan.pairwise and em.materialize is not None and math.prod(
+            in_dims[d] for d in reduced) >= 8:
+        return _materialized(em, inst, index)  # the stored rows are summed pairwise
+    out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
     accumulators = []
     for init in inits:
         name = em.body.fresh("acc")
         start = plan.identity if plan.identity is not None else em.scalar(init)
-        em.body.declare(em.lang.register_type(init.dtype), name, start)
+        ctype = "float" if plan.unrounded else em.lang.register_type(init.dtype)
+        em.body.declare(ctype, name, start)
         accumulators.append(name)
-    multi: list[str] = []
-    loops: list[tuple[str, int]] = []
-    for d, size in enumerate(in_dims):
+    multi: list[str] = [""] * len(in_dims)
+    for d in range(len(in_dims)):
         if d not in reduced:
-            multi.append(next(out_multi))
-        elif size == 1:
-            multi.append("0")
-        else:
-            var = em.body.fresh("red")
-            loops.append((var, size))
-            multi.append(var)
+            multi[d] = next(out_multi)
+    loops: list[tuple[str, int]] = []
+    for d in reduced:  # row-major in `dimensions` order, as the reference walks them
+        if in_dims[d] == 1:
+            multi[d] = "0"
+            continue
+        var = em.body.fresh("red")
+        loops.append((var, in_dims[d]))
+        multi[d] = var
     if not any(in_dims[d] == 0 for d in reduced):
         with contextlib.ExitStack() as stack:
             for k, (var, size) in enumerate(loops):
@@ -735,7 +764,8 @@ def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
             input_index = Index(in_dims, None, tuple(multi), None)
             values = [em.array_value(x, input_index) for x in inputs]
             if plan.unrounded:
-                em.body.emit(f"{accumulators[0]} += {values[0]};")
+                symbol = "+" if simple_reducer(reducer) is Op.ADD else "*"
+                em.body.emit(f"{accumulators[0]} = {accumulators[0]} {symbol} {values[0]};")
             else:
                 updated = em.apply_reducer(reducer, accumulators, values)
                 for acc, new in zip(accumulators, updated):

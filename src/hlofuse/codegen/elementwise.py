@@ -44,18 +44,28 @@ def _bitwise(symbol: str) -> Handler:
     return emit
 
 
+_NARROW = (DType.F16, DType.BF16)
+
+
 def _float_function(name: str) -> Handler:
-    """A libm function of one float operand, in f32 for f16/bf16, rounded back."""
+    """A math function of one float operand. f16 and bf16 evaluate it in f64 and round once,
+    as the reference does; f32 uses the math library, which works in f64 and rounds once."""
 
     def emit(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
-        return lang.round_to(inst.dtype, lang.call_math(name, inst.dtype, x[0]))
+        if inst.dtype in _NARROW:
+            return lang.from_double(inst.dtype,
+                                    lang.call_math(name, DType.F64, f"(double){x[0]}"))
+        return lang.call_math(name, inst.dtype, x[0])
 
     return emit
 
 
 def _float_function2(name: str) -> Handler:
     def emit(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
-        return lang.round_to(inst.dtype, lang.call_math(name, inst.dtype, x[0], x[1]))
+        if inst.dtype in _NARROW:
+            wide = lang.call_math(name, DType.F64, f"(double){x[0]}", f"(double){x[1]}")
+            return lang.from_double(inst.dtype, wide)
+        return lang.call_math(name, inst.dtype, x[0], x[1])
 
     return emit
 
@@ -74,7 +84,7 @@ def _remainder(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
 
 def _power(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
     if inst.dtype.is_float:
-        return lang.round_to(inst.dtype, lang.call_math("pow", inst.dtype, x[0], x[1]))
+        return _float_function2("pow")(lang, inst, x)
     return f"hlofuse_pow_{lang.type_tag(inst.dtype)}({x[0]}, {x[1]})"
 
 
@@ -187,26 +197,31 @@ def _is_finite(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
 
 
 def _logistic(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
+    if inst.dtype in _NARROW:
+        exp = lang.call_math("exp", DType.F64, f"-(double){x[0]}")
+        return lang.from_double(inst.dtype, f"(1.0 / (1.0 + {exp}))")
     if lang.has_math("logistic", inst.dtype):
-        return lang.round_to(inst.dtype, lang.call_math("logistic", inst.dtype, x[0]))
+        return lang.call_math("logistic", inst.dtype, x[0])
     one = "1.0" if inst.dtype is DType.F64 else "1.0f"
     exp = lang.call_math("exp", inst.dtype, f"-{x[0]}")
-    return lang.round_to(inst.dtype, f"({one} / ({one} + {exp}))")
+    return f"({one} / ({one} + {exp}))"
 
 
 def _rsqrt(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
-    one = "1.0" if inst.dtype is DType.F64 else "1.0f"
-    return lang.round_to(inst.dtype, f"({one} / {lang.call_math('sqrt', inst.dtype, x[0])})")
+    # 1 / sqrt in f64 and rounded once, as the reference (f32 included) computes it.
+    if inst.dtype is DType.F64:
+        return f"(1.0 / {lang.call_math('sqrt', DType.F64, x[0])})"
+    operand = f"(double)hlofuse_daz_f({x[0]})" if inst.dtype is DType.F32 else f"(double){x[0]}"
+    return lang.from_double(inst.dtype, f"(1.0 / sqrt({operand}))")
 
 
 def _erf(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
-    # The reference evaluates erf in f64 whatever the type, then rounds.
-    if inst.dtype is DType.F64 or lang.math("erf", inst.dtype) != "erff":
-        return lang.round_to(inst.dtype, lang.call_math("erf", inst.dtype, x[0]))
-    if inst.dtype is DType.F32:
-        flushed = lang.call_math("erf", DType.F64, f"(double)hlofuse_daz_f({x[0]})")
-        return f"hlofuse_daz_f((float){flushed})"
-    return lang.round_to(inst.dtype, f"((float)erf((double){x[0]}))")
+    # The reference evaluates erf in f64 whatever the type, then rounds once.
+    if inst.dtype is DType.F64:
+        return lang.call_math("erf", DType.F64, x[0])
+    if inst.dtype in _NARROW:
+        return lang.from_double(inst.dtype, lang.call_math("erf", DType.F64, f"(double){x[0]}"))
+    return lang.call_math("erf", inst.dtype, x[0])
 
 
 def convert_expression(lang: CLanguage, source: DType, target: DType, x: str) -> str:

@@ -138,6 +138,17 @@ class CLanguage:
             return f"hlofuse_round_bf16({expr})"
         return expr
 
+    def from_double(self, dtype: DType, expr: str) -> str:
+        """A double rounded once to `dtype` (register form), as the reference rounds the
+        transcendental functions it evaluates in f64 (bf16 goes through f32 there)."""
+        if dtype is DType.F16:
+            return f"hlofuse_f16_to_f32(hlofuse_f64_to_f16({expr}))"
+        if dtype is DType.BF16:
+            return f"hlofuse_round_bf16((float)({expr}))"
+        if dtype is DType.F32:
+            return f"hlofuse_daz_f((float)({expr}))"
+        return expr
+
     def math(self, name: str, dtype: DType) -> str:
         width = DType.F64 if dtype is DType.F64 else DType.F32
         vectorised = self.vector_math.get((name, width))

@@ -120,6 +120,32 @@ static inline uint16_t hlofuse_f32_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+/* NumPy's pairwise summation (the reference's add.reduce over a contiguous row): below 8
+   values one after another, up to 128 in 8 interleaved partial sums, beyond that halves. */
+#define HLOFUSE_PAIRWISE(NAME, T)                                                              \
+static T NAME(const T *a, int64_t n) {                                                        \
+  if (n < 8) {                                                                                \
+    T res = 0;                                                                                \
+    for (int64_t i = 0; i < n; ++i) res += a[i];                                              \
+    return res;                                                                               \
+  }                                                                                           \
+  if (n <= 128) {                                                                             \
+    T r[8];                                                                                   \
+    for (int k = 0; k < 8; ++k) r[k] = a[k];                                                  \
+    int64_t i = 8;                                                                            \
+    for (; i < n - (n % 8); i += 8)                                                           \
+      for (int k = 0; k < 8; ++k) r[k] += a[i + k];                                           \
+    T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));                \
+    for (; i < n; ++i) res += a[i];                                                           \
+    return res;                                                                               \
+  }                                                                                           \
+  int64_t half = n / 2;                                                                       \
+  half -= half % 8;                                                                           \
+  return NAME(a, half) + NAME(a + half, n - half);                                            \
+}
+HLOFUSE_PAIRWISE(hlofuse_pairwise_f32, float)
+HLOFUSE_PAIRWISE(hlofuse_pairwise_f64, double)
+
 static inline float hlofuse_round_f16(float x) { return hlofuse_f16_to_f32(hlofuse_f32_to_f16(x)); }
 static inline float hlofuse_round_bf16(float x) { return hlofuse_bf16_to_f32(hlofuse_f32_to_bf16(x)); }
 

@@ -59,7 +59,12 @@ from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS, CostModel, MachineConst
 from hlofuse.fusion.decision import COST_MODEL_GAIN, FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction, merge_fusion
 from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.indexing import cached_evaluation, indexing_evaluation, update_after_fusing
+from hlofuse.fusion.indexing import (
+    IndexingEvaluation,
+    cached_evaluation,
+    indexing_evaluation,
+    update_after_fusing,
+)
 from hlofuse.fusion.kernels import is_free
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import (
@@ -230,13 +235,35 @@ def fuse(producer: Node, consumer: Node) -> Node:
         evaluation = cached_evaluation(fusion, relax_concatenate=False)
     else:
         fusion = create_fusion(consumer, kind)
-    if producer.is_fusion:
-        merge_fusion(fusion, producer)
-    else:
+    if not producer.is_fusion:
         clone = fuse_instruction(fusion, producer)
         if evaluation is not None:  # keep the emission counts without recounting
             update_after_fusing(evaluation, producer, clone)
+        return fusion
+    before = set(fusion.fused.nodes)
+    merge_fusion(fusion, producer)
+    if evaluation is not None:
+        _update_after_merging(evaluation, producer, before)
     return fusion
+
+
+def _update_after_merging(evaluation: IndexingEvaluation, producer: Node,
+                          before: set[Node]) -> None:
+    """`update_after_fusing` for a merged fusion: its body's clones, users before operands.
+    The clones are the consumer's new instructions, added in the producer's post order."""
+    originals = [n for n in producer.fused.post_order() if n.op is not Op.PARAMETER]
+    clones = [n for n in evaluation.fusion.fused.nodes
+              if n not in before and n.op is not Op.PARAMETER]
+    if len(clones) != len(originals) or any(a.op is not b.op for a, b in zip(originals, clones)):
+        return  # not the layout expected: the evaluation is recomputed when next asked
+    pairs = list(zip(reversed(originals), reversed(clones)))
+    (root, root_clone), rest = pairs[0], pairs[1:]
+    assert root is producer.fused_root
+    update_after_fusing(evaluation, producer, root_clone)
+    for _, clone in rest:
+        evaluation.usage[clone] = sum(evaluation.usage[u]
+                                      for u in evaluation.indexing_users[clone])
+        evaluation.add_operand_users(clone)
 
 
 # --- the queue ------------------------------------------------------------------------------
