@@ -193,6 +193,7 @@ def test_loop_that_never_runs_returns_its_initial_state() -> None:
         np.testing.assert_array_equal(a, b)
 
 
+INTEGER_STATE = "(s32[], u32[13,3]{1,0}, f16[13]{0}, u32[2]{0}, u32[], s32[], pred[])"
 INTEGER_ACCUMULATORS = loop_text("""
   x = u32[13,3]{1,0} get-tuple-element(p), index=1
   h = f16[13]{0} get-tuple-element(p), index=2
@@ -239,9 +240,8 @@ INTEGER_ACCUMULATORS = loop_text("""
   scales = f16[13]{0} broadcast(scale), dimensions={}
   hs = f16[13]{0} multiply(hh, scales)
   h1 = f16[13]{0} add(hm, hs)
-  ROOT t = (s32[], u32[13,3]{1,0}, f16[13]{0}, u32[2]{0}, u32[], s32[], pred[]) tuple(next, yr, h1, key, xa1, mn1, seen1)""",
-                                 "(s32[], u32[13,3]{1,0}, f16[13]{0}, u32[2]{0}, u32[], s32[], pred[])",
-                                 extra="""
+  ROOT t = STATE tuple(next, yr, h1, key, xa1, mn1, seen1)""".replace("STATE", INTEGER_STATE),
+                                 INTEGER_STATE, extra="""
 xor_u32 {
   xa_ = u32[] parameter(0)
   xb_ = u32[] parameter(1)

@@ -140,7 +140,8 @@ def test_without_rng_expansion_the_library_call_is_the_reason() -> None:
     assert "whole-loop fusion" in text
     assert "refused (whole-loop-opaque-op)" in text and "custom-call" in text
     report = result.explain_dict()
-    assert [r["rule"] for r in report["whole_loops"]] == ["whole-loop-opaque-op"]  # type: ignore[index]
+    loops = report["whole_loops"]
+    assert isinstance(loops, list) and [r["rule"] for r in loops] == ["whole-loop-opaque-op"]
 
 
 def test_explain_command_shows_the_kernel(tmp_path: Path, capsys: pytest.CaptureFixture[str]

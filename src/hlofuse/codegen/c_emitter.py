@@ -4,12 +4,18 @@ A kernel is a fusion (its fused computation) or a single unfused instruction. It
 grouped by shape and each group is one loop nest (a multi-output fusion writes all its outputs
 in one pass; a horizontal fusion becomes several loops in one call). A loop over output
 elements is flat when every operand can be read through the linear index, otherwise a nest over
-the dimensions; the outermost loop is split across OpenMP threads above a size threshold, and
-inner loops are contiguous so the compiler vectorises them. Reductions put the reduced loop
-inside (row reductions: contiguous and vectorisable; column reductions keep a row of
-accumulators so the inner loop runs along contiguous memory). A dynamic-update-slice at the
-root updates its operand's buffer in place when the runtime lets it. dot and the Threefry
-custom call go through library routines of ours, called like XLA calls cuBLAS.
+the dimensions; a concatenate read element for element splits it into branch-free parts. Above
+a size threshold the outermost loop is shared among OpenMP threads, each calling the loop as a
+function of its own with `restrict` pointers, so the compiler vectorises it.
+
+Reductions put the reduced loop inside. Root reductions over one domain, and outputs of the
+input's shape, are computed in one pass that keeps the reduced values in rows; the rows are
+then reduced in the reference's order (NumPy's pairwise order for float sums), so results
+match the interpreter bit for bit. Column reductions of other reducers keep a block of
+accumulators so the inner loop runs along contiguous memory. Outputs may overwrite inputs read
+only at the element being stored (the runtime decides whether they share a buffer); a
+dynamic-update-slice at the root updates its operand in place. dot and the Threefry custom
+call go through library routines of ours, called like XLA calls cuBLAS.
 """
 
 from __future__ import annotations

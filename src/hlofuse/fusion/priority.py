@@ -180,9 +180,18 @@ def _instruction_count(node: Node) -> int:
     return len(node.fused.nodes) if node.is_fusion else 1
 
 
+def _evaluation(fusion: Node) -> IndexingEvaluation | None:
+    """The fusion's emission counts if known: the concatenate knob does not change them, so
+    either cached form serves (multi-output fusion keeps the other)."""
+    return cached_evaluation(fusion, False) or cached_evaluation(fusion, True)
+
+
 def merged_not_too_large(producer: Node, consumer: Node) -> FusionDecision:
     """ProducerConsumerMergedTooLarge (the MLIR emitters' form: the size cap only)."""
-    emitted = indexing_evaluation(consumer).emitted(producer) if consumer.is_fusion else 1
+    if consumer.is_fusion:
+        emitted = (_evaluation(consumer) or indexing_evaluation(consumer)).emitted(producer)
+    else:
+        emitted = 1
     size = _instruction_count(consumer) + _instruction_count(producer) * max(1, emitted)
     if size > MAX_IR_SIZE:
         return refuse("merged-too-large", producer, consumer,
@@ -232,7 +241,7 @@ def fuse(producer: Node, consumer: Node) -> Node:
         fusion = consumer
         if kind == "kInput" and fusion.kind != kind:
             fusion.set_kind(kind)
-        evaluation = cached_evaluation(fusion, relax_concatenate=False)
+        evaluation = _evaluation(fusion)
     else:
         fusion = create_fusion(consumer, kind)
     if not producer.is_fusion:
@@ -280,6 +289,7 @@ class _PriorityFuser:
         self.entry: dict[Node, int] = {}  # producer -> its live heap entry
         self.order: dict[Node, int] = {}  # XLA's unique ids: later instructions win ties
         self.verdicts: dict[Node, tuple[tuple[object, ...], Verdicts]] = {}
+        self.lines: dict[Node, tuple[tuple[object, ...], tuple[str, ...]]] = {}
         self.sequence = itertools.count()
 
     def run(self) -> bool:
@@ -376,7 +386,7 @@ class _PriorityFuser:
         for user, decision in self.verdicts[producer][1]:
             if not decision:
                 continue
-            self.recorder.pair(self.graph.name, producer, user, decision)
+            self.record(producer, user, decision)
             fusion = self.fuse(producer, user)
             affected[fusion] = None
             affected.update(dict.fromkeys(fusion.operands))
@@ -387,11 +397,29 @@ class _PriorityFuser:
         return list(affected)
 
     def fuse(self, producer: Node, consumer: Node) -> Node:
-        """`fuse`, keeping the model's profile of the grown fusion without walking it."""
+        """`fuse`, keeping the model's profile of the grown fusion and its source lines
+        without walking it."""
         profile = self.model.fused_profile(producer, consumer)
+        lines = tuple(dict.fromkeys(self.source_lines(consumer) + self.source_lines(producer)))
         fusion = fuse(producer, consumer)
         self.model.remember(fusion, profile)
+        self.lines[fusion] = (node_key(fusion), lines)
         return fusion
+
+    def source_lines(self, node: Node) -> tuple[str, ...]:
+        if not node.is_fusion:
+            return node.source_locations()
+        cached = self.lines.get(node)
+        if cached is None or cached[0] != node_key(node):
+            cached = (node_key(node), node.source_locations())
+            self.lines[node] = cached
+        return cached[1]
+
+    def record(self, producer: Node, consumer: Node, decision: FusionDecision) -> None:
+        if self.recorder.log is None:
+            return
+        self.recorder.pair(self.graph.name, _Lines(producer, self.source_lines(producer)),
+                           _Lines(consumer, self.source_lines(consumer)), decision)
 
     def fuse_constants(self) -> bool:
         """Small constants go into each user that can take them and where the model sees a
@@ -400,7 +428,7 @@ class _PriorityFuser:
         for constant in [n for n in self.graph.post_order() if n.op is Op.CONSTANT]:
             for user in list(constant.users):
                 decision = self.constant_decision(constant, user)
-                self.recorder.pair(self.graph.name, constant, user, decision)
+                self.record(constant, user, decision)
                 if decision:
                     self.fuse(constant, user)
                     changed = True
@@ -440,7 +468,20 @@ class _PriorityFuser:
                 if producer.is_multi_output_fusion and user.op is Op.GET_TUPLE_ELEMENT:
                     continue  # reading an output of a multi-output kernel, not an edge
                 if not decision:
-                    self.recorder.pair(self.graph.name, producer, user, decision)
+                    self.record(producer, user, decision)
+
+
+class _Lines:
+    """An instruction as the decision log sees it, with its source lines already known (a
+    grown fusion's are its consumer's and producer's, not found by walking it again)."""
+
+    def __init__(self, node: Node, lines: tuple[str, ...]) -> None:
+        self.name = node.name
+        self.op = node.op
+        self.lines = lines
+
+    def source_locations(self) -> tuple[str, ...]:
+        return self.lines
 
 
 def _edges_key(producer: Node) -> tuple[object, ...]:

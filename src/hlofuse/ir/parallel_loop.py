@@ -13,11 +13,9 @@ The analysis, for a candidate N (the most common leading dimension of the state 
 * state dependence: an instruction of the body or condition is state-dependent when it reads
   a per-environment element, directly or through its operands;
 * the environment dimension of every state-dependent value, propagated forward through the
-  ops' index maps: element-wise ops keep it, broadcast and transpose move it, reshape keeps it
-  where the elements before and after it are unchanged, and slice, pad, reverse, concatenate,
-  dynamic-(update-)slice, reduce and reduce-window keep it where they leave that dimension
-  whole. An op that moves values between environments (a slice of part of the environments,
-  a reduction over them, a reshape merging them with another dimension) mixes environments;
+  ops' index maps (environment_dims.py). An op that moves values between environments (a
+  slice of part of the environments, a reduction over them, a reshape merging them with
+  another dimension) mixes environments;
 * accumulators: a uniform scalar element updated only as `acc <op> reduce(x, <op>)` with x
   per-environment, an associative and commutative op and its identity as the reduce's
   initial value, read nowhere else (CartPole's episode count and return sum). Each
@@ -39,7 +37,6 @@ so only the uniform code's independence is checked.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +44,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
+from hlofuse.ir.environment_dims import (
+    CROSS_ENV_ACCESS, CROSS_ENV_REDUCE, EnvDim, Mixed, env_dim)
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
 
@@ -56,8 +54,6 @@ STATE_NOT_TUPLE = "whole-loop-state-not-tuple"
 NO_PARALLEL_DIMENSION = "whole-loop-no-parallel-dimension"
 OPAQUE_OP = "whole-loop-opaque-op"
 NESTED_CONTROL_FLOW = "whole-loop-nested-control-flow"
-CROSS_ENV_REDUCE = "whole-loop-cross-env-reduce"
-CROSS_ENV_ACCESS = "whole-loop-cross-env-access"
 DATA_DEPENDENT_TRIP_COUNT = "whole-loop-data-dependent-trip-count"
 STATE_TOO_LARGE = "whole-loop-state-too-large"
 
@@ -245,18 +241,6 @@ def _op_refusal(loop: Instruction, inst: Instruction) -> Refusal | None:
                    "an op without element-wise code); the loop cannot become one kernel")
 
 
-@dataclass(frozen=True, slots=True)
-class _Mixed:
-    """A state-dependent value whose elements mix environments: the op that did it, and why."""
-
-    rule: str
-    instruction: Instruction
-    message: str
-
-
-EnvDim = int | _Mixed | tuple["EnvDim | None", ...]
-
-
 class _Refused(Exception):
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.message)
@@ -373,23 +357,7 @@ class _Analysis:
                 for o in inst.operands]
 
     def _env_dim(self, inst: Instruction) -> EnvDim:
-        operand_env = self._operand_env(inst)
-        for env in operand_env:
-            if isinstance(env, _Mixed):
-                return env
-        if inst.op is Op.TUPLE:
-            return tuple(operand_env)
-        if inst.op is Op.GET_TUPLE_ELEMENT:
-            source = operand_env[0]
-            assert source is not None and not isinstance(source, tuple)
-            return source
-        handler = _ENV_RULES.get(inst.op)
-        if handler is None:
-            handler = _elementwise_env
-        return handler(self, inst, operand_env)
-
-    def mixed(self, rule: str, inst: Instruction, message: str) -> _Mixed:
-        return _Mixed(rule, inst, message)
+        return env_dim(self.size, inst, self._operand_env(inst))
 
     # --- accumulators -------------------------------------------------------------------
 
@@ -475,7 +443,7 @@ class _Analysis:
         for root, element in roots:
             if element is not None and id(root) in self.dependent and self.size > 1:
                 env = self.env.get(id(root))
-                if isinstance(env, _Mixed):
+                if isinstance(env, Mixed):
                     raise self._refuse_mixed(env)
                 if env != 0:
                     raise self.refuse(CROSS_ENV_ACCESS, root,
@@ -488,7 +456,7 @@ class _Analysis:
                     continue
                 if id(inst) in self.dependent:
                     env = self.env.get(id(inst))
-                    if isinstance(env, _Mixed):
+                    if isinstance(env, Mixed):
                         raise self._refuse_mixed(env)
                     lane.add(id(inst))
                     stack.extend(inst.operands)
@@ -514,7 +482,7 @@ class _Analysis:
                     stack.extend(inst.operands)
         return seen
 
-    def _refuse_mixed(self, mixed: _Mixed) -> _Refused:
+    def _refuse_mixed(self, mixed: Mixed) -> _Refused:
         return self.refuse(mixed.rule, mixed.instruction, mixed.message,
                            self._demotable(mixed.instruction))
 
@@ -531,12 +499,12 @@ class _Analysis:
         env = self.env.get(id(inst))
         if in_condition:
             # Name the op that gathers the environments (a reduce, a slice), if there is one.
-            origin = env.instruction if isinstance(env, _Mixed) else inst
+            origin = env.instruction if isinstance(env, Mixed) else inst
             return self.refuse(DATA_DEPENDENT_TRIP_COUNT, origin,
                                f"its condition reads per-environment state through "
                                f"%{origin.name} ({origin.op.text}), so the trip count depends "
                                "on data", demotable)
-        if isinstance(env, _Mixed):
+        if isinstance(env, Mixed):
             return self.refuse(env.rule, env.instruction, env.message, demotable)
         if inst.op is Op.REDUCE:
             return self.refuse(CROSS_ENV_REDUCE, inst,
@@ -563,180 +531,6 @@ class _Analysis:
                 out.add(element)
             stack.extend(current.operands)
         return out
-
-
-# --- environment-dimension rules (N > 1) ----------------------------------------------------
-
-def _single(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> int | _Mixed:
-    """The one environment dimension of the state-dependent operands."""
-    dims = {env for env in operand_env if env is not None}
-    if len(dims) != 1:
-        return a.mixed(CROSS_ENV_ACCESS, inst,
-                       f"%{inst.name} ({inst.op.text}) combines values whose environments lie "
-                       "along different dimensions")
-    (env,) = dims
-    assert isinstance(env, int)
-    return env
-
-
-def _elementwise_env(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    env = _single(a, inst, operand_env)
-    if isinstance(env, _Mixed):
-        return env
-    for operand, operand_dim in zip(inst.operands, operand_env):
-        if operand_dim is None:
-            continue
-        if env >= inst.shape.rank or operand.shape.dims[env] != inst.shape.dims[env]:
-            return a.mixed(CROSS_ENV_ACCESS, inst,
-                           f"%{inst.name} ({inst.op.text}) reshapes the environment dimension")
-    return env
-
-
-def _broadcast_env(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    env = operand_env[0]
-    assert isinstance(env, int)
-    return inst.ints("dimensions")[env]
-
-
-def _transpose_env(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    env = operand_env[0]
-    assert isinstance(env, int)
-    return inst.ints("dimensions").index(env)
-
-
-def _reshape_env(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    env = operand_env[0]
-    assert isinstance(env, int)
-    source, target = inst.operands[0].shape.dims, inst.shape.dims
-    outer, inner = math.prod(source[:env]), math.prod(source[env + 1:])
-    for d, size in enumerate(target):
-        if size == a.size and math.prod(target[:d]) == outer and \
-                math.prod(target[d + 1:]) == inner:
-            return d
-    return a.mixed(CROSS_ENV_ACCESS, inst,
-                   f"%{inst.name} (reshape {list(source)} -> {list(target)}) merges the "
-                   "environment dimension with another one")
-
-
-def _slice_env(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    env = operand_env[0]
-    assert isinstance(env, int)
-    spec = inst.attrs["slice"]
-    assert isinstance(spec, tuple)
-    part = spec[env]
-    assert isinstance(part, SliceDim)
-    if (part.start, part.limit, part.stride) == (0, a.size, 1):
-        return env
-    return a.mixed(CROSS_ENV_ACCESS, inst,
-                   f"%{inst.name} slices the environments ({part.text()} of {a.size})")
-
-
-def _pad_env(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    env = operand_env[0]
-    if operand_env[1] is not None or not isinstance(env, int):
-        return a.mixed(CROSS_ENV_ACCESS, inst,
-                       f"%{inst.name} pads with a per-environment value")
-    config = inst.attrs["padding"]
-    assert isinstance(config, tuple)
-    part = config[env]
-    assert isinstance(part, PaddingDim)
-    if (part.low, part.high, part.interior) == (0, 0, 0):
-        return env
-    return a.mixed(CROSS_ENV_ACCESS, inst,
-                   f"%{inst.name} pads the environment dimension ({part.text()})")
-
-
-def _reverse_env(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    env = operand_env[0]
-    assert isinstance(env, int)
-    if env in inst.ints("dimensions"):
-        return a.mixed(CROSS_ENV_ACCESS, inst, f"%{inst.name} reverses the environments")
-    return env
-
-
-def _concatenate_env(a: _Analysis, inst: Instruction,
-                     operand_env: list[EnvDim | None]) -> EnvDim:
-    env = _single(a, inst, operand_env)
-    if isinstance(env, _Mixed):
-        return env
-    if inst.ints("dimensions")[0] == env:
-        return a.mixed(CROSS_ENV_ACCESS, inst,
-                       f"%{inst.name} concatenates along the environment dimension")
-    return env
-
-
-def _dynamic_slice_env(a: _Analysis, inst: Instruction,
-                       operand_env: list[EnvDim | None]) -> EnvDim:
-    env = operand_env[0]
-    if not isinstance(env, int) or any(e is not None for e in operand_env[1:]):
-        return a.mixed(CROSS_ENV_ACCESS, inst,
-                       f"%{inst.name} slices at a per-environment position")
-    if inst.shape.dims[env] == a.size:
-        return env
-    return a.mixed(CROSS_ENV_ACCESS, inst, f"%{inst.name} slices part of the environments")
-
-
-def _dynamic_update_slice_env(a: _Analysis, inst: Instruction,
-                              operand_env: list[EnvDim | None]) -> EnvDim:
-    if any(e is not None for e in operand_env[2:]):
-        return a.mixed(CROSS_ENV_ACCESS, inst,
-                       f"%{inst.name} updates at a per-environment position")
-    env = _single(a, inst, operand_env[:2])
-    if isinstance(env, _Mixed):
-        return env
-    update = inst.operands[1]
-    if operand_env[1] is not None and update.shape.dims[env] != a.size:
-        return a.mixed(CROSS_ENV_ACCESS, inst,
-                       f"%{inst.name} writes part of the environments with another one's value")
-    return env
-
-
-def _reduce_env(a: _Analysis, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    count = len(inst.operands) // 2
-    if any(e is not None for e in operand_env[count:]):
-        return a.mixed(CROSS_ENV_REDUCE, inst,
-                       f"%{inst.name} starts its reduction from a per-environment value")
-    env = _single(a, inst, operand_env[:count])
-    if isinstance(env, _Mixed):
-        return env
-    reduced = inst.ints("dimensions")
-    if env in reduced:
-        return a.mixed(CROSS_ENV_REDUCE, inst,
-                       f"%{inst.name} reduces over the environments and is not an accumulated "
-                       "result (acc <op> reduce(...)) read nowhere else")
-    return env - sum(1 for d in reduced if d < env)
-
-
-def _reduce_window_env(a: _Analysis, inst: Instruction,
-                       operand_env: list[EnvDim | None]) -> EnvDim:
-    count = len(inst.operands) // 2
-    env = _single(a, inst, operand_env[:count])
-    if isinstance(env, _Mixed):
-        return env
-    window = inst.attrs["window"]
-    assert isinstance(window, Window)
-    trivial = (window.size[env], window.stride[env], window.pad_low[env], window.pad_high[env],
-               window.lhs_dilate[env], window.rhs_dilate[env]) == (1, 1, 0, 0, 1, 1)
-    if trivial and all(e is None for e in operand_env[count:]):
-        return env
-    return a.mixed(CROSS_ENV_ACCESS, inst,
-                   f"%{inst.name} has a window over the environment dimension")
-
-
-_ENV_RULES = {
-    Op.BITCAST: _reshape_env,
-    Op.BROADCAST: _broadcast_env,
-    Op.CONCATENATE: _concatenate_env,
-    Op.DYNAMIC_SLICE: _dynamic_slice_env,
-    Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice_env,
-    Op.PAD: _pad_env,
-    Op.REDUCE: _reduce_env,
-    Op.REDUCE_WINDOW: _reduce_window_env,
-    Op.RESHAPE: _reshape_env,
-    Op.REVERSE: _reverse_env,
-    Op.SLICE: _slice_env,
-    Op.TRANSPOSE: _transpose_env,
-}
 
 
 # --- reducers ---------------------------------------------------------------------------------

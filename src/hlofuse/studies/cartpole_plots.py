@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+from hlofuse.studies.peers.commands import format_rate
 
 if TYPE_CHECKING:
     from matplotlib.axis import Axis
@@ -20,10 +23,10 @@ def _figure() -> Figure:
     return Figure(figsize=(8.5, 5.2))
 
 
-def _plain_ticks(axis: Axis) -> None:
+def _plain_ticks(axis: Axis, label: Callable[[float], str] = lambda value: f"{value:g}") -> None:
     """Log-scale ticks at 1, 2, 5 times powers of ten, labelled as plain numbers."""
     axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: label(value)))
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -31,7 +34,7 @@ def _title(result: StudyResult, what: str, clock: str) -> str:
     threads = result.machine.get("omp_num_threads") or result.machine.get("usable_cores")
     per = "CPU-second" if clock == "cpu" else "second"
     return (f"CartPole on hlofuse: {what} per {per}, T={result.config.steps} "
-            f"({result.machine.get('cpu')}, {threads} threads)")
+            f"({result.machine.get('cpu')}, OpenMP threads: {threads})")
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -77,6 +80,7 @@ def write_rates_plot(result: StudyResult, path: Path, clock: str = "wall") -> No
     envs = sorted({r.envs for r in result.records})
     ax.set_xticks(envs, [str(n) for n in envs])
     ax.xaxis.set_minor_locator(NullLocator())
+    _plain_ticks(ax.yaxis, format_rate)
     ax.set_xlabel("environments N")
     ax.set_ylabel("env-steps per CPU-second" if clock == "cpu" else "env-steps/s")
     ax.set_title(_title(result, "env-steps", clock), fontsize=9)

@@ -28,6 +28,7 @@ QUICK_REPEATS = 1
 SMALL_ENVS, SMALL_STEPS = 8, 30
 EXIT_WRONG_RESULT = 1
 CLOCKS = ("wall", "cpu")
+TABLE_WIDTH = 132
 
 
 def add_cartpole_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -159,6 +160,8 @@ def run_and_report(steps: list[StudyStep], config: StudyConfig, out: Path,
     from hlofuse.studies.cartpole_study import StudyError, run_study, write_json
 
     console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, TABLE_WIDTH)  # a log or a pipe: no need to squeeze
     columns = (TextColumn("{task.description:30}"), BarColumn(),
                TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
     try:
@@ -180,6 +183,10 @@ def run_and_report(steps: list[StudyStep], config: StudyConfig, out: Path,
     write_rates_plot(result, rates_path, clock)
     console.print(f"wrote {json_path}, {speedup_path} and {rates_path}")
     return 0
+
+
+def _bytes(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _span(values: list[float], digits: int) -> str:
@@ -213,7 +220,7 @@ def results_table(result: StudyResult, clock: str = "wall") -> Table:
         all_hits = all(r.cache_hit for r in rows.values())
         table.add_row(step.name, step.strategy,
                       _span([r.kernels_per_step for r in rows.values()], 2),
-                      f"{rows[envs[-1]].bytes_per_step / envs[-1]:.0f}" if envs[-1] in rows
+                      _bytes(rows[envs[-1]].bytes_per_step / envs[-1]) if envs[-1] in rows
                       else "-", *cells,
                       f"{compile_s:.1f}{'*' if all_hits else ''}")
     table.caption = ("Kernels and bytes from the profile of one rollout, divided by T (bytes "
