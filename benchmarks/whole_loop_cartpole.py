@@ -120,6 +120,8 @@ def measure(args: argparse.Namespace) -> tuple[list[Row], dict[int, BuildTimes]]
               f"{times.fuse:.2f} s, compile {times.cold:.2f} s cold, {times.cached * 1e3:.0f} ms "
               "cached)", flush=True)
         for name in ("c", "c-scalar"):
+            if name == "c-scalar" and n_envs > args.scalar_max_n:
+                continue
             peer = peer_rollout(name, n_envs, args.t)
             if peer is not None:
                 rows.append(Row(n_envs, name, args.t, median_time(peer, args.repeat)))
@@ -176,6 +178,8 @@ def main() -> int:
                         help="steps for the per-step-launching xla strategy (default 100)")
     parser.add_argument("--jax-max-n", type=int, default=16384,
                         help="largest N JAX runs at (default 16384)")
+    parser.add_argument("--scalar-max-n", type=int, default=16384,
+                        help="largest N the scalar C kernel runs at (default 16384)")
     args = parser.parse_args()
     rows, build_times = measure(args)
     report(rows, build_times)

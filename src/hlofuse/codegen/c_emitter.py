@@ -64,6 +64,10 @@ class KernelSpec:
     # (output, input) pairs the runtime would like to share a buffer (a loop's new state and
     # its old value); tried first when the kernel decides what may be updated in place.
     in_place_hints: tuple[tuple[int, int], ...] = ()
+    # (output, input) pairs that do share a buffer in this call: the kernel then reads the
+    # input through the output's pointer, so every pointer stays `restrict` (no two name the
+    # same memory) and loops still vectorise.
+    aliased: tuple[tuple[int, int], ...] = ()
     # A fusion's backend_config text: which emitter a kCustom fusion needs (whole_loop.py).
     backend_config: str = ""
 
@@ -196,13 +200,22 @@ class KernelEmitter:
     def _bindings(self) -> dict[int, Binding]:
         trees: dict[int, dict[tuple[int, ...], Binding]] = {}
         owners: dict[int, Instruction] = {}
-        for (inst, path), name in zip(self.spec.inputs, self.input_names):
+        through = {i: self.output_names[o] for o, i in self.spec.aliased}
+        for k, ((inst, path), name) in enumerate(zip(self.spec.inputs, self.input_names)):
             shape = leaf_shape(inst, path)
+            name = through.get(k, name)
             trees.setdefault(id(inst), {})[path] = self._loader(shape.dtype, name)
             owners[id(inst)] = inst
             if not path:
                 self.arg_pointer[id(inst)] = name
         return {key: _tree(owners[key].shape, leaves, ()) for key, leaves in trees.items()}
+
+    def _input_index(self, pointer: str) -> int:
+        """The input argument a pointer name reads (aliased inputs read an output's)."""
+        if pointer in self.input_names:
+            return self.input_names.index(pointer)
+        output = self.output_names.index(pointer)
+        return next(i for o, i in self.spec.aliased if o == output)
 
     def _loader(self, dtype: DType, pointer: str) -> Callable[[Index], Value]:
         def load(index: Index) -> Value:
@@ -212,15 +225,11 @@ class KernelEmitter:
         return load
 
     def parameter_types(self) -> tuple[str, ...]:
-        in_place_inputs = {i for _, i in self.in_place}
-        in_place_outputs = {o for o, _ in self.in_place}
         types = []
-        for k, (inst, path) in enumerate(self.spec.inputs):
-            dtype = leaf_shape(inst, path).dtype
-            types.append(self.lang.pointer(dtype, True, k not in in_place_inputs))
-        for k, (inst, path) in enumerate(self.spec.outputs):
-            dtype = leaf_shape(inst, path).dtype
-            types.append(self.lang.pointer(dtype, False, k not in in_place_outputs))
+        for inst, path in self.spec.inputs:
+            types.append(self.lang.pointer(leaf_shape(inst, path).dtype, True))
+        for inst, path in self.spec.outputs:
+            types.append(self.lang.pointer(leaf_shape(inst, path).dtype, False))
         return tuple(types)
 
     def element(self, inst: Instruction, path: tuple[int, ...] = ()) -> Callable[[Index], str]:
@@ -263,7 +272,8 @@ class KernelEmitter:
             inst, path = self.spec.inputs[j]
             if leaf_shape(inst, path) != leaf_shape(out_inst, out_path):
                 continue
-            if self.reads.get(self.input_names[j]) == {key}:
+            read_as = dict((i, self.output_names[o]) for o, i in self.spec.aliased)
+            if self.reads.get(read_as.get(j, self.input_names[j])) == {key}:
                 self.in_place.append((k, j))
                 taken.add(j)
                 done.add(k)
@@ -662,13 +672,13 @@ class KernelEmitter:
             pointer = self.output_names[k]
             source = self.arg_pointer.get(id(operand))
             if source is not None:
-                lines: list[str] = []
-                with self.body.section(lines, 1):
-                    self.body.emit(f"if ((const void *){pointer} != (const void *){source}) "
-                                   f"memcpy({pointer}, {source}, {inst.shape.byte_size});")
-                self.sections.append(lines)
+                if source != pointer:  # not updating the operand's buffer in place
+                    lines: list[str] = []
+                    with self.body.section(lines, 1):
+                        self.body.emit(f"memcpy({pointer}, {source}, {inst.shape.byte_size});")
+                    self.sections.append(lines)
                 if self._only_user(operand, inst):
-                    self.in_place.append((k, self.input_names.index(source)))
+                    self.in_place.append((k, self._input_index(source)))
             else:
                 self.loop(inst.shape.dims, [(self.element(operand), pointer, inst.dtype, None)],
                           parallel=True)
@@ -751,7 +761,10 @@ class KernelEmitter:
 
     def operand_pointer(self, inst: Instruction) -> str:
         pointer = self.arg_pointer.get(id(inst))
-        return pointer if pointer is not None else self.materialize(inst)[0]
+        if pointer is None:
+            return self.materialize(inst)[0]
+        self.reads.setdefault(pointer, set()).add(("whole array",))  # never updated in place
+        return pointer
 
     def _library_call(self, inst: Instruction, targets: list[str]) -> None:
         if inst.op is Op.DOT:

@@ -43,7 +43,7 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parallel_loop import (
-    Accumulator, LoopPlan, Refusal, plan_parallel_loop, read_whole_loop_config)
+    Accumulator, LoopPlan, Refusal, block_lanes, plan_parallel_loop, read_whole_loop_config)
 
 # Steps per chunk: the lane-input table holds one row per step (on the stack, at most
 # TABLE_BYTES); more steps per chunk mean fewer thread-team starts and state round trips.
@@ -92,7 +92,7 @@ class WholeLoopEmitter:
             raise UnsupportedInstruction(f"%{sanitize(spec.label)}: {plan.message}")
         self.plan: LoopPlan = plan
         self.n = plan.size
-        self.lanes = min(lanes, 1 << max(0, (self.n - 1).bit_length()))
+        self.lanes = block_lanes(lanes, self.n)
         self.blocks = -(-self.n // self.lanes)
         # The environment component of lane indices. With one environment it is the literal 0,
         # as index maps write it for dimensions of size 1, so equal values share one local.
@@ -132,13 +132,15 @@ class WholeLoopEmitter:
 
     def _argument_bindings(self) -> dict[int, Binding]:
         """The fusion's parameters and the body's array constants (from the runtime's constant
-        pool) are pointer arguments."""
+        pool) are pointer arguments; an input that shares its output's buffer in this call is
+        read through the output's pointer."""
+        through = {k: self.outputs[o] for o, k in self.spec.aliased}
         out: dict[int, Binding] = {}
-        for (inst, path), name in zip(self.spec.inputs, self.inputs):
+        for k, ((inst, path), name) in enumerate(zip(self.spec.inputs, self.inputs)):
             if path:
                 raise UnsupportedInstruction(
                     f"%{sanitize(self.spec.label)}: tuple-shaped operand %{inst.name}")
-            out[id(inst)] = self._reader(inst.dtype, name)
+            out[id(inst)] = self._reader(inst.dtype, through.get(k, name))
         return out
 
     def _reader(self, dtype: DType, pointer: str) -> Callable[[Index], Value]:
@@ -146,8 +148,11 @@ class WholeLoopEmitter:
         return lambda index: self.uniform_em.load(dtype, pointer, index)
 
     def parameter_types(self) -> tuple[str, ...]:
-        in_place_inputs = {k for _, k in self.in_place}
-        in_place_outputs = {o for o, _ in self.in_place}
+        # Pointers that may name the same memory lose `restrict`; once the runtime says which
+        # do (`aliased`), those are read through one pointer and every pointer keeps it.
+        shared = [] if self.spec.aliased else self.in_place
+        in_place_inputs = {k for _, k in shared}
+        in_place_outputs = {o for o, _ in shared}
         types = []
         for k, (inst, path) in enumerate(self.spec.inputs):
             types.append(self.lang.pointer(leaf_shape(inst, path).dtype, True,
@@ -218,8 +223,12 @@ class WholeLoopEmitter:
             self.body.emit(f"{self._ctype(inst.dtype)} tab{k}[{count}];")
 
     def _declare_partials(self) -> None:
+        """Per block partial results of each accumulator, and its initial value: read now,
+        since an output may share its buffer with it."""
         for k, acc in enumerate(self.plan.accumulators):
             ctype = self._ctype(acc.combines[-1].dtype)
+            initial = self.uniform_em.scalar(self.init[acc.element])
+            self.body.emit(f"const {ctype} init{k} = {initial};")
             identity = self.uniform_em.scalar(acc.identity)
             self.body.emit(f"{ctype} *part{k} = ({ctype} *)malloc({self.blocks} * "
                            f"sizeof({ctype}));")
@@ -493,7 +502,7 @@ class WholeLoopEmitter:
             dtype = self.loop.shape.elements[i].dtype
             ctype = self._ctype(dtype)
             total = body.fresh("total")
-            body.emit(f"{ctype} {total} = {em.scalar(self.init[i])};")
+            body.emit(f"{ctype} {total} = init{k};")
             with body.block("if (steps > 0)"):
                 with body.block(f"for (int64_t b = 0; b < {self.blocks}; ++b)"):
                     combined = em.apply_reducer(acc.reducer, [total], [f"part{k}[b]"])[0]

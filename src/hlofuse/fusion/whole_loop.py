@@ -40,7 +40,7 @@ from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parallel_loop import (
-    MAX_LANES, LoopPlan, Refusal, plan_parallel_loop, whole_loop_config)
+    MAX_LANES, LoopPlan, Refusal, block_lanes, plan_parallel_loop, whole_loop_config)
 from hlofuse.passes.call_inliner import inline_computation
 from hlofuse.passes.loops import with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
@@ -184,11 +184,12 @@ def _log_fusion(log: DecisionSink | None, comp: Computation, loop: Instruction,
     if log is None:
         return
     accumulated = [a.element for a in plan.accumulators]
+    block = block_lanes(lanes, plan.size)
     message = (f"%{loop.name} runs as one kernel %{fusion.name}: {plan.size} environments in "
-               f"blocks of {lanes}, per-environment elements {list(plan.per_env)}, uniform "
+               f"blocks of {block}, per-environment elements {list(plan.per_env)}, uniform "
                f"{list(plan.uniform)}" + (f", accumulated {accumulated}" if accumulated else ""))
     figures: dict[str, Figure] = {
-        "environments": plan.size, "lanes": lanes, "per_env_elements": len(plan.per_env),
+        "environments": plan.size, "lanes": block, "per_env_elements": len(plan.per_env),
         "uniform_elements": len(plan.uniform), "accumulators": len(plan.accumulators),
         "lane_instructions": len(plan.lane), "uniform_instructions": len(plan.uniform_code),
     }

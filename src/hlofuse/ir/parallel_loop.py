@@ -86,6 +86,12 @@ def whole_loop_config(lanes: int) -> str:
                       separators=(",", ":"))
 
 
+def block_lanes(lanes: int, size: int) -> int:
+    """Environments per block: `lanes`, or the power of two at or above N when N is smaller
+    (a block of one environment runs scalar code)."""
+    return min(lanes, 1 << max(0, (size - 1).bit_length()))
+
+
 def read_whole_loop_config(text: str) -> int | None:
     """The lanes of a whole-loop fusion's backend_config, or None if it is not one."""
     try:

@@ -8,6 +8,7 @@ it exists for debugging and for profiling with Python-side timers.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import threading
 import time
@@ -94,6 +95,14 @@ def generate(module: Module, options: CompileOptions = CompileOptions(),
     except UnsupportedInstruction as e:
         raise CodegenError(f"{module.name}: {e}") from None
     assignment = assign_buffers(program, {k: e.in_place for k, e in emitted.items()})
+    for thunk in program.kernel_thunks():
+        # Kernels whose output got its input's buffer are emitted again to read through one
+        # pointer; the others keep the first emission.
+        shared = tuple((o, i) for o, i in emitted[id(thunk)].in_place
+                       if assignment.of(thunk.outputs[o]) == assignment.of(thunk.inputs[i]))
+        if shared:
+            thunk.spec = dataclasses.replace(thunk.spec, aliased=shared)
+            emitted[id(thunk)] = emit_kernel(thunk.spec, lang, options.kernel)
     pool, offsets = _constant_pool(program)
     source = module_source(program, emitted, assignment, offsets, lang,
                            f"module {sanitize(module.name)}")

@@ -38,7 +38,7 @@ def add_cartpole_command(sub: argparse._SubParsersAction) -> None:  # type: igno
         description="Runs the study's sequence on hlofuse: each step is a program variant "
         "compiled by a fusion strategy. For every step and N it checks the compiled rollout "
         "against the reference interpreter (at the smallest N), then measures kernels and "
-        "bytes per step, env-steps/s (median of --repeats rollouts), the speedup over the "
+        "bytes per step, env-steps/s (median of at least --repeats rollouts), the speedup over the "
         "baseline and the compile time; it prints a table and writes cartpole.json and two "
         "plots to --out.",
     )
