@@ -1,12 +1,13 @@
 """CartPole rollout on the compiled CPU backend: each program variant under `none` and `xla`.
 
 Measures, per (variant, strategy): kernels launched per environment step (counted by the
-driver's profile, copies separately), environment-steps per second (N * T / wall, best of
+driver's profile, copies separately), environment-steps per second (N * T / wall, median of
 --repeat runs after compiling and one warm-up), compile time cold (empty cache) and warm
 (cache hit; Python code generation included), and the arena's peak bytes.
 
     .venv/bin/python benchmarks/cartpole_codegen.py                  # N=16384, T=1000
     .venv/bin/python benchmarks/cartpole_codegen.py --n 1024 --t 100 --variants baseline,all
+    .venv/bin/python benchmarks/cartpole_codegen.py --pairs baseline/xla,all/xla+relax_concatenate
 
 Not a test: it takes minutes. The programs come from the front end's CartPole
 (src/hlofuse/envs/cartpole.py); --hlo FILE benchmarks one HLO file instead (for instance
@@ -58,7 +59,8 @@ def measure(module, inputs: list[np.ndarray], strategy: str, n_envs: int, n_step
         warm = time.perf_counter() - start
         assert executable.cache_hit
         executable(*inputs)  # warm-up
-        best = min(_timed(executable, inputs) for _ in range(repeat))
+        # The median: on a shared machine the best run flatters and the mean is noisy.
+        best = float(np.median([_timed(executable, inputs) for _ in range(repeat)]))
         profile = executable.profile(*inputs)
     kernel_calls = sum(r.calls for r in profile.rows if r.kind != "copy")
     copy_calls = sum(r.calls for r in profile.rows if r.kind == "copy")
@@ -81,12 +83,19 @@ def programs(args: argparse.Namespace) -> list[tuple[str, object, list[np.ndarra
     from hlofuse.envs import cartpole
 
     out = []
-    for name in args.variants.split(","):
+    for name in dict.fromkeys(name for name, _ in pairs(args)):
         variant = cartpole.PRESETS[name]
         module = cartpole.trace(variant, args.n, args.t)
         aux = np.asarray(cartpole._rollout_input(variant, args.n, 0, None))
         out.append((name, module, [aux]))
     return out
+
+
+def pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(variant, strategy) rows: --pairs when given, else every variant under every strategy."""
+    if args.pairs:
+        return [tuple(p.split("/", 1)) for p in args.pairs.split(",")]  # type: ignore[misc]
+    return [(v, s) for v in args.variants.split(",") for s in args.strategies.split(",")]
 
 
 def main() -> int:
@@ -95,12 +104,16 @@ def main() -> int:
     parser.add_argument("--t", type=int, default=1000, help="steps (default 1000)")
     parser.add_argument("--variants", default="baseline,fused-rng,split-state,unroll10,all")
     parser.add_argument("--strategies", default="none,xla")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs, best taken")
+    parser.add_argument("--pairs", help="variant/strategy rows, comma separated (instead of "
+                        "--variants x --strategies)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs, median taken")
     parser.add_argument("--hlo", help="benchmark this HLO file instead of the front end's")
     args = parser.parse_args()
     rows = []
+    wanted = pairs(args)
     for name, module, inputs in programs(args):
-        for strategy in args.strategies.split(","):
+        strategies = args.strategies.split(",") if args.hlo else [s for v, s in wanted if v == name]
+        for strategy in strategies:
             row = measure(module, inputs, strategy, args.n, args.t, args.repeat, name)
             rows.append(row)
             print(f"{row.variant:>12} {row.strategy:>5}: {row.kernels_per_step:7.1f} kernels/step "

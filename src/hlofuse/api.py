@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.compile_cache import cached_executable
 from hlofuse.frontend import pytree
 from hlofuse.frontend.dtype_rules import AbstractValue, python_scalar_type, to_dtype
 from hlofuse.frontend.staging import TracedModule, trace_module
@@ -26,7 +27,8 @@ from hlofuse.interpreter import coerce_argument, evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
-from hlofuse.runtime import Executable, Profile, compile_cpu
+from hlofuse.passes.manager import gc_paused
+from hlofuse.runtime import Executable, Profile
 
 BACKENDS = ("interpreter", "cpu")
 DEFAULT_STRATEGY = "xla"
@@ -63,14 +65,17 @@ def set_default_backend(backend: str) -> None:
     _default_backend = check_backend(backend)
 
 
-def _executable(fused: FusionResult, backend: str) -> tuple[FlatFn, Executable | None]:
-    """The fused module as a function of flat arrays, on the interpreter or compiled to C."""
-    if backend == "interpreter":
+def _executable(compiled: Compiled) -> tuple[FlatFn, Executable | None]:
+    """The fused module as a function of flat arrays, on the interpreter or compiled to C
+    (from the compiled-program cache when it holds it: then no pass runs)."""
+    if compiled.backend == "interpreter":
+        fused = compiled.fusion
+
         def interpret(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
             return flatten_value(evaluate(fused.module, arrays))
 
         return interpret, None
-    executable = compile_cpu(fused.module)
+    executable = cached_executable(compiled.module, compiled.strategy, lambda: compiled.fusion)
 
     def run(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         # Kernels index their operands densely; any strided view is copied once here.
@@ -91,8 +96,27 @@ class Compiled:
         self.strategy = strategy
         self.backend = backend
         self.signature = signature
-        self.fusion = run_strategy(module, strategy, debug=False)
-        self._run, self.executable = _executable(self.fusion, backend)
+        self._fusion: FusionResult | None = None
+        with gc_paused():
+            self._run, self.executable = _executable(self)
+
+    @property
+    def fusion(self) -> FusionResult:
+        """The strategy's result (run now if the executable came from the cache)."""
+        if self._fusion is None:
+            verify(self.module)
+            with gc_paused():
+                self._fusion = run_strategy(self.module, self.strategy, debug=False)
+        return self._fusion
+
+    def kernels_per_iteration(self) -> dict[str, int]:
+        """Kernels launched per iteration of each while loop (saved with a cached executable,
+        so asking does not run the strategy again)."""
+        if self._fusion is None and self.executable is not None:
+            saved = self.executable.plan.facts.get("kernels_per_iteration")
+            if isinstance(saved, dict):
+                return {str(k): int(v) for k, v in saved.items()}
+        return self.fusion.kernels_per_iteration()
 
     def hlo(self) -> str:
         """The module as HLO text, before fusion."""
@@ -160,8 +184,8 @@ class Compiled:
 def compile_module(module: Module, strategy: str = DEFAULT_STRATEGY,
                    backend: str | None = None, *,
                    signature: TracedModule | None = None) -> Compiled:
-    """Verify `module` and make it executable under `strategy` on `backend`."""
-    verify(module)
+    """Verify `module` and make it executable under `strategy` on `backend`. A module the
+    compiled-program cache holds is not verified again: its text was, when it was compiled."""
     chosen = check_backend(backend if backend is not None else default_backend())
     return Compiled(module, check_strategy(strategy), chosen, signature)
 
@@ -296,7 +320,8 @@ class JitFunction:
 
     def _trace(self, call: Callable[..., Any], in_tree: pytree.TreeDef,
                avals: list[AbstractValue]) -> TracedModule:
-        return trace_module(call, in_tree, avals, self.name)
+        with gc_paused():
+            return trace_module(call, in_tree, avals, self.name)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         _, avals, in_tree, _, call = self._prepare(args, kwargs)

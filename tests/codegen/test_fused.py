@@ -85,7 +85,7 @@ def test_reduction_kernels_put_the_reduced_loop_inside() -> None:
     # pairwise order, as the reference sums them.
     first, second = row.split("for (int64_t i", 2)[1:]
     assert "< 640;" in first and re.search(r"t\d+\[i\d+\] = ", first) and "r1[" in first
-    assert re.search(r"< 16;.*\n.*\n.*hlofuse_pairwise_f32\(t\d+ \+ v\d+, 40\)", second)
+    assert re.search(r"< 16;.*\n.*\n.*hlofuse_pairwise_f32\(t\d+ \+ j\d+, 40\)", second)
     column = kernel_text(source, "main.col")
     # Column reduction: rows of the input outside, the 48 contiguous columns inside.
     assert re.search(r"for \(int64_t red\d+ = 0; red\d+ < 64;.*\n\s*for \(int64_t j\d+ = b\d+;",
@@ -151,16 +151,47 @@ ENTRY main {
 
 
 @pytest.mark.needs_cc
-def test_concatenate_read_element_for_element_splits_the_loop() -> None:
+def test_concatenate_along_a_small_dimension_is_written_out() -> None:
     module = parse_module(PACKED)
     source = generate(module).source.text
     kernel = kernel_text(source, "k")
-    # One branch-free loop per operand of the concatenate, each writing its column.
-    assert len(re.findall(r"for \(int64_t i\d+ = 0; i\d+ < 64;", kernel)) == 4
+    # One branch-free loop over the rows writes the four columns, each from its own operand;
+    # x is loaded once for its column, the sine and the cosine.
+    assert len(re.findall(r"for \(int64_t i\d+ = 0; i\d+ <", kernel)) == 1
     assert "if (" not in kernel and "< 1 ?" not in kernel
+    assert kernel.count("a0[") == 1 and kernel.count("r0[") == 4
     inputs = random_inputs(module, 3)
     expected = flatten_value(evaluate(module, inputs))
     assert_same(compile_cpu(module)(*inputs), expected[0], "packed")
+
+
+SPLIT = """HloModule split
+fused_join {
+  a = f32[40]{0} parameter(0)
+  b = f32[24]{0} parameter(1)
+  s = f32[40]{0} sine(a)
+  n = f32[24]{0} negate(b)
+  ROOT j = f32[64]{0} concatenate(s, n), dimensions={0}
+}
+ENTRY main {
+  x = f32[40]{0} parameter(0)
+  y = f32[24]{0} parameter(1)
+  ROOT k = f32[64]{0} fusion(x, y), kind=kLoop, calls=fused_join
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_concatenate_along_a_large_dimension_splits_the_loop() -> None:
+    module = parse_module(SPLIT)
+    kernel = kernel_text(generate(module).source.text, "k")
+    # One branch-free loop per operand, each over its own range of the output.
+    assert re.search(r"for \(int64_t i\d+ = 0; i\d+ < 40;", kernel)
+    assert re.search(r"for \(int64_t i\d+ = 40; i\d+ < 64;", kernel)
+    assert "if (" not in kernel and " ? " not in kernel
+    inputs = random_inputs(module, 3)
+    expected = flatten_value(evaluate(module, inputs))
+    assert_same(compile_cpu(module)(*inputs), expected[0], "split")
 
 
 EULER = """HloModule euler
@@ -220,3 +251,67 @@ def test_multi_output_fusion_updates_loop_state_in_place() -> None:
     expected = flatten_value(evaluate(module, inputs))
     for a, e in zip(flatten_value(compile_cpu(module)(*inputs)), expected):
         assert_same(a, e, "euler")
+
+
+CLONES = """HloModule clones
+fused_hash {
+  p = u32[64]{0} parameter(0)
+  k = u32[] parameter(1)
+  q = u32[64]{0} parameter(2)
+  kb = u32[64]{0} broadcast(k), dimensions={}
+  c13 = u32[] constant(13)
+  c13b = u32[64]{0} broadcast(c13), dimensions={}
+  a1 = u32[64]{0} add(p, kb)
+  s1 = u32[64]{0} shift-left(a1, c13b)
+  x1 = u32[64]{0} xor(s1, a1)
+  a2 = u32[64]{0} add(p, kb)
+  s2 = u32[64]{0} shift-left(a2, c13b)
+  x2 = u32[64]{0} xor(s2, a2)
+  o2 = u32[64]{0} multiply(x2, x2)
+  joined = u32[128]{0} concatenate(q, x1), dimensions={0}
+  back = u32[64]{0} slice(joined), slice={[64:128]}
+  o3 = u32[64]{0} add(back, q)
+  ROOT t = (u32[64]{0}, u32[64]{0}, u32[64]{0}) tuple(x1, o2, o3)
+}
+ENTRY main {
+  x = u32[64]{0} parameter(0)
+  y = u32[] parameter(1)
+  z = u32[64]{0} parameter(2)
+  ROOT f = (u32[64]{0}, u32[64]{0}, u32[64]{0}) fusion(x, y, z), kind=kLoop, calls=fused_hash
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_clones_and_respellings_of_one_value_are_computed_once() -> None:
+    # Fusion with duplication leaves clones of a producer in one fused computation (a2 of
+    # a1), and a slice of a concatenate reads x1 at (i + 64) - 64: one hash per element, and
+    # the range of i + 64 picks the concatenate's operand without a branch.
+    module = parse_module(CLONES)
+    kernel = kernel_text(generate(module).source.text, "f")
+    assert kernel.count("<< 13") == 1
+    assert "if (" not in kernel and " ? " not in kernel
+    assert "hlofuse_shl" not in kernel  # a literal shift amount is C's own shift
+    inputs = random_inputs(module, 5)
+    expected = flatten_value(evaluate(module, inputs))
+    actual = flatten_value(compile_cpu(module)(*inputs))
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        assert_same(a, e, f"clones output {k}")
+
+
+def test_value_numbering_never_reuses_loads_or_reassigned_variables() -> None:
+    from hlofuse.codegen.elemental import FunctionBody
+
+    body = FunctionBody()
+    assert body.let("float", "(y * 2.0f)") == body.let("float", "(y * 2.0f)")
+    assert body.let("float", "(y * 2.0f)") != body.let("double", "(y * 2.0f)")
+    assert body.let("float", "a0[i0]") != body.let("float", "a0[i0]")
+    body.emit("float total = 0.0f;")
+    before = body.let("float", "(total + y)")
+    body.emit("total = v3;")
+    assert body.let("float", "(total + y)") != before
+    body.declare("float", "acc")
+    assert body.let("float", "(acc + y)") != body.let("float", "(acc + y)")
+    with body.block("if (c)"):
+        inner = body.let("float", "(z - 1.0f)")
+    assert body.let("float", "(z - 1.0f)") != inner  # declared in a closed block

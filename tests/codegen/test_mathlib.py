@@ -352,6 +352,114 @@ def test_f32_atan2_error_within_bound(harness: Harness, ftz: bool) -> None:
     assert err.max() <= function.max_ulp, _worst(err, y) + f" x={x[np.argmax(err)]!r}"
 
 
+# ------------------------------------------------------------------ small-argument forms
+
+SMALL = mathlib.SMALL_ARGUMENT_FORMS
+
+_SMALL_HARNESS = r"""
+#include <stdint.h>
+#include "hlofuse_math.h"
+#define EXPORT __attribute__((visibility("default")))
+#define LOOP(name, T)                                                                \
+    EXPORT void apply_##name(const float *restrict x, T *restrict y, int64_t n) {     \
+        for (int64_t i = 0; i < n; i++) y[i] = name(x[i]);                           \
+    }
+"""
+
+
+@pytest.fixture(scope="module")
+def small_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """The small-argument forms and their guards over arrays."""
+    lines = [_SMALL_HARNESS]
+    for name in sorted({f.c_name for f in SMALL} | {f"{f.name}f" for f in SMALL}):
+        lines.append(f"LOOP(hlofuse_{name.removeprefix('hlofuse_')}, float)")
+    for guard in sorted({f.guard for f in SMALL}):
+        lines.append(f"LOOP({guard}, int32_t)")
+    path = tmp_path_factory.mktemp("small") / "small.so"
+    _compile("\n".join(lines) + "\n", path, ["-shared", "-fPIC", "-lm"])
+    return ctypes.CDLL(str(path))
+
+
+def _apply(lib: ctypes.CDLL, c_name: str, x: np.ndarray, out_type: type = np.float32
+           ) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty(x.shape, dtype=out_type)
+    getattr(lib, f"apply_{c_name}")(x.ctypes.data_as(ctypes.c_void_p),
+                                    out.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(x.size))
+    return out
+
+
+def _small_inputs(limit: float) -> np.ndarray:
+    """The whole-range sweep and the hard cases cut at `limit`, next to multiples of pi/2 up to
+    the limit, subnormals, zeros and the limit itself."""
+    rng = np.random.default_rng(3)
+    ks = np.concatenate([np.arange(1, 5000), rng.integers(5000, int(limit / (np.pi / 2)), 5000)])
+    bits = (ks * (np.pi / 2)).astype(np.float32).view(np.uint32).astype(np.int64)
+    near = _f32_from_bits((bits[:, None] + np.arange(-16, 17)[None, :]).ravel())
+    subnormal = _f32_from_bits(np.arange(0, 0x00800000, 4099, dtype=np.uint32))
+    x = np.concatenate([_f32_sweep(), _critical_f32("sin"), near, subnormal,
+                        np.array([limit, np.nextafter(np.float32(limit), np.float32(0))],
+                                 dtype=np.float32)])
+    x = x[np.abs(x) <= limit]
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("form", SMALL, ids=[f.c_name for f in SMALL])
+def test_small_argument_forms_within_bound_up_to_their_limit(
+        small_lib: ctypes.CDLL, form: mathlib.SmallArgumentForm) -> None:
+    full = mathlib.lookup(form.name, form.dtype)
+    assert full is not None
+    x = _small_inputs(form.limit)
+    err = _ulp_errors(_apply(small_lib, form.c_name, x), _reference(full, x), ftz=False)
+    assert err.max() <= form.max_ulp, _worst(err, x)
+    assert form.max_ulp <= full.max_ulp
+
+
+@pytest.mark.parametrize("form", SMALL, ids=[f.c_name for f in SMALL])
+def test_full_function_is_its_small_form_inside_the_limit(
+        small_lib: ctypes.CDLL, form: mathlib.SmallArgumentForm) -> None:
+    """The full function takes the small form's path up to the limit, bit for bit."""
+    full = mathlib.lookup(form.name, form.dtype)
+    assert full is not None
+    x = _small_inputs(form.limit)
+    small = _apply(small_lib, form.c_name, x)
+    assert np.array_equal(_apply(small_lib, full.c_name, x).view(np.uint32), small.view(np.uint32))
+
+
+@pytest.mark.parametrize("form", SMALL, ids=[f.c_name for f in SMALL])
+def test_small_argument_guard_is_true_exactly_up_to_the_limit(
+        small_lib: ctypes.CDLL, form: mathlib.SmallArgumentForm) -> None:
+    limit = np.float32(form.limit)
+    inside = np.array([0.0, -0.0, 1e-45, 1.0, limit, -limit], dtype=np.float32)
+    above = np.nextafter(limit, np.float32(np.inf))
+    outside = np.array([above, -above, 1e30, np.inf, -np.inf, np.nan], dtype=np.float32)
+    assert np.all(_apply(small_lib, form.guard, inside, np.int32) != 0)
+    assert np.all(_apply(small_lib, form.guard, outside, np.int32) == 0)
+
+
+def test_sin_and_cos_without_hardware_fma(tmp_path: Path) -> None:
+    """Without fma the float sin and cos reduce in double throughout; the same bounds hold."""
+    if not re.match(r"(x86_64|amd64)", os.uname().machine, re.IGNORECASE):
+        pytest.skip("x86-64-v2 (SSE4.2, no fma) is an x86 target")
+    # not -mno-fma: with AVX-512F the compiler still has fma instructions
+    flags = [f for f in TOOLCHAIN_FLAGS if not f.startswith("-march")] + ["-march=x86-64-v2"]
+    lines = [_SMALL_HARNESS, "LOOP(hlofuse_sinf, float)", "LOOP(hlofuse_cosf, float)",
+             "LOOP(hlofuse_sinf_small, float)", "LOOP(hlofuse_trigf_is_small, int32_t)"]
+    path = tmp_path / "nofma.so"
+    _compile("\n".join(lines) + "\n", path, ["-shared", "-fPIC", "-lm"], flags)
+    lib = ctypes.CDLL(str(path))
+    x = np.concatenate([_f32_sweep(), _critical_f32("sin")])
+    for name in ("sin", "cos"):
+        function = mathlib.lookup(name, DType.F32)
+        assert function is not None
+        err = _ulp_errors(_apply(lib, function.c_name, x), _reference(function, x), ftz=False)
+        assert err.max() <= function.max_ulp, f"{name}: {_worst(err, x)}"
+    # the small form is then the full function, right everywhere
+    assert np.all(_apply(lib, "hlofuse_trigf_is_small", x, np.int32) != 0)
+    assert np.array_equal(_apply(lib, "hlofuse_sinf_small", x).view(np.uint32),
+                          _apply(lib, "hlofuse_sinf", x).view(np.uint32))
+
+
 # ------------------------------------------------------------------ float64 accuracy
 
 def _f64_inputs(name: str) -> np.ndarray:
@@ -537,6 +645,13 @@ def test_every_function_vectorises_without_fast_math(tmp_path: Path, flags: list
                      f" {t} *restrict y, long n) {{ for (long i = 0; i < n; i++) "
                      f"y[i] = {function.c_name}({args}); }}")
         loop_line[len(lines)] = function.c_name
+    for form in mathlib.SMALL_ARGUMENT_FORMS:
+        for c_name, t in ((form.c_name, "float"), (form.guard, "int")):
+            if c_name in loop_line.values():
+                continue
+            lines.append(f"void loop_{c_name}(const float *restrict x, {t} *restrict y, long n) "
+                         f"{{ for (long i = 0; i < n; i++) y[i] = {c_name}(x[i]); }}")
+            loop_line[len(lines)] = c_name
     lines.append("void loop_libm_sinf(const float *restrict x, float *restrict y, long n) "
                  "{ for (long i = 0; i < n; i++) y[i] = sinf(x[i]); }")
     libm_line = len(lines)
@@ -561,6 +676,15 @@ def test_header_is_self_contained_and_warning_free(tmp_path: Path) -> None:
 def test_listing_matches_the_header() -> None:
     defined = set(re.findall(r"HLOFUSE_MATH_FN \w+ (hlofuse_[a-z0-9]+)\(", mathlib.header_text()))
     assert defined == {f.c_name for f in mathlib.FUNCTIONS}
+    helpers = set(re.findall(r"HLOFUSE_MATH_FN \w+ (hlofuse_[a-z0-9_]+)\(", mathlib.header_text()))
+    for form in mathlib.SMALL_ARGUMENT_FORMS:
+        assert {form.c_name, form.guard} <= helpers
+        assert mathlib.small_argument_form(form.name, form.dtype) is form
+        assert mathlib.lookup(form.name, form.dtype) is not None
+    limit = re.search(r"#define HLOFUSE_TRIGF_SMALL_LIMIT (0x1p\d+)f", mathlib.header_text())
+    assert limit is not None
+    assert all(f.limit == float.fromhex(limit.group(1)) for f in mathlib.SMALL_ARGUMENT_FORMS)
+    assert mathlib.small_argument_form("exp", DType.F32) is None
 
 
 def test_c_names_leave_out_functions_libm_does_better() -> None:

@@ -103,6 +103,21 @@ def test_max_strategy_on_the_baseline_program() -> None:
     assert_compiled_matches(result.module, [aux], module)
 
 
+@pytest.mark.parametrize("n_envs", [1, 21])
+def test_baseline_kernel_draws_resets_apart_and_uses_small_trig(n_envs: int) -> None:
+    """The four reset draws of x, x_dot, theta, theta_dot run only where an episode ended;
+    sin and cos of theta take the small-argument forms."""
+    spec = cartpole.PRESETS["baseline"]
+    module = cartpole.trace(spec, n_envs, 12)
+    fused = run_strategy(module, "max+default_costs", debug=False).module
+    source = compile_cpu(fused).source()
+    if n_envs == 1:
+        assert source.count("if (m0[l]) {") == 1
+    else:
+        assert source.count("if (m0[l]) s") == 4
+    assert "hlofuse_sinf_small(" in source and "hlofuse_cosf_small(" in source
+
+
 def test_rollout_agrees_with_the_numpy_dynamics() -> None:
     """The deterministic rollout through jit(backend="cpu") under `max`."""
     init = cartpole.initial_states(19, 3)
@@ -286,6 +301,106 @@ def test_initial_values_used_after_the_loop_are_not_overwritten() -> None:
     out = run_text(text, [np.asarray(0, np.int32), x])
     np.testing.assert_array_equal(out[1], x)
     np.testing.assert_array_equal(out[0], x * 32)
+
+
+# --- deferred selects and small-argument math ----------------------------------------------
+
+
+def _hash_lines(rounds: int) -> str:
+    """u32 `h<rounds>` = a multiply-xorshift hash of (environment, step): no state read."""
+    lines = ["  env = u32[37]{0} iota(), iota_dimension=0",
+             "  ui = u32[] convert(i)",
+             "  uis = u32[37]{0} broadcast(ui), dimensions={}",
+             "  h0 = u32[37]{0} add(env, uis)",
+             "  mul = u32[] constant(2654435761)",
+             "  muls = u32[37]{0} broadcast(mul), dimensions={}",
+             "  sh = u32[] constant(13)",
+             "  shs = u32[37]{0} broadcast(sh), dimensions={}"]
+    for k in range(rounds):
+        lines += [f"  m{k} = u32[37]{{0}} multiply(h{k}, muls)",
+                  f"  r{k} = u32[37]{{0}} shift-right-logical(m{k}, shs)",
+                  f"  h{k + 1} = u32[37]{{0}} xor(m{k}, r{k})"]
+    return "\n".join(lines)
+
+
+def _reset_loop(rounds: int, reset_when_big: bool) -> str:
+    """x' = select(x > 1, hash, x + 0.3) (or the select flipped): CartPole's auto-reset."""
+    chosen = ("big, fresh, moved" if reset_when_big else "small, moved, fresh")
+    return loop_text(_hash_lines(rounds) + f"""
+  x = f32[37]{{0}} get-tuple-element(p), index=1
+  hf = f32[37]{{0}} convert(h{rounds})
+  unit = f32[] constant(2.3283064e-10)
+  units = f32[37]{{0}} broadcast(unit), dimensions={{}}
+  fresh = f32[37]{{0}} multiply(hf, units)
+  step = f32[] constant(0.3)
+  steps = f32[37]{{0}} broadcast(step), dimensions={{}}
+  moved = f32[37]{{0}} add(x, steps)
+  one_f = f32[] constant(1)
+  ones = f32[37]{{0}} broadcast(one_f), dimensions={{}}
+  big = pred[37]{{0}} compare(x, ones), direction=GT
+  small = pred[37]{{0}} compare(x, ones), direction=LE
+  xn = f32[37]{{0}} select({chosen})
+  ROOT t = (s32[], f32[37]{{0}}) tuple(next, xn)""", "(s32[], f32[37]{0})",
+                     condition="""
+  ci = s32[] get-tuple-element(cp), index=0
+  n = s32[] constant(12)
+  ROOT lt = pred[] compare(ci, n), direction=LT""")
+
+
+def _reset_inputs() -> list[np.ndarray]:
+    x = np.random.default_rng(4).uniform(-1, 2, 37).astype(np.float32)
+    return [np.asarray(0, np.int32), x]
+
+
+@pytest.mark.parametrize("reset_when_big", [True, False])
+@pytest.mark.parametrize("lanes", [1, 8, 16])
+def test_costly_state_free_select_operand_is_deferred(lanes: int, reset_when_big: bool) -> None:
+    """The hash is stored in a second lane loop only where the select picks it."""
+    module = parse_module(_reset_loop(6, reset_when_big))
+    fused = whole_loop(module, lanes=lanes)
+    assert_compiled_matches(fused, _reset_inputs(), module, float_accumulators=False)
+    source = compile_cpu(fused).source()
+    test = "m0[l]" if reset_when_big else "!m0[l]"
+    assert (f"if ({test}) s1[0][l] = " in source) == (lanes > 1)
+
+
+def test_cheap_select_operand_is_not_deferred() -> None:
+    module = parse_module(_reset_loop(1, True))
+    fused = whole_loop(module, lanes=16)
+    assert_compiled_matches(fused, _reset_inputs(), module, float_accumulators=False)
+    assert "m0[l]" not in compile_cpu(fused).source()
+
+
+TRIG = loop_text("""
+  x = f32[37]{0} get-tuple-element(p), index=1
+  y = f32[37]{0} get-tuple-element(p), index=2
+  sx = f32[37]{0} sine(x)
+  cx = f32[37]{0} cosine(x)
+  sc = f32[37]{0} add(sx, cx)
+  yn = f32[37]{0} add(y, sc)
+  step = f32[] constant(0.7)
+  steps = f32[37]{0} broadcast(step), dimensions={}
+  xn = f32[37]{0} add(x, steps)
+  ROOT t = (s32[], f32[37]{0}, f32[37]{0}) tuple(next, xn, yn)""",
+                 "(s32[], f32[37]{0}, f32[37]{0})")
+
+
+@pytest.mark.parametrize("huge", [False, True], ids=["small", "huge"])
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_small_argument_math_with_huge_arguments(lanes: int, huge: bool) -> None:
+    """sin and cos of the state use the small forms; a step where some lane's argument is
+    beyond their limit (or not finite) takes the full functions, still exact to the bound."""
+    x = np.random.default_rng(6).uniform(-4, 4, 37).astype(np.float32)
+    if huge:
+        x[[0, 5, 17, 36]] = [1e30, -3e5, np.inf, np.nan]
+    inputs = [np.asarray(0, np.int32), x, np.zeros(37, np.float32)]
+    module = parse_module(TRIG)
+    fused = whole_loop(module, lanes=lanes)
+    out = assert_compiled_matches(fused, inputs, module)
+    assert np.isnan(out[2][[17, 36]]).all() == huge
+    source = compile_cpu(fused).source()
+    assert "hlofuse_sinf_small(" in source and "hlofuse_cosf_small(" in source
+    assert "if (large)" in source
 
 
 # --- random loops ---------------------------------------------------------------------------

@@ -147,9 +147,37 @@ def test_packed_state_is_one_concatenate_read_by_several_users() -> None:
     concatenates = [i for i in body.instructions
                     if i.op is Op.CONCATENATE and i.shape.dims == (4, 4)]
     assert len(concatenates) == 1
+    # Read whole by two users, the termination test (|state| > bounds) and the reset select:
+    # the study's concatenate with several users, which slice forwarding cannot remove.
     readers = users(body)[concatenates[0]]
-    assert len(readers) >= 3
-    assert sum(1 for r in readers if r.op is Op.SLICE) >= 2
+    assert sorted(r.op.text for r in readers) == ["abs", "select"]
+    assert all(r.shape.dims == (4, 4) for r in readers)
+
+
+def test_packed_termination_test_is_the_split_one_bit_for_bit() -> None:
+    """`terminated_packed` (|state| > [x bound, inf, theta bound, inf], any over the row) and
+    `terminated` decide alike on values at, next to and past the bounds, infinities and NaN."""
+    def around(bound: float) -> list[np.float32]:
+        b = np.float32(bound)
+        return [b, np.nextafter(b, np.float32(0)), np.nextafter(b, np.float32(np.inf))]
+
+    specials = [np.float32(v) for v in (0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e-30)]
+    x_values = [v * s for v in around(cp.X_THRESHOLD) for s in (1, -1)] + specials
+    theta_values = [v * s for v in around(cp.THETA_THRESHOLD) for s in (1, -1)] + specials
+    rng = np.random.default_rng(0)
+    grid = np.array([(x, v, t, w) for x in x_values for t in theta_values
+                     for v, w in [rng.choice(specials, 2)]], np.float32)
+
+    def both(states: Any) -> Any:
+        return cp.terminated_packed(states), cp.terminated(states[:, 0], states[:, 2])
+
+    for backend in ("interpreter", "cpu"):
+        packed, split = hlofuse.jit(both, backend=backend)(grid)
+        np.testing.assert_array_equal(packed, split, err_msg=backend)
+    want = (np.abs(grid[:, 0]) > np.float32(cp.X_THRESHOLD)) | (
+        np.abs(grid[:, 2]) > np.float32(cp.THETA_THRESHOLD))
+    np.testing.assert_array_equal(packed, want)
+    assert 0 < want.sum() < len(want)
 
 
 def test_split_state_has_no_state_concatenate() -> None:

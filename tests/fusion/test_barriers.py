@@ -4,9 +4,13 @@ loop boundary; the relaxed-concatenate strategy removes exactly the concatenate 
 
 from __future__ import annotations
 
+import pytest
+
+from hlofuse.envs import cartpole as cp
 from hlofuse.fusion.decision import DecisionRecord
 from hlofuse.fusion.explain import blocked_edges
 from hlofuse.fusion.strategies import FusionResult, run_strategy
+from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 
 from tests.conftest import load_corpus_case
@@ -104,6 +108,27 @@ def test_relaxed_concatenate_removes_only_that_barrier() -> None:
     assert _refusals(relaxed, "custom-call") and _refusals(relaxed, "tuple-boundary")
     loop = "loop"
     assert relaxed.kernels_per_iteration()[loop] == strict.kernels_per_iteration()[loop] - 1
+
+
+@pytest.mark.parametrize("rng", ["custom_call", "fused"])
+def test_cartpole_packed_state_is_the_concatenate_barrier(rng: str) -> None:
+    """The study's own program: the packed state's concatenate, read whole by the termination
+    test and the reset select, stays a kernel of its own under `xla` (the multi-user
+    concatenate rule); relaxed, it fuses into both and the step loop runs fewer kernels."""
+    module = cp.trace(cp.Variant(rng=rng), 6, 5)
+    (loop,) = [i for i in module.entry.instructions if i.op is Op.WHILE]
+    (state,) = [i.name for i in loop.calls[1].instructions
+                if i.op is Op.CONCATENATE and i.shape.dims == (6, 4)]
+    strict = run_strategy(module, "xla", debug=False)
+    relaxed = run_strategy(module, "xla+relax_concatenate", debug=False)
+    refused = [r for r in _refusals(strict, "code-duplication-too-high")
+               if r.figures["instruction"] == state]
+    assert refused and all(r.figures["users"] == 2 for r in refused)
+    assert {r.pass_name for r in refused} == {"fusion-merger"}
+    assert not [r for r in _refusals(relaxed, "code-duplication-too-high")
+                if r.figures["op"] == "concatenate"]
+    (name,) = strict.kernels_per_iteration()
+    assert relaxed.kernels_per_iteration()[name] < strict.kernels_per_iteration()[name]
 
 
 def test_rng_custom_call_is_its_own_kernel() -> None:

@@ -89,3 +89,40 @@ def test_multi_output_fusion_redirects_users() -> None:
     for got, want in zip(flatten_value(evaluate(fused, inputs)),
                          flatten_value(evaluate(module, inputs))):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_fusion_pass_leaves_no_cycles_for_the_collector() -> None:
+    """Released graphs are freed by reference counting: left to the cycle collector, the
+    graphs of one compile cost more to collect than the passes took to build them."""
+    import gc
+
+    from hlofuse.fusion.strategies import run_strategy
+
+    module = parse_module(load_corpus_case("cartpole_rollout")[0])
+    run_strategy(module, "xla")  # imports and one-time caches first
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        fused = run_strategy(module, "xla")
+        assert gc.collect() == 0
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert fused.kernels
+
+
+def test_the_source_lines_of_a_growing_fusion_follow_its_post_order() -> None:
+    module = parse_module(SMALL.replace("b = f32[4]{0} multiply(a, p1)",
+                                        'b = f32[4]{0} multiply(a, p1), metadata={'
+                                        'source_file="g.py" source_line=2}'))
+    with ModuleGraph.from_module(module) as graphs:
+        assert graphs.entry is not None
+        nodes = {n.name: n for n in graphs.entry.nodes}
+        fusion = create_fusion(nodes["b"], "kLoop")
+        assert fusion.source_locations() == ("g.py:2",)
+        fuse_instruction(fusion, nodes["a"])
+        # a is computed before b inside the kernel: its line comes first.
+        assert fusion.source_locations() == ("f.py:1", "g.py:2")
+        assert fusion.fused.location_count == 2
+    assert graphs.graphs == []  # released

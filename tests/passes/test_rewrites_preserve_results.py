@@ -17,7 +17,7 @@ from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.hlo import Instruction, Module, make_module
+from hlofuse.ir.hlo import Computation, Instruction, Module, make_module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.shapes import Shape
@@ -25,6 +25,7 @@ from hlofuse.passes.call_inliner import CallInliner
 from hlofuse.passes.concat_forwarding import ConcatForwarding
 from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
+from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.manager import Pass, Pipeline
 from hlofuse.passes.rng_expansion import RngExpansion
 from hlofuse.passes.scalarize_state import ScalarizeState
@@ -201,6 +202,18 @@ def test_unrolled_counted_loops_run_every_iteration(case: CountedCase, factor: i
 # --- packed loop state ---------------------------------------------------------------------
 
 
+def _reducer(names: NameUniquer, op: Op, dtype: DType) -> Computation:
+    b = ComputationBuilder(f"{op.text}_{dtype.text}", names)
+    lhs = b.parameter(0, Shape.scalar(dtype))
+    rhs = b.parameter(1, Shape.scalar(dtype))
+    b.add(op, [lhs, rhs])
+    return b.build()
+
+
+def _or_reducer(names: NameUniquer) -> Computation:
+    return _reducer(names, Op.OR, DType.PRED)
+
+
 @st.composite
 def packed_loops(draw: Callable[..., object]) -> tuple[Module, list[np.ndarray]]:
     """A loop carrying an (n, total) array packed from pieces along dimension 1 each step,
@@ -213,6 +226,7 @@ def packed_loops(draw: Callable[..., object]) -> tuple[Module, list[np.ndarray]]
     total = sum(sizes)
     offsets = [sum(sizes[:i]) for i in range(len(sizes))]
     use_select, slice_result = draw(st.booleans()), draw(st.booleans())
+    any_test = draw(st.booleans())  # the reset decided by any(|packed| > bounds) per row
     names = NameUniquer()
     packed_shape = Shape.array(DType.F32, (n, total))
     state = Shape.tuple_of([Shape.scalar(DType.S32), packed_shape])
@@ -234,11 +248,23 @@ def packed_loops(draw: Callable[..., object]) -> tuple[Module, list[np.ndarray]]
                          attrs={"dimensions": ()}, shape=part.shape)
         pieces.append(body.add(Op.ADD, [body.add(Op.MULTIPLY, [part, scale]), widened]))
     packed = body.add(Op.CONCATENATE, pieces, attrs={"dimensions": (1,)})
-    if use_select:
+    if use_select and any_test:
+        bounds = draw(st.lists(st.sampled_from([0.5, 1.5, np.inf]), min_size=total,
+                               max_size=total))
+        row = body.add(Op.BROADCAST, [body.constant(bounds, DType.F32)],
+                       attrs={"dimensions": (1,)}, shape=packed_shape)
+        over = body.add(Op.COMPARE, [body.add(Op.ABS, [packed]), row],
+                        attrs={"direction": "GT"})
+        done = body.add(Op.REDUCE, [over, body.constant(False, DType.PRED)],
+                        attrs={"dimensions": (1,)}, calls=[_or_reducer(names)])
+        odd = body.add(Op.BROADCAST, [done], attrs={"dimensions": (0,)},
+                       shape=Shape.array(DType.PRED, (n, total)))
+    elif use_select:
         fi = body.add(Op.CONVERT, [i], shape=Shape.scalar(DType.F32))
         odd = body.add(Op.COMPARE, [body.add(Op.BROADCAST, [fi], attrs={"dimensions": ()},
                                              shape=packed_shape), packed],
                        attrs={"direction": "GT"})
+    if use_select:
         reset = body.add(Op.BROADCAST, [body.constant(-1.0, DType.F32)],
                          attrs={"dimensions": ()}, shape=packed_shape)
         packed = body.add(Op.SELECT, [odd, reset, packed])
@@ -284,3 +310,91 @@ def test_packed_loop_state_is_split_and_keeps_results(
     body = loop.calls[1]
     assert not any(i.op is Op.CONCATENATE for i in body.instructions)
     _assert_identical(_values(split, inputs), reference, "split state")
+
+
+# --- reductions of packed arrays -----------------------------------------------------------
+
+# (reducer op, element type, whether partial results regroup exactly)
+_REDUCERS = [(Op.OR, DType.PRED, True), (Op.AND, DType.PRED, True),
+             (Op.MAXIMUM, DType.F32, True), (Op.MINIMUM, DType.F32, True),
+             (Op.ADD, DType.S32, True), (Op.MULTIPLY, DType.S32, True),
+             (Op.XOR, DType.S32, True), (Op.MAXIMUM, DType.S32, True),
+             (Op.ADD, DType.F32, False), (Op.MULTIPLY, DType.F32, False)]
+_SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 2.5, -2.5, 1e-30], np.float32)
+
+
+@dataclass
+class PackedReduction:
+    module: Module
+    inputs: list[np.ndarray]
+    splits: bool  # whether concat-forwarding should do the reduce per piece
+
+
+@st.composite
+def packed_reductions(draw: Callable[..., object]) -> PackedReduction:
+    """A reduce of an (n, total) concatenate of pieces (some of them reshaped (n,) columns),
+    through element-wise work: |packed| compared with a row of bounds (inf among them) for
+    the boolean reducers, a conversion to s32 for the integer ones. The reduce runs over the
+    packed dimension (and maybe the other one), with the identity or another init value; the
+    inputs hold NaN, the infinities and both zeros."""
+    op, dtype, exact = draw(st.sampled_from(_REDUCERS))  # type: ignore[misc]
+    n = draw(st.integers(1, 3))
+    sizes = draw(st.lists(st.integers(1, 3), min_size=2, max_size=4))
+    assert isinstance(sizes, list)
+    if draw(st.booleans()):  # columns only, as CartPole's state: every piece read as it is
+        sizes = [1] * len(sizes)
+    total = sum(sizes)
+    names = NameUniquer()
+    b = ComputationBuilder("main", names)
+    pieces, inputs = [], []
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))  # type: ignore[arg-type]
+    for j, size in enumerate(sizes):
+        column = size == 1 and draw(st.booleans())
+        dims = (n,) if column else (n, size)
+        piece = b.parameter(j, Shape.array(DType.F32, dims))
+        if column:
+            piece = b.add(Op.RESHAPE, [piece], shape=Shape.array(DType.F32, (n, 1)))
+        pieces.append(piece)
+        inputs.append(np.where(rng.random(dims) < 0.5, rng.choice(_SPECIALS, dims),
+                               rng.uniform(-3, 3, dims)).astype(np.float32))
+    packed = b.add(Op.CONCATENATE, pieces, attrs={"dimensions": (1,)})
+    shape = Shape.array(DType.F32, (n, total))
+    value = b.add(Op.ABS, [packed]) if draw(st.booleans()) else packed
+    if dtype is DType.PRED:
+        bounds = draw(st.lists(st.sampled_from([0.5, 2.0, np.inf, -np.inf]), min_size=total,
+                               max_size=total))
+        row = b.add(Op.BROADCAST, [b.constant(bounds, DType.F32)], attrs={"dimensions": (1,)},
+                    shape=shape)
+        value = b.add(Op.COMPARE, [value, row],
+                      attrs={"direction": draw(st.sampled_from(["GT", "LT", "GE"]))})
+    elif dtype is DType.S32:
+        finite = b.add(Op.CLAMP, [b.constant(-1e6, DType.F32), value,
+                                  b.constant(1e6, DType.F32)])
+        value = b.add(Op.CONVERT, [finite], shape=Shape.array(DType.S32, (n, total)))
+    identity = {Op.OR: False, Op.AND: True, Op.ADD: 0, Op.MULTIPLY: 1, Op.XOR: 0,
+                Op.MAXIMUM: -np.inf if dtype is DType.F32 else np.iinfo(np.int32).min,
+                Op.MINIMUM: np.inf}[op]
+    init = identity if draw(st.booleans()) else draw(st.sampled_from([True, 3, 0.5]))
+    dims = draw(st.sampled_from([(1,), (0, 1), (0,)]))
+    out = tuple(d for i, d in enumerate((n, total)) if i not in dims)
+    b.add(Op.REDUCE, [value, b.constant(init, dtype)], attrs={"dimensions": dims},
+          calls=[_reducer(names, op, dtype)], shape=Shape.array(dtype, out))
+    idempotent = op in (Op.OR, Op.AND, Op.MAXIMUM, Op.MINIMUM)
+    same_init = bool(np.asarray(init, dtype.numpy) == np.asarray(identity, dtype.numpy))
+    splits = exact and 1 in dims and (idempotent or same_init)
+    return PackedReduction(make_module("packed_reduction", b.build()), inputs, splits)
+
+
+@settings(max_examples=60, deadline=None)
+@given(packed_reductions())
+def test_reductions_of_packed_arrays_split_exactly(case: PackedReduction) -> None:
+    """concat-forwarding splits exactly the reductions it may, bit for bit (NaN, infinities
+    and signed zeros included), and logs a refusal for the others."""
+    log = DecisionLog()
+    reference = _values(case.module, case.inputs)
+    rewritten, _ = Pipeline([ConcatForwarding(), *TIDY], debug=True, log=log).run(case.module)
+    rules = {r.rule for r in log.records if r.pass_name == "concat-forwarding"}
+    assert ("reduce-split" in rules) == case.splits, rules
+    if not case.splits:
+        assert rules & {"reducer-not-exact", "init-not-identity", "reduce-keeps-pieces"}
+    _assert_identical(_values(rewritten, case.inputs), reference, "reduce per piece")

@@ -17,11 +17,16 @@ from hlofuse.studies.peers.numpy_peer import NumpyRunner
 from hlofuse.studies.peers.registry import Peer, PeerRegistry, default_registry
 
 REGISTRY = default_registry()
-# hlofuse's rollout on the reference interpreter: slow, but what the slot runs once compiled.
-HLOFUSE_INTERPRETED = replace(
-    hlofuse_peer("xla", backend="interpreter"), name="hlofuse-xla-interpreter"
-)
-PEERS = [*(p for p in REGISTRY if p.is_default), HLOFUSE_INTERPRETED]
+# hlofuse's rollout on the reference interpreter, in two program forms: the default slot's
+# (the baseline program under `max`: RNG expansion, split state, whole-loop fusion), and the
+# study's hand-rewritten one (fused RNG, split state, unroll 10) left unfused, which spares
+# the fusion passes' seconds on the unrolled body.
+HLOFUSE_INTERPRETED = [
+    replace(hlofuse_peer("max", backend="interpreter"), name="hlofuse-max-interpreter"),
+    replace(hlofuse_peer("none", backend="interpreter", preset="all"),
+            name="hlofuse-all-none-interpreter"),
+]
+PEERS = [*(p for p in REGISTRY if p.is_default), *HLOFUSE_INTERPRETED]
 # Gymnasium resets from its own generator one step late (its NEXT_STEP mode), by design.
 OWN_RESET_SCHEME = {"gymnasium"}
 # Cold torch.compile of the step takes minutes on 2 cores; opt in with `-m slow`.
@@ -122,11 +127,12 @@ def test_random_variant_matches_numpy(peer: Peer, request: pytest.FixtureRequest
     np.testing.assert_allclose(result.states, expected.states, rtol=1e-4, atol=1e-5)
 
 
-def test_one_hlofuse_strategy_runs_by_default() -> None:
+def test_hlofuse_max_and_priority_run_by_default_on_the_baseline_program() -> None:
     hlofuse = [p for p in REGISTRY if p.is_hlofuse]
     if not hlofuse:
         pytest.skip(REGISTRY.notes[0])
-    assert sum(p.is_default for p in hlofuse) == 1
+    assert sorted(p.name for p in hlofuse if p.is_default) == ["hlofuse-max", "hlofuse-priority"]
+    assert all("program preset 'baseline'" in p.description for p in hlofuse)
 
 
 def test_random_actions_are_fair_coins() -> None:
@@ -183,6 +189,18 @@ def test_c_kernel_handles_large_theta(name: str) -> None:
     expected = NumpyRunner(workload).run()
     np.testing.assert_allclose(result.states, expected.states, rtol=1e-4, atol=1e-4)
     assert result.episodes == expected.episodes
+
+
+def test_rollouts_get_shorter_at_large_n() -> None:
+    config = BenchConfig(steps=1000, eager_steps=100, max_work=1 << 22, max_eager_work=1 << 20,
+                         min_steps=20)
+    assert config.rollout_steps(False, 1024) == 1000
+    assert config.rollout_steps(False, 16384) == 256
+    assert config.rollout_steps(True, 1) == 100
+    assert config.rollout_steps(True, 16384) == 64
+    assert config.rollout_steps(False, 1 << 20) == 20  # never below min_steps
+    assert replace(config, steps=10).rollout_steps(False, 1 << 20) == 10  # nor above --steps
+    assert replace(config, max_work=0).rollout_steps(False, 1 << 20) == 1000
 
 
 def tiny_config() -> BenchConfig:
@@ -262,6 +280,7 @@ def test_cli_bench_peers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         (["--envs", "4,x"], "--envs: 'x' is not an integer"),
         (["--peers", "nope"], "--peers: unknown peer 'nope'"),
         (["--repeats", "0"], "--repeats: 0 is not positive"),
+        (["--max-work", "-1"], "--max-work: -1 is negative"),
     ],
 )
 def test_cli_bench_peers_bad_input(
@@ -271,3 +290,15 @@ def test_cli_bench_peers_bad_input(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
     assert not (tmp_path / "peers.json").exists()
+
+
+def test_missing_peer_is_skipped_with_a_note() -> None:
+    registry = PeerRegistry()
+    registry.register_peer(Peer("numpy", "", NumpyRunner, is_eager=True))
+    registry.register_peer(Peer("absent", "", NumpyRunner,
+                                availability=lambda: "absent is not installed"))
+    done: list[None] = []
+    result = run_bench(registry, ["absent", "numpy"], tiny_config(),
+                       on_done=lambda: done.append(None))
+    assert [(s.peer, s.note) for s in result.skipped] == [("absent", "absent is not installed")]
+    assert {r.peer for r in result.records} == {"numpy"} and len(done) == 4

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from hlofuse.codegen import templates
 from hlofuse.codegen.elemental import (
-    SCALAR, Binding, ElementalEmitter, FunctionBody, Index, NeedsLoopNest, UnsupportedInstruction,
-    Accumulation, Value, accumulation, reduction_order, simple_reducer)
+    SCALAR, UNROLL_ELEMENTS, Binding, ElementalEmitter, FunctionBody, Index, NeedsLoopNest,
+    UnsupportedInstruction, Accumulation, Value, accumulation, reduction_order, simple_reducer)
 from hlofuse.codegen.elementwise import convert_expression
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType
@@ -192,7 +192,7 @@ class KernelEmitter:
         # For element-wise in-place updates: every (pointer, index key) an input is read at,
         # and the index key of the loop that stores each output.
         self.reads: dict[str, set[tuple[str, ...]]] = {}
-        self.stored_at: dict[str, tuple[str, ...] | None] = {}
+        self.stored_at: dict[str, set[tuple[str, ...]] | None] = {}
         self.em = ElementalEmitter(lang, self.body, self._bindings(), self.materialize)
 
     # --- arguments ----------------------------------------------------------------------
@@ -257,23 +257,25 @@ class KernelEmitter:
         return self._finish()
 
     def _elementwise_in_place(self) -> None:
-        """An output may overwrite an input of its shape that is read only at the element being
-        stored (the same index, in the same loop): each element is read before it is written.
+        """An output may overwrite an input of its shape that is read only at the elements
+        stored in the same iteration of the same loop (the element itself, or the row of a
+        dimension written out): every element is read before any is written.
         """
         taken = {i for _, i in self.in_place}
         done = {o for o, _ in self.in_place}
         candidates = list(self.spec.in_place_hints) + [
             (k, j) for k in range(len(self.spec.outputs)) for j in range(len(self.spec.inputs))]
         for k, j in candidates:
-            key = self.stored_at.get(self.output_names[k])
-            if key is None or k in done or j in taken:
+            keys = self.stored_at.get(self.output_names[k])
+            if keys is None or k in done or j in taken:
                 continue
             out_inst, out_path = self.spec.outputs[k]
             inst, path = self.spec.inputs[j]
             if leaf_shape(inst, path) != leaf_shape(out_inst, out_path):
                 continue
             read_as = dict((i, self.output_names[o]) for o, i in self.spec.aliased)
-            if self.reads.get(read_as.get(j, self.input_names[j])) == {key}:
+            reads = self.reads.get(read_as.get(j, self.input_names[j]))
+            if reads and reads <= keys:
                 self.in_place.append((k, j))
                 taken.add(j)
                 done.add(k)
@@ -291,6 +293,8 @@ class KernelEmitter:
         qualifier = self.lang.kernel_qualifier
         if small:
             qualifier += " " + self.lang.small_kernel_attribute
+        else:
+            qualifier += " " + self.lang.no_jump_threading
         comment = self._comment()
         definition = templates.KERNEL.safe_substitute(
             kind=_SAFE_NAME.sub("_", self.spec.kind), instructions=comment, qualifier=qualifier,
@@ -341,8 +345,11 @@ class KernelEmitter:
                     and max(dims, default=1) > 1)
         bound = {id(inst) for inst, _ in self.spec.inputs}
         split = concatenate_seams(roots, dims, bound) if offsets is None else None
+        unrolled = self._unrolled_dimension(dims, split, group, offsets)
+        if unrolled is not None:
+            split = None
         flat = (group not in self.nest_groups and offsets is None and len(dims) > 1
-                and split is None)
+                and split is None and unrolled is None)
         parts: list[dict[int, tuple[int, int]]] = [{}]
         if split is not None:
             axis, seams = split
@@ -352,25 +359,53 @@ class KernelEmitter:
         with self.body.section(lines, base):
             for k, ranges in enumerate(parts):
                 bounds = (f"lo{k}", f"hi{k}") if parallel else None
+                if unrolled is not None:
+                    ranges = {unrolled: (0, 1)}  # a literal; the copies below set it
                 index, headers, span = self._loop_headers(dims, flat, group, ranges, bounds)
                 spans.append(span)
+                indices = [index] if unrolled is None else [
+                    Index(dims, None, tuple(str(c) if d == unrolled else m
+                                            for d, m in enumerate(index.multi or ())), None)
+                    for c in range(dims[unrolled])]
                 with contextlib.ExitStack() as stack:
                     for header in headers:
                         stack.enter_context(self.body.block(header))
                     # Every value is computed before any is stored, so an output may overwrite
-                    # an input it shares a buffer with (read only at this element).
-                    values = [value_of(index) for value_of, _, _, _ in stores]
-                    for (_, pointer, dtype, place), value in zip(stores, values):
+                    # an input it shares a buffer with (read only at the elements stored in
+                    # this iteration).
+                    values = [[value_of(at) for value_of, _, _, _ in stores] for at in indices]
+                    for (_, pointer, _, place) in stores:
                         natural = offsets is None and place is None
                         in_place = len(parts) == 1 and natural and not in_prologue
-                        self.stored_at[pointer] = index.key if in_place else None
-                        at = place or offsets
-                        target = at(index) if at else self.em.linear_of(index)
-                        self.body.emit(
-                            f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
+                        self.stored_at[pointer] = {i.key for i in indices} if in_place else None
+                    for at_index, row in zip(indices, values):
+                        for (_, pointer, dtype, place), value in zip(stores, row):
+                            at = place or offsets
+                            target = at(at_index) if at else self.em.linear_of(at_index)
+                            self.body.emit(
+                                f"{pointer}[{target}] = {self.lang.to_storage(dtype, value)};")
         if parallel:
             lines = self._parallel_part(lines, spans)
         self._add_section(lines, parallel, base, in_prologue)
+
+    def _unrolled_dimension(self, dims: tuple[int, ...], split: tuple[int, list[int]] | None,
+                            group: int, offsets: Callable[[Index], str] | None) -> int | None:
+        """A small dimension a loop nest writes out with literal indices instead of looping
+        over it: the values of one iteration of the other loops are then computed in one scope
+        and share their subexpressions (the four columns of a packed (N, 4) state share the
+        whole CartPole step), a concatenate along it picks its operand without a branch or a
+        loop of its own per piece, and the loop left over the large dimension vectorises."""
+        if offsets is not None or len(dims) < 2:
+            return None
+        if split is not None:
+            axis = split[0]
+        elif group in self.nest_groups:
+            axis = len(dims) - 1
+        else:
+            return None  # a flat loop
+        if dims[axis] > UNROLL_ELEMENTS or math.prod(dims) == dims[axis]:
+            return None
+        return axis
 
     def _parallel_part(self, lines: list[str], spans: list[tuple[int, int]]) -> list[str]:
         """Move a loop into a function of its own, called by every thread on its share of the
@@ -401,7 +436,8 @@ class KernelEmitter:
         parameters += [f"{t} {n}".replace("* ", "*") for n, t in self.body.prologue_names.items()
                        if n in used]
         return templates.KERNEL_PART.substitute(
-            name=name, parameters=", ".join(bounds + parameters), body=text + "\n")
+            name=name, qualifier=self.lang.no_jump_threading,
+            parameters=", ".join(bounds + parameters), body=text + "\n")
 
     def _add_section(self, lines: list[str], parallel: bool, base: int,
                      in_prologue: bool) -> None:
@@ -433,6 +469,7 @@ class KernelEmitter:
             var = self.body.fresh("i")
             count = math.prod(dims)
             headers.append(header(var, 0, count))
+            self.em.ranges[var] = (0, count)
             multi = (var,) if len(dims) == 1 else None
             index = Index(dims, var, multi, group if multi is None else None)
             return index, headers, (0, count)
@@ -550,7 +587,7 @@ class KernelEmitter:
         with contextlib.ExitStack() as stack:
             for header in headers:
                 stack.enter_context(self.body.block(header))
-            row = self.body.let("int64_t", f"{self.em.linear_of(out_index)} * {extent}")
+            row = self.em.index_let(f"{self.em.linear_of(out_index)} * {extent}")
             results: list[str]
             if plan.pairwise and reduction_order(in_dims, reduced) == "pairwise":
                 width = "f64" if r.dtype is DType.F64 else "f32"
@@ -571,7 +608,7 @@ class KernelEmitter:
                 pragma = (self.lang.simd_reduction.format(op=plan.simd_op, var=accumulators[0])
                           if plan.simd_op is not None else None)
                 with self.body.block(f"for (int64_t {j} = 0; {j} < {extent}; ++{j})", pragma):
-                    position = self.body.let("int64_t", f"{row} + {j}")
+                    position = self.em.index_let(f"{row} + {j}")
                     kept_type = [DType.F32 if plan.unrounded or plan.pairwise and
                                  x.dtype is DType.F16 else x.dtype for x in r.operands[:count]]
                     values = [self.body.let(self.lang.register_type(t),
@@ -645,7 +682,7 @@ class KernelEmitter:
                 stack.enter_context(self.body.block(
                     f"for (int64_t {b} = 0; {b} < {inner}; {b} += {block})"))
                 end = self.body.let("int64_t", f"{b} + {block} < {inner} ? {b} + {block} : {inner}")
-                row = self.body.let("int64_t", f"{o} * {inner}")
+                row = self.em.index_let(f"{o} * {inner}")
                 initial = self.lang.to_storage(dtype, self.em.scalar(init))
                 with self.body.block(f"for (int64_t {j} = {b}; {j} < {end}; ++{j})"):
                     self.body.emit(f"{pointer}[{row} + {j}] = {initial};")
@@ -755,7 +792,8 @@ class KernelEmitter:
         ctype = self.lang.storage_type(dtype)
         self.body.prologue.lines.append(
             f"  {ctype} *{name} = ({ctype} *)malloc({max(count, 1)} * sizeof({ctype}));")
-        self.body.prologue_names[name] = f"{ctype} *"
+        # Its own memory: `restrict` spares the loops that write it run-time alias checks.
+        self.body.prologue_names[name] = f"{ctype} *{self.lang.restrict}"
         self.epilogue.append(f"  free({name});")
         return name
 

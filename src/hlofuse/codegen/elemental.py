@@ -8,6 +8,13 @@ slice offsets them, ...), so no intermediate array is ever stored. Values are ca
 a scope ends with its block (a branch of pad or concatenate, a reduction loop) so a value never
 leaks out of the branch that computed it. Rank-0 values of the fused computation do not depend
 on the output position and are hoisted to the kernel's prologue (XLA's loop-invariant motion).
+
+Locals are also numbered by value: a local whose expression (the same text over the same
+constant locals) was computed before in a scope still open is reused. Fusion passes that
+duplicate a producer into several consumers and then merge those consumers leave clones of one
+computation inside one fused computation (CartPole's Threefry hash, once per consumer); the
+clones then cost nothing. Loads and expressions over variables that are assigned again
+(accumulators, loop state) are never reused.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Union
 import numpy as np
 
 from hlofuse.codegen.elementwise import ELEMENTWISE, convert_expression
+from hlofuse.codegen.index_expr import Affine, NotAffine, canonical
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
 from hlofuse.ir.dtypes import DType
@@ -32,9 +40,19 @@ from hlofuse.ir.ops import Op, OpKind
 Value = Union[str, tuple["Value", ...]]
 Binding = Union[Callable[["Index"], Value], tuple["Binding", ...]]
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# `name = ...;`, `name += ...;`, `++name;`, `name--;`: a statement that assigns a variable
+# after its declaration.
+_ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%|&^]?=(?!=)|\+\+|--)"
+                         r"|^\s*(?:\+\+|--)([A-Za-z_][A-Za-z0-9_]*)")
 _SIMPLE = re.compile(r"^-?[A-Za-z_][A-Za-z0-9_]*$"  # an identifier
                      r"|^-?[0-9][0-9A-Za-z.+x]*$"  # a number
                      r"|^\(\([a-z0-9_]+\)-?[0-9]+U?LL\)$")  # a typed integer literal
+
+
+# Reductions over at most this many elements, and small dimensions of loop nests (c_emitter),
+# are written out with literal indices.
+UNROLL_ELEMENTS = 16
 
 
 class UnsupportedInstruction(ValueError):
@@ -61,10 +79,15 @@ class Index:
 
     @property
     def key(self) -> tuple[str, ...]:
-        if self.linear is not None:
-            return ("L", self.linear)
-        assert self.multi is not None
-        return ("M", *self.multi)
+        """One key per element position, however the index is spelled: a value reached both
+        through the linear index and through per-dimension indices is computed once."""
+        if self.multi is not None:
+            return ("M", *("0" if d == 1 else m for m, d in zip(self.multi, self.dims)))
+        assert self.linear is not None
+        wide = [k for k, d in enumerate(self.dims) if d != 1]
+        if len(wide) <= 1:  # the linear index is the one wide dimension's index
+            return ("M", *(self.linear if k in wide else "0" for k in range(len(self.dims))))
+        return ("L", self.linear)
 
 
 SCALAR = Index((), "0", ())
@@ -108,6 +131,12 @@ class FunctionBody:
         # Locals declared at the top of the prologue, with their C types: a loop moved into
         # a function of its own (a parallel part) receives the ones it reads.
         self.prologue_names: dict[str, str] = {}
+        # Value numbering (see the module docstring): the identifiers each numbered local's
+        # expression reads, and the variables assigned after their declaration.
+        self._reads: dict[str, frozenset[str]] = {}
+        self.mutable: set[str] = set()
+        self.assigned_once: set[str] = set()  # declared, then assigned once on each path
+        self.index_forms: dict[str, Affine] = {}  # index locals and their affine forms
 
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self._names)}"
@@ -121,17 +150,33 @@ class FunctionBody:
         return self.scopes[-1] is self.prologue
 
     def emit(self, line: str) -> None:
+        assigned = _ASSIGNMENT.match(line)
+        if assigned is not None:
+            name = assigned.group(1) or assigned.group(2)
+            if name not in self.assigned_once:
+                self.mutable.add(name)
         self.scope.lines.append("  " * self.scope.indent + line)
 
     def let(self, ctype: str, expr: str, prefix: str = "v") -> str:
         if is_simple(expr):
             return expr
+        numbered = "[" not in expr  # a load may see a store in between
+        key = ("let", ctype, expr)
+        if numbered:
+            found = self.lookup(key)
+            if isinstance(found, str) and not self._reads[found] & self.mutable:
+                return found
         name = self.fresh(prefix)
         self.declare(f"const {ctype}", name, expr)
+        if numbered:
+            self._reads[name] = frozenset(_IDENTIFIER.findall(expr))
+            self.remember(key, name)
         return name
 
     def declare(self, ctype: str, name: str, init: str | None = None) -> None:
         """`ctype name = init;` (a variable when ctype is not const)."""
+        if not ctype.startswith("const ") and name not in self.assigned_once:
+            self.mutable.add(name)
         if self.scope is self.prologue:
             self.prologue_names[name] = ctype
         self.emit(f"{ctype} {name};" if init is None else f"{ctype} {name} = {init};")
@@ -226,12 +271,32 @@ class ElementalEmitter:
     # --- index arithmetic -----------------------------------------------------------------
 
     def known_range(self, component: str) -> tuple[int, int] | None:
-        """[lo, hi) of an index component that is a literal or a loop variable."""
+        """[lo, hi) of an index component that is a literal, a loop variable, or an affine
+        form of loop variables (`i0 + 64`)."""
         if component.lstrip("-").isdigit():
             return int(component), int(component) + 1
-        return self.ranges.get(component)
+        found = self.ranges.get(component)
+        form = self.body.index_forms.get(component)
+        if found is not None or form is None:
+            return found
+        lo = hi = form.const
+        for atom, coefficient in form.terms.items():
+            span = self.ranges.get(atom)
+            if span is None:
+                return None
+            ends = (coefficient * span[0], coefficient * (span[1] - 1))
+            lo, hi = lo + min(ends), hi + max(ends)
+        return lo, hi + 1
 
     def index_let(self, expr: str) -> str:
+        """A local (or literal, or name) for an index expression, in canonical form so that
+        one position has one spelling (see index_expr.py)."""
+        try:
+            form: Affine | None = canonical(expr, self.body.index_forms)
+        except NotAffine:
+            form = None
+        if form is not None:
+            expr = form.text()
         if is_simple(expr):
             return expr
         key = ("index", expr)
@@ -239,6 +304,8 @@ class ElementalEmitter:
         if isinstance(found, str):
             return found
         name = self.body.let(self.lang.index_type, expr, "j")
+        if form is not None and (form.const or len(form.terms) > 1):
+            self.body.index_forms[name] = form  # an atom (i / 4) stays a name of its own
         self.body.remember(key, name)
         return name
 
@@ -346,6 +413,7 @@ class ElementalEmitter:
         if not then_lines and not else_lines:
             return self.body.let(ctype, f"({condition} ? {then_value} : {else_value})")
         name = self.body.fresh("v")
+        self.body.assigned_once.add(name)
         self.body.declare(ctype, name)
         self.body.emit(f"if ({condition}) {{")
         self.body.scope.lines.extend(then_lines)
@@ -733,6 +801,8 @@ def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     if plan.pairwise and em.materialize is not None and math.prod(
             in_dims[d] for d in reduced) >= 8:
         return _materialized(em, inst, index)  # the stored rows are summed pairwise
+    if 0 < math.prod(in_dims[d] for d in reduced) <= UNROLL_ELEMENTS:
+        return _reduce_written_out(em, inst, index, plan)
     out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
     accumulators = []
     for init in inits:
@@ -770,6 +840,42 @@ def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
                 updated = em.apply_reducer(reducer, accumulators, values)
                 for acc, new in zip(accumulators, updated):
                     em.body.emit(f"{acc} = {new};")
+    if plan.identity is not None:
+        total = accumulators[0]
+        if plan.unrounded:
+            total = em.body.let("float", em.lang.round_to(DType.F16, total))
+        return em.apply_reducer(reducer, [em.scalar(inits[0])], [total])[0]
+    return accumulators[0] if count == 1 else tuple(accumulators)
+
+
+def _reduce_written_out(em: ElementalEmitter, inst: Instruction, index: Index,
+                        plan: Accumulation) -> Value:
+    """A small reduce with a literal index per reduced element instead of a loop, in the
+    loop's order: one output element's values then share their subexpressions (CartPole's
+    any(|state| > limits) over a packed row of four), and an enclosing loop vectorises."""
+    count = len(inst.operands) // 2
+    inputs, inits = inst.operands[:count], inst.operands[count:]
+    reduced = inst.ints("dimensions")
+    in_dims = inputs[0].shape.dims
+    reducer = inst.calls[0]
+    out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
+    base = ["" if d in reduced else next(out_multi) for d in range(len(in_dims))]
+    if plan.identity is not None:
+        accumulators = [plan.identity]
+    else:
+        accumulators = [em.scalar(init) for init in inits]
+    symbol = "+" if simple_reducer(reducer) is Op.ADD else "*"
+    # Row-major in `dimensions` order, as the reference walks them.
+    for position in itertools.product(*(range(in_dims[d]) for d in reduced)):
+        multi = list(base)
+        for d, p in zip(reduced, position):
+            multi[d] = str(p)
+        input_index = Index(in_dims, None, tuple(multi), None)
+        values = [em.array_value(x, input_index) for x in inputs]
+        if plan.unrounded:
+            accumulators = [em.body.let("float", f"({accumulators[0]} {symbol} {values[0]})")]
+        else:
+            accumulators = em.apply_reducer(reducer, accumulators, values)
     if plan.identity is not None:
         total = accumulators[0]
         if plan.unrounded:

@@ -8,6 +8,7 @@ rounded after every operation; the helpers named hlofuse_* live in templates.HEA
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from hlofuse.codegen.language import CLanguage
@@ -157,9 +158,24 @@ def _clz(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
     return f"(({ctype})({x[0]} == 0 ? {dtype.bits} : {count}))"
 
 
+_INT_LITERAL = re.compile(r"^\(\([a-z0-9_]+\)(-?[0-9]+)U?LL\)$")
+
+
 def _shift(helper: str) -> Handler:
+    """A shift by a literal amount inside the bit width is C's own shift (the helpers' range
+    check folds away then anyway, but only after inlining: a Threefry hash has dozens)."""
+
     def emit(lang: CLanguage, inst: Instruction, x: list[str]) -> str:
-        return f"hlofuse_{helper}_{lang.type_tag(inst.dtype)}({x[0]}, {x[1]})"
+        dtype = inst.dtype
+        amount = _INT_LITERAL.match(x[1])
+        if amount is None or not 0 <= int(amount.group(1)) < dtype.bits:
+            return f"hlofuse_{helper}_{lang.type_tag(dtype)}({x[0]}, {x[1]})"
+        n, ctype, unsigned = amount.group(1), lang.storage_type(dtype), lang.unsigned_type(dtype)
+        if helper == "shl":
+            return f"(({ctype})(({lang.wrap_type(dtype)})({unsigned}){x[0]} << {n}))"
+        if helper == "shrl":
+            return f"(({ctype})(({unsigned}){x[0]} >> {n}))"
+        return f"(({ctype})(({lang.signed_type(dtype)}){x[0]} >> {n}))"
 
     return emit
 

@@ -75,7 +75,8 @@ class CLanguage:
     simd_reduction: str = "#pragma omp simd reduction({op}:{var})"
     simd: str = "#pragma omp simd"
     # gcc's jump threading duplicates the branches of several selects on one predicate until
-    # if-conversion gives up and a simd loop stays scalar; whole-loop kernels turn it off.
+    # if-conversion gives up and a simd loop stays scalar; every kernel with vector loops
+    # turns it off.
     no_jump_threading: str = '__attribute__((optimize("no-thread-jumps")))'
     ftz_begin: str = "HLOFUSE_FTZ_BEGIN"
     ftz_end: str = "HLOFUSE_FTZ_END"

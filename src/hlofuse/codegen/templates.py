@@ -213,7 +213,7 @@ $body}
 """)
 
 # A parallel loop of a kernel: each thread calls it on its share of the outermost loop.
-KERNEL_PART = Template(r"""static __attribute__((noinline)) void $name($parameters) {
+KERNEL_PART = Template(r"""static __attribute__((noinline)) $qualifier void $name($parameters) {
 $body}
 
 """)

@@ -5,18 +5,24 @@ be independent per environment. The kernel runs it as the hand-written CartPole 
 in chunks of at most CHUNK steps:
 
 1. uniform steps (one thread): evaluate the condition from the uniform state and stop when it
-   is false; compute the values per-environment code reads ("lane inputs": the step's random
-   key, ...) into a table with one row per step; compute the new uniform state and commit it.
-   The uniform state never depends on environments, so this runs once, not once per block.
+   is false; record the uniform state the per-environment code's uniform values ("lane
+   inputs": the step's random key, ...) are computed from; compute the new uniform state and
+   commit it. Then, in a loop over the chunk's steps that vectorises (no step depends on
+   another there), the lane inputs into a table with one row per step. The uniform state
+   never depends on environments, so this runs once, not once per block.
 2. environment blocks (`#pragma omp parallel for` over blocks of W lanes): load the block's
    state into local arrays `s[value][lane]` (from the inputs in the first chunk, from the
    outputs after), then for every step of the chunk run a `#pragma omp simd` loop over the
    lanes that computes each new per-environment value through the elemental emitter (state
    read at the lane, lane inputs from the step's table row, the environment index where an
    iota asks for it) and writes it back once all are computed; accumulated sums collect per
-   lane. Lanes past N (the last block) run on the last environment's state and are not stored.
-   At the end of the chunk the block stores its state and adds its lanes' partial sums to its
-   own slot.
+   lane. Two kinds of work run apart (codegen/whole_loop_lanes.py): a select's costly operand
+   that does not depend on the state (CartPole's reset draws) in a second lane loop, only for
+   the lanes it is picked in; sin and cos of the state with the math library's small-argument
+   forms, the full functions only in a step where some lane needs them. One lane (N = 1) is
+   scalar code: plain blocks instead of loops, branches instead of selects. Lanes past N (the
+   last block) run on the last environment's state and are not stored. At the end of the
+   chunk the block stores its state and adds its lanes' partial sums to its own slot.
 3. after the last chunk: the uniform state goes to its outputs; each accumulated element is its
    initial value combined with the blocks' partial sums, in block order (deterministic; float
    sums are reassociated compared with the reference, the only difference from it).
@@ -30,15 +36,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from hlofuse.codegen import templates
+from hlofuse.codegen import mathlib, templates
 from hlofuse.codegen.c_emitter import (
     EmittedKernel, KernelOptions, KernelSpec, leaf_shape, sanitize)
 from hlofuse.codegen.elemental import (
     SCALAR, Binding, ElementalEmitter, FunctionBody, Index, UnsupportedInstruction, Value,
     strides_of)
 from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.whole_loop_lanes import (
+    Deferred, deferred_selects, small_argument_math)
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
@@ -65,6 +73,26 @@ def emit_whole_loop(spec: KernelSpec, lang: CLanguage, options: KernelOptions) -
         raise UnsupportedInstruction(
             f"%{sanitize(spec.label)}: a kCustom fusion needs a whole-loop backend_config")
     return WholeLoopEmitter(spec, lang, lanes).emit()
+
+
+def whole_loop_in_place(spec: KernelSpec) -> tuple[tuple[int, int], ...]:
+    """The (output, input) pairs that may share a buffer: an output may overwrite the argument
+    that is its initial value (one output per argument). Known from the spec alone, so the
+    runtime assigns buffers before the kernel is emitted, and emits it once."""
+    loop = _loop_of(spec)
+    init = loop.operands[0]
+    if init.op is not Op.TUPLE:
+        return ()  # refused when the kernel is emitted
+    argument = {id(inst): k for k, (inst, path) in enumerate(spec.inputs) if not path}
+    pairs = []
+    taken: set[int] = set()
+    for element, value in enumerate(init.operands):
+        k = argument.get(id(value))
+        if k is None or k in taken or value.shape != loop.shape.elements[element]:
+            continue
+        taken.add(k)
+        pairs.append((element, k))
+    return tuple(pairs)
 
 
 def _loop_of(spec: KernelSpec) -> Instruction:
@@ -110,25 +138,21 @@ class WholeLoopEmitter:
         self.uniform_em = ElementalEmitter(lang, self.body, dict(constants))
         lane_emitter = ElementalEmitter if self.lanes > 1 else BranchingEmitter
         self.lane_em = lane_emitter(lane_lang, self.body, dict(constants))
+        # Lane inputs are computed after the uniform steps of a chunk, from the uniform state
+        # each step recorded, in a loop over the steps the compiler vectorises.
+        self.table_em = ElementalEmitter(lane_lang, self.body, dict(constants))
         self.uniform_em._no_hoist = 1  # values change every step: nothing moves out of it
         self.lane_em._no_hoist = 1
+        self.table_em._no_hoist = 1
+        self.recorded = self._recorded_uniform()
         self.chunk = self._chunk_steps()
+        self.deferred = deferred_selects(plan)
+        self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
 
     # --- arguments ------------------------------------------------------------------------
 
     def _in_place(self) -> list[tuple[int, int]]:
-        """An output may overwrite the argument that is its initial value (one output per
-        argument)."""
-        argument = {id(inst): k for k, (inst, path) in enumerate(self.spec.inputs) if not path}
-        pairs = []
-        taken: set[int] = set()
-        for element, value in enumerate(self.init):
-            k = argument.get(id(value))
-            if k is None or k in taken or value.shape != self.loop.shape.elements[element]:
-                continue
-            taken.add(k)
-            pairs.append((element, k))
-        return pairs
+        return list(whole_loop_in_place(self.spec))
 
     def _argument_bindings(self) -> dict[int, Binding]:
         """The fusion's parameters and the body's array constants (from the runtime's constant
@@ -166,6 +190,8 @@ class WholeLoopEmitter:
 
     def _chunk_steps(self) -> int:
         per_step = sum(max(1, x.shape.num_elements) * 8 for x in self.plan.lane_inputs)
+        per_step += sum(max(1, self.loop.shape.elements[i].num_elements) * 8
+                        for i in self.recorded)
         if per_step == 0:
             return MAX_CHUNK
         return max(MIN_CHUNK, min(MAX_CHUNK, TABLE_BYTES // per_step))
@@ -188,6 +214,7 @@ class WholeLoopEmitter:
                 self._uniform_step()
                 body.emit("++count;")
             body.emit("if (count == 0 && chunk > 0) break;")
+            self._lane_input_tables()
             self._blocks()
             body.emit("steps += count;")
             body.emit("if (finished) break;")
@@ -221,6 +248,10 @@ class WholeLoopEmitter:
         for k, inst in enumerate(self.plan.lane_inputs):
             count = self.chunk * max(1, inst.shape.num_elements)
             self.body.emit(f"{self._ctype(inst.dtype)} tab{k}[{count}];")
+        for i in self.recorded:
+            shape = self.loop.shape.elements[i]
+            count = self.chunk * max(1, shape.num_elements)
+            self.body.emit(f"{self._ctype(shape.dtype)} ust{i}[{count}];")
 
     def _declare_partials(self) -> None:
         """Per block partial results of each accumulator, and its initial value: read now,
@@ -272,10 +303,10 @@ class WholeLoopEmitter:
             condition = em.scalar(self.plan.condition.root)
             body.emit(f"if (!{condition}) {{ finished = 1; break; }}")
         with body.block(None):
-            for k, inst in enumerate(self.plan.lane_inputs):
-                count = max(1, inst.shape.num_elements)
-                self._each_element(em, inst, lambda q, v, k=k, count=count:
-                                   f"tab{k}[count * {count} + {q}] = {v};")
+            for i in self.recorded:
+                size = max(1, self.loop.shape.elements[i].num_elements)
+                self._copy_loop(size, lambda q, i=i, size=size:
+                                f"ust{i}[count * {size} + {q}] = u{i}[{q}];")
             commits: list[str] = []
             for i in self.plan.uniform:
                 value = self.plan.body.root.operands[i]
@@ -291,6 +322,45 @@ class WholeLoopEmitter:
                 commits.append(f"memcpy(u{i}, nu{i}, sizeof(u{i}));")
             for line in commits:
                 body.emit(line)
+
+    def _recorded_uniform(self) -> tuple[int, ...]:
+        """The uniform elements the lane inputs are computed from."""
+        seen: set[int] = set()
+        stack = list(self.plan.lane_inputs)
+        elements: set[int] = set()
+        while stack:
+            inst = stack.pop()
+            if id(inst) in seen:
+                continue
+            seen.add(id(inst))
+            element = _element_read(inst)
+            if element is not None and element in self.plan.uniform:
+                elements.add(element)
+            stack.extend(inst.operands)
+        return tuple(sorted(elements))
+
+    def _lane_input_tables(self) -> None:
+        """The lane inputs of the chunk's steps, from each step's recorded uniform state: no
+        step depends on another here, so the loop vectorises (CartPole's step keys: three
+        Threefry hashes a step), where the uniform steps themselves form a chain."""
+        if not self.plan.lane_inputs:
+            return
+        body, em = self.body, self.table_em
+        for inst in self.plan.body.instructions:
+            element = _element_read(inst)
+            if element not in self.recorded:
+                continue
+            assert element is not None
+            shape = self.loop.shape.elements[element]
+            size = max(1, shape.num_elements)
+            em.bindings[id(inst)] = self._local_reader(em, shape.dtype, f"ust{element}",
+                                                       f"t * {size} + ")
+        body.emit(self.lang.simd)
+        with body.block("for (int64_t t = 0; t < count; ++t)"):
+            for k, inst in enumerate(self.plan.lane_inputs):
+                size = max(1, inst.shape.num_elements)
+                self._each_element(em, inst, lambda q, v, k=k, size=size:
+                                   f"tab{k}[t * {size} + {q}] = {v};")
 
     def _each_element(self, em: ElementalEmitter, inst: Instruction,
                       line: Callable[[str, str], str]) -> None:
@@ -348,6 +418,7 @@ class WholeLoopEmitter:
             identity = self.lane_em.scalar(acc.identity)
             body.emit(f"{ctype} acc{k}[{lanes}];")
             body.emit(f"for (int l = 0; l < {lanes}; ++l) acc{k}[l] = {identity};")
+        self._declare_small_argument_values()
         with body.block("for (int64_t t = 0; t < count; ++t)"):
             self._lane_step()
         self._store_block()
@@ -421,21 +492,146 @@ class WholeLoopEmitter:
         return read
 
     def _lane_step(self) -> None:
-        body, em = self.body, self.lane_em
         self._lane_bindings()
-        body.emit(self.lang.simd)
-        with body.block(f"for (int l = 0; l < {self.lanes}; ++l)"):
+        self._small_argument_check()
+        masks = self._declare_masks()
+        self._main_lane_loop(masks)
+        self._deferred_lane_loop(masks)
+
+    @contextlib.contextmanager
+    def _lane_loop(self, pragma: str | None) -> Iterator[None]:
+        """`for` over the block's lanes, under `pragma`. One lane gets a plain block: gcc
+        if-converts a loop of one iteration as if to vectorise it, and so computes the
+        branches of the scalar code (the deferred reset draws) on every step."""
+        if self.lanes == 1:
+            with self.body.block("/* the one lane */"):
+                self.body.emit("const int l = 0;")
+                yield
+            return
+        with self.body.block(f"for (int l = 0; l < {self.lanes}; ++l)", pragma):
+            yield
+
+    def _main_lane_loop(self, masks: dict[tuple[object, ...], str]) -> None:
+        """Every new per-environment value (a deferred select's other operand in its place, and
+        the select's predicate kept in a mask) and the accumulators."""
+        body, em = self.body, self.lane_em
+        with self._lane_loop(self.lang.simd):
             body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
             stores: list[str] = []
+            stored: set[str] = set()
             for i in self.plan.per_env:
                 shape = self.loop.shape.elements[i]
-                value = self.plan.body.root.operands[i]
+                deferred = self.deferred.get(i)
+                value = self.plan.body.root.operands[i] if deferred is None else deferred.kept
                 for q, index in enumerate(_env_indices(shape.dims, self.env)):
                     stores.append(f"s{i}[{q}][l] = {em.array_value(value, index)};")
+                    if deferred is None:
+                        continue
+                    mask = masks[deferred.mask_key(index)]
+                    if mask not in stored:
+                        stored.add(mask)
+                        predicate = em.array_value(deferred.predicate,
+                                                   deferred.predicate_index(index))
+                        stores.append(f"{mask}[l] = {predicate};")
             for k, acc in enumerate(self.plan.accumulators):
                 self._accumulate(k, acc)
             for line in stores:
                 body.emit(line)
+
+    # --- deferred selects -------------------------------------------------------------------
+
+    def _declare_masks(self) -> dict[tuple[object, ...], str]:
+        """One mask array per predicate element of the deferred selects, declared per step."""
+        masks: dict[tuple[object, ...], str] = {}
+        for i, deferred in self.deferred.items():
+            for index in _env_indices(self.loop.shape.elements[i].dims, self.env):
+                key = deferred.mask_key(index)
+                if key not in masks:
+                    masks[key] = f"m{len(masks)}"
+                    # 32-bit, as the floats stored beside them: a byte array would make gcc
+                    # vectorise the whole loop at 16 bytes per vector
+                    self.body.emit(f"int32_t {masks[key]}[{self.lanes}];")
+        return masks
+
+    def _deferred_lane_loop(self, masks: dict[tuple[object, ...], str]) -> None:
+        """The deferred operands, stored only where their select picks them. With several lanes
+        the values are computed outside the `if`: gcc then vectorises the stores as masked
+        stores and runs their computation only when some lane of the block stores (its
+        masked-store sinking); computed inside, if-conversion would refuse the operations that
+        may trap. One lane branches once per mask around the values it stores."""
+        if not self.deferred:
+            return
+        body, em = self.body, self.lane_em
+        groups: dict[str, list[tuple[int, int, Instruction, Index]]] = {}
+        for i, deferred in self.deferred.items():
+            dims = self.loop.shape.elements[i].dims
+            for q, index in enumerate(_env_indices(dims, self.env)):
+                mask = masks[deferred.mask_key(index)]
+                test = f"{mask}[l]" if deferred.when else f"!{mask}[l]"
+                groups.setdefault(test, []).append((i, q, deferred.operand, index))
+        with self._lane_loop(self.lang.simd):
+            body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
+            for test, stores in groups.items():
+                if self.lanes > 1:
+                    for i, q, operand, index in stores:
+                        body.emit(f"if ({test}) s{i}[{q}][l] = {em.array_value(operand, index)};")
+                    continue
+                with body.block(f"if ({test})"):
+                    for i, q, operand, index in stores:
+                        body.emit(f"s{i}[{q}][l] = {em.array_value(operand, index)};")
+
+    # --- small-argument math ----------------------------------------------------------------
+
+    def _declare_small_argument_values(self) -> None:
+        """Per block, the arrays the full functions fill in a step where some argument is too
+        large for the small forms (zeroed, so that lane code may read them unconditionally)."""
+        for k, (inst, _) in enumerate(self.small_math):
+            positions = inst.shape.num_elements // self.n
+            self.body.emit(f"{self._ctype(inst.dtype)} fm{k}[{positions}][{self.lanes}] = "
+                           "{{0}};")
+
+    def _small_argument_check(self) -> None:
+        """Lane code computes the small-argument math values inline with the small forms,
+        except in a step where some lane's argument is too large for them (a branch the block
+        almost never takes): the full functions then fill `fm<k>[position][lane]` first and
+        lane code reads those. The header's functions hold under DAZ/FTZ as they are, so they
+        are called directly (libm calls get their arguments and results flushed)."""
+        if not self.small_math:
+            return
+        body = self.body
+        body.emit("int large = 0;")
+        with self._lane_loop(self.lang.simd_reduction.format(op="|", var="large")):
+            body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
+            tests: list[str] = []
+            for inst, form in self.small_math:
+                for index in _env_indices(inst.shape.dims, self.env):
+                    argument = self.lane_em.array_value(inst.operands[0], index)
+                    test = f"large |= !{form.guard}({argument});"
+                    if test not in tests:
+                        tests.append(test)
+                        body.emit(test)
+        with body.block("if (large)"):
+            with self._lane_loop(self.lang.simd):
+                body.emit(f"const int64_t {ENV} = {self._env_of_lane()};")
+                for k, (inst, form) in enumerate(self.small_math):
+                    full = mathlib.lookup(form.name, form.dtype)
+                    assert full is not None
+                    for q, index in enumerate(_env_indices(inst.shape.dims, self.env)):
+                        argument = self.lane_em.array_value(inst.operands[0], index)
+                        body.emit(f"fm{k}[{q}][l] = {full.c_name}({argument});")
+        for k, (inst, form) in enumerate(self.small_math):
+            self.lane_em.bindings[id(inst)] = self._small_argument_reader(k, inst, form)
+
+    def _small_argument_reader(self, k: int, inst: Instruction,
+                               form: mathlib.SmallArgumentForm) -> Callable[[Index], Value]:
+        full_value = self._lane_reader(f"fm{k}", inst.dtype, inst.shape.dims, 0)
+
+        def read(index: Index) -> Value:
+            argument = self.lane_em.array_value(inst.operands[0], index)
+            return self.body.let(self._ctype(inst.dtype),
+                                 f"(large ? {full_value(index)} : {form.c_name}({argument}))")
+
+        return read
 
     def _accumulate(self, k: int, acc: Accumulator) -> None:
         em = self.lane_em

@@ -5,8 +5,9 @@ reset, as fixed in shared/design/cartpole.md. The study's program variants are o
 
 - rng: "custom_call" (one opaque custom-call per Threefry use, the study's baseline) or
   "fused" (Threefry as element-wise integer HLO);
-- state: "packed" (one (N, 4) array rebuilt with a concatenate each step, read back through
-  slices by several users, the fusion barrier of the study) or "split" (four (N,) arrays);
+- state: "packed" (one (N, 4) array rebuilt with a concatenate each step and read whole by
+  two users, the termination test and the reset select: the fusion barrier of the study) or
+  "split" (four (N,) arrays);
 - rollout: "scan" (the whole rollout in one module; `unroll=k` puts k steps in each loop
   iteration) or "python" (a jitted step called T times from Python);
 - deterministic: the policy is `theta_dot + 0.5 * theta > 0`, the initial states come from a
@@ -71,6 +72,17 @@ def dynamics(x: Any, x_dot: Any, theta: Any, theta_dot: Any,
 
 def terminated(x: Any, theta: Any) -> Any:
     return (hnp.abs(x) > X_THRESHOLD) | (hnp.abs(theta) > THETA_THRESHOLD)
+
+
+# The termination bound of each packed state component: |x| and |theta| are bounded, the
+# velocities are not (inf is never exceeded, and |NaN| > bound is false, as in `terminated`).
+PACKED_LIMITS = np.array([X_THRESHOLD, np.inf, THETA_THRESHOLD, np.inf], np.float32)
+
+
+def terminated_packed(packed: Any) -> Any:
+    """`terminated` on the packed (N, 4) state, reading it whole: the same decision bit for bit
+    (the bounds are the float32 values `terminated` compares with)."""
+    return hnp.any(hnp.abs(packed) > PACKED_LIMITS, axis=1)
 
 
 def deterministic_policy(theta: Any, theta_dot: Any) -> Any:
@@ -198,10 +210,11 @@ def make_step(variant: Variant, n_envs: int) -> Callable[[dict[str, Any], Any], 
             reset = reset.T if variant.state == "packed" else tuple(reset)
         new = dynamics(x, x_dot, theta, theta_dot, action)
         if variant.state == "packed":
-            # One array rebuilt by concatenation and read back through slices: the study's
-            # concatenate with several users.
+            # One array rebuilt by concatenation and read whole by the termination test and
+            # the reset select, as a JAX program would write it: the study's concatenate with
+            # several users.
             packed = hnp.stack(new, axis=1)
-            done = terminated(packed[:, 0], packed[:, 2])
+            done = terminated_packed(packed)
             state: Any = hnp.where(done[:, None], reset, packed)
         else:
             done = terminated(new[0], new[2])

@@ -8,16 +8,13 @@ from instruction metadata, so `explain` can say which line of the program stoppe
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-FUSE = "fuse"
-NO = "no"
-# The verdict of the passes that rewrite the program before fusion (rng-expansion, loop-unroll,
-# ...): they log what they rewrote with this verdict and what they refused with NO.
-REWRITE = "rewrite"
+from hlofuse.passes.decision_log import (  # noqa: F401  (re-exported)
+    FUSE, NO, NO_FIGURES, REWRITE, DecisionLog, DecisionRecord, Figure)
 
 # The rule ids of a positive decision: `fusible` (legal, and the pass's rules agree), and
 # priority fusion's `cost-model-gain` (legal, and the cost model estimates a saving).
@@ -25,8 +22,7 @@ FUSIBLE = "fusible"
 COST_MODEL_GAIN = "cost-model-gain"
 _POSITIVE_RULES = frozenset({FUSIBLE, COST_MODEL_GAIN})
 
-Figure = int | float | str
-_NO_FIGURES: Mapping[str, Figure] = MappingProxyType({})
+_NO_FIGURES = NO_FIGURES
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,80 +49,6 @@ class FusionDecision:
     def no(rule: str, message: str, **figures: Figure) -> FusionDecision:
         assert rule not in _POSITIVE_RULES and message, "a refusal needs a rule id and a message"
         return FusionDecision(rule, message, MappingProxyType(dict(figures)))
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRecord:
-    """One considered pair (or sibling group) and what a pass decided about it."""
-
-    pass_name: str
-    computation: str
-    producer: str
-    consumer: str | None
-    verdict: str  # FUSE or NO (REWRITE for the passes before fusion)
-    rule: str
-    message: str
-    producer_op: str = ""
-    consumer_op: str = ""
-    siblings: tuple[str, ...] = ()
-    figures: Mapping[str, Figure] = field(default_factory=lambda: _NO_FIGURES)
-    producer_lines: tuple[str, ...] = ()
-    consumer_lines: tuple[str, ...] = ()
-
-    @property
-    def source_lines(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.producer_lines + self.consumer_lines))
-
-    @property
-    def is_refusal(self) -> bool:
-        return self.verdict == NO
-
-    def key(self) -> tuple[object, ...]:
-        """Records with equal keys say the same thing (a fixed point repeats them)."""
-        return (self.pass_name, self.computation, self.producer, self.consumer, self.siblings,
-                self.verdict, self.rule)
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "pass": self.pass_name,
-            "computation": self.computation,
-            "producer": self.producer,
-            "producer_op": self.producer_op,
-            "consumer": self.consumer,
-            "consumer_op": self.consumer_op,
-            "siblings": list(self.siblings),
-            "verdict": self.verdict,
-            "rule": self.rule,
-            "message": self.message,
-            "figures": dict(self.figures),
-            "source_lines": list(self.source_lines),
-        }
-
-
-class DecisionLog:
-    """The records of a run, in the order they were made."""
-
-    def __init__(self) -> None:
-        self.records: list[DecisionRecord] = []
-
-    def append(self, record: DecisionRecord, /) -> None:
-        self.records.append(record)
-
-    def __iter__(self) -> Iterator[DecisionRecord]:
-        return iter(self.records)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def unique(self) -> list[DecisionRecord]:
-        """Each distinct record once, at the position of its last occurrence."""
-        last: dict[tuple[object, ...], int] = {}
-        for i, record in enumerate(self.records):
-            last[record.key()] = i
-        return [self.records[i] for i in sorted(last.values())]
-
-    def with_rule(self, rule: str) -> list[DecisionRecord]:
-        return [r for r in self.unique() if r.rule == rule]
 
 
 class _Op(Protocol):

@@ -11,7 +11,10 @@ conditions, in XLA's order:
    only sliced counts the sliced bytes); refuse if `merged / max(1, current) > 1.10`;
 4. an expensive fused instruction is only allowed if (there is one user, or the ratio is
    below 0.3 and current is over 1 KiB) and no user re-reads the fusion's elements;
-5. per user: the fused emitter would not duplicate too much code (CodeDuplicationTooHigh,
+5. a fusion rooted at a concatenate is not merged into several users (the multi-user
+   concatenate rule: merging would clone the concatenate into each; see
+   `indexing.duplicated_concatenate` for why this is spelled out here, unlike in XLA);
+6. per user: the fused emitter would not duplicate too much code (CodeDuplicationTooHigh,
    the multi-user concatenate rule included) and the merged fusion fits the budget.
 
 Every user gets a record: all say fuse, or all carry the rule that refused.
@@ -26,7 +29,7 @@ from hlofuse.fusion.decision import FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, merge_fusion
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.indexing import fused_emitter_inefficient
+from hlofuse.fusion.indexing import duplicated_concatenate, fused_emitter_inefficient
 from hlofuse.fusion.instruction_fusion import choose_kind
 from hlofuse.fusion.properties import is_expensive, is_loop_fusion, reuses_operand_elements
 from hlofuse.fusion.rules import fits_in_budget, is_producer_consumer_fusible, refuse
@@ -49,12 +52,12 @@ class FusionMerger:
     relax_concatenate: bool = False
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        graphs = ModuleGraph.from_module(module)
-        recorder = Recorder(log, self.name)
-        changed = False
-        for graph in graphs.fusible_graphs():
-            changed |= self._merge_computation(graph, recorder)
-        return (graphs.to_module(), True) if changed else (module, False)
+        with ModuleGraph.from_module(module) as graphs:
+            recorder = Recorder(log, self.name)
+            changed = False
+            for graph in graphs.fusible_graphs():
+                changed |= self._merge_computation(graph, recorder)
+            return (graphs.to_module(), True) if changed else (module, False)
 
     def _merge_computation(self, graph: Graph, recorder: Recorder) -> bool:
         changed = False
@@ -94,6 +97,13 @@ class FusionMerger:
         decision = self._expensive_rule(fusion, users, ratio, current)
         if not decision:
             return decision, None
+        culprit = duplicated_concatenate(fusion, self.relax_concatenate)
+        if culprit is not None:
+            return FusionDecision.no(
+                "code-duplication-too-high", f"its root, concatenate %{culprit.node.name}, "
+                f"would be cloned into each of its {culprit.users} users; a concatenate starts "
+                "a new basic block, so the fused emitter may emit it only once",
+                **culprit.figures()), None
         for user in users:
             culprit = fused_emitter_inefficient(user, fusion, self.relax_concatenate)
             if culprit is not None:

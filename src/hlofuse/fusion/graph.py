@@ -11,8 +11,9 @@ results depend on visiting order.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -133,7 +134,9 @@ class Node:
     @property
     def source_location(self) -> str | None:
         if self._location is False:
-            self._location = self.metadata.source_location if self.metadata else None
+            metadata = self.metadata
+            self._location = (_location_at(metadata.fields, metadata.resolved_location)
+                              if metadata else None)
         return self._location  # type: ignore[return-value]
 
     def fusion_key(self) -> tuple[int, ...]:
@@ -148,10 +151,27 @@ class Node:
         cached = self.memo.get("source_locations")
         if cached is not None and cached[0] == key:
             return cached[1]  # type: ignore[return-value]
-        found = (n.source_location for n in self.fused.post_order() if n.op is not Op.PARAMETER)
-        locations = tuple(dict.fromkeys(loc for loc in found if loc))
+        # Every location of the body, in post order: the walk stops once it has seen as many
+        # as the body has (a fusion grows one instruction at a time, and the decision log asks
+        # for its lines after each).
+        wanted = self.fused.location_count
+        found: dict[str, None] = {}
+        for node in self.fused.walk_post_order() if wanted else ():
+            location = node.source_location if node.op is not Op.PARAMETER else None
+            if location and location not in found:
+                found[location] = None
+                if len(found) == wanted:
+                    break
+        locations = tuple(found)
         self.memo["source_locations"] = (key, locations)
         return locations
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _location_at(fields: tuple[tuple[str, str | int], ...], resolved: str | None) -> str | None:
+    """`Metadata.source_location`, remembered: every pass copies the program into fresh nodes,
+    which would each look the location up again."""
+    return Metadata(fields, resolved).source_location
 
 
 class Graph:
@@ -167,6 +187,9 @@ class Graph:
         self._root: Node | None = None
         self.version = 0  # bumped by every change of nodes, edges or root
         self._post_order: tuple[int, list[Node]] | None = None
+        # How many nodes (parameters aside) have each source location; counted when first
+        # asked for (`location_count`), kept up to date from then on.
+        self._locations: dict[str, int] | None = None
 
     def __repr__(self) -> str:
         return f"<graph %{self.name}: {len(self.nodes)} nodes>"
@@ -193,6 +216,8 @@ class Graph:
             self.append_operand(node, operand)
         self.nodes[node] = None
         self.version += 1
+        if self._locations is not None:
+            self._count_location(node, 1)
         return node
 
     def add_parameter(self, shape: Shape, name: str | None = None) -> Node:
@@ -254,8 +279,11 @@ class Graph:
         for operand in set(node.operands):
             operand.users.pop(node, None)
         node.operands = []
+        node.memo = {}  # analyses of a fusion refer back to it: a cycle the node would keep
         del self.nodes[node]
         self.version += 1
+        if self._locations is not None:
+            self._count_location(node, -1)
 
     def remove_parameter(self, index: int) -> None:
         """Remove parameter `index` (it must be unused); later parameters are renumbered."""
@@ -267,7 +295,40 @@ class Graph:
     def contains(self, node: Node) -> bool:
         return node in self.nodes
 
+    def release(self) -> None:
+        """Drop every edge and node (the graph is dead afterwards; `ModuleGraph.release`)."""
+        for node in self.nodes:
+            node.operands = []
+            node.users = {}
+            node.calls = []
+            node.memo = {}
+        self.nodes = {}
+        self.params = []
+        self._root = None
+        self._post_order = None
+        self._locations = None
+
     # --- analyses -------------------------------------------------------------------
+
+    @property
+    def location_count(self) -> int:
+        """How many distinct source locations the nodes (parameters aside) have."""
+        if self._locations is None:
+            self._locations = {}
+            for node in self.nodes:
+                self._count_location(node, 1)
+        return len(self._locations)
+
+    def _count_location(self, node: Node, change: int) -> None:
+        assert self._locations is not None
+        location = node.source_location if node.op is not Op.PARAMETER else None
+        if not location:
+            return
+        count = self._locations.get(location, 0) + change
+        if count:
+            self._locations[location] = count
+        else:
+            del self._locations[location]
 
     def post_order(self) -> list[Node]:
         """XLA's MakeInstructionPostOrder: DFS from every user-less node in list order,
@@ -276,25 +337,36 @@ class Graph:
             self._post_order = (self.version, self._compute_post_order())
         return list(self._post_order[1])
 
+    def walk_post_order(self) -> Iterator[Node]:
+        """`post_order()`, produced as the walk goes, for a caller that may stop early (the
+        graph must not change meanwhile)."""
+        if self._post_order is not None and self._post_order[0] == self.version:
+            return iter(self._post_order[1])
+        return self._walk()
+
     def _compute_post_order(self) -> list[Node]:
-        order: list[Node] = []
-        state: dict[Node, bool] = {}  # False: visiting, True: done
+        return list(self._walk())
+
+    def _walk(self) -> Iterator[Node]:
+        # Depth first, each node's operands in order, a node after all of them; a node is
+        # entered once (the graph is acyclic). A fusion grows one instruction at a time and
+        # its post order is asked for after each: this loop is hot.
+        seen: set[Node] = set()
         for start in self.nodes:
             if start.users:
                 continue
-            stack = [start]
+            seen.add(start)
+            stack = [(start, iter(start.operands))]
             while stack:
-                current = stack[-1]
-                mark = state.get(current)
-                if mark is not None:
+                node, operands = stack[-1]
+                for operand in operands:
+                    if operand not in seen:
+                        seen.add(operand)
+                        stack.append((operand, iter(operand.operands)))
+                        break
+                else:
                     stack.pop()
-                    if not mark:
-                        state[current] = True
-                        order.append(current)
-                    continue
-                state[current] = False
-                stack.extend(reversed(current.operands))
-        return order
+                    yield node
 
     def reachability(self) -> Reachability:
         return Reachability(self.post_order())

@@ -225,14 +225,14 @@ class HorizontalLoopFusion:
     name: ClassVar[str] = "horizontal-loop-fusion"
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        graphs = ModuleGraph.from_module(module)
-        recorder = Recorder(log, self.name)
-        assert graphs.entry is not None
-        changed = _fuse_horizontally(graphs.entry, recorder)
-        for graph in graphs.fusible_graphs():
-            if graph is not graphs.entry:
-                _record_outside_entry(graph, recorder)
-        return (graphs.to_module(), True) if changed else (module, False)
+        with ModuleGraph.from_module(module) as graphs:
+            recorder = Recorder(log, self.name)
+            assert graphs.entry is not None
+            changed = _fuse_horizontally(graphs.entry, recorder)
+            for graph in graphs.fusible_graphs():
+                if graph is not graphs.entry:
+                    _record_outside_entry(graph, recorder)
+            return (graphs.to_module(), True) if changed else (module, False)
 
 
 def _fuse_horizontally(graph: Graph, recorder: Recorder) -> bool:
@@ -329,12 +329,12 @@ class HorizontalInputFusion:
     name: ClassVar[str] = "horizontal-input-fusion"
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        graphs = ModuleGraph.from_module(module)
-        recorder = Recorder(log, self.name)
-        changed = False
-        for graph in graphs.fusible_graphs():
-            changed |= _fuse_reductions_horizontally(graph, recorder)
-        return (graphs.to_module(), True) if changed else (module, False)
+        with ModuleGraph.from_module(module) as graphs:
+            recorder = Recorder(log, self.name)
+            changed = False
+            for graph in graphs.fusible_graphs():
+                changed |= _fuse_reductions_horizontally(graph, recorder)
+            return (graphs.to_module(), True) if changed else (module, False)
 
 
 def _input_shape_key(node: Node) -> tuple[int, tuple[int, ...]]:

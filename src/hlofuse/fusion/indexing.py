@@ -147,6 +147,28 @@ def update_after_fusing(evaluation: IndexingEvaluation, producer: Node, clone: N
     _store(fusion, evaluation)
 
 
+def duplicated_concatenate(fusion: Node, relax_concatenate: bool = False) -> Culprit | None:
+    """The concatenate at the root of `fusion` when merging the fusion into all of its users
+    would duplicate it (several users), else None.
+
+    Merging a fusion into every user clones its root into each of them, exactly as fusing a
+    multi-user concatenate into one of its users would clone it; XLA's merger asks
+    IsFusedIrEmitterInefficient, which counts the root's users inside the fusion (none), so a
+    concatenate that became the root of a fusion (its operands fused into it) would slip past
+    the rule that keeps a bare multi-user concatenate out of every fusion. Counting the
+    fusion's users as the root's keeps the study's barrier whichever way the concatenate was
+    formed; `relax_concatenate` lifts it like the other half of the rule."""
+    if relax_concatenate:
+        return None
+    root = fusion.fused_root
+    outputs = root.operands if root.op is Op.TUPLE else [root]
+    users = real_user_count(fusion)
+    for output in outputs:
+        if output.op is Op.CONCATENATE and users > 1:
+            return Culprit(output, 1, users)
+    return None
+
+
 def fused_emitter_inefficient(consumer: Node, producer: Node,
                               relax_concatenate: bool = False) -> Culprit | None:
     """FusedIrEmitter::IsFusedIrEmitterInefficient: would merging `producer` into the fusion

@@ -63,15 +63,15 @@ class InstructionFusion:
     relax_concatenate: bool = False
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        graphs = ModuleGraph.from_module(module)
-        recorder = Recorder(log, self.name)
-        changed = False
-        sweeps = (False, True) if self.may_duplicate else (False,)
-        for may_duplicate in sweeps:
-            options = FusionOptions(may_duplicate, self.relax_concatenate)
-            for graph in graphs.fusible_graphs():
-                changed |= fuse_computation(graph, options, recorder)
-        return (graphs.to_module(), True) if changed else (module, False)
+        with ModuleGraph.from_module(module) as graphs:
+            recorder = Recorder(log, self.name)
+            changed = False
+            sweeps = (False, True) if self.may_duplicate else (False,)
+            for may_duplicate in sweeps:
+                options = FusionOptions(may_duplicate, self.relax_concatenate)
+                for graph in graphs.fusible_graphs():
+                    changed |= fuse_computation(graph, options, recorder)
+            return (graphs.to_module(), True) if changed else (module, False)
 
 
 def choose_kind(producer: Node, consumer: Node) -> str:

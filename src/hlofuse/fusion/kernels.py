@@ -101,11 +101,11 @@ class Loop:
 
 def list_kernels(module: Module) -> tuple[list[Kernel], list[Loop]]:
     """Every kernel and every while loop, in the order of a walk from the entry computation."""
-    graphs = ModuleGraph.from_module(module)
-    assert graphs.entry is not None
     kernels: list[Kernel] = []
     loops: list[Loop] = []
-    _walk(graphs.entry, (), kernels, loops, set())
+    with ModuleGraph.from_module(module) as graphs:
+        assert graphs.entry is not None
+        _walk(graphs.entry, (), kernels, loops, set())
     return kernels, loops
 
 

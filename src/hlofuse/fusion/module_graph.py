@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from hlofuse.fusion.graph import Graph, Names, Node
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
@@ -46,6 +46,21 @@ class ModuleGraph:
             mg.graphs.append(graph)
         mg.entry = graphs[id(module.entry)]
         return mg
+
+    def __enter__(self) -> ModuleGraph:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Break the node <-> graph reference cycles, so that this copy is freed by reference
+        counting as soon as it is dropped: left to the cycle collector, the graphs of one
+        compile cost more to collect than the passes took to build them."""
+        for graph in self.graphs:
+            graph.release()
+        self.graphs = []
+        self.entry = None
 
     def add_graph(self, base: str, is_fusion: bool) -> Graph:
         graph = Graph(self.computation_names.unique(base), self, is_fusion)
@@ -149,11 +164,15 @@ class ModuleGraph:
             for node in graph.nodes:
                 names[node] = node.name
                 used.add(node.name)
+        # base -> the suffix number its search starts at: every lower one is taken already
+        # (names are only ever added), so each fused computation's `param_0` does not try
+        # the ones before it again.
+        start: dict[str, int] = {}
         for graph in ordered:
             if not graph.is_fusion:
                 continue
             for node in graph.post_order():
-                name = _fresh_name(node, used)
+                name = _fresh_name(node, used, start)
                 names[node] = name
                 used.add(name)
         return names
@@ -162,16 +181,26 @@ class ModuleGraph:
 _CLONE_SUFFIX = re.compile(r"(\.clone(\.\d+)?)+$")
 
 
-def _fresh_name(node: Node, used: set[str]) -> str:
+def _fresh_name(node: Node, used: set[str], start: dict[str, int]) -> str:
     """A fused instruction's name: its own, else the original's, else `original.clone[.N]`."""
     if node.op is Op.PARAMETER:
         base = f"param_{node.parameter_number}"
-        candidates: Iterator[str] = (f"{base}.{k}" for k in range(1, 1 << 30))
-        return base if base not in used else next(c for c in candidates if c not in used)
+        if base not in used:
+            return base
+        return _first_free(base, 1, lambda k: f"{base}.{k}", used, start)
     if node.name not in used:
         return node.name
     base = _CLONE_SUFFIX.sub("", node.name)
     if base not in used:
         return base
-    candidates = (f"{base}.clone" if k == 0 else f"{base}.clone.{k}" for k in range(1 << 30))
-    return next(c for c in candidates if c not in used)
+    return _first_free(base + ".clone", 0,
+                       lambda k: f"{base}.clone" if k == 0 else f"{base}.clone.{k}", used, start)
+
+
+def _first_free(series: str, first: int, name: Callable[[int], str], used: set[str],
+                start: dict[str, int]) -> str:
+    k = max(first, start.get(series, first))
+    while name(k) in used:
+        k += 1
+    start[series] = k
+    return name(k)

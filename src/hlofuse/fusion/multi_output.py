@@ -61,12 +61,12 @@ class MultiOutputFusion:
     relax_concatenate: bool = False
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        graphs = ModuleGraph.from_module(module)
-        recorder = Recorder(log, self.name)
-        changed = False
-        for graph in graphs.fusible_graphs():
-            changed |= _MultiOutputFuser(graph, recorder, self.relax_concatenate).run()
-        return (graphs.to_module(), True) if changed else (module, False)
+        with ModuleGraph.from_module(module) as graphs:
+            recorder = Recorder(log, self.name)
+            changed = False
+            for graph in graphs.fusible_graphs():
+                changed |= _MultiOutputFuser(graph, recorder, self.relax_concatenate).run()
+            return (graphs.to_module(), True) if changed else (module, False)
 
 
 def fusion_priority(node: Node) -> int:

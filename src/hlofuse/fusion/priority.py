@@ -122,13 +122,13 @@ class PriorityFusion:
         return measured_constants()
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        graphs = ModuleGraph.from_module(module)
-        recorder = Recorder(log, self.name)
-        model = CostModel(self.machine())
-        changed = False
-        for graph in graphs.fusible_graphs():
-            changed |= _PriorityFuser(graph, model, recorder).run()
-        return (graphs.to_module(), True) if changed else (module, False)
+        with ModuleGraph.from_module(module) as graphs:
+            recorder = Recorder(log, self.name)
+            model = CostModel(self.machine())
+            changed = False
+            for graph in graphs.fusible_graphs():
+                changed |= _PriorityFuser(graph, model, recorder).run()
+            return (graphs.to_module(), True) if changed else (module, False)
 
 
 # --- legality (XLA's CanFuse, as it applies to our CPU kernels) ------------------------------

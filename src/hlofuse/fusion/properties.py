@@ -59,15 +59,25 @@ def is_fusible(node: Node) -> bool:
     return not has_side_effect(node)
 
 
-def _per_fusion(name: str, node: Node, compute: Callable[[Node], int]) -> int:
-    """A sum over a fusion's instructions, cached until its body changes."""
+def _per_fusion(name: str, node: Node, compute: Callable[[Node], int],
+                only: frozenset[Op] | None = None) -> int:
+    """A sum over a fusion's instructions, cached until its body changes; with `only`, over
+    those of these ops (`compute` is 0 for the others): a fusion grows one instruction at a
+    time, and is summed again each time."""
     key = (node.fused.version,)
     cached = node.memo.get(name)
     if cached is not None and cached[0] == key:
         return cached[1]  # type: ignore[return-value]
-    value = sum(compute(n) for n in node.fused.nodes)
+    if only is None:
+        value = sum(compute(n) for n in node.fused.nodes)
+    else:
+        value = sum(compute(n) for n in node.fused.nodes if n.op in only)
     node.memo[name] = (key, value)
     return value
+
+
+# The only instructions a reduction count or shared-memory estimate is not 0 for.
+_REDUCTIONS_INSIDE = frozenset({Op.REDUCE, Op.FUSION})
 
 
 def is_elementwise_op(node: Node) -> bool:
@@ -296,7 +306,7 @@ def is_physically_transposing(node: Node) -> bool:
 def shared_memory_usage(node: Node) -> int:
     """Bytes of shared memory the tiled reduction emitter needs (2022 estimates)."""
     if node.is_fusion:
-        return _per_fusion("shared_memory", node, shared_memory_usage)
+        return _per_fusion("shared_memory", node, shared_memory_usage, _REDUCTIONS_INSIDE)
     if node.op is not Op.REDUCE or not is_contiguous_reduction(node):
         return 0
     item = node.operands[0].dtype.itemsize
@@ -309,7 +319,8 @@ def shared_memory_usage(node: Node) -> int:
 
 def unnested_reduction_count(node: Node) -> int:
     if node.is_fusion:
-        return _per_fusion("unnested_reductions", node, unnested_reduction_count)
+        return _per_fusion("unnested_reductions", node, unnested_reduction_count,
+                           _REDUCTIONS_INSIDE)
     return 1 if is_contiguous_reduction(node) else 0
 
 
@@ -348,29 +359,30 @@ def operand_element_use(node: Node, index: int) -> Use:
 
 
 def _fused_parameter_use(fusion: Node, index: int) -> Use:
-    cache: dict[Node, Use] = {}
+    # A module-level helper, not a closure: a recursive closure is a reference cycle that
+    # would keep its cache, and with it the fusion graph, alive until the cycle collector runs.
+    return _parameter_use(fusion.fused_root, index, {})
 
-    def visit(node: Node) -> Use:
-        if node.op is Op.PARAMETER and node.parameter_number == index:
-            return Use.USE
-        if node in cache:
-            return cache[node]
-        cache[node] = Use.NO_USE
-        value = Use.NO_USE
-        for i, operand in enumerate(node.operands):
-            use = operand_element_use(node, i)
-            if use is Use.NO_USE:
-                continue
-            inner = visit(operand)
-            if inner is Use.NO_USE:
-                continue
-            value = min(value, use, inner)
-            if value is Use.REUSE:
-                break
-        cache[node] = value
-        return value
 
-    return visit(fusion.fused_root)
+def _parameter_use(node: Node, index: int, cache: dict[Node, Use]) -> Use:
+    if node.op is Op.PARAMETER and node.parameter_number == index:
+        return Use.USE
+    if node in cache:
+        return cache[node]
+    cache[node] = Use.NO_USE
+    value = Use.NO_USE
+    for i, operand in enumerate(node.operands):
+        use = operand_element_use(node, i)
+        if use is Use.NO_USE:
+            continue
+        inner = _parameter_use(operand, index, cache)
+        if inner is Use.NO_USE:
+            continue
+        value = min(value, use, inner)
+        if value is Use.REUSE:
+            break
+    cache[node] = value
+    return value
 
 
 def reuses_operand_elements(node: Node, index: int) -> bool:

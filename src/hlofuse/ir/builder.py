@@ -37,12 +37,15 @@ class NameUniquer:
         return True
 
     def unique(self, base: str) -> str:
-        base = _SUFFIX.sub(r"\1", base) or "x"
+        match = _SUFFIX.match(base)
+        base = (match.group(1) if match else base) or "x"
         number = self._next.get(base, 0)
         while f"{base}.{number}" in self._used:
             number += 1
         name = f"{base}.{number}"
-        self.reserve(name)
+        # What reserve(name) does, without matching the name again: its suffix is `number`.
+        self._used.add(name)
+        self._next[base] = max(self._next.get(base, 0), number + 1)
         return name
 
 

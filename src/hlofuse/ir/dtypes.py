@@ -11,6 +11,10 @@ import numpy as np
 class DType(enum.Enum):
     """An HLO primitive type; the value is XLA's text spelling."""
 
+    # Members are singletons compared by identity: hash them so too, in C (Enum's __hash__
+    # hashes the name in Python, and dtypes are dict keys on hot paths).
+    __hash__ = object.__hash__
+
     PRED = "pred"
     S8 = "s8"
     S16 = "s16"
@@ -29,7 +33,7 @@ class DType(enum.Enum):
 
     @property
     def text(self) -> str:
-        return self.value
+        return self._value_  # not `.value`: Enum's descriptor costs more, on a very hot path
 
     @property
     def is_array(self) -> bool:

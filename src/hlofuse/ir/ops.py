@@ -14,6 +14,8 @@ from hlofuse.ir import shape_inference as si
 class OpKind(enum.Enum):
     """Fusibility class of an opcode."""
 
+    __hash__ = object.__hash__  # identity, in C: see Op
+
     ELEMENTWISE = "elementwise"  # out[i] = f(a[i], b[i], ...)
     INJECTIVE = "injective"  # moves or duplicates elements: broadcast, slice, transpose, ...
     REDUCTION = "reduction"  # reduce, reduce-window
@@ -65,6 +67,10 @@ class OpDef:
 
 
 class Op(enum.Enum):
+    # Members are singletons compared by identity: hash them so too, in C (Enum's __hash__
+    # hashes the name in Python, and ops are dict and set keys on every hot path).
+    __hash__ = object.__hash__
+
     ABS = "abs"
     ADD = "add"
     AFTER_ALL = "after-all"
@@ -139,7 +145,7 @@ class Op(enum.Enum):
 
     @property
     def text(self) -> str:
-        return self.value
+        return self._value_  # not `.value`: Enum's descriptor costs more, on a very hot path
 
     @property
     def definition(self) -> OpDef:

@@ -39,16 +39,19 @@ def _ints(attrs: Attrs, key: str) -> tuple[int, ...]:
 
 
 def _declared(declared: Shape | None, op: str) -> Shape:
-    _require(declared is not None, f"{op} needs its result shape written out")
+    if declared is None:
+        raise ShapeError(f"{op} needs its result shape written out")
     assert declared is not None
     return declared
 
 
 def _check_dims(dims: tuple[int, ...], rank: int, what: str, unique: bool = True) -> None:
     for d in dims:
-        _require(0 <= d < rank, f"{what} {list(dims)} has dimension {d} out of range for rank {rank}")
+        if not 0 <= d < rank:
+            raise ShapeError(f"{what} {list(dims)} has dimension {d} out of range for rank {rank}")
     if unique:
-        _require(len(set(dims)) == len(dims), f"{what} {list(dims)} repeats a dimension")
+        if len(set(dims)) != len(dims):
+            raise ShapeError(f"{what} {list(dims)} repeats a dimension")
 
 
 # --- element-wise -------------------------------------------------------------------------
@@ -72,29 +75,32 @@ def elementwise(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared:
 def elementwise_float(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                       declared: Shape | None, op: str = "op") -> Shape:
     out = same_shape_operands(operands, op)
-    _require(out.dtype.is_float, f"{op} needs a floating-point operand, got {out.dtype.text}")
+    if not out.dtype.is_float:
+        raise ShapeError(f"{op} needs a floating-point operand, got {out.dtype.text}")
     return out
 
 
 def elementwise_int(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                     declared: Shape | None, op: str = "op") -> Shape:
     out = same_shape_operands(operands, op)
-    _require(out.dtype.is_integer, f"{op} needs an integer operand, got {out.dtype.text}")
+    if not out.dtype.is_integer:
+        raise ShapeError(f"{op} needs an integer operand, got {out.dtype.text}")
     return out
 
 
 def elementwise_int_or_pred(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                             declared: Shape | None, op: str = "op") -> Shape:
     out = same_shape_operands(operands, op)
-    _require(out.dtype.is_integer or out.dtype.is_pred,
-             f"{op} needs an integer or pred operand, got {out.dtype.text}")
+    if not (out.dtype.is_integer or out.dtype.is_pred):
+        raise ShapeError(f"{op} needs an integer or pred operand, got {out.dtype.text}")
     return out
 
 
 def elementwise_numeric(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                         declared: Shape | None, op: str = "op") -> Shape:
     out = same_shape_operands(operands, op)
-    _require(not out.dtype.is_pred, f"{op} does not accept pred operands")
+    if out.dtype.is_pred:
+        raise ShapeError(f"{op} does not accept pred operands")
     return out
 
 
@@ -111,27 +117,30 @@ COMPARE_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
 def compare(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
             op: str = "compare") -> Shape:
     out = same_shape_operands(operands, op)
-    _require(attrs.get("direction") in COMPARE_DIRECTIONS,
-             f"compare direction must be one of {', '.join(COMPARE_DIRECTIONS)}")
+    if attrs.get("direction") not in COMPARE_DIRECTIONS:
+        raise ShapeError(f"compare direction must be one of {', '.join(COMPARE_DIRECTIONS)}")
     kind = attrs.get("type")
-    _require(kind is None or kind in COMPARE_TYPES,
-             f"compare type must be one of {', '.join(COMPARE_TYPES)}, got {kind}")
+    if not (kind is None or kind in COMPARE_TYPES):
+        raise ShapeError(f"compare type must be one of {', '.join(COMPARE_TYPES)}, got {kind}")
     # As XLA's verifier: floats take FLOAT or TOTALORDER, integers and pred only their own.
     if out.dtype.is_float:
         allowed: tuple[object, ...] = (None, "FLOAT", "TOTALORDER")
     else:
         allowed = (None, "SIGNED" if out.dtype.is_signed_int else "UNSIGNED")
-    _require(kind in allowed, f"compare type={kind} does not fit {out.dtype.text} operands")
+    if kind not in allowed:
+        raise ShapeError(f"compare type={kind} does not fit {out.dtype.text} operands")
     return out.with_dtype(DType.PRED)
 
 
 def select(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
            op: str = "select") -> Shape:
     pred, on_true, on_false = (_array(s, "select operand") for s in operands)
-    _require(pred.dtype is DType.PRED, f"select predicate must be pred, got {pred.dtype.text}")
+    if pred.dtype is not DType.PRED:
+        raise ShapeError(f"select predicate must be pred, got {pred.dtype.text}")
     out = same_shape_operands([on_true, on_false], op)
-    _require(pred.dims == out.dims or pred.is_scalar,
-             f"select predicate shape {pred.text(False)} does not match {out.text(False)}")
+    if not (pred.dims == out.dims or pred.is_scalar):
+        raise ShapeError(f"select predicate shape {pred.text(False)} does not match "
+                         f"{out.text(False)}")
     return out
 
 
@@ -139,8 +148,9 @@ def clamp(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape
           op: str = "clamp") -> Shape:
     low, x, high = (_array(s, "clamp operand") for s in operands)
     for bound in (low, high):
-        _require(bound.dtype == x.dtype and (bound.dims == x.dims or bound.is_scalar),
-                 f"clamp bound {bound.text(False)} does not match operand {x.text(False)}")
+        if not (bound.dtype == x.dtype and (bound.dims == x.dims or bound.is_scalar)):
+            raise ShapeError(f"clamp bound {bound.text(False)} does not match operand "
+                             f"{x.text(False)}")
     return Shape.array(x.dtype, x.dims)
 
 
@@ -148,9 +158,9 @@ def convert(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Sha
             op: str = "convert") -> Shape:
     x = _array(operands[0], f"{op} operand")
     target = _declared(declared, op)
-    _require(target.is_array and target.dims == x.dims,
-             f"{op} result {target.text(False)} must have the operand's dimensions "
-             f"{list(x.dims)}")
+    if not (target.is_array and target.dims == x.dims):
+        raise ShapeError(f"{op} result {target.text(False)} must have the operand's dimensions "
+                         f"{list(x.dims)}")
     return Shape.array(target.dtype, x.dims)
 
 
@@ -158,10 +168,11 @@ def bitcast_convert(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                     declared: Shape | None, op: str = "bitcast-convert") -> Shape:
     x = _array(operands[0], f"{op} operand")
     target = _declared(declared, op)
-    _require(target.is_array, f"{op} result must be an array")
-    _require(target.dtype.bits == x.dtype.bits and target.dims == x.dims,
-             f"{op} from {x.text(False)} to {target.text(False)}: only conversions between "
-             "types of the same bit width are supported")
+    if not target.is_array:
+        raise ShapeError(f"{op} result must be an array")
+    if not (target.dtype.bits == x.dtype.bits and target.dims == x.dims):
+        raise ShapeError(f"{op} from {x.text(False)} to {target.text(False)}: only conversions "
+                         "between types of the same bit width are supported")
     return Shape.array(target.dtype, x.dims)
 
 
@@ -179,7 +190,8 @@ def iota(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape 
     _require(out.is_array and out.rank >= 1, "iota needs an array result of rank >= 1")
     dim = attrs.get("iota_dimension")
     assert isinstance(dim, int)
-    _require(0 <= dim < out.rank, f"iota_dimension={dim} out of range for rank {out.rank}")
+    if not 0 <= dim < out.rank:
+        raise ShapeError(f"iota_dimension={dim} out of range for rank {out.rank}")
     _require(not out.dtype.is_pred, "iota cannot produce pred")
     return out
 
@@ -189,10 +201,12 @@ def constant(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Sh
     out = _declared(declared, op)
     literal = attrs.get("literal")
     shape = getattr(literal, "shape", None)
-    _require(shape == out.dims, f"constant literal has shape {shape}, declared {list(out.dims)}")
+    if shape != out.dims:
+        raise ShapeError(f"constant literal has shape {shape}, declared {list(out.dims)}")
     literal_dtype = getattr(literal, "dtype", None)
-    _require(out.is_array and literal_dtype == out.dtype.numpy,
-             f"constant literal has element type {literal_dtype}, declared {out.dtype.text}")
+    if not (out.is_array and literal_dtype == out.dtype.numpy):
+        raise ShapeError(f"constant literal has element type {literal_dtype}, declared "
+                         f"{out.dtype.text}")
     return out
 
 
@@ -204,15 +218,17 @@ def broadcast(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: S
     x = _array(operands[0], "broadcast operand")
     out = _declared(declared, op)
     dims = _ints(attrs, "dimensions")
-    _require(out.dtype == x.dtype, f"broadcast changes element type {x.dtype.text} to "
-             f"{out.dtype.text}")
-    _require(len(dims) == x.rank, f"broadcast dimensions={list(dims)} must have one entry per "
-             f"operand dimension (rank {x.rank})")
+    if out.dtype != x.dtype:
+        raise ShapeError(f"broadcast changes element type {x.dtype.text} to "
+                         f"{out.dtype.text}")
+    if len(dims) != x.rank:
+        raise ShapeError(f"broadcast dimensions={list(dims)} must have one entry per "
+                         f"operand dimension (rank {x.rank})")
     _check_dims(dims, out.rank, "broadcast dimensions")
     for i, d in enumerate(dims):
-        _require(x.dims[i] == out.dims[d] or x.dims[i] == 1,
-                 f"broadcast operand dimension {i} (size {x.dims[i]}) does not match result "
-                 f"dimension {d} (size {out.dims[d]})")
+        if not (x.dims[i] == out.dims[d] or x.dims[i] == 1):
+            raise ShapeError(f"broadcast operand dimension {i} (size {x.dims[i]}) does not match "
+                             f"result dimension {d} (size {out.dims[d]})")
     return Shape.array(out.dtype, out.dims)
 
 
@@ -220,9 +236,11 @@ def reshape(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Sha
             op: str = "reshape") -> Shape:
     x = _array(operands[0], f"{op} operand")
     out = _declared(declared, op)
-    _require(out.dtype == x.dtype, f"{op} changes element type {x.dtype.text} to {out.dtype.text}")
-    _require(out.num_elements == x.num_elements,
-             f"{op} from {x.text(False)} to {out.text(False)} changes the number of elements")
+    if out.dtype != x.dtype:
+        raise ShapeError(f"{op} changes element type {x.dtype.text} to {out.dtype.text}")
+    if out.num_elements != x.num_elements:
+        raise ShapeError(f"{op} from {x.text(False)} to {out.text(False)} changes the number of "
+                         "elements")
     return Shape.array(out.dtype, out.dims)
 
 
@@ -230,8 +248,8 @@ def transpose(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: S
               op: str = "transpose") -> Shape:
     x = _array(operands[0], "transpose operand")
     perm = _ints(attrs, "dimensions")
-    _require(sorted(perm) == list(range(x.rank)),
-             f"transpose dimensions={list(perm)} is not a permutation of rank {x.rank}")
+    if sorted(perm) != list(range(x.rank)):
+        raise ShapeError(f"transpose dimensions={list(perm)} is not a permutation of rank {x.rank}")
     return Shape.array(x.dtype, tuple(x.dims[p] for p in perm))
 
 
@@ -240,32 +258,33 @@ def slice_(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shap
     x = _array(operands[0], "slice operand")
     spec = attrs.get("slice")
     assert isinstance(spec, tuple)
-    _require(len(spec) == x.rank, f"slice has {len(spec)} ranges for an operand of rank {x.rank}")
+    if len(spec) != x.rank:
+        raise ShapeError(f"slice has {len(spec)} ranges for an operand of rank {x.rank}")
     dims = []
     for axis, s in enumerate(spec):
         assert isinstance(s, SliceDim)
-        _require(0 <= s.start <= s.limit <= x.dims[axis] and s.stride >= 1,
-                 f"slice [{s.start}:{s.limit}:{s.stride}] is out of bounds for dimension {axis} "
-                 f"of size {x.dims[axis]}")
+        if not (0 <= s.start <= s.limit <= x.dims[axis] and s.stride >= 1):
+            raise ShapeError(f"slice [{s.start}:{s.limit}:{s.stride}] is out of bounds for "
+                             f"dimension {axis} of size {x.dims[axis]}")
         dims.append((s.limit - s.start + s.stride - 1) // s.stride)
     return Shape.array(x.dtype, tuple(dims))
 
 
 def _scalar_indices(indices: Sequence[Shape], op: str) -> None:
     for idx in indices:
-        _require(idx.is_array and idx.is_scalar and idx.dtype.is_integer,
-                 f"{op} start indices must be integer scalars, got {idx.text(False)}")
+        if not (idx.is_array and idx.is_scalar and idx.dtype.is_integer):
+            raise ShapeError(f"{op} start indices must be integer scalars, got {idx.text(False)}")
 
 
 def dynamic_slice(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
                   op: str = "dynamic-slice") -> Shape:
     x = _array(operands[0], "dynamic-slice operand")
     sizes = _ints(attrs, "dynamic_slice_sizes")
-    _require(len(operands) == 1 + x.rank,
-             f"dynamic-slice needs {x.rank} start indices, got {len(operands) - 1}")
+    if len(operands) != 1 + x.rank:
+        raise ShapeError(f"dynamic-slice needs {x.rank} start indices, got {len(operands) - 1}")
     _scalar_indices(operands[1:], op)
-    _require(len(sizes) == x.rank and all(0 <= s <= d for s, d in zip(sizes, x.dims)),
-             f"dynamic_slice_sizes={list(sizes)} does not fit operand {x.text(False)}")
+    if not (len(sizes) == x.rank and all(0 <= s <= d for s, d in zip(sizes, x.dims))):
+        raise ShapeError(f"dynamic_slice_sizes={list(sizes)} does not fit operand {x.text(False)}")
     return Shape.array(x.dtype, sizes)
 
 
@@ -273,19 +292,22 @@ def dynamic_update_slice(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                          declared: Shape | None, op: str = "dynamic-update-slice") -> Shape:
     x = _array(operands[0], "dynamic-update-slice operand")
     update = _array(operands[1], "dynamic-update-slice update")
-    _require(len(operands) == 2 + x.rank,
-             f"dynamic-update-slice needs {x.rank} start indices, got {len(operands) - 2}")
+    if len(operands) != 2 + x.rank:
+        raise ShapeError(f"dynamic-update-slice needs {x.rank} start indices, got "
+                         f"{len(operands) - 2}")
     _scalar_indices(operands[2:], op)
-    _require(update.dtype == x.dtype and update.rank == x.rank
-             and all(u <= d for u, d in zip(update.dims, x.dims)),
-             f"dynamic-update-slice update {update.text(False)} does not fit {x.text(False)}")
+    if not (update.dtype == x.dtype and update.rank == x.rank
+            and all(u <= d for u, d in zip(update.dims, x.dims))):
+        raise ShapeError(f"dynamic-update-slice update {update.text(False)} does not fit "
+                         f"{x.text(False)}")
     return Shape.array(x.dtype, x.dims)
 
 
 def concatenate(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
                 op: str = "concatenate") -> Shape:
     dims = _ints(attrs, "dimensions")
-    _require(len(dims) == 1, f"concatenate needs exactly one dimension, got {list(dims)}")
+    if len(dims) != 1:
+        raise ShapeError(f"concatenate needs exactly one dimension, got {list(dims)}")
     first = _array(operands[0], "concatenate operand")
     axis = dims[0]
     _check_dims(dims, first.rank, "concatenate dimensions")
@@ -294,8 +316,9 @@ def concatenate(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared:
         _array(s, "concatenate operand")
         same = s.dtype == first.dtype and s.rank == first.rank and all(
             a == b for i, (a, b) in enumerate(zip(s.dims, first.dims)) if i != axis)
-        _require(same, f"concatenate operands {first.text(False)} and {s.text(False)} differ "
-                 f"outside dimension {axis}")
+        if not same:
+            raise ShapeError(f"concatenate operands {first.text(False)} and {s.text(False)} differ "
+                             f"outside dimension {axis}")
         total += s.dims[axis]
     out = list(first.dims)
     out[axis] = total
@@ -306,19 +329,22 @@ def pad(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape |
         op: str = "pad") -> Shape:
     x = _array(operands[0], "pad operand")
     value = _array(operands[1], "pad value")
-    _require(value.is_scalar and value.dtype == x.dtype,
-             f"pad value must be a {x.dtype.text} scalar, got {value.text(False)}")
+    if not (value.is_scalar and value.dtype == x.dtype):
+        raise ShapeError(f"pad value must be a {x.dtype.text} scalar, got {value.text(False)}")
     config = attrs.get("padding")
     assert isinstance(config, tuple)
-    _require(len(config) == x.rank, f"padding has {len(config)} entries for rank {x.rank}")
+    if len(config) != x.rank:
+        raise ShapeError(f"padding has {len(config)} entries for rank {x.rank}")
     dims = []
     for axis, p in enumerate(config):
         assert isinstance(p, PaddingDim)
-        _require(p.interior >= 0, f"pad interior padding must be >= 0, got {p.interior}")
+        if p.interior < 0:
+            raise ShapeError(f"pad interior padding must be >= 0, got {p.interior}")
         size = x.dims[axis]
         new = p.low + p.high + size + max(size - 1, 0) * p.interior
-        _require(new >= 0, f"padding {p.low}_{p.high}_{p.interior} makes dimension {axis} "
-                 "negative")
+        if new < 0:
+            raise ShapeError(f"padding {p.low}_{p.high}_{p.interior} makes dimension {axis} "
+                             "negative")
         dims.append(new)
     return Shape.array(x.dtype, tuple(dims))
 
@@ -346,16 +372,17 @@ def _reducer_signature(calls: Calls, inputs: Sequence[Shape], op: str) -> None:
     n = len(inputs)
     params = [p.shape for p in comp.parameters]
     expected = [Shape.scalar(s.dtype) for s in inputs] * 2
-    _require(params == expected,
-             f"{op} reducer %{comp.name} must take {len(expected)} scalars "
-             f"({', '.join(s.text(False) for s in expected)}), takes "
-             f"({', '.join(s.text(False) for s in params)})")
+    if params != expected:
+        raise ShapeError(f"{op} reducer %{comp.name} must take {len(expected)} scalars "
+                         f"({', '.join(s.text(False) for s in expected)}), takes "
+                         f"({', '.join(s.text(False) for s in params)})")
     root = comp.root.shape
     want = expected[0] if n == 1 else Shape.tuple_of(expected[:n])
     if n == 1 and root.is_tuple and len(root.elements) == 1:
         root = root.elements[0]
-    _require(root == want, f"{op} reducer %{comp.name} must return {want.text(False)}, "
-             f"returns {root.text(False)}")
+    if root != want:
+        raise ShapeError(f"{op} reducer %{comp.name} must return {want.text(False)}, "
+                         f"returns {root.text(False)}")
 
 
 def reduce(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
@@ -366,11 +393,13 @@ def reduce(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shap
     inputs, inits = operands[:n], operands[n:]
     first = _array(inputs[0], "reduce input")
     for s in inputs:
-        _require(_array(s, "reduce input").dims == first.dims,
-                 f"reduce inputs {first.text(False)} and {s.text(False)} differ in shape")
+        if _array(s, "reduce input").dims != first.dims:
+            raise ShapeError(f"reduce inputs {first.text(False)} and {s.text(False)} differ in "
+                             "shape")
     for s, init in zip(inputs, inits):
-        _require(init.is_array and init.is_scalar and init.dtype == s.dtype,
-                 f"reduce initial value {init.text(False)} must be a {s.dtype.text} scalar")
+        if not (init.is_array and init.is_scalar and init.dtype == s.dtype):
+            raise ShapeError(f"reduce initial value {init.text(False)} must be a {s.dtype.text} "
+                             "scalar")
     dims = _ints(attrs, "dimensions")
     _check_dims(dims, first.rank, "reduce dimensions")
     _reducer_signature(calls, inputs, op)
@@ -389,13 +418,14 @@ def reduce_window(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
     for s, init in zip(inputs, inits):
         _require(_array(s, "reduce-window input").dims == first.dims,
                  "reduce-window inputs differ in shape")
-        _require(init.is_array and init.is_scalar and init.dtype == s.dtype,
-                 f"reduce-window initial value {init.text(False)} must be a {s.dtype.text} "
-                 "scalar")
+        if not (init.is_array and init.is_scalar and init.dtype == s.dtype):
+            raise ShapeError(f"reduce-window initial value {init.text(False)} must be a "
+                             f"{s.dtype.text} scalar")
     window = attrs.get("window")
     assert isinstance(window, Window)
-    _require(window.rank == first.rank,
-             f"reduce-window window has rank {window.rank}, operand {first.text(False)}")
+    if window.rank != first.rank:
+        raise ShapeError(f"reduce-window window has rank {window.rank}, operand "
+                         f"{first.text(False)}")
     _reducer_signature(calls, inputs, op)
     dims = []
     for axis in range(first.rank):
@@ -404,8 +434,9 @@ def reduce_window(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
         base = (first.dims[axis] - 1) * window.lhs_dilate[axis] + 1 if first.dims[axis] else 0
         padded = base + window.pad_low[axis] + window.pad_high[axis]
         extent = (size - 1) * window.rhs_dilate[axis] + 1
-        _require(size >= 1 and stride >= 1, f"reduce-window size and stride must be >= 1 in "
-                 f"dimension {axis}")
+        if not (size >= 1 and stride >= 1):
+            raise ShapeError(f"reduce-window size and stride must be >= 1 in "
+                             f"dimension {axis}")
         dims.append(0 if padded < extent else (padded - extent) // stride + 1)
     outs = [Shape.array(s.dtype, tuple(dims)) for s in inputs]
     return outs[0] if n == 1 else Shape.tuple_of(outs)
@@ -422,11 +453,12 @@ def dot(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape |
     _require(len(lb) == len(rb) and len(lc) == len(rc),
              "dot needs as many lhs as rhs batch and contracting dimensions")
     for a, b in zip(lb + lc, rb + rc):
-        _require(lhs.dims[a] == rhs.dims[b],
-                 f"dot dimension {a} of lhs {lhs.text(False)} does not match dimension {b} of "
-                 f"rhs {rhs.text(False)}")
-    _require(lhs.dtype == rhs.dtype or (declared is not None),
-             f"dot operands differ in element type: {lhs.dtype.text} and {rhs.dtype.text}")
+        if lhs.dims[a] != rhs.dims[b]:
+            raise ShapeError(f"dot dimension {a} of lhs {lhs.text(False)} does not match "
+                             f"dimension {b} of rhs {rhs.text(False)}")
+    if not (lhs.dtype == rhs.dtype or (declared is not None)):
+        raise ShapeError(f"dot operands differ in element type: {lhs.dtype.text} and "
+                         f"{rhs.dtype.text}")
     out_dims = [lhs.dims[d] for d in lb]
     out_dims += [s for i, s in enumerate(lhs.dims) if i not in lb + lc]
     out_dims += [s for i, s in enumerate(rhs.dims) if i not in rb + rc]
@@ -445,11 +477,12 @@ def tuple_(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shap
 def get_tuple_element(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                       declared: Shape | None, op: str = "get-tuple-element") -> Shape:
     t = operands[0]
-    _require(t.is_tuple, f"get-tuple-element operand must be a tuple, got {t.text(False)}")
+    if not t.is_tuple:
+        raise ShapeError(f"get-tuple-element operand must be a tuple, got {t.text(False)}")
     index = attrs.get("index")
     assert isinstance(index, int)
-    _require(0 <= index < len(t.elements),
-             f"get-tuple-element index={index} out of range for {t.text(False)}")
+    if not 0 <= index < len(t.elements):
+        raise ShapeError(f"get-tuple-element index={index} out of range for {t.text(False)}")
     return t.elements[index]
 
 
@@ -463,41 +496,47 @@ def while_(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shap
     state = operands[0]
     cond_params, cond_root = _signature(calls[0])
     body_params, body_root = _signature(calls[1])
-    _require(cond_params == [state], f"while condition %{calls[0].name} must take "
-             f"{state.text(False)}")
-    _require(cond_root == Shape.scalar(DType.PRED),
-             f"while condition %{calls[0].name} must return pred[]")
-    _require(body_params == [state] and body_root == state,
-             f"while body %{calls[1].name} must map {state.text(False)} to itself")
+    if cond_params != [state]:
+        raise ShapeError(f"while condition %{calls[0].name} must take {state.text(False)}")
+    if cond_root != Shape.scalar(DType.PRED):
+        raise ShapeError(f"while condition %{calls[0].name} must return pred[]")
+    if not (body_params == [state] and body_root == state):
+        raise ShapeError(f"while body %{calls[1].name} must map {state.text(False)} to itself")
     return state
 
 
 def conditional(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
                 op: str = "conditional") -> Shape:
     selector = operands[0]
-    _require(selector.is_array and selector.is_scalar
-             and selector.dtype in (DType.PRED, DType.S32),
-             f"conditional selector must be pred[] or s32[], got {selector.text(False)}")
-    _require(len(calls) >= 1 and len(operands) == len(calls) + 1,
-             f"conditional has {len(calls)} branches and {len(operands) - 1} branch operands")
+    if not (selector.is_array and selector.is_scalar
+            and selector.dtype in (DType.PRED, DType.S32)):
+        raise ShapeError("conditional selector must be pred[] or s32[], got "
+                         f"{selector.text(False)}")
+    if not (len(calls) >= 1 and len(operands) == len(calls) + 1):
+        raise ShapeError(f"conditional has {len(calls)} branches and {len(operands) - 1} branch "
+                         "operands")
     if selector.dtype is DType.PRED:
         _require(len(calls) == 2, "a pred conditional needs exactly two branches")
     result = calls[0].root.shape
     for comp, arg in zip(calls, operands[1:]):
         params, root = _signature(comp)
-        _require(params == [arg], f"conditional branch %{comp.name} must take {arg.text(False)}")
-        _require(root == result, f"conditional branches return different shapes: "
-                 f"{result.text(False)} and {root.text(False)}")
+        if params != [arg]:
+            raise ShapeError(f"conditional branch %{comp.name} must take {arg.text(False)}")
+        if root != result:
+            raise ShapeError(f"conditional branches return different shapes: "
+                             f"{result.text(False)} and {root.text(False)}")
     return result
 
 
 def call(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
          op: str = "call") -> Shape:
-    _require(len(calls) == 1, f"{op} needs exactly one called computation")
+    if len(calls) != 1:
+        raise ShapeError(f"{op} needs exactly one called computation")
     params, root = _signature(calls[0])
-    _require(params == list(operands),
-             f"{op} passes ({', '.join(s.text(False) for s in operands)}) to %{calls[0].name} "
-             f"which takes ({', '.join(s.text(False) for s in params)})")
+    if params != list(operands):
+        raise ShapeError(f"{op} passes ({', '.join(s.text(False) for s in operands)}) to "
+                         f"%{calls[0].name} "
+                         f"which takes ({', '.join(s.text(False) for s in params)})")
     return root
 
 
@@ -505,10 +544,10 @@ def rng_bit_generator(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                       declared: Shape | None, op: str = "rng-bit-generator") -> Shape:
     state = _array(operands[0], "rng-bit-generator state")
     out = _declared(declared, op)
-    _require(out.is_tuple and len(out.elements) == 2 and out.elements[0] == state,
-             f"rng-bit-generator must return (state, bits), got {out.text(False)}")
-    _require(state.dtype is DType.U64 and state.rank == 1,
-             f"rng-bit-generator state must be u64[n], got {state.text(False)}")
+    if not (out.is_tuple and len(out.elements) == 2 and out.elements[0] == state):
+        raise ShapeError(f"rng-bit-generator must return (state, bits), got {out.text(False)}")
+    if not (state.dtype is DType.U64 and state.rank == 1):
+        raise ShapeError(f"rng-bit-generator state must be u64[n], got {state.text(False)}")
     bits = out.elements[1]
     _require(bits.is_array and bits.dtype.is_unsigned_int or bits.dtype.is_signed_int,
              "rng-bit-generator bits must be integers")

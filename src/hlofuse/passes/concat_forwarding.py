@@ -13,15 +13,23 @@ Two rules, applied operands-first in one walk of each computation:
   only when it gains something: every user of the concatenate consumes it piece by piece
   (element-wise users that split the same way, slices inside one piece), so the concatenate
   goes away, or a slice of the result lies inside one piece and will read that piece directly.
-  The split result is again a concatenate, so chains of element-wise ops split top down.
+  The split result is again a concatenate, so chains of element-wise ops split top down;
+- a reduce over the concatenated dimension is done per piece and the partial results are
+  combined with the reducer's op: reduce(concatenate(a, b), or) -> or(reduce(a), reduce(b)),
+  a piece that is one slot wide (a reshaped column) read as it is when the init value is the
+  op's identity. Only reducers that regroup exactly qualify (`reducers.py`: and, or, max, min;
+  integer add, multiply, xor with an identity init); the combine follows the pieces' order.
 
-The second rule is what lets `scalarize-state` see a packed loop state that the program
-builds as `select(done, reset, concatenate(x, v, ...))`. Refused, and logged: slices across
+The second and third rules are what let `scalarize-state` see a packed loop state that the
+program builds as `select(done, reset, concatenate(x, v, ...))` with
+`done = any(|concatenate(x, v, ...)| > limits, axis=1)`. Refused, and logged: slices across
 pieces (`slice-within-one-piece`), splits that gain nothing (`split-gains-nothing`),
-concatenations of more than `max_pieces` pieces (`too-many-pieces`).
+concatenations of more than `max_pieces` pieces (`too-many-pieces`), reduces that keep the
+concatenated dimension (`reduce-keeps-pieces`), and reducers that do not regroup exactly
+(`reducer-not-associative`, `reducer-not-exact`, `init-not-identity`, `variadic-reduce`).
 
 XLA's AlgebraicSimplifier has the first rule (HandleSlice on a concatenate) and no form of the
-second: it never moves element-wise work across a concatenate.
+others: it never moves element-wise work or a reduction across a concatenate.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.decisions import RewriteLog
+from hlofuse.passes.reducers import combiner, identity_init, regrouping_refusal
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:
@@ -203,6 +212,8 @@ class _Forwarder:
             return self.forward_slice(inst, operands, builder)
         if inst.op in ELEMENTWISE_OPS and self.config.split_elementwise:
             return self.split(inst, operands, builder)
+        if inst.op is Op.REDUCE and operands[0].op is Op.CONCATENATE:
+            return self.split_reduce(inst, operands, builder)
         return None
 
     def forward_slice(self, inst: Instruction, operands: tuple[Instruction, ...],
@@ -275,6 +286,43 @@ class _Forwarder:
                              f"%{original.name}", inst, pieces=len(pieces))
         return result
 
+    def split_reduce(self, inst: Instruction, operands: tuple[Instruction, ...],
+                     builder: RewriteBuilder) -> Instruction | None:
+        concat, original = operands[0], inst.operands[0]
+        partition = Partition.of(concat)
+        refusal = reduce_refusal(inst, builder.callee(inst.calls[0]), partition,
+                                 self.config.max_pieces)
+        if refusal is not None:
+            rule, reason = refusal
+            self.records.refused(self.comp.name, original, rule,
+                                 f"not splitting %{inst.name} over the pieces of "
+                                 f"%{original.name}: {reason}", inst)
+            return None
+        op = combiner(builder.callee(inst.calls[0]))
+        assert op is not None  # reduce_refusal checked it
+        dims, init = inst.ints("dimensions"), operands[1]
+        out_dims = inst.shape.dims
+        # Reducing a piece whose reduced dimensions are all 1 wide is op(identity, x) = x.
+        reads_as_is = identity_init(init, op)
+        partials = []
+        for piece, size in zip(concat.operands, partition.sizes):
+            if not size:
+                continue
+            if reads_as_is and all(piece.shape.dims[d] == 1 for d in dims):
+                partials.append(reshape_to(piece, out_dims, builder))
+                continue
+            partials.append(builder.add(Op.REDUCE, [piece, init], attrs=dict(inst.attrs),
+                                        calls=[builder.callee(c) for c in inst.calls],
+                                        metadata=inst.metadata))
+        result = partials[0]
+        for partial in partials[1:]:
+            result = builder.add(op, [result, partial], metadata=inst.metadata)
+        self.records.rewrote(self.comp.name, original, "reduce-split",
+                             f"split %{inst.name} over the {len(partials)} pieces of "
+                             f"%{original.name}, combined with {op.text}", inst,
+                             pieces=len(partials))
+        return result
+
     def gains(self, inst: Instruction, concat: Instruction, partition: Partition) -> bool:
         """Whether the concatenate goes away, or a slice of `inst` will read one piece."""
         if len([s for s in partition.sizes if s]) < 2:
@@ -284,8 +332,26 @@ class _Forwarder:
         return any(u.op is Op.SLICE and piece_of_slice(u, partition) is not None
                    for u in self.users[inst])
 
-    @staticmethod
-    def consumes_pieces(user: Instruction, concat: Instruction, partition: Partition) -> bool:
+    def consumes_pieces(self, user: Instruction, concat: Instruction,
+                        partition: Partition) -> bool:
         if user.op is Op.SLICE:
             return piece_of_slice(user, partition) is not None
+        if user.op is Op.REDUCE:
+            return user.operands[0] is concat and reduce_refusal(
+                user, user.calls[0], partition, self.config.max_pieces) is None
         return user.op in ELEMENTWISE_OPS and user.shape.dims == concat.shape.dims
+
+
+def reduce_refusal(reduce: Instruction, reducer: Computation, partition: Partition,
+                   max_pieces: int) -> tuple[str, str] | None:
+    """(rule id, reason) when `reduce` of an array cut as `partition` cannot be done per
+    piece; None when it can."""
+    if partition.dim not in reduce.ints("dimensions"):
+        return ("reduce-keeps-pieces",
+                f"it keeps the concatenated dimension {partition.dim}, so each result element "
+                "still comes from one piece")
+    if len(partition.sizes) > max_pieces:
+        return "too-many-pieces", f"{len(partition.sizes)} pieces (at most {max_pieces})"
+    if not any(partition.sizes):
+        return "empty-concatenate", "every piece is empty"
+    return regrouping_refusal(reduce, reducer)

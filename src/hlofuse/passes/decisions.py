@@ -1,11 +1,9 @@
 """Decision records of the passes that rewrite the program before fusion.
 
 rng-expansion, concat-forwarding, scalarize-state and loop-unroll write into the same decision
-log as the fusion passes (`hlofuse.fusion.decision.DecisionRecord`), so `explain` and
+log as the fusion passes (`hlofuse.passes.decision_log`), so `explain` and
 `opt --decisions` show what they rewrote (verdict `rewrite`) and what they refused (verdict
-`no`, with a stable rule id and a message naming the instructions). The record type lives in
-the fusion layer but is plain data with no imports of its own, so using it here pulls nothing
-of fusion into this layer.
+`no`, with a stable rule id and a message naming the instructions).
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from hlofuse.fusion.decision import NO, REWRITE, DecisionRecord, Figure
+from hlofuse.passes.decision_log import NO, REWRITE, DecisionRecord, Figure
 from hlofuse.ir.hlo import Instruction
 
 if TYPE_CHECKING:

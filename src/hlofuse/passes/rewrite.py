@@ -38,10 +38,30 @@ Transform = Callable[[Instruction, tuple[Instruction, ...], RewriteBuilder], Ins
 
 def module_names(module: Module) -> NameUniquer:
     """A name uniquer that already holds every instruction name of `module`."""
-    names = NameUniquer()
-    for inst in module.all_instructions():
-        names.reserve(inst.name)
-    return names
+    return _ModuleNames(module)
+
+
+class _ModuleNames(NameUniquer):
+    """Reserves the module's names when first asked for one: most rewrites of a fixed point
+    create no instruction, and reserving every name of the module costs more than they do."""
+
+    def __init__(self, module: Module) -> None:
+        super().__init__()
+        self._module: Module | None = module
+
+    def _fill(self) -> None:
+        module, self._module = self._module, None
+        if module is not None:
+            for inst in module.all_instructions():
+                NameUniquer.reserve(self, inst.name)
+
+    def reserve(self, name: str) -> bool:
+        self._fill()
+        return super().reserve(name)
+
+    def unique(self, base: str) -> str:
+        self._fill()
+        return super().unique(base)
 
 
 def callee_order(module: Module) -> list[Computation]:
@@ -78,17 +98,21 @@ def rebuild_computation(computation: Computation, transform: Transform | None,
     order: list[Instruction] = []
     mapping = builder.rewritten
     changed = False
+    added = builder.instructions
     for inst in computation.instructions:
         if keep is not None and not keep(inst):
             changed = True
             continue
-        operands = tuple(mapping[o] for o in inst.operands)
-        calls = tuple(callees.get(c, c) for c in inst.calls)
-        start = len(builder.instructions)
+        operands = tuple(map(mapping.__getitem__, inst.operands))
+        calls = tuple(callees.get(c, c) for c in inst.calls) if inst.calls else ()
+        start = len(added)
         result = transform(inst, operands, builder) if transform is not None else None
-        order.extend(builder.instructions[start:])
+        if len(added) != start:
+            order.extend(added[start:])
         if result is None:
-            if _same(operands, inst.operands) and _same(calls, inst.calls):
+            # Instructions and computations compare by identity (eq=False): tuple equality is
+            # an identity test per element, done in C.
+            if operands == inst.operands and calls == inst.calls:
                 result = inst
             else:
                 # A clone keeps name, attributes and metadata; shapes cannot change because the
@@ -106,9 +130,6 @@ def rebuild_computation(computation: Computation, transform: Transform | None,
         return computation, False
     return Computation(computation.name, tuple(order), mapping[computation.root]), True
 
-
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def rewrite_module(module: Module,

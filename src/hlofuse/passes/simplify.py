@@ -13,7 +13,13 @@ rules again, so chains collapse in one run:
   when the slice sees the concatenate: never through a while loop's state, as in XLA);
 - an instruction whose operands are all constants and whose result has at most
   `max_folded_elements` elements -> a constant computed by the reference interpreter
-  (broadcast and iota are never folded: XLA keeps them, big constants are not fusible).
+  (broadcast and iota are never folded: XLA keeps them, big constants are not fusible);
+- and/or of booleans with a constant operand: x | false, x & true -> x; x | true -> true,
+  x & false -> false (XLA's HandleOr / HandleAnd);
+- a float compare that no value can satisfy, x > +inf or x < -inf (NaN and inf included;
+  not under TOTALORDER, where NaN sorts past the infinities) -> false. A packed state tested
+  against a row of bounds, with +inf for the unbounded components (CartPole's velocities),
+  leaves these behind once `concat-forwarding` splits the test per component.
 
 What it leaves alone: arithmetic identities (x*1, x+0), reassociation, anything that could
 change a floating-point result. Dead instructions are left for `dce`.
@@ -30,6 +36,7 @@ import numpy as np
 
 from hlofuse.interpreter import Interpreter
 from hlofuse.ir.attrs import SliceDim
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op, OpKind
 from hlofuse.ir.shapes import Shape, default_layout
@@ -200,6 +207,56 @@ def tuple_of_all_elements(inst: Instruction, builder: RewriteBuilder) -> Instruc
     return source
 
 
+def _scalar_constant(inst: Instruction) -> np.ndarray | None:
+    """The value of a one-element constant, or of a broadcast of one; None otherwise."""
+    if inst.op is Op.BROADCAST:
+        inst = inst.operands[0]
+    if inst.op is not Op.CONSTANT or inst.shape.num_elements != 1:
+        return None
+    literal = inst.attrs["literal"]
+    assert isinstance(literal, np.ndarray)
+    return literal.reshape(())
+
+
+def _filled(like: Instruction, value: bool, builder: RewriteBuilder) -> Instruction:
+    """A pred array of `like`'s shape holding `value`: a constant broadcast as XLA keeps it."""
+    scalar = builder.add(Op.CONSTANT, attrs={"literal": np.array(value)},
+                         shape=Shape.array(DType.PRED, ()), metadata=like.metadata)
+    if like.shape.rank == 0:
+        return scalar
+    return _add(builder, like, Op.BROADCAST, [scalar], like.shape, dimensions=())
+
+
+def boolean_identities(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if inst.op not in (Op.AND, Op.OR) or not inst.dtype.is_pred:
+        return None
+    absorbing = inst.op is Op.OR  # true absorbs or, false absorbs and
+    for i, operand in enumerate(inst.operands):
+        value = _scalar_constant(operand)
+        if value is None:
+            continue
+        if bool(value) == absorbing:
+            return _filled(inst, absorbing, builder)
+        other = inst.operands[1 - i]
+        return other if same_array_shape(other.shape, inst.shape) else None
+    return None
+
+
+_NEVER_TRUE = {("GT", 1, np.inf), ("LT", 1, -np.inf), ("LT", 0, np.inf), ("GT", 0, -np.inf)}
+
+
+def never_true_compare(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
+    if (inst.op is not Op.COMPARE or not inst.operands[0].dtype.is_float
+            or inst.attrs.get("type") == "TOTALORDER"):
+        return None
+    direction = inst.attrs["direction"]
+    for i, operand in enumerate(inst.operands):
+        value = _scalar_constant(operand)
+        if value is not None and (direction, i, float(value)) in _NEVER_TRUE:
+            return _filled(inst, False, builder)
+    return None
+
+
 _FOLDABLE_KINDS = (OpKind.ELEMENTWISE, OpKind.INJECTIVE, OpKind.REDUCTION)
 
 
@@ -227,6 +284,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     noop_reshape, noop_broadcast, noop_transpose, noop_slice, noop_convert,
     get_tuple_element_of_tuple, tuple_of_all_elements, scalar_broadcasts, reshape_of_reshape,
     broadcast_of_broadcast, transpose_of_transpose, slice_of_slice, slice_of_concatenate,
+    boolean_identities, never_true_compare,
 )
 
 

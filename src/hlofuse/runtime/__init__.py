@@ -3,6 +3,7 @@
 from hlofuse.runtime.executable import (
     CodegenError, CompileOptions, Executable, KernelInfo, compile_cpu, compile_many, generate)
 from hlofuse.runtime.profile import KernelProfile, Profile
+from hlofuse.runtime.saved import load_plan, save_plan
 
 __all__ = ["CodegenError", "CompileOptions", "Executable", "KernelInfo", "KernelProfile",
-           "Profile", "compile_cpu", "compile_many", "generate"]
+           "Profile", "compile_cpu", "compile_many", "generate", "load_plan", "save_plan"]

@@ -7,34 +7,37 @@ it exists for debugging and for profiling with Python-side timers.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
+import gc
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 
 import numpy as np
 
-from hlofuse.codegen.c_emitter import (
-    EmittedKernel, KernelOptions, emit_kernel, kernel_instructions, sanitize)
+from hlofuse.codegen.c_emitter import EmittedKernel, KernelOptions, emit_kernel, sanitize
 from hlofuse.codegen.elemental import UnsupportedInstruction
 from hlofuse.codegen.language import C, CLanguage
-from hlofuse.ir.hlo import Instruction, Module
-from hlofuse.ir.ops import Op
+from hlofuse.codegen.whole_loop import whole_loop_in_place
+from hlofuse.ir.hlo import Module
 from hlofuse.ir.shapes import Shape
 from hlofuse.ir.verifier import verify
 from hlofuse.runtime.buffers import ALIGNMENT, Assignment, assign_buffers
 from hlofuse.runtime.driver import KernelFunction, ModuleSource, module_source
+from hlofuse.runtime.plan import ExecutablePlan, KernelInfo, plan_of
 from hlofuse.runtime.profile import KernelProfile, Profile
 from hlofuse.runtime.program import (
     Buffer, BufferKind, ConditionalThunk, CopyThunk, KernelThunk, Program, Thunk, Tree,
-    WhileThunk, build_program, walk)
+    WhileThunk, build_program)
 from hlofuse.toolchain.cache import Cache
-from hlofuse.toolchain.compiler import DEFAULT_FLAGS, build_shared_object, load_library
+from hlofuse.toolchain.compiler import (
+    DEFAULT_FLAGS, Compiler, build_shared_object, cache_key, load_library)
 
 PROFILE_SAMPLES = 4096  # per kernel: the median is over the last this many calls
 
@@ -48,18 +51,6 @@ class CompileOptions:
     kernel: KernelOptions = field(default_factory=KernelOptions)
     flags: tuple[str, ...] = DEFAULT_FLAGS
     verify: bool = True
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """One kernel call site of the program."""
-
-    name: str  # the fusion or unfused instruction
-    kind: str
-    function: str
-    instructions: tuple[str, ...]
-    bytes_read: int  # per call
-    bytes_written: int
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,27 +77,52 @@ class Generated:
 def generate(module: Module, options: CompileOptions = CompileOptions(),
              lang: CLanguage = C) -> Generated:
     """The C source and runtime plan of a module, without compiling it."""
-    if options.verify:
-        verify(module)
-    try:
-        program = build_program(module)
-        emitted = {id(t): emit_kernel(t.spec, lang, options.kernel)
-                   for t in program.kernel_thunks()}
-    except UnsupportedInstruction as e:
-        raise CodegenError(f"{module.name}: {e}") from None
-    assignment = assign_buffers(program, {k: e.in_place for k, e in emitted.items()})
-    for thunk in program.kernel_thunks():
+    with gc_paused():
+        if options.verify:
+            verify(module)
+        try:
+            return _generate(module, options, lang)
+        except UnsupportedInstruction as e:
+            raise CodegenError(f"{module.name}: {e}") from None
+
+
+def _generate(module: Module, options: CompileOptions, lang: CLanguage) -> Generated:
+    program = build_program(module)
+    thunks = program.kernel_thunks()
+    # A whole-loop kernel's in-place pairs are known from its spec, so it is emitted once,
+    # after buffer assignment; other kernels tell theirs by being emitted.
+    emitted = {id(t): emit_kernel(t.spec, lang, options.kernel) for t in thunks
+               if t.spec.kind != "kCustom"}
+    in_place = {id(t): emitted[id(t)].in_place if id(t) in emitted
+                else whole_loop_in_place(t.spec) for t in thunks}
+    assignment = assign_buffers(program, in_place)
+    for thunk in thunks:
         # Kernels whose output got its input's buffer are emitted again to read through one
         # pointer; the others keep the first emission.
-        shared = tuple((o, i) for o, i in emitted[id(thunk)].in_place
+        shared = tuple((o, i) for o, i in in_place[id(thunk)]
                        if assignment.of(thunk.outputs[o]) == assignment.of(thunk.inputs[i]))
         if shared:
             thunk.spec = dataclasses.replace(thunk.spec, aliased=shared)
+        if shared or id(thunk) not in emitted:
             emitted[id(thunk)] = emit_kernel(thunk.spec, lang, options.kernel)
     pool, offsets = _constant_pool(program)
     source = module_source(program, emitted, assignment, offsets, lang,
                            f"module {sanitize(module.name)}")
     return Generated(module, program, emitted, assignment, pool, offsets, source)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cycle collection while generating: code generation allocates many short-lived
+    objects, and each collection that triggers scans every live object of the process."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _constant_pool(program: Program) -> tuple[np.ndarray, list[int]]:
@@ -134,7 +150,8 @@ def compile_cpu(module: Module, options: CompileOptions = CompileOptions()) -> E
     runtime_library(options.flags)
     built = build_shared_object(generated.source.text, options.flags, Cache.open())
     library = load_library(built.path)
-    return Executable(generated, library, built.cache_hit, time.perf_counter() - start)
+    return Executable(generated, library, built.cache_hit, time.perf_counter() - start,
+                      built.key)
 
 
 def compile_many(modules: Sequence[Module], options: CompileOptions = CompileOptions(),
@@ -154,7 +171,7 @@ def compile_many(modules: Sequence[Module], options: CompileOptions = CompileOpt
         for generated, build, start in jobs:
             built = build.result()
             out.append(Executable(generated, load_library(built.path), built.cache_hit,
-                                  time.perf_counter() - start))
+                                  time.perf_counter() - start, built.key))
     return out
 
 
@@ -165,20 +182,60 @@ class _Pointers(ctypes.Structure):
 
 
 class Executable:
-    """A compiled module: call it with NumPy arrays, get NumPy arrays back."""
+    """A compiled module: call it with NumPy arrays, get NumPy arrays back.
+
+    Calling and profiling need only the plan (`ExecutablePlan`); one loaded from the cache
+    (`from_plan`) generates its module's code again only when asked for what the plan does
+    not keep (the module, its program, the C source, the Python thunk runner)."""
 
     def __init__(self, generated: Generated, library: ctypes.CDLL, cache_hit: bool,
-                 compile_seconds: float) -> None:
-        self._generated = generated
+                 compile_seconds: float, object_key: str = "") -> None:
+        self._generated_now: Generated | None = generated
+        self._regenerate: Callable[[], Generated] | None = None
+        self._flags = DEFAULT_FLAGS
+        self._start(plan_of(generated, object_key), library, cache_hit, compile_seconds)
+
+    @classmethod
+    def from_plan(cls, plan: ExecutablePlan, library: ctypes.CDLL, cache_hit: bool,
+                  compile_seconds: float, regenerate: Callable[[], Generated],
+                  flags: tuple[str, ...] = DEFAULT_FLAGS) -> Executable:
+        """An executable of a saved plan and its loaded library; `regenerate` gives the
+        module's Generated when something needs it (its source, compiled with `flags`, must
+        be what built `plan.object_key`)."""
+        executable = cls.__new__(cls)
+        executable._generated_now = None
+        executable._regenerate = regenerate
+        executable._flags = flags
+        executable._start(plan, library, cache_hit, compile_seconds)
+        return executable
+
+    def _start(self, plan: ExecutablePlan, library: ctypes.CDLL, cache_hit: bool,
+               compile_seconds: float) -> None:
+        self.plan = plan
         self._library = library
         self.cache_hit = cache_hit
         self.compile_seconds = compile_seconds
         self._run = library.hlofuse_run
         self._run.restype = ctypes.c_int
         self._run.argtypes = [ctypes.c_void_p] * 5
-        self._arena = _aligned_bytes(generated.assignment.arena_bytes)
+        self._arena = _aligned_bytes(plan.arena_bytes)
         self._lock = threading.Lock()
         self._entries: dict[str, Callable[..., object]] = {}
+
+    @property
+    def _generated(self) -> Generated:
+        if self._generated_now is None:
+            assert self._regenerate is not None
+            generated = self._regenerate()
+            key = cache_key(generated.source.text, self._flags, Compiler.find())
+            if self.plan.object_key and key != self.plan.object_key:
+                # The loaded library was built from other code: its kernels cannot be called
+                # through this program's thunks.
+                raise RuntimeError(f"{self.plan.name}: the code generated again differs from "
+                                   "the cached library's; clear the cache (hlofuse cache "
+                                   "clear) and compile again")
+            self._generated_now = generated
+        return self._generated_now
 
     # --- facts --------------------------------------------------------------------------
 
@@ -189,7 +246,7 @@ class Executable:
     @property
     def peak_bytes(self) -> int:
         """Bytes of the arena holding every temporary buffer (the liveness-packed peak)."""
-        return self._generated.assignment.arena_bytes
+        return self.plan.arena_bytes
 
     @property
     def program(self) -> Program:
@@ -205,49 +262,24 @@ class Executable:
 
     @property
     def kernels(self) -> list[KernelInfo]:
-        out = []
-        for thunk in self.program.kernel_thunks():
-            read, written = self._traffic(thunk)
-            out.append(KernelInfo(thunk.spec.label, thunk.spec.kind, self._function(thunk).name,
-                                  thunk.spec.instructions, read, written))
-        return out
+        return list(self.plan.kernels)
 
     def _function(self, thunk: KernelThunk) -> KernelFunction:
         return self._generated.source.function_of[id(thunk)]
 
-    def _traffic(self, thunk: KernelThunk) -> tuple[int, int]:
-        """(bytes read, bytes written) by one call of a kernel."""
-        storage = self._generated.assignment
-        read = 0
-        seen: set[int] = set()
-        for (inst, path), buffer in zip(thunk.spec.inputs, thunk.inputs):
-            if buffer.id in seen:
-                continue
-            seen.add(buffer.id)
-            read += _bytes_read(thunk, inst, buffer)
-        written = sum(b.nbytes for b in thunk.outputs)
-        for out_k, in_k in self._generated.emitted[id(thunk)].in_place:
-            source, target = thunk.inputs[in_k], thunk.outputs[out_k]
-            update = _update_bytes(thunk, out_k)
-            if update is not None and storage.of(source) == storage.of(target):
-                # An in-place dynamic-update-slice touches only the window it writes.
-                read -= source.nbytes
-                written += update - target.nbytes
-        return read, written
-
     # --- running ------------------------------------------------------------------------
 
     def _arguments(self, args: Sequence[object]) -> list[np.ndarray]:
-        params = self.program.parameters
+        params = self.plan.parameters
         if len(args) != len(params):
-            raise TypeError(f"{self.module.name} takes {len(params)} argument(s), got {len(args)}")
+            raise TypeError(f"{self.plan.name} takes {len(params)} argument(s), got {len(args)}")
         out = []
         for k, (arg, buffer) in enumerate(zip(args, params)):
             out.append(_check_argument(k, arg, buffer))
         return out
 
     def _outputs(self) -> list[np.ndarray]:
-        return [np.empty(b.dims, b.dtype.numpy) for b in self.program.outputs]
+        return [np.empty(b.dims, b.dtype.numpy) for b in self.plan.outputs]
 
     def _result(self, outputs: list[np.ndarray]) -> object:
         def build(tree: Tree) -> object:
@@ -257,7 +289,7 @@ class Executable:
                 return None
             return outputs[tree.number]
 
-        return build(self.program.result)
+        return build(self.plan.result)
 
     def __call__(self, *args: object) -> object:
         arrays = self._arguments(args)
@@ -271,10 +303,10 @@ class Executable:
         params = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         outs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         status = self._run(ctypes.addressof(params), ctypes.addressof(outs),
-                           self._arena.ctypes.data, self._generated.constants.ctypes.data,
+                           self._arena.ctypes.data, self.plan.constants.ctypes.data,
                            ctypes.addressof(profile) if profile is not None else None)
         if status != 0:
-            raise RuntimeError(f"{self.module.name}: the driver returned {status}")
+            raise RuntimeError(f"{self.plan.name}: the driver returned {status}")
 
     def profile(self, *args: object, repeat: int = 1, runner: str = "driver") -> Profile:
         """Run `repeat` times timing every kernel and copy; `runner` is "driver" (timers in
@@ -282,7 +314,7 @@ class Executable:
         if runner not in ("driver", "thunks"):
             raise ValueError(f"runner must be 'driver' or 'thunks', got {runner!r}")
         arrays = self._arguments(args)
-        count = len(self.program.profile_labels)
+        count = self.plan.profile_count
         counts = np.zeros(max(count, 1), np.int64)
         totals = np.zeros(max(count, 1), np.float64)
         samples = np.zeros(max(count, 1) * PROFILE_SAMPLES, np.float64)
@@ -303,26 +335,15 @@ class Executable:
     def _profile(self, counts: np.ndarray, totals: np.ndarray, samples: np.ndarray,
                  wall: float, runs: int, runner: str) -> Profile:
         rows = []
-        for thunk in walk(self.program.thunks):
-            if isinstance(thunk, KernelThunk):
-                name, kind, function = thunk.spec.label, thunk.spec.kind, self._function(
-                    thunk).name
-                read, written = self._traffic(thunk)
-            elif isinstance(thunk, CopyThunk):
-                if id(thunk) in self._generated.assignment.elided:
-                    continue
-                name, kind, function = f"copy ({thunk.reason})", "copy", "memcpy"
-                read = written = thunk.source.nbytes
-            else:
-                continue
-            k = thunk.profile_id
+        for row in self.plan.profile_rows:
+            k = row.profile_id
             calls = int(counts[k])
             recorded = samples[k * PROFILE_SAMPLES:k * PROFILE_SAMPLES + min(calls,
                                                                              PROFILE_SAMPLES)]
             median = float(np.median(recorded)) if calls else 0.0
             total = float(totals[k])
-            rows.append(KernelProfile(k, name, kind, function, calls, total, median,
-                                      read * calls, written * calls,
+            rows.append(KernelProfile(k, row.name, row.kind, row.function, calls, total, median,
+                                      row.bytes_read * calls, row.bytes_written * calls,
                                       total / wall if wall > 0 else 0.0))
         return Profile(tuple(rows), wall, runs, runner)
 
@@ -349,7 +370,7 @@ class Executable:
                     timing: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> None:
         assignment = self._generated.assignment
         arena = self._arena.ctypes.data
-        pool = self._generated.constants.ctypes.data
+        pool = self.plan.constants.ctypes.data
         offsets = self._generated.constant_offsets
 
         def address(buffer: Buffer) -> int:
@@ -424,21 +445,3 @@ def _check_argument(k: int, arg: object, buffer: Buffer) -> np.ndarray:
         raise ValueError(f"argument {k}: expected a C-contiguous array of {shape}, got one with "
                          f"strides {arg.strides}; pass np.ascontiguousarray(x)")
     return arg
-
-
-def _bytes_read(thunk: KernelThunk, inst: Instruction, buffer: Buffer) -> int:
-    """An input read only through dynamic-slice windows costs the windows, not the array."""
-    users = [i for i in _kernel_instructions(thunk) if any(o is inst for o in i.operands)]
-    if users and all(u.op is Op.DYNAMIC_SLICE and u.operands[0] is inst
-                     and all(o is not inst for o in u.operands[1:]) for u in users):
-        return min(buffer.nbytes, sum(u.shape.byte_size for u in users))
-    return buffer.nbytes
-
-
-def _kernel_instructions(thunk: KernelThunk) -> list[Instruction]:
-    return kernel_instructions(thunk.spec)
-
-
-def _update_bytes(thunk: KernelThunk, output: int) -> int | None:
-    inst, _ = thunk.spec.outputs[output]
-    return inst.operands[1].shape.byte_size if inst.op is Op.DYNAMIC_UPDATE_SLICE else None

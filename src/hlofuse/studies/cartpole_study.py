@@ -286,7 +286,7 @@ def measure(step: StudyStep, built: Built, n_envs: int, config: StudyConfig,
         env_steps_per_cpu_s=_rate(n_envs * t, cpu_median),
         kernels_per_step=kernel_calls / t, copies_per_step=sum(r.calls for r in copies) / t,
         bytes_per_step=moved / t,
-        kernels_per_iteration=dict(compiled.fusion.kernels_per_iteration()),
+        kernels_per_iteration=compiled.kernels_per_iteration(),
         compile_s=built.compile_s, cache_hit=compiled.executable.cache_hit,
         trace_s=built.trace_s, episodes=warm[1], return_sum=warm[2], checked=check is not None,
     )

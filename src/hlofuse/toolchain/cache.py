@@ -1,10 +1,13 @@
 """The on-disk cache of compiled shared objects: private, atomic, self-checking.
 
 Entries are content-addressed: `<key>.so` with `<key>.sum` (its SHA-256) and `<key>.c` (the
-source, kept so a compiler error can point at it). Files are written to a temporary directory
-inside the cache and renamed into place, so a concurrent reader never sees a partial file; an
-entry whose checksum does not match is treated as missing and rebuilt. The directory must
-belong to the user and not be writable by others, because its contents get loaded as code.
+source, kept so a compiler error can point at it); records (`<key>.plan`, a compiled program's
+plan written by the runtime; `<key>.version`, a compiler's version) are headed by the SHA-256
+of the rest. Files are written to a
+temporary directory inside the cache and renamed into place, so a concurrent reader never sees
+a partial file; an entry whose checksum does not match is treated as missing and rebuilt. The
+directory must belong to the user and not be writable by others, because its contents get
+loaded as code.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ENTRY_SUFFIXES = (".so", ".sum", ".c")
+ENTRY_SUFFIXES = (".so", ".sum", ".c", ".plan", ".version")
 TEMPORARY_PREFIX = "tmp-"
 
 
@@ -90,6 +93,24 @@ class Cache:
             with _ignore_missing():
                 path.unlink()
         return None
+
+    def read_record(self, key: str, suffix: str = ".plan") -> bytes | None:
+        """The bytes stored by `write_record`, if present and intact; a damaged record is
+        removed."""
+        path = self.root / f"{key}{suffix}"
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        checksum, newline, payload = data.partition(b"\n")
+        if newline and checksum.decode("ascii", "replace") == digest(payload):
+            return payload
+        with _ignore_missing():
+            path.unlink()
+        return None
+
+    def write_record(self, key: str, data: bytes, suffix: str = ".plan") -> None:
+        _atomic_write(self.root / f"{key}{suffix}", digest(data).encode() + b"\n" + data)
 
     def temporary_dir(self) -> Path:
         return Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root))

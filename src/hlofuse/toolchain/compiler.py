@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlofuse.toolchain.cache import Cache
+from hlofuse.toolchain.cache import Cache, CacheError
 
 DEFAULT_FLAGS: tuple[str, ...] = (
     "-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-std=gnu11",
@@ -61,13 +61,42 @@ def _find_compiler(cc: str) -> Compiler:
         origin = "$CC" if cc.strip() else "cc"
         raise ToolchainError(f"no C compiler found: {origin} ({command[0]!r}) is not on the PATH; "
                              "install gcc or clang, or set CC")
+    full = (executable, *command[1:])
+    return Compiler(full, _compiler_version(full))
+
+
+def _compiler_version(command: tuple[str, ...]) -> str:
+    """The first line of `<compiler> --version`, remembered in the cache directory by the size
+    and modification time of the programs the command names (as ccache checks a compiler):
+    a new process loading a cached program need not start the compiler to learn it."""
+    stamps = []
+    for word in command:
+        found = shutil.which(word)
+        if found is not None:
+            info = os.stat(found)  # the program a symlink (cc -> gcc-12) leads to
+            stamps.append(f"{found}:{info.st_size}:{info.st_mtime_ns}")
+    memo = hashlib.sha256("\0".join([*command, *stamps]).encode()).hexdigest()[:40]
+    cache: Cache | None
     try:
-        result = subprocess.run([executable, *command[1:], "--version"], capture_output=True,
-                                text=True, timeout=60)
+        cache = Cache.open()
+        known = cache.read_record(memo, ".version")
+    except (CacheError, OSError):
+        cache, known = None, None
+    if known is not None:
+        return known.decode(errors="replace")
+    try:
+        result = subprocess.run([*command, "--version"], capture_output=True, text=True,
+                                timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise ToolchainError(f"cannot run the C compiler {executable}: {e}") from None
-    version = (result.stdout or result.stderr).strip().splitlines()
-    return Compiler((executable, *command[1:]), version[0] if version else "unknown")
+        raise ToolchainError(f"cannot run the C compiler {command[0]}: {e}") from None
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    version = lines[0] if lines else "unknown"
+    if cache is not None:
+        try:
+            cache.write_record(memo, version.encode(), ".version")
+        except OSError:
+            pass
+    return version
 
 
 @functools.lru_cache(maxsize=1)

@@ -25,18 +25,27 @@ Functions (float32 name / float64 name):
     erf       hlofuse_erff      -
 
 float32 functions compute in double and round once, so they are within ~0.5 ulp over
-the whole float range, sin/cos/tan included (their reduction modulo pi/2 is exact for
-every float). float64 functions are within 1 to 2.5 ulp (`max_ulp`); hlofuse_sin, _cos
-and _tan are accurate for |x| < 2^50 only and return NaN beyond. Special values follow
-C99 Annex F (NaN in, NaN out; sin(inf) = NaN; exp(-inf) = 0; log(0) = -inf;
-log(-1) = NaN; tanh(+-inf) = +-1; signed zeros kept where C99 keeps them). f16 and
-bf16 values, held as float in registers, use the float32 functions.
+the whole float range, tan included (its reduction modulo pi/2 is exact for every float),
+except sin and cos: they compute in float (a Cody-Waite reduction with fma, then minimax
+polynomials) for |x| <= 2^18 and take the exact double reduction beyond, within 0.9 ulp
+everywhere (on a target without hardware fma they reduce in double throughout). float64
+functions are within 1 to 2.5 ulp (`max_ulp`); hlofuse_sin, _cos and _tan are accurate
+for |x| < 2^50 only and return NaN beyond. Special values follow C99 Annex F (NaN in, NaN
+out; sin(inf) = NaN; exp(-inf) = 0; log(0) = -inf; log(-1) = NaN; tanh(+-inf) = +-1; signed
+zeros kept where C99 keeps them). f16 and bf16 values, held as float in registers, use the
+float32 functions.
 `MathFunction.max_ulp` is the bound the tests assert, measured against NumPy (float64
 reference for float32, long double for float64), with and without FTZ/DAZ.
 
 The functions do not depend on the FTZ/DAZ bits: under DAZ a subnormal float input
 reads as a signed zero (as it would for any instruction), under FTZ a subnormal result
 flushes to zero.
+
+`SMALL_ARGUMENT_FORMS` lists faster forms accurate only for small arguments (sin and cos
+without their large-argument path, the same bits as the full function inside the limit),
+with the guard saying where they hold; a caller that can take the rare large argument
+separately uses them (the whole-loop kernel does: the full functions run only in a step
+where some lane's argument is beyond the limit).
 
 `recommended` says whether a kernel should call the header's function rather than the
 libm spelling: not for sqrt and rsqrt, since the toolchain compiles with -fno-math-errno,
@@ -93,12 +102,13 @@ def _f64(name: str, max_ulp: float, *, libm: str = "", note: str = "") -> MathFu
                         is_full_range=note != _TRIG_LIMIT, recommended=not note, note=note)
 
 
-# Measured maxima (tests/codegen/test_mathlib.py sweeps, toolchain flags): every float32
-# function 0.5001 ulp or less; float64 sin 0.75, cos 0.78, tan 1.95, exp 0.81, expm1 1.41,
-# log 0.67, log1p 1.44, tanh 2.18, logistic 1.59, sqrt 0.5, rsqrt 0.5005, cbrt 0.5.
+# Measured maxima (tests/codegen/test_mathlib.py sweeps, toolchain flags): float32 sin 0.8923
+# and cos 0.8939 (over every float, HLOFUSE_MATHLIB_EXHAUSTIVE=1), every other float32 function
+# 0.5001 ulp or less; float64 sin 0.75, cos 0.78, tan 1.95, exp 0.81, expm1 1.41, log 0.67,
+# log1p 1.44, tanh 2.18, logistic 1.59, sqrt 0.5, rsqrt 0.5005, cbrt 0.5.
 FUNCTIONS: tuple[MathFunction, ...] = (
-    _f32("sin", 0.51),
-    _f32("cos", 0.51),
+    _f32("sin", 0.9),
+    _f32("cos", 0.9),
     _f32("tan", 0.51),
     _f32("exp", 0.51),
     _f32("expm1", 0.51),
@@ -125,6 +135,39 @@ FUNCTIONS: tuple[MathFunction, ...] = (
     _f64("rsqrt", 1.0, libm="1/sqrt", note=_HARDWARE_SQRT),
     _f64("cbrt", 1.0),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class SmallArgumentForm:
+    """A faster form of a function, accurate for arguments of magnitude at most `limit`.
+
+    `guard` is a C function of the argument, nonzero exactly where `c_name` is accurate (never
+    for NaN); elsewhere `c_name` gives an unspecified value and the caller must use the full
+    function. `max_ulp` is the bound the tests assert inside the limit.
+    """
+
+    name: str
+    dtype: DType
+    c_name: str
+    guard: str
+    limit: float
+    max_ulp: float
+
+
+SMALL_ARGUMENT_FORMS: tuple[SmallArgumentForm, ...] = (
+    SmallArgumentForm("sin", DType.F32, "hlofuse_sinf_small", "hlofuse_trigf_is_small",
+                      2.0**18, 0.9),
+    SmallArgumentForm("cos", DType.F32, "hlofuse_cosf_small", "hlofuse_trigf_is_small",
+                      2.0**18, 0.9),
+)
+
+
+def small_argument_form(name: str, dtype: DType) -> SmallArgumentForm | None:
+    """The small-argument form of `name` ("sin", ...) on `dtype`, if the header has one."""
+    for form in SMALL_ARGUMENT_FORMS:
+        if form.name == name and form.dtype is dtype:
+            return form
+    return None
 
 
 def header_path() -> Path:

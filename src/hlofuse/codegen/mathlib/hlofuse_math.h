@@ -9,7 +9,11 @@
  * within ~0.5 ulp (the measured bounds are in hlofuse/codegen/mathlib/__init__.py).
  * Their range reduction for sin/cos/tan is exact over the whole float range: the
  * float input has 24 significant bits, so its product with each 29-bit piece of
- * 2/pi is exact in double, and each product is reduced modulo 4 exactly.
+ * 2/pi is exact in double, and each product is reduced modulo 4 exactly. sinf and
+ * cosf are the exception: they compute in float (half the vector width of double)
+ * up to |x| = 2^18, with a Cody-Waite reduction kept as a float pair and minimax
+ * polynomials, within 0.9 ulp; beyond, the exact reduction above feeds the same
+ * polynomials.
  *
  * float64 functions keep double throughout. hlofuse_sin/cos/tan reduce with a
  * three-piece pi/2 (Cody-Waite, fma) and are accurate for |x| < 2^50 (about
@@ -21,8 +25,8 @@
  * reads as a signed zero, with FTZ a subnormal result is flushed, as the hardware
  * would do for the same operation.
  *
- * Error-free steps rely only on exact products and Sterbenz subtractions, so
- * they hold whether or not the compiler contracts a*b+c into fma.
+ * Error-free steps rely only on exact products, Sterbenz subtractions and TwoSum,
+ * so they hold whether or not the compiler contracts a*b+c into fma.
  */
 #ifndef HLOFUSE_MATH_H
 #define HLOFUSE_MATH_H
@@ -33,11 +37,13 @@
 #define HLOFUSE_MATH_FN static inline __attribute__((always_inline, unused))
 #define HLOFUSE__RINT(x) __builtin_rint(x)
 #define HLOFUSE__FMA(a, b, c) __builtin_fma((a), (b), (c))
+#define HLOFUSE__FMAF(a, b, c) __builtin_fmaf((a), (b), (c))
 #else
 #include <math.h>
 #define HLOFUSE_MATH_FN static inline
 #define HLOFUSE__RINT(x) rint(x)
 #define HLOFUSE__FMA(a, b, c) fma((a), (b), (c))
+#define HLOFUSE__FMAF(a, b, c) fmaf((a), (b), (c))
 #endif
 
 /* Polynomial steps use fma where the target has it, whatever -ffp-contract says:
@@ -46,6 +52,16 @@
 #define HLOFUSE__MADD(a, b, c) HLOFUSE__FMA((a), (b), (c))
 #else
 #define HLOFUSE__MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* float sin and cos compute in float where fmaf is an instruction (their range reduction
+ * needs its exact products), in double elsewhere. */
+#if defined(__FMA__) || defined(__FP_FAST_FMAF)
+#define HLOFUSE__HAS_FMAF 1
+#define HLOFUSE__MADDF(a, b, c) HLOFUSE__FMAF((a), (b), (c))
+#else
+#define HLOFUSE__HAS_FMAF 0
+#define HLOFUSE__MADDF(a, b, c) ((a) * (b) + (c))
 #endif
 
 /* ---------------------------------------------------------------- bit access */
@@ -443,6 +459,100 @@ HLOFUSE_MATH_FN double hlofuse__cos_dpoly(double hi, double lo) {
     return w + (((1.0 - w) - hz) + (z * z * p - hi * lo));
 }
 
+/* ------------------------------------------------ float sin and cos, in float */
+
+/* |x| up to this limit takes the float path of hlofuse_sinf and hlofuse_cosf, and is
+ * where hlofuse_sinf_small and hlofuse_cosf_small are accurate. */
+#define HLOFUSE_TRIGF_SMALL_LIMIT 0x1p18f
+
+/* A reduced argument: |x| = k pi/2 + hi + lo, |lo| < 2^-24, q = k mod 4 in its two low
+ * bits. */
+typedef struct {
+    float hi;
+    float lo;
+    uint32_t q;
+} hlofuse__reducedf;
+
+#if HLOFUSE__HAS_FMAF
+/* Cody-Waite reduction of ax = |x| <= HLOFUSE_TRIGF_SMALL_LIMIT in float, pi/2 = P1 + P2 + P3
+ * (float pieces, 2^-76 left over). k = rint(ax 2/pi) comes out of adding 1.5 * 2^23 (exact
+ * for k < 2^22; q is then its low bits). With fma, ax - k P1 is exact: k P1 and ax are
+ * multiples of 2^-24 and the difference is below 1. k |P2| = ph + pl exactly (fma), and
+ * hi + err = (ax - k P1) + ph exactly (TwoSum); pl and k P3 are below 2^-30 |ph| and join
+ * lo. k can round the wrong way where ax 2/pi is within its float rounding of a half: an
+ * exhaustive check found |hi| <= pi/4 + 2^-6.5. */
+HLOFUSE_MATH_FN hlofuse__reducedf hlofuse__reduce_pio2_small(float ax) {
+    float t = HLOFUSE__FMAF(ax, 0x1.45f306p-1f, 0x1.8p23f);
+    float k = t - 0x1.8p23f;
+    float r1 = HLOFUSE__FMAF(-k, 0x1.921fb6p+0f, ax);
+    float ph = k * 0x1.777a5cp-25f;
+    float pl = HLOFUSE__FMAF(k, 0x1.777a5cp-25f, -ph);
+    float hi = r1 + ph;
+    float bb = hi - r1;
+    float err = (r1 - (hi - bb)) + (ph - bb);
+    hlofuse__reducedf out;
+    out.hi = hi;
+    out.lo = err + HLOFUSE__FMAF(k, 0x1.ee59dap-50f, pl);
+    out.q = hlofuse__bits32(t);
+    return out;
+}
+#endif
+
+/* The reduction of any float (NaN for inf and NaN): the exact one in double, then split. */
+HLOFUSE_MATH_FN hlofuse__reducedf hlofuse__reduce_pio2_large(float ax) {
+    hlofuse__reduced red = hlofuse__reduce_pio2_f((double)ax);
+    hlofuse__reducedf out;
+    out.hi = (float)red.r;
+    out.lo = (float)(red.r - (double)out.hi);
+    out.q = (uint32_t)(int32_t)red.q;
+    return out;
+}
+
+HLOFUSE_MATH_FN hlofuse__reducedf hlofuse__reduce_pio2_any(float x) {
+    float ax = hlofuse__from_bits32(hlofuse__bits32(x) & 0x7fffffffu);
+    hlofuse__reducedf large = hlofuse__reduce_pio2_large(ax);
+#if HLOFUSE__HAS_FMAF
+    hlofuse__reducedf small = hlofuse__reduce_pio2_small(ax);
+    uint32_t m = (uint32_t)0 - (uint32_t)(ax <= HLOFUSE_TRIGF_SMALL_LIMIT);
+    large.hi = hlofuse__from_bits32((hlofuse__bits32(small.hi) & m) |
+                                    (hlofuse__bits32(large.hi) & ~m));
+    large.lo = hlofuse__from_bits32((hlofuse__bits32(small.lo) & m) |
+                                    (hlofuse__bits32(large.lo) & ~m));
+    large.q = (small.q & m) | (large.q & ~m);
+#endif
+    return large;
+}
+
+/* sin(hi + lo) for |hi| <= pi/4 (1 + 2^-6), |lo| < 2^-24: hi + hi^3 P(hi^2) + lo, P a
+ * minimax fit on that interval (relative error 2^-27.7). */
+HLOFUSE_MATH_FN float hlofuse__sin_kernelf(float hi, float lo) {
+    float z = hi * hi;
+    float p = -0x1.98fd4ap-13f;
+    p = HLOFUSE__MADDF(p, z, 0x1.11066ap-7f);
+    p = HLOFUSE__MADDF(p, z, -0x1.555544p-3f);
+    return hi + HLOFUSE__MADDF(hi * z, p, lo);
+}
+
+/* cos(hi + lo) likewise: 1 - z/2 + z^2 Q(z) - hi lo (Q a minimax fit, relative error
+ * 2^-32.7), with w = 1 - z/2 rounded and its rounding error (1 - w) - z/2, exact, added back
+ * (fdlibm's way), so that only the last addition rounds at the result's scale. */
+HLOFUSE_MATH_FN float hlofuse__cos_kernelf(float hi, float lo) {
+    float z = hi * hi;
+    float p = 0x1.99ab10p-16f;
+    p = HLOFUSE__MADDF(p, z, -0x1.6c0b52p-10f);
+    p = HLOFUSE__MADDF(p, z, 0x1.555548p-5f);
+    float hz = 0.5f * z;
+    float w = 1.0f - hz;
+    return w + (((1.0f - w) - hz) + HLOFUSE__MADDF(p, z * z, -(hi * lo)));
+}
+
+/* sin at quadrant q of the reduced argument (s = sin r, c = cos r): s, c, -s, -c; the
+ * sign bit `sign` then flips it (sin is odd). cos is the sine one quadrant on. */
+HLOFUSE_MATH_FN float hlofuse__quadrantf(float s, float c, uint32_t q, uint32_t sign) {
+    float y = hlofuse__self((int)(q & 1u), c, s);
+    return hlofuse__from_bits32(hlofuse__bits32(y) ^ ((q & 2u) << 30) ^ sign);
+}
+
 /* ------------------------------------------------------- float32 functions */
 
 #define HLOFUSE__INFF __builtin_inff()
@@ -506,22 +616,56 @@ HLOFUSE_MATH_FN float hlofuse_logisticf(float x) {
     return (float)(hlofuse__sel(x < 0.0f, e, 1.0) / (1.0 + e));
 }
 
+/* sin and cos: float arithmetic for |x| <= HLOFUSE_TRIGF_SMALL_LIMIT, the exact double
+ * reduction beyond (both are computed and the result picked, so the loop vectorises). Of
+ * the same x, sin and cos share all their work once inlined. */
 HLOFUSE_MATH_FN float hlofuse_sinf(float x) {
-    hlofuse__reduced red = hlofuse__reduce_pio2_f(hlofuse__abs((double)x));
-    double s = hlofuse__sin_fpoly(red.r);
-    double c = hlofuse__cos_fpoly(red.r);
-    double y = hlofuse__sel((red.q == 1.0) | (red.q == 3.0), c, s);
-    y = hlofuse__sel(red.q >= 2.0, -y, y);
-    return hlofuse__with_sign_of_f((float)y, x);
+    hlofuse__reducedf red = hlofuse__reduce_pio2_any(x);
+    return hlofuse__quadrantf(hlofuse__sin_kernelf(red.hi, red.lo),
+                              hlofuse__cos_kernelf(red.hi, red.lo), red.q,
+                              hlofuse__bits32(x) & 0x80000000u);
 }
 
 HLOFUSE_MATH_FN float hlofuse_cosf(float x) {
-    hlofuse__reduced red = hlofuse__reduce_pio2_f(hlofuse__abs((double)x));
-    double s = hlofuse__sin_fpoly(red.r);
-    double c = hlofuse__cos_fpoly(red.r);
-    double y = hlofuse__sel((red.q == 1.0) | (red.q == 3.0), s, c);
-    y = hlofuse__sel((red.q == 1.0) | (red.q == 2.0), -y, y);
-    return (float)y;
+    hlofuse__reducedf red = hlofuse__reduce_pio2_any(x);
+    return hlofuse__quadrantf(hlofuse__sin_kernelf(red.hi, red.lo),
+                              hlofuse__cos_kernelf(red.hi, red.lo), red.q + 1u, 0u);
+}
+
+/* Whether hlofuse_sinf_small and hlofuse_cosf_small are accurate at x (false for NaN). */
+HLOFUSE_MATH_FN int hlofuse_trigf_is_small(float x) {
+#if HLOFUSE__HAS_FMAF
+    return hlofuse__from_bits32(hlofuse__bits32(x) & 0x7fffffffu) <= HLOFUSE_TRIGF_SMALL_LIMIT;
+#else
+    (void)x;
+    return 1;
+#endif
+}
+
+/* sin and cos for |x| <= HLOFUSE_TRIGF_SMALL_LIMIT only (anything beyond, NaN included,
+ * gives an unspecified value): the float path alone, for code that takes the rare large
+ * argument elsewhere (whole-loop kernels: codegen/whole_loop.py). */
+HLOFUSE_MATH_FN float hlofuse_sinf_small(float x) {
+#if HLOFUSE__HAS_FMAF
+    hlofuse__reducedf red = hlofuse__reduce_pio2_small(
+        hlofuse__from_bits32(hlofuse__bits32(x) & 0x7fffffffu));
+    return hlofuse__quadrantf(hlofuse__sin_kernelf(red.hi, red.lo),
+                              hlofuse__cos_kernelf(red.hi, red.lo), red.q,
+                              hlofuse__bits32(x) & 0x80000000u);
+#else
+    return hlofuse_sinf(x);
+#endif
+}
+
+HLOFUSE_MATH_FN float hlofuse_cosf_small(float x) {
+#if HLOFUSE__HAS_FMAF
+    hlofuse__reducedf red = hlofuse__reduce_pio2_small(
+        hlofuse__from_bits32(hlofuse__bits32(x) & 0x7fffffffu));
+    return hlofuse__quadrantf(hlofuse__sin_kernelf(red.hi, red.lo),
+                              hlofuse__cos_kernelf(red.hi, red.lo), red.q + 1u, 0u);
+#else
+    return hlofuse_cosf(x);
+#endif
 }
 
 HLOFUSE_MATH_FN float hlofuse_tanf(float x) {

@@ -2,10 +2,14 @@
 
 For each (peer, N): build (compile) and time it, run once to warm up, then time `repeats`
 whole rollouts and keep the median; when the warm-up says those would take longer than
-`budget_s`, fewer (at least one), so that one slow peer cannot take over the run. env-steps/s = N * steps / median seconds. Eager peers
-(Python drives every step) run `eager_steps` steps instead, since the metric is per step. At
-each N the reference is the fastest hlofuse peer ("hlofuse best"), or the fastest C kernel
-while hlofuse has none, and every record carries its ratio to that reference.
+`budget_s`, fewer (at least one), so that one slow peer cannot take over the run.
+env-steps/s = N * steps / median seconds. The metric is per step, so a rollout's length
+adapts: compiled peers run `steps` steps, eager peers (Python drives every step) run
+`eager_steps`, and at large N either runs fewer, so that one rollout is at most `max_work`
+(`max_eager_work`) environment-steps, and never fewer than `min_steps`; every peer at one N
+compiled alike runs the same length. At each N the reference is the fastest hlofuse peer
+("hlofuse best"), or the fastest C kernel while hlofuse has none, and every record carries
+its ratio to that reference.
 """
 
 from __future__ import annotations
@@ -37,7 +41,18 @@ class BenchConfig:
     eager_steps: int = 100
     repeats: int = 5
     seed: int = 0
-    budget_s: float = 3.0
+    budget_s: float = 1.5
+    max_work: int = 1 << 22  # env-steps of one compiled rollout, at most (0: no limit)
+    max_eager_work: int = 1 << 20  # the same for eager peers
+    min_steps: int = 20
+
+    def rollout_steps(self, is_eager: bool, n_envs: int) -> int:
+        """Steps of one rollout of a peer at N = n_envs (see the module docstring)."""
+        steps, work = (self.eager_steps, self.max_eager_work) if is_eager else (
+            self.steps, self.max_work)
+        if work > 0:
+            steps = min(steps, max(self.min_steps, work // n_envs))
+        return steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +154,9 @@ def run_bench(
             for _ in config.envs:
                 on_done()
             continue
-        steps = config.eager_steps if peer.is_eager else config.steps
         for n in config.envs:
             on_task(f"{name} N={n}")
+            steps = config.rollout_steps(peer.is_eager, n)
             workload = Workload(inits[n], steps, seed=config.seed)
             try:
                 records.append(measure(peer, workload, config.repeats, config.budget_s))

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 BENCH_DEFAULT_ENVS = "1,64,1024,16384"
+DEFAULTS = BenchConfig()
 
 
 def add_bench_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,16 +34,23 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     )
     p.add_argument("--envs", default=BENCH_DEFAULT_ENVS,
                    help=f"comma-separated environment counts (default {BENCH_DEFAULT_ENVS})")
-    p.add_argument("--steps", type=int, default=1000,
-                   help="steps per rollout for compiled peers (default 1000)")
-    p.add_argument("--eager-steps", type=int, default=100,
+    p.add_argument("--steps", type=int, default=DEFAULTS.steps,
+                   help=f"steps per rollout for compiled peers (default {DEFAULTS.steps}; "
+                   "fewer at large N, see --max-work)")
+    p.add_argument("--eager-steps", type=int, default=DEFAULTS.eager_steps,
                    help="steps per rollout for peers driven from Python each step "
-                   "(default 100)")
-    p.add_argument("--repeats", type=int, default=5,
-                   help="timed rollouts per peer and N; the median is kept (default 5)")
-    p.add_argument("--budget", type=float, default=3.0, metavar="SECONDS",
+                   f"(default {DEFAULTS.eager_steps})")
+    p.add_argument("--max-work", type=int, default=DEFAULTS.max_work, metavar="ENV_STEPS",
+                   help="at most this many env-steps per rollout of a compiled peer, a quarter "
+                   f"of it for eager peers, at least {DEFAULTS.min_steps} steps (default "
+                   f"{DEFAULTS.max_work}; 0: always the full --steps)")
+    p.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
+                   help="timed rollouts per peer and N; the median is kept "
+                   f"(default {DEFAULTS.repeats})")
+    p.add_argument("--budget", type=float, default=DEFAULTS.budget_s, metavar="SECONDS",
                    help="at most about this long for one peer's timed rollouts at one N; "
-                   "fewer repeats (at least 1) when the warm-up says so (default 3)")
+                   f"fewer repeats (at least 1) when the warm-up says so (default "
+                   f"{DEFAULTS.budget_s:g})")
     p.add_argument("--peers", default="",
                    help="comma-separated peer names (default: every peer but the extra hlofuse "
                    "strategies); `--peers list` lists them")
@@ -74,6 +82,14 @@ def check_positive(value: int, option: str) -> int:
 
     if value <= 0:
         raise UsageError(f"{option}: {value} is not positive")
+    return value
+
+
+def check_not_negative(value: int, option: str) -> int:
+    from hlofuse.cli import UsageError
+
+    if value < 0:
+        raise UsageError(f"{option}: {value} is negative")
     return value
 
 
@@ -110,6 +126,8 @@ def cmd_bench_peers(args: argparse.Namespace) -> int:
         repeats=check_positive(args.repeats, "--repeats"),
         seed=args.seed,
         budget_s=check_positive_float(args.budget, "--budget"),
+        max_work=check_not_negative(args.max_work, "--max-work"),
+        max_eager_work=max(args.max_work // 4, 1) if args.max_work else 0,
     )
     out = Path(args.out)
     if out.exists() and not out.is_dir():

@@ -4,7 +4,9 @@ The scan peers come in the study's program forms: the state packed into one (N, 
 rebuilt by stacking every step, or split into four arrays; and the scan unrolled by 1 or 10.
 Random numbers come from jax.random itself (fold_in, split, bernoulli, uniform), which is the
 shared scheme of workload.py; on CPU JAX lowers its Threefry to element-wise integer HLO, so
-XLA can fuse it with the dynamics. Compilation is ahead of time (`lower(...).compile()`).
+XLA can fuse it with the dynamics. Compilation is ahead of time (`lower(...).compile()`),
+through JAX's persistent compilation cache (in hlofuse's cache directory unless JAX is told
+another): the unrolled scans take 5-10 s each to compile, a second run loads them.
 """
 
 from __future__ import annotations
@@ -27,10 +29,31 @@ State = tuple[Any, Any, Any, Any]
 Counters = tuple[Any, Any, Any]
 
 
+# Compilations shorter than this are not worth a cache entry.
+CACHE_MIN_COMPILE_S = 0.5
+
+
 def availability() -> str | None:
     if importlib.util.find_spec("jax") is None:
         return "jax is not installed (pip install -e '.[dev]')"
     return None
+
+
+def use_compilation_cache() -> None:
+    """Turn on JAX's persistent compilation cache, in `<hlofuse cache>/jax-peers` unless a
+    directory is set already (JAX_COMPILATION_CACHE_DIR or jax.config)."""
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:
+        return
+    from hlofuse.toolchain.cache import CacheError, ensure_cache_dir
+
+    try:
+        root = ensure_cache_dir()
+    except CacheError:
+        return  # compiling every time is slower, not wrong
+    jax.config.update("jax_compilation_cache_dir", str(root / "jax-peers"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_S)
 
 
 def cartpole_step(
@@ -134,6 +157,7 @@ class ScanRunner:
         import jax
         import jax.numpy as jnp
 
+        use_compilation_cache()
         self.initial = jnp.asarray(workload.initial)
         self.seed = jnp.uint32(workload.seed)
         rollout = scan_rollout(form, workload.deterministic, workload.n_steps)
@@ -154,6 +178,7 @@ class JitStepRunner:
         import jax
         import jax.numpy as jnp
 
+        use_compilation_cache()
         self.workload = workload
         self.initial = jnp.asarray(workload.initial)
         self.steps_key = jax.jit(steps_key_of)(jnp.uint32(workload.seed))

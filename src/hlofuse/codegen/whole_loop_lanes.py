@@ -1,0 +1,117 @@
+"""What a whole-loop kernel's lane code computes apart: deferred selects, small-argument math.
+
+Two choices the whole-loop emitter (codegen/whole_loop.py) makes from the loop's plan, each
+removing work the hand-written CartPole kernel does not do either:
+
+* a deferred select: a per-environment element's new value `select(p, a, b)` where one
+  operand is costly and does not depend on the state (CartPole's auto-reset: four Threefry
+  draws, needed only by the environments that just finished). The main lane loop stores the
+  other operand and keeps `p` in a mask; a second lane loop stores the costly one where `p`
+  picks it, which gcc runs only when some lane of the block does (masked-store sinking) and
+  one lane runs behind a branch;
+* small-argument math: a state-dependent sin or cos (CartPole's pole angle) computed with the
+  math library's small-argument form, the full function taking over only in a step where
+  some lane's argument is beyond that form's limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hlofuse.codegen import mathlib
+from hlofuse.codegen.elemental import SCALAR, Index
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+from hlofuse.ir.parallel_loop import LoopPlan
+
+# A select operand independent of the state is deferred when lane code takes at least this
+# many operations to compute it (CartPole's reset draws: about 400).
+DEFER_MIN_OPS = 16
+# A math instruction uses its small-argument form when its operand takes at most this many
+# operations: the operand is computed again where the step checks the arguments' size.
+SMALL_ARGUMENT_MAX_OPERAND_OPS = 8
+# Element-wise ops whose math function may have a small-argument form, by the function's name.
+_MATH_NAMES = {Op.SINE: "sin", Op.COSINE: "cos"}
+# Ops that only move or name values: free when counting an operand's operations.
+_FREE_OPS = frozenset({
+    Op.BITCAST, Op.BROADCAST, Op.CONCATENATE, Op.CONSTANT, Op.COPY, Op.GET_TUPLE_ELEMENT,
+    Op.IOTA, Op.PARAMETER, Op.RESHAPE, Op.SLICE, Op.TRANSPOSE, Op.TUPLE,
+})
+
+
+@dataclasses.dataclass(frozen=True)
+class Deferred:
+    """A per-environment element's new value `select` whose `operand` (picked where the
+    predicate equals `when`) is costly and independent of the state: the main lane loop
+    stores `kept`, the deferred lane loop stores `operand` where the select picks it."""
+
+    select: Instruction
+    operand: Instruction
+    kept: Instruction
+    when: bool
+
+    @property
+    def predicate(self) -> Instruction:
+        return self.select.operands[0]
+
+    def predicate_index(self, index: Index) -> Index:
+        """The predicate's element at the select's `index` (a scalar predicate has one)."""
+        return index if self.predicate.shape.dims == self.select.shape.dims else SCALAR
+
+    def mask_key(self, index: Index) -> tuple[object, ...]:
+        return (id(self.predicate), *self.predicate_index(index).key)
+
+
+def lane_operations(plan: LoopPlan, inst: Instruction) -> int:
+    """How many operations lane code runs to compute `inst` (moving values is free; lane inputs
+    come from the step's table)."""
+    seen: set[int] = set()
+    stack = [inst]
+    count = 0
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or id(x) not in plan.lane:
+            continue
+        seen.add(id(x))
+        count += x.op not in _FREE_OPS
+        stack.extend(x.operands)
+    return count
+
+
+def deferred_selects(plan: LoopPlan) -> dict[int, Deferred]:
+    """The per-environment elements whose new value is a select with one costly operand that
+    does not depend on the state, by element."""
+    out: dict[int, Deferred] = {}
+    for i in plan.per_env:
+        value = plan.body.root.operands[i]
+        if value.op is not Op.SELECT or id(value) not in plan.lane:
+            continue
+        _, on_true, on_false = value.operands
+        for operand, kept, when in ((on_true, on_false, True), (on_false, on_true, False)):
+            if id(operand) in plan.dependent or lane_operations(plan, operand) < DEFER_MIN_OPS:
+                continue
+            out[i] = Deferred(value, operand, kept, when)
+            break
+    return out
+
+
+def small_argument_math(plan: LoopPlan, max_positions: int
+                        ) -> list[tuple[Instruction, mathlib.SmallArgumentForm]]:
+    """The state-dependent math instructions of lane code whose function has a small-argument
+    form: environment as leading dimension, at most `max_positions` elements per environment,
+    a cheap operand."""
+    out = []
+    for inst in plan.body.instructions:
+        name = _MATH_NAMES.get(inst.op)
+        form = None if name is None else mathlib.small_argument_form(name, inst.dtype)
+        if form is None or id(inst) not in plan.dependent or id(inst) not in plan.lane:
+            continue
+        dims = inst.shape.dims
+        if not dims or dims[0] != plan.size or inst.shape.num_elements // plan.size > \
+                max_positions:
+            continue
+        if plan.size > 1 and plan.env_dims.get(id(inst)) != 0:
+            continue
+        if lane_operations(plan, inst.operands[0]) <= SMALL_ARGUMENT_MAX_OPERAND_OPS:
+            out.append((inst, form))
+    return out

@@ -1,0 +1,85 @@
+"""The compiled-program cache: a module compiled once under a strategy is loaded, not compiled.
+
+`compile_module` looks a module up by a key made of its HLO text, the strategy, the backend,
+hlofuse's own code (the size and modification time of every source file of the package), the
+cost model's measured constants when the strategy prices with them, and the C compiler's
+identity, flags and host (the shared-object cache's key). A hit loads the saved plan and its
+shared object (`runtime.load_plan`): no pass, no code generation, no C compiler; the fused
+module, the decision log and the C source are produced again only if asked for. A miss runs
+the strategy, compiles (the shared-object cache may still hold the object) and saves the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+from collections.abc import Callable
+
+from hlofuse.fusion.strategies import FusionResult, parse_strategy
+from hlofuse.ir.hlo import Module
+from hlofuse.ir.printer import module_text
+from hlofuse.runtime import CompileOptions, Executable, compile_cpu, generate, load_plan, save_plan
+from hlofuse.runtime.executable import Generated
+from hlofuse.toolchain.compiler import Compiler, cache_key
+
+# Bump when what a plan means changes in a way the source fingerprint cannot see.
+KEY_FORMAT = "hlofuse-program-1"
+_SOURCE_SUFFIXES = (".py", ".c", ".h")
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """Changes whenever a source file of the hlofuse package does (by size or mtime: reading
+    every file would cost a compile from the cache more than the rest of it)."""
+    entries: list[str] = []
+    _stamp_sources(os.path.dirname(os.path.abspath(__file__)), "", entries)
+    return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+
+
+def _stamp_sources(directory: str, prefix: str, out: list[str]) -> None:
+    with os.scandir(directory) as found:
+        for entry in found:
+            if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
+                _stamp_sources(entry.path, f"{prefix}{entry.name}/", out)
+            elif entry.name.endswith(_SOURCE_SUFFIXES):
+                info = entry.stat()
+                out.append(f"{prefix}{entry.name}:{info.st_size}:{info.st_mtime_ns}")
+
+
+def _cost_constants(strategy: str) -> str:
+    """The machine constants priority fusion decides with, when the strategy measures them."""
+    parsed = parse_strategy(strategy)
+    if not parsed.priority_fusion or parsed.default_costs:
+        return ""
+    from hlofuse.fusion.calibration import measured_constants
+
+    return repr(dataclasses.astuple(measured_constants()))
+
+
+def program_key(module: Module, strategy: str, options: CompileOptions = CompileOptions()
+                ) -> str:
+    """The cache key of `module` compiled for the CPU under `strategy` with `options`."""
+    text = "\0".join([KEY_FORMAT, source_fingerprint(), strategy, "cpu",
+                      _cost_constants(strategy), repr(options.kernel), str(options.verify),
+                      module_text(module)])
+    return "p" + cache_key(text, options.flags, Compiler.find())
+
+
+def cached_executable(module: Module, strategy: str, fusion: Callable[[], FusionResult],
+                      options: CompileOptions = CompileOptions()) -> Executable:
+    """`module` under `strategy` as an executable: from the cache, or compiled (`fusion()`
+    runs the strategy) and saved."""
+    key = program_key(module, strategy, options)
+
+    def regenerate() -> Generated:
+        return generate(fusion().module, options)
+
+    executable = load_plan(key, regenerate, options)
+    if executable is not None:
+        return executable
+    fused = fusion()
+    executable = compile_cpu(fused.module, options)
+    save_plan(key, executable, {"kernels_per_iteration": fused.kernels_per_iteration()})
+    return executable
