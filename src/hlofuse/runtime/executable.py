@@ -7,14 +7,12 @@ it exists for debugging and for profiling with Python-side timers.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import functools
-import gc
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
@@ -28,6 +26,7 @@ from hlofuse.codegen.whole_loop import whole_loop_in_place
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.shapes import Shape
 from hlofuse.ir.verifier import verify
+from hlofuse.passes.manager import gc_paused
 from hlofuse.runtime.buffers import ALIGNMENT, Assignment, assign_buffers
 from hlofuse.runtime.driver import KernelFunction, ModuleSource, module_source
 from hlofuse.runtime.plan import ExecutablePlan, KernelInfo, plan_of
@@ -109,20 +108,6 @@ def _generate(module: Module, options: CompileOptions, lang: CLanguage) -> Gener
     source = module_source(program, emitted, assignment, offsets, lang,
                            f"module {sanitize(module.name)}")
     return Generated(module, program, emitted, assignment, pool, offsets, source)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cycle collection while generating: code generation allocates many short-lived
-    objects, and each collection that triggers scans every live object of the process."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _constant_pool(program: Program) -> tuple[np.ndarray, list[int]]:
