@@ -157,9 +157,9 @@ def test_the_key_follows_strategy_module_and_measured_costs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     module = parse_module("HloModule k\nENTRY main {\n  ROOT x = f32[4]{0} parameter(0)\n}\n")
     other = parse_module("HloModule k\nENTRY main {\n  ROOT x = f32[5]{0} parameter(0)\n}\n")
-    import hlofuse.fusion.calibration as calibration
+    from hlofuse.fusion import cost_model
 
-    monkeypatch.setattr(calibration, "measured_constants", lambda: DEFAULT_CONSTANTS)
+    monkeypatch.setattr(cost_model, "_measured_provider", lambda: DEFAULT_CONSTANTS)
     keys = {program_key(module, "xla"), program_key(module, "none"), program_key(other, "xla"),
             program_key(module, "priority")}
     assert len(keys) == 4
@@ -169,7 +169,7 @@ def test_the_key_follows_strategy_module_and_measured_costs(
     fixed = program_key(module, "priority+default_costs")
     slower = dataclasses.replace(DEFAULT_CONSTANTS,
                                  call_overhead=2 * DEFAULT_CONSTANTS.call_overhead)
-    monkeypatch.setattr(calibration, "measured_constants", lambda: slower)
+    monkeypatch.setattr(cost_model, "_measured_provider", lambda: slower)
     assert program_key(module, "priority") != measured  # decided with other constants
     assert program_key(module, "priority+default_costs") == fixed
     assert program_key(module, "xla") == program_key(module, "xla")

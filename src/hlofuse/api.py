@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from hlofuse.compile_cache import cached_executable
+from hlofuse.compile_cache import cached_executable, measured_machine_constants
 from hlofuse.frontend import pytree
 from hlofuse.frontend.dtype_rules import AbstractValue, python_scalar_type, to_dtype
 from hlofuse.frontend.staging import TracedModule, trace_module
 from hlofuse.frontend.tracer import Tracer
 from hlofuse.frontend.tracing import is_tracing, located
+from hlofuse.fusion.cost_model import set_measured_provider
 from hlofuse.fusion.kernels import Kernel
 from hlofuse.fusion.strategies import FusionResult, parse_strategy, run_strategy
 from hlofuse.interpreter import coerce_argument, evaluate, flatten_value
@@ -29,6 +30,10 @@ from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.manager import gc_paused
 from hlofuse.runtime import Executable, Profile
+
+# Priority fusion's measured constants come from the toolchain's probe, which fusion cannot
+# import: the top layer wires them in.
+set_measured_provider(measured_machine_constants)
 
 BACKENDS = ("interpreter", "cpu")
 DEFAULT_STRATEGY = "xla"

@@ -17,11 +17,17 @@ import hashlib
 import os
 from collections.abc import Callable
 
+from hlofuse.fusion.cost_model import (
+    MachineConstants,
+    constants_from_figures,
+    measured_constants,
+)
 from hlofuse.fusion.strategies import FusionResult, parse_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
 from hlofuse.runtime import CompileOptions, Executable, compile_cpu, generate, load_plan, save_plan
 from hlofuse.runtime.executable import Generated
+from hlofuse.toolchain.calibration import measured_figures
 from hlofuse.toolchain.compiler import Compiler, cache_key
 
 # Bump when what a plan means changes in a way the source fingerprint cannot see.
@@ -53,9 +59,14 @@ def _cost_constants(strategy: str) -> str:
     parsed = parse_strategy(strategy)
     if not parsed.priority_fusion or parsed.default_costs:
         return ""
-    from hlofuse.fusion.calibration import measured_constants
-
     return repr(dataclasses.astuple(measured_constants()))
+
+
+@functools.cache
+def measured_machine_constants() -> MachineConstants:
+    """This machine's cost-model constants from the toolchain's probe, once per process (the
+    provider `api` registers for priority fusion)."""
+    return constants_from_figures(measured_figures())
 
 
 def program_key(module: Module, strategy: str, options: CompileOptions = CompileOptions()

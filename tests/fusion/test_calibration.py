@@ -1,134 +1,59 @@
-"""Calibrating the cost model: parsing the probe's output, the private atomic cache, the
-fallback to the documented defaults. The probe itself is replaced by a stub, except in one
-test that compiles and runs it (needs_cc) and checks only that it reports every figure."""
+"""Where priority fusion's machine constants come from: injected, the defaults, or the
+measured ones the layer above registers (`cost_model.set_measured_provider`), built from the
+probe's figures by `constants_from_figures`."""
 
 from __future__ import annotations
 
-import os
-import stat
-import time
-from pathlib import Path
+import dataclasses
 
 import pytest
 
 from hlofuse.cli import UsageError
-from hlofuse.fusion.calibration import (
-    RETRY_AFTER_S,
-    ProbeError,
-    last_level_cache_bytes,
-    measure,
-    parse_probe_output,
-    read_cached,
-    run_probe,
-)
+from hlofuse.fusion import cost_model
 from hlofuse.fusion.commands import run_opt
-from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS, MachineConstants
+from hlofuse.fusion.cost_model import (
+    DEFAULT_CONSTANTS,
+    MachineConstants,
+    constants_from_figures,
+    measured_constants,
+    set_measured_provider,
+)
 from hlofuse.fusion.priority import PriorityFusion
 from hlofuse.ir.parser import parse_module
 
-PROBE_OUTPUT = """threads 4
-call_overhead 3.0e-09
-parallel_overhead 2.0e-06
-op_rate 5.0e+10
-transcendental_ops 150
-divide_ops 8
-cache_bandwidth 8.0e+10
-memory_bandwidth 6.0e+09
-parallel_memory_bandwidth 1.2e+10
-"""
+FIGURES = {"threads": 4.0, "call_overhead": 3e-9, "parallel_overhead": 2e-6, "op_rate": 5e10,
+           "transcendental_ops": 150.0, "divide_ops": 8.0, "cache_bandwidth": 8e10,
+           "memory_bandwidth": 6e9, "parallel_memory_bandwidth": 1.2e10}
 
 
-def test_parse_probe_output() -> None:
-    constants = parse_probe_output(PROBE_OUTPUT, cache_bytes=1 << 20)
+def test_constants_from_figures() -> None:
+    constants = constants_from_figures({**FIGURES, "cache_bytes": float(1 << 20)})
     assert constants.source == "measured"
-    assert constants.threads == 4
+    assert constants.threads == 4 and isinstance(constants.threads, int)
     assert constants.op_rate == 5e10
     assert constants.transcendental_ops == 150.0
     assert constants.parallel_memory_bandwidth == 1.2e10
     assert constants.cache_bytes == 1 << 20
     assert constants.parallel_min_elements == DEFAULT_CONSTANTS.parallel_min_elements
+    assert constants_from_figures(FIGURES).cache_bytes == DEFAULT_CONSTANTS.cache_bytes
+    # all threads never stream slower than one
+    slow = constants_from_figures({**FIGURES, "parallel_memory_bandwidth": 1e9})
+    assert slow.parallel_memory_bandwidth == 6e9
+    assert constants_from_figures(None) is DEFAULT_CONSTANTS
 
 
-@pytest.mark.parametrize("text, message", [
-    (PROBE_OUTPUT.replace("op_rate 5.0e+10\n", ""), "did not report op_rate"),
-    (PROBE_OUTPUT.replace("divide_ops 8", "divide_ops fast"), "not a number"),
-    (PROBE_OUTPUT.replace("parallel_overhead 2.0e-06", "parallel_overhead 0.02"),
-     "implausible parallel_overhead"),
-    (PROBE_OUTPUT.replace("threads 4", "threads 0"), "implausible threads"),
-])
-def test_bad_probe_output(text: str, message: str) -> None:
-    with pytest.raises(ProbeError, match=message):
-        parse_probe_output(text, cache_bytes=1 << 20)
-
-
-def test_measure_caches_privately(tmp_path: Path) -> None:
-    calls: list[Path] = []
-
-    def probe(workdir: Path) -> str:
-        calls.append(workdir)
-        return PROBE_OUTPUT
-
-    cache = tmp_path / "cache"
-    first = measure(cache, probe)
-    assert first.source == "measured" and first.threads == 4
-    files = [p for p in cache.iterdir() if p.suffix == ".json"]
-    assert len(files) == 1
-    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    assert stat.S_IMODE(files[0].stat().st_mode) & 0o077 == 0
-    assert not calls[0].exists()  # the probe's scratch directory is removed
-
-    def failing(workdir: Path) -> str:
-        raise AssertionError("the cached figures must be used")
-
-    assert measure(cache, failing) == first
-    assert read_cached(files[0]) == first
-    assert [p.name for p in cache.iterdir()] == [files[0].name]
-
-
-def test_failed_probe_falls_back_to_defaults_for_an_hour(tmp_path: Path) -> None:
-    def broken(workdir: Path) -> str:
-        raise ProbeError("no compiler")
-
-    def not_again(workdir: Path) -> str:
-        raise AssertionError("the probe failed a moment ago; it must not run again yet")
-
-    assert measure(tmp_path, broken) is DEFAULT_CONSTANTS
-    assert measure(tmp_path, not_again) is DEFAULT_CONSTANTS
-    assert not list(tmp_path.glob("*.json"))
-    (marker,) = tmp_path.glob("*.failed")
-    assert marker.read_text() == "no compiler\n"
-    hours_ago = time.time() - 2 * RETRY_AFTER_S
-    os.utime(marker, (hours_ago, hours_ago))
-    assert measure(tmp_path, lambda w: "threads 2\n") is DEFAULT_CONSTANTS  # tried: implausible
-    assert "did not report" in marker.read_text()
-    os.utime(marker, (hours_ago, hours_ago))
-    assert measure(tmp_path, lambda w: PROBE_OUTPUT).source == "measured"
-
-
-def test_corrupt_cache_is_measured_again(tmp_path: Path) -> None:
-    measure(tmp_path, lambda w: PROBE_OUTPUT)
-    (entry,) = tmp_path.glob("*.json")
-    entry.write_text("{not json")
-    assert read_cached(entry) is None
-    again = measure(tmp_path, lambda w: PROBE_OUTPUT.replace("threads 4", "threads 3"))
-    assert again.threads == 3
-
-
-def test_last_level_cache_from_sysfs(tmp_path: Path) -> None:
-    for index, size in enumerate(("48K", "2048K", "32M")):
-        (tmp_path / f"index{index}").mkdir()
-        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
-    assert last_level_cache_bytes(tmp_path) == 32 << 20
-    assert last_level_cache_bytes(tmp_path / "missing") == DEFAULT_CONSTANTS.cache_bytes
-
-
-@pytest.mark.needs_cc
-def test_probe_reports_every_figure(tmp_path: Path) -> None:
-    output = run_probe(tmp_path)
-    names = {line.split()[0] for line in output.splitlines() if line.strip()}
-    assert names == {"threads", "call_overhead", "parallel_overhead", "op_rate",
-                     "transcendental_ops", "divide_ops", "cache_bandwidth", "memory_bandwidth",
-                     "parallel_memory_bandwidth"}
+def test_measured_constants_come_from_the_registered_provider() -> None:
+    faster = dataclasses.replace(DEFAULT_CONSTANTS, op_rate=2 * DEFAULT_CONSTANTS.op_rate)
+    previous = set_measured_provider(lambda: faster)
+    try:
+        assert measured_constants() is faster
+        assert PriorityFusion(costs="measured").machine() is faster
+        assert PriorityFusion(costs="default").machine() is DEFAULT_CONSTANTS
+        set_measured_provider(None)
+        assert measured_constants() is DEFAULT_CONSTANTS
+    finally:
+        set_measured_provider(previous)
+    assert cost_model.measured_constants is measured_constants
 
 
 def test_pass_knobs_choose_the_constants() -> None:

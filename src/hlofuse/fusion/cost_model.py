@@ -20,12 +20,16 @@ It restates XLA's GPU performance model (`gpu_performance_model.cc`) for hlofuse
   producer and its consumers as they are, minus the time of the consumers with the producer
   fused into each of them (duplicated when there are several).
 
-The constants come from `calibration` (a short measured probe, cached) or are passed in;
-`DEFAULT_CONSTANTS` were measured on the reference machine (2-core AMD EPYC, AVX-512).
+The constants are passed in, or are the measured ones: the layer above fusion measures the
+machine (`toolchain.calibration`, a short probe, cached), turns the figures into constants
+(`constants_from_figures`) and registers a provider (`set_measured_provider`), so fusion never
+runs a compiler itself. `DEFAULT_CONSTANTS` were measured on the reference machine (2-core AMD
+EPYC, AVX-512); they are also what `measured_constants` gives when no provider is registered.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections import defaultdict
@@ -67,6 +71,42 @@ DEFAULT_CONSTANTS = MachineConstants(
     threads=2, call_overhead=2e-9, parallel_overhead=1.5e-6, op_rate=9e10,
     transcendental_ops=280.0, divide_ops=9.4, memory_bandwidth=7.5e9,
     parallel_memory_bandwidth=9.5e9, cache_bandwidth=1.1e11, cache_bytes=32 << 20)
+
+
+def constants_from_figures(figures: Mapping[str, float] | None) -> MachineConstants:
+    """The constants for a machine's measured figures (the probe's names, `cache_bytes`
+    optional); `DEFAULT_CONSTANTS` when there are none."""
+    if figures is None:
+        return DEFAULT_CONSTANTS
+    return dataclasses.replace(
+        DEFAULT_CONSTANTS, threads=int(figures["threads"]),
+        call_overhead=figures["call_overhead"], parallel_overhead=figures["parallel_overhead"],
+        op_rate=figures["op_rate"], transcendental_ops=figures["transcendental_ops"],
+        divide_ops=figures["divide_ops"], cache_bandwidth=figures["cache_bandwidth"],
+        memory_bandwidth=figures["memory_bandwidth"],
+        parallel_memory_bandwidth=max(figures["parallel_memory_bandwidth"],
+                                      figures["memory_bandwidth"]),
+        cache_bytes=int(figures.get("cache_bytes", DEFAULT_CONSTANTS.cache_bytes)),
+        source="measured")
+
+
+# Measuring needs the C compiler, which lives above fusion: the layer that has it registers
+# how (`api` does, on import), and fusion only asks.
+_measured_provider: Callable[[], MachineConstants] | None = None
+
+
+def set_measured_provider(provider: Callable[[], MachineConstants] | None
+                          ) -> Callable[[], MachineConstants] | None:
+    """Make `provider` the source of `measured_constants`; returns the one it replaces."""
+    global _measured_provider
+    previous, _measured_provider = _measured_provider, provider
+    return previous
+
+
+def measured_constants() -> MachineConstants:
+    """This machine's measured constants, as the registered provider gives them."""
+    provider = _measured_provider
+    return DEFAULT_CONSTANTS if provider is None else provider()
 
 # Cost in cheap operations of ops whose C spelling is a libm call or a divider instruction.
 # (The op table's `expensive` flag is XLA's recompute rule, not a cost: sine is not on it.)

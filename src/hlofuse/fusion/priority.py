@@ -42,8 +42,9 @@ Every considered edge is logged once: fused edges with `cost-model-gain` and the
 `cost-model-loss`, edges a check refused with that check's rule id; when another user refused,
 the edge carries that user's rule (a producer joins all its users or none).
 
-Knobs: `costs` picks the machine constants, "measured" (the calibration probe, cached per
-machine; the defaults when it cannot run) or "default" (`cost_model.DEFAULT_CONSTANTS`);
+Knobs: `costs` picks the machine constants, "measured" (`cost_model.measured_constants`: the
+calibration probe the layer above registers, cached per machine; the defaults when it cannot
+run) or "default" (`cost_model.DEFAULT_CONSTANTS`);
 `constants` injects them (tests), overriding `costs`.
 """
 
@@ -55,7 +56,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS, CostModel, MachineConstants, node_key
+from hlofuse.fusion.cost_model import (
+    DEFAULT_CONSTANTS,
+    CostModel,
+    MachineConstants,
+    measured_constants,
+    node_key,
+)
 from hlofuse.fusion.decision import COST_MODEL_GAIN, FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction, merge_fusion
 from hlofuse.fusion.graph import Graph, Node
@@ -117,8 +124,6 @@ class PriorityFusion:
             return self.constants
         if self.costs == "default":
             return DEFAULT_CONSTANTS
-        from hlofuse.fusion.calibration import measured_constants
-
         return measured_constants()
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:

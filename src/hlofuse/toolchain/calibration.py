@@ -1,4 +1,4 @@
-"""Measuring the cost model's constants on this machine: a short C probe, cached on disk.
+"""Measuring this machine's speeds for the cost model: a short C probe, cached on disk.
 
 The probe is a fixed C program (nothing from any module goes into it), compiled with the
 flags kernels get (`cc -O3 -march=native -fopenmp ...`) and run once; it times, each as the
@@ -16,14 +16,18 @@ Compiling and running take under a second on a quiet machine (each measurement s
 (`$HLOFUSE_CACHE_DIR`, else `~/.cache/hlofuse`: private, written atomically), keyed by the
 host signature the compiled-kernel cache uses, so it is measured once per machine. When there
 is no compiler, the probe fails, or its figures are implausible (on a machine so busy that a
-fork/join waits milliseconds for a core), the documented defaults
-(`cost_model.DEFAULT_CONSTANTS`) are used, and the probe is tried again after an hour. Tests
-never depend on this: they pass constants explicitly.
+fork/join waits milliseconds for a core), `measure` answers None (the cost model then uses its
+documented defaults), and the probe is tried again after an hour. Tests never depend on this:
+they pass constants explicitly.
+
+The figures are plain numbers keyed by name (`FIGURES`, plus `cache_bytes` when the system
+tells it): the toolchain knows nothing of the cost model. The layer above turns them into
+the cost model's constants (`fusion.cost_model.constants_from_figures`) and hands those to
+priority fusion (`cost_model.set_measured_provider`), so fusion never runs a compiler.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -35,12 +39,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS, MachineConstants
+from hlofuse.toolchain.cache import CacheError, ensure_cache_dir
+from hlofuse.toolchain.compiler import Compiler, ToolchainError, host_signature
 
-PROBE_VERSION = 1
+# 2: the cache holds the probe's figures, no longer the cost model's constants.
+PROBE_VERSION = 2
 PROBE_TIMEOUT_S = 30
 # After a failed or implausible probe (no compiler; a machine so busy that a fork/join takes
-# milliseconds), the defaults are used, and the probe is not run again for this long.
+# milliseconds), no figures are reported, and the probe is not run again for this long.
 RETRY_AFTER_S = 3600.0
 # The kernels' flags, minus what only a shared object needs.
 PROBE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno",
@@ -207,12 +213,17 @@ _PLAUSIBLE: dict[str, tuple[float, float]] = {
 }
 
 
+FIGURES = tuple(_PLAUSIBLE)
+CACHE_BYTES = "cache_bytes"
+
+
 class ProbeError(RuntimeError):
     """The probe could not be compiled or run, or printed something unexpected."""
 
 
-def parse_probe_output(text: str, cache_bytes: int) -> MachineConstants:
-    """Constants from the probe's `name value` lines; ProbeError names a bad or missing one."""
+def parse_probe_output(text: str, cache_bytes: int | None) -> dict[str, float]:
+    """The figures from the probe's `name value` lines, with `cache_bytes` when known;
+    ProbeError names a bad or missing one."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         name, _, raw = line.partition(" ")
@@ -227,19 +238,14 @@ def parse_probe_output(text: str, cache_bytes: int) -> MachineConstants:
         value = values[name]
         if not math.isfinite(value) or not low <= value <= high:
             raise ProbeError(f"probe measured an implausible {name} = {value:g}")
-    return dataclasses.replace(
-        DEFAULT_CONSTANTS, threads=int(values["threads"]),
-        call_overhead=values["call_overhead"], parallel_overhead=values["parallel_overhead"],
-        op_rate=values["op_rate"], transcendental_ops=values["transcendental_ops"],
-        divide_ops=values["divide_ops"], cache_bandwidth=values["cache_bandwidth"],
-        memory_bandwidth=values["memory_bandwidth"],
-        parallel_memory_bandwidth=max(values["parallel_memory_bandwidth"],
-                                      values["memory_bandwidth"]),
-        cache_bytes=cache_bytes, source="measured")
+    if cache_bytes is not None:
+        values[CACHE_BYTES] = float(cache_bytes)
+    return values
 
 
-def last_level_cache_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
-    """The largest cache of CPU 0 (Linux sysfs), else the default's."""
+def last_level_cache_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")
+                           ) -> int | None:
+    """The largest cache of CPU 0 (Linux sysfs), None when the system does not say."""
     sizes = []
     for entry in sorted(sysfs.glob("index*/size")) if sysfs.is_dir() else ():
         text = entry.read_text().strip().upper()
@@ -247,7 +253,7 @@ def last_level_cache_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cach
         digits = text.rstrip("KMG")
         if digits.isdigit():
             sizes.append(int(digits) * scale)
-    return max(sizes, default=DEFAULT_CONSTANTS.cache_bytes)
+    return max(sizes, default=None)
 
 
 def run_probe(workdir: Path, compiler: tuple[str, ...] | None = None) -> str:
@@ -271,8 +277,6 @@ def run_probe(workdir: Path, compiler: tuple[str, ...] | None = None) -> str:
 
 
 def _compiler() -> tuple[str, ...]:
-    from hlofuse.toolchain.compiler import Compiler, ToolchainError
-
     try:
         return Compiler.find().command
     except ToolchainError as e:
@@ -280,33 +284,31 @@ def _compiler() -> tuple[str, ...]:
 
 
 def _cache_file(cache_dir: Path) -> Path:
-    from hlofuse.toolchain.compiler import host_signature
-
     return cache_dir / f"cost-constants-v{PROBE_VERSION}-{host_signature()}.json"
 
 
-def read_cached(path: Path) -> MachineConstants | None:
-    """The constants stored at `path`, or None if absent or unreadable (then re-measured)."""
+def read_cached(path: Path) -> dict[str, float] | None:
+    """The figures stored at `path`, or None if absent or unreadable (then re-measured)."""
     try:
         data = json.loads(path.read_text())
-        fields = {f.name for f in dataclasses.fields(MachineConstants)}
-        if not isinstance(data, dict) or set(data) != fields:
-            return None
-        return MachineConstants(**data)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError):
         return None
+    if not isinstance(data, dict) or not set(FIGURES) <= set(data) <= {*FIGURES, CACHE_BYTES}:
+        return None
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in data.values()):
+        return None
+    return {name: float(value) for name, value in data.items()}
 
 
-def write_cached(path: Path, constants: MachineConstants) -> None:
+def write_cached(path: Path, figures: dict[str, float]) -> None:
     """Atomically: a private temporary file in the same directory, renamed into place."""
-    write_text_atomically(path, json.dumps(dataclasses.asdict(constants), indent=1))
+    write_text_atomically(path, json.dumps(figures, indent=1))
 
 
 def measure(cache_dir: Path | None = None,
-            probe: Callable[[Path], str] = run_probe) -> MachineConstants:
-    """This machine's constants: from the cache, else measured (and cached), else defaults."""
-    from hlofuse.toolchain.cache import CacheError, ensure_cache_dir
-
+            probe: Callable[[Path], str] = run_probe) -> dict[str, float] | None:
+    """This machine's figures: from the cache, else measured (and cached), else None (the
+    probe cannot run, or failed less than `RETRY_AFTER_S` ago)."""
     try:
         directory = ensure_cache_dir(cache_dir)
     except (CacheError, OSError):
@@ -317,20 +319,20 @@ def measure(cache_dir: Path | None = None,
         return cached
     failed = path.with_suffix(".failed")
     if _age(failed) < RETRY_AFTER_S:
-        return DEFAULT_CONSTANTS
+        return None
     workdir = Path(tempfile.mkdtemp(prefix="tmp-probe-", dir=directory))
     try:
-        constants = parse_probe_output(probe(workdir), last_level_cache_bytes())
+        figures = parse_probe_output(probe(workdir), last_level_cache_bytes())
     except ProbeError as e:
         _note_failure(failed, str(e))
-        return DEFAULT_CONSTANTS
+        return None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     try:
-        write_cached(path, constants)
+        write_cached(path, figures)
     except OSError:
         pass  # measured but not kept: the next process measures again
-    return constants
+    return figures
 
 
 def _age(path: Path) -> float:
@@ -360,17 +362,17 @@ def write_text_atomically(path: Path, text: str) -> None:
         raise
 
 
-def _probe_uncached(probe: Callable[[Path], str]) -> MachineConstants:
+def _probe_uncached(probe: Callable[[Path], str]) -> dict[str, float] | None:
     workdir = Path(tempfile.mkdtemp(prefix="hlofuse-probe-"))
     try:
         return parse_probe_output(probe(workdir), last_level_cache_bytes())
     except ProbeError:
-        return DEFAULT_CONSTANTS
+        return None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 @functools.cache
-def measured_constants() -> MachineConstants:
+def measured_figures() -> dict[str, float] | None:
     """`measure()` once per process (the cache directory is read from the environment once)."""
     return measure()
