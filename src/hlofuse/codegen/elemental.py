@@ -840,12 +840,19 @@ def _reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
                 updated = em.apply_reducer(reducer, accumulators, values)
                 for acc, new in zip(accumulators, updated):
                     em.body.emit(f"{acc} = {new};")
+    return _reduced_value(em, reducer, inits, plan, accumulators)
+
+
+def _reduced_value(em: ElementalEmitter, reducer: Computation, inits: tuple[Instruction, ...],
+                   plan: Accumulation, accumulators: list[str]) -> Value:
+    """The reduce's result from its accumulators: an accumulation started at the reducer's
+    identity combines with the init at the end (rounded first when it ran unrounded)."""
     if plan.identity is not None:
         total = accumulators[0]
         if plan.unrounded:
             total = em.body.let("float", em.lang.round_to(DType.F16, total))
         return em.apply_reducer(reducer, [em.scalar(inits[0])], [total])[0]
-    return accumulators[0] if count == 1 else tuple(accumulators)
+    return accumulators[0] if len(accumulators) == 1 else tuple(accumulators)
 
 
 def _reduce_written_out(em: ElementalEmitter, inst: Instruction, index: Index,
@@ -876,12 +883,7 @@ def _reduce_written_out(em: ElementalEmitter, inst: Instruction, index: Index,
             accumulators = [em.body.let("float", f"({accumulators[0]} {symbol} {values[0]})")]
         else:
             accumulators = em.apply_reducer(reducer, accumulators, values)
-    if plan.identity is not None:
-        total = accumulators[0]
-        if plan.unrounded:
-            total = em.body.let("float", em.lang.round_to(DType.F16, total))
-        return em.apply_reducer(reducer, [em.scalar(inits[0])], [total])[0]
-    return accumulators[0] if count == 1 else tuple(accumulators)
+    return _reduced_value(em, reducer, inits, plan, accumulators)
 
 
 def _reduce_window(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:

@@ -267,6 +267,7 @@ class WholeLoopEmitter:
                             f"part{k}[{q}] = {identity};")
 
     def _copy_loop(self, count: int, line: Callable[[str], str]) -> None:
+        """`line(q)` for q < count: written out for a few elements, a loop beyond."""
         if count <= UNROLL_ELEMENTS:
             for q in range(count):
                 self.body.emit(line(str(q)))
@@ -440,19 +441,10 @@ class WholeLoopEmitter:
                 for i in self.plan.per_env:
                     shape = self.loop.shape.elements[i]
                     per_env = self.plan.elements_per_env(i)
-                    self._per_env_loop(per_env, lambda q, i=i, per_env=per_env, shape=shape:
-                                       f"s{i}[{q}][l] = "
-                                       + self.lang.load(shape.dtype, self.outputs[i],
-                                                        f"{ENV} * {per_env} + {q}") + ";")
-
-    def _per_env_loop(self, count: int, line: Callable[[str], str]) -> None:
-        if count <= UNROLL_ELEMENTS:
-            for q in range(count):
-                self.body.emit(line(str(q)))
-            return
-        var = self.body.fresh("q")
-        with self.body.block(f"for (int64_t {var} = 0; {var} < {count}; ++{var})"):
-            self.body.emit(line(var))
+                    self._copy_loop(per_env, lambda q, i=i, per_env=per_env, shape=shape:
+                                    f"s{i}[{q}][l] = "
+                                    + self.lang.load(shape.dtype, self.outputs[i],
+                                                     f"{ENV} * {per_env} + {q}") + ";")
 
     def _lane_bindings(self) -> None:
         em = self.lane_em
@@ -672,9 +664,9 @@ class WholeLoopEmitter:
                 shape = self.loop.shape.elements[i]
                 per_env = self.plan.elements_per_env(i)
                 target = self.outputs[i]
-                self._per_env_loop(per_env, lambda q, i=i, target=target, per_env=per_env,
-                                   shape=shape: f"{target}[{ENV} * {per_env} + {q}] = "
-                                   f"{self.lang.to_storage(shape.dtype, f's{i}[{q}][l]')};")
+                self._copy_loop(per_env, lambda q, i=i, target=target, per_env=per_env,
+                                shape=shape: f"{target}[{ENV} * {per_env} + {q}] = "
+                                f"{self.lang.to_storage(shape.dtype, f's{i}[{q}][l]')};")
         for k, acc in enumerate(self.plan.accumulators):
             ctype = self._ctype(acc.combines[-1].dtype)
             name = body.fresh("p")
