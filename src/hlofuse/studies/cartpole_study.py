@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import statistics
 import time
@@ -40,7 +39,7 @@ from hlofuse.fusion.strategies import StrategyError, parse_strategy
 from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.runtime import CodegenError
-from hlofuse.studies.peers.bench import PRELIMINARY_NOTE, machine_description
+from hlofuse.studies.peers.bench import PRELIMINARY_NOTE, machine_description, write_json_file
 from hlofuse.toolchain import ToolchainError
 
 BASELINE = "baseline"
@@ -389,7 +388,4 @@ def result_json(result: StudyResult) -> dict[str, object]:
 
 
 def write_json(result: StudyResult, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(result_json(result), indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_file(result_json(result), path)

@@ -220,11 +220,16 @@ def result_json(result: BenchResult) -> dict[str, object]:
     }
 
 
-def write_json(result: BenchResult, path: Path) -> None:
+def write_json_file(data: object, path: Path) -> None:
+    """`data` as indented JSON, replacing `path` at once: a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(result_json(result), indent=2) + "\n")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def write_json(result: BenchResult, path: Path) -> None:
+    write_json_file(result_json(result), path)
 
 
 def write_plot(result: BenchResult, path: Path) -> None:
