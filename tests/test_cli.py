@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hlofuse.cli import main, random_inputs
+from hlofuse.cli import build_parser, main, random_inputs
 from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
@@ -223,6 +224,7 @@ def test_evaluation_failure_is_one_error_line(tmp_path: Path,
                       "'not_a_library_function' has no library function")
 
 
+@pytest.mark.needs_cc
 def test_installed_command_runs_the_example(tmp_path: Path) -> None:
     out = tmp_path / "out.npz"
     result = subprocess.run([str(HLOFUSE), "run", str(EXAMPLE), "--random-inputs", "3", "--out",
@@ -236,6 +238,7 @@ def test_installed_command_runs_the_example(tmp_path: Path) -> None:
         np.testing.assert_array_equal(written[f"out{i}"], array)
 
 
+@pytest.mark.thorough
 def test_installed_command_reports_bad_input(tmp_path: Path) -> None:
     inputs = tmp_path / "in.npz"
     np.savez(inputs, arg0=np.zeros(1))
@@ -244,3 +247,30 @@ def test_installed_command_reports_bad_input(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr == f"error: {inputs}: missing input 'arg1' for parameter 1 (s32[8])\n"
+
+
+def test_every_command_group_is_registered() -> None:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {"run", "fmt", "opt", "explain", "compile", "cache", "cartpole",
+            "bench"} <= set(sub.choices)
+
+
+@pytest.mark.thorough
+def test_python_m_runs_the_same_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    result = subprocess.run([sys.executable, "-m", "hlofuse.cli", "fmt", str(EXAMPLE)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    status, out, _ = _run(["fmt", str(EXAMPLE)], capsys)
+    assert status == 0 and result.stdout == out
+
+
+def test_a_lower_layers_error_becomes_one_error_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """opt's pass list is parsed by the pass manager, which raises its own ValueError; the
+    command line turns it into `error: ...` and exit status 2."""
+    path = tmp_path / "m.hlo"
+    path.write_text(SCALAR_ROOT)
+    status, out, err = _run(["opt", str(path), "-p", "no-such-pass"], capsys)
+    _assert_one_error(status, out, err, "")
+    assert "no-such-pass" in err

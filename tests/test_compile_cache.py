@@ -157,9 +157,8 @@ def test_the_key_follows_strategy_module_and_measured_costs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     module = parse_module("HloModule k\nENTRY main {\n  ROOT x = f32[4]{0} parameter(0)\n}\n")
     other = parse_module("HloModule k\nENTRY main {\n  ROOT x = f32[5]{0} parameter(0)\n}\n")
-    from hlofuse.fusion import cost_model
-
-    monkeypatch.setattr(cost_model, "_measured_provider", lambda: DEFAULT_CONSTANTS)
+    monkeypatch.setattr(hlofuse.compile_cache, "measured_machine_constants",
+                        lambda: DEFAULT_CONSTANTS)
     keys = {program_key(module, "xla"), program_key(module, "none"), program_key(other, "xla"),
             program_key(module, "priority")}
     assert len(keys) == 4
@@ -169,7 +168,57 @@ def test_the_key_follows_strategy_module_and_measured_costs(
     fixed = program_key(module, "priority+default_costs")
     slower = dataclasses.replace(DEFAULT_CONSTANTS,
                                  call_overhead=2 * DEFAULT_CONSTANTS.call_overhead)
-    monkeypatch.setattr(cost_model, "_measured_provider", lambda: slower)
+    monkeypatch.setattr(hlofuse.compile_cache, "measured_machine_constants", lambda: slower)
     assert program_key(module, "priority") != measured  # decided with other constants
     assert program_key(module, "priority+default_costs") == fixed
     assert program_key(module, "xla") == program_key(module, "xla")
+
+
+@pytest.mark.needs_cc
+def test_jit_called_from_threads_compiles_once(cache_dir: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import hlofuse.numpy as hnp
+
+    compiles = []
+    real_compile = hlofuse.api.compile_module
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        compiles.append(threading.get_ident())
+        return real_compile(*args, **kwargs)
+
+    monkeypatch.setattr(hlofuse.api, "compile_module", counted)
+
+    def affine(x: Any, k: Any) -> Any:
+        return hnp.tanh(x) * k + 1.0
+
+    def other(x: Any) -> Any:  # traced concurrently with `affine`: traces are per thread
+        return hnp.sum(x * 2.0) + x
+
+    f, g = jit(affine, strategy=STRATEGY), jit(other, strategy=STRATEGY)
+    start = threading.Barrier(8)
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            x = np.full(33, k, np.float32)
+            start.wait()
+            results[k] = f(x, np.float32(k)) if k % 2 == 0 else g(x)
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    assert len(compiles) == 2 and f.cache_size == 1 and g.cache_size == 1
+    for k, got in results.items():
+        x = np.full(33, k, np.float32)
+        want = f(x, np.float32(k)) if k % 2 == 0 else g(x)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        if k % 2 == 0:
+            np.testing.assert_allclose(got, np.tanh(x) * k + 1.0, rtol=1e-6)

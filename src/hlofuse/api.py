@@ -10,32 +10,31 @@ import functools
 import inspect
 import os
 import re
+import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hlofuse.compile_cache import cached_executable, measured_machine_constants
+from hlofuse.compile_cache import cached_executable, strategy_constants
 from hlofuse.frontend import pytree
 from hlofuse.frontend.dtype_rules import AbstractValue, python_scalar_type, to_dtype
 from hlofuse.frontend.staging import TracedModule, trace_module
 from hlofuse.frontend.tracer import Tracer
 from hlofuse.frontend.tracing import is_tracing, located
-from hlofuse.fusion.cost_model import set_measured_provider
 from hlofuse.fusion.kernels import Kernel
 from hlofuse.fusion.strategies import FusionResult, parse_strategy, run_strategy
 from hlofuse.interpreter import coerce_argument, evaluate, flatten_value
 from hlofuse.ir.hlo import Module
+from hlofuse.ir.limits import check_limits
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.manager import gc_paused
 from hlofuse.runtime import Executable, Profile
 
-# Priority fusion's measured constants come from the toolchain's probe, which fusion cannot
-# import: the top layer wires them in.
-set_measured_provider(measured_machine_constants)
-
-BACKENDS = ("interpreter", "cpu")
+# "cuda-emulated": the CUDA backend's source built for the CPU against cuda_emulation.h.
+BACKENDS = ("interpreter", "cpu", "cuda", "cuda-emulated")
 DEFAULT_STRATEGY = "xla"
 _STRATEGY_NAME = re.compile(r"^[a-z][a-z0-9_+\-]*$")
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -80,7 +79,15 @@ def _executable(compiled: Compiled) -> tuple[FlatFn, Executable | None]:
             return flatten_value(evaluate(fused.module, arrays))
 
         return interpret, None
-    executable = cached_executable(compiled.module, compiled.strategy, lambda: compiled.fusion)
+    executable: Executable
+    if compiled.backend in ("cuda", "cuda-emulated"):
+        from hlofuse.runtime.cuda_executable import compile_cuda
+
+        executable = compile_cuda(compiled.fusion.module,
+                                  emulate=compiled.backend == "cuda-emulated")
+    else:
+        executable = cached_executable(compiled.module, compiled.strategy,
+                                       lambda: compiled.fusion)
 
     def run(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         # Kernels index their operands densely; any strided view is copied once here.
@@ -111,7 +118,8 @@ class Compiled:
         if self._fusion is None:
             verify(self.module)
             with gc_paused():
-                self._fusion = run_strategy(self.module, self.strategy, debug=False)
+                self._fusion = run_strategy(self.module, self.strategy, debug=False,
+                                            constants=strategy_constants(self.strategy))
         return self._fusion
 
     def kernels_per_iteration(self) -> dict[str, int]:
@@ -138,6 +146,14 @@ class Compiled:
     def explain(self, as_dict: bool = False) -> str | dict[str, Any]:
         """The kernels and every blocked fusion edge grouped by rule (see `hlofuse explain`)."""
         return self.fusion.explain_dict() if as_dict else self.fusion.explain()
+
+    def graph(self, path: str | os.PathLike[str], *, collapse: bool | None = None,
+              engine: str = "auto") -> Path:
+        """Write the fusion graph (kernels as boxes, blocked edges in red with their rule) to
+        `path`: .dot, .svg or .html, by its suffix (see hlofuse.visualize). Returns the path."""
+        from hlofuse.visualize import write_graph
+
+        return write_graph(self.fusion, os.fspath(path), collapse=collapse, engine=engine)
 
     def _compiled(self, what: str) -> Executable:
         if self.executable is None:
@@ -192,6 +208,7 @@ def compile_module(module: Module, strategy: str = DEFAULT_STRATEGY,
     """Verify `module` and make it executable under `strategy` on `backend`. A module the
     compiled-program cache holds is not verified again: its text was, when it was compiled."""
     chosen = check_backend(backend if backend is not None else default_backend())
+    check_limits(module)  # a module beyond a resource limit is refused before any work
     return Compiled(module, check_strategy(strategy), chosen, signature)
 
 
@@ -203,7 +220,7 @@ def _canonical_leaf(value: object, where: str) -> tuple[np.ndarray, AbstractValu
     """An argument as a NumPy array of its canonical type (64-bit types narrowed)."""
     if isinstance(value, bool | int | float) and not isinstance(value, np.generic):
         dtype, weak = python_scalar_type(value)
-        if dtype.is_integer and not _INT32_MIN <= value <= _INT32_MAX:  # type: ignore[operator]
+        if dtype.is_integer and not _INT32_MIN <= value <= _INT32_MAX:
             raise OverflowError(f"{where}: Python int {value} does not fit in int32")
         return np.asarray(value, dtype.numpy), AbstractValue((), dtype, weak)
     if isinstance(value, np.ndarray | np.generic):
@@ -266,11 +283,14 @@ class JitFunction:
         self.static_argnames = frozenset(names) | {self._params[i] for i in nums
                                                    if 0 <= i < len(self._params)}
         self._cache: dict[Any, Compiled] = {}
+        # One compile per signature however many threads call at once: the first traces and
+        # compiles under the lock, the others wait for it and reuse its result.
+        self._lock = threading.Lock()
         functools.update_wrapper(self, fn, updated=())
 
     def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """(dynamic args, dynamic kwargs, hashable statics, function of the dynamic ones)."""
-        statics = []
+        statics: list[tuple[str, int | str, Any]] = []
         for i, value in enumerate(args):
             if i in self.static_argnums:
                 statics.append(("#", i, self._hashable(value, f"#{i}")))
@@ -339,10 +359,13 @@ class JitFunction:
         key = (in_tree, tuple(avals), statics)
         compiled = self._cache.get(key)
         if compiled is None:
-            traced = self._trace(call, in_tree, avals)
-            compiled = compile_module(traced.module, self.strategy, self.backend,
-                                      signature=traced)
-            self._cache[key] = compiled
+            with self._lock:
+                compiled = self._cache.get(key)
+                if compiled is None:
+                    traced = self._trace(call, in_tree, avals)
+                    compiled = compile_module(traced.module, self.strategy, self.backend,
+                                              signature=traced)
+                    self._cache[key] = compiled
         assert compiled.signature is not None
         return compiled.signature.out_tree.unflatten(compiled.run_flat(arrays))
 

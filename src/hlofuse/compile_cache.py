@@ -15,16 +15,14 @@ import dataclasses
 import functools
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from hlofuse.fusion.cost_model import (
-    MachineConstants,
-    constants_from_figures,
-    measured_constants,
-)
-from hlofuse.fusion.strategies import FusionResult, parse_strategy
+from hlofuse.fusion.cost_model import MachineConstants, constants_from_figures
+from hlofuse.fusion.priority import PriorityFusion
+from hlofuse.fusion.strategies import FusionResult, Strategy, parse_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
+from hlofuse.passes.manager import Step
 from hlofuse.runtime import CompileOptions, Executable, compile_cpu, generate, load_plan, save_plan
 from hlofuse.runtime.executable import Generated
 from hlofuse.toolchain.calibration import measured_figures
@@ -56,17 +54,29 @@ def _stamp_sources(directory: str, prefix: str, out: list[str]) -> None:
 
 def _cost_constants(strategy: str) -> str:
     """The machine constants priority fusion decides with, when the strategy measures them."""
-    parsed = parse_strategy(strategy)
-    if not parsed.priority_fusion or parsed.default_costs:
-        return ""
-    return repr(dataclasses.astuple(measured_constants()))
+    constants = strategy_constants(strategy)
+    return "" if constants is None else repr(dataclasses.astuple(constants))
 
 
 @functools.cache
 def measured_machine_constants() -> MachineConstants:
-    """This machine's cost-model constants from the toolchain's probe, once per process (the
-    provider `api` registers for priority fusion)."""
+    """This machine's cost-model constants from the toolchain's probe, once per process."""
     return constants_from_figures(measured_figures())
+
+
+def strategy_constants(strategy: str | Strategy) -> MachineConstants | None:
+    """The measured constants to pass to `run_strategy` when the strategy prices with them
+    (priority fusion without `default_costs`), else None: the probe runs only when needed."""
+    parsed = parse_strategy(strategy) if isinstance(strategy, str) else strategy
+    return measured_machine_constants() if parsed.measures_costs else None
+
+
+def with_measured_constants(steps: Sequence[Step]) -> list[Step]:
+    """`steps` with this machine's constants given to each priority fusion that prices with
+    measured ones and has none (`hlofuse opt -p priority-fusion`)."""
+    return [dataclasses.replace(step, constants=measured_machine_constants())
+            if isinstance(step, PriorityFusion) and step.costs == "measured"
+            and step.constants is None else step for step in steps]
 
 
 def program_key(module: Module, strategy: str, options: CompileOptions = CompileOptions()

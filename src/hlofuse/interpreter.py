@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable, Sequence
-from typing import Any, Union
+from typing import TypeAlias
 
 import numpy as np
 
+from hlofuse.analysis.reducers import reducer_op
 from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op, OpKind
 from hlofuse.ir.shapes import Shape
+from hlofuse.rnglib import THREEFRY_TARGET
 
-Value = Union[np.ndarray, tuple["Value", ...], None]
+Value: TypeAlias = np.ndarray | tuple["Value", ...] | None
 
 
 class InterpreterError(RuntimeError):
@@ -40,7 +43,7 @@ def _threefry_custom_call(instruction: Instruction, operands: Sequence[Value]) -
 
 # Library functions behind custom-call targets that hlofuse itself emits.
 CUSTOM_CALL_TARGETS: dict[str, CustomCallFn] = {
-    "hlofuse_threefry2x32": _threefry_custom_call,
+    THREEFRY_TARGET: _threefry_custom_call,
 }
 
 
@@ -104,7 +107,7 @@ class Interpreter:
 
     def _evaluate(self, inst: Instruction, operands: list[Value]) -> Value:
         definition = inst.definition
-        if definition.kind is OpKind.ELEMENTWISE:
+        if definition.kind is OpKind.ELEMENTWISE and definition.numpy is not None:
             return _elementwise(inst, operands)
         handler = _HANDLERS.get(inst.op)
         if handler is None:
@@ -113,15 +116,25 @@ class Interpreter:
         return handler(self, inst, operands)
 
 
-_NO_FLUSH = frozenset({Op.SELECT, Op.BITCAST_CONVERT})
-_FLUSHED_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# Moves and sign-bit operations (negate and abs flip or clear one bit, in XLA's CPU code and
+# ours) leave a denormal as it is.
+_NO_FLUSH = frozenset({Op.SELECT, Op.BITCAST_CONVERT, Op.NEGATE, Op.ABS})
+# bf16 is computed in f32 registers, where its denormals are f32 denormals; f16's are normal
+# f32 numbers there, so f16 is never flushed.
+_FLUSHED_TYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(DType.BF16.numpy))
+_SMALLEST_NORMAL = {np.dtype(np.float32): float(np.finfo(np.float32).tiny),
+                    np.dtype(np.float64): float(np.finfo(np.float64).tiny),
+                    np.dtype(DType.BF16.numpy): 2.0**-126}
+# XLA's CPU max and min (and clamp) prefer +0 and -0 respectively when both operands are
+# zeros, whatever their order (NumPy returns the first).
+_SIGNED_ZERO_RULES = frozenset({Op.MAXIMUM, Op.MINIMUM, Op.CLAMP})
 
 
 def flush_denormals(x: np.ndarray) -> np.ndarray:
-    """Denormal float32/float64 values become zeros of the same sign."""
+    """Denormal float32/float64 (and bfloat16) values become zeros of the same sign."""
     if x.dtype not in _FLUSHED_TYPES:
         return x
-    tiny = np.finfo(x.dtype).tiny
+    tiny = _SMALLEST_NORMAL[x.dtype]
     with np.errstate(invalid="ignore"):
         is_denormal = (x != 0) & (np.abs(x) < tiny)
     if not is_denormal.any():
@@ -132,8 +145,13 @@ def flush_denormals(x: np.ndarray) -> np.ndarray:
 def _elementwise(inst: Instruction, operands: list[Value]) -> np.ndarray:
     fn = inst.definition.numpy
     assert fn is not None
-    arrays = [np.asarray(o) for o in operands]
+    raw = arrays = [np.asarray(o) for o in operands]
+    if inst.op in (Op.MAXIMUM, Op.MINIMUM) and inst.operands[0] is inst.operands[1]:
+        return raw[0]  # XLA's CPU compiler turns max(x, x) into x: nothing flushed
     if inst.op not in _NO_FLUSH:
+        # Not quite XLA for pow: its CPU pow reads its operands unflushed (pow(1e-40, 0.5) is
+        # 2.6e-23, pow(-1e-40, 0.5) NaN, pow(-0, -1e-40) inf); the compiled code flushes
+        # them, and the two agree (tests/fuzz/corpus/wrong-none-seed235, -seed453).
         arrays = [flush_denormals(a) for a in arrays]
     if inst.op is Op.COMPARE:
         result = fn(*arrays, direction=inst.attrs["direction"], kind=inst.attrs.get("type"))
@@ -142,7 +160,34 @@ def _elementwise(inst: Instruction, operands: list[Value]) -> np.ndarray:
     else:
         result = fn(*arrays)
     result = np.asarray(result).astype(inst.dtype.numpy, copy=False)
+    if inst.op in _SIGNED_ZERO_RULES and _is_float(result.dtype):
+        result = _zero_signs(inst.op, result, arrays)
     return result if inst.op in _NO_FLUSH else flush_denormals(result)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
+def _zero_signs(op: Op, result: np.ndarray, arrays: list[np.ndarray]) -> np.ndarray:
+    """max(+-0, -+0) = +0 and min(+-0, -+0) = -0, as XLA's CPU code gives them."""
+    if op is Op.CLAMP:
+        low, x, high = arrays
+        with np.errstate(invalid="ignore"):
+            raised = _zero_signs(Op.MAXIMUM, np.maximum(x, low).astype(x.dtype), [x, low])
+            return _zero_signs(Op.MINIMUM, np.minimum(raised, high).astype(x.dtype),
+                               [raised, high])
+    a, b = np.broadcast_arrays(*arrays)
+    both_zero = (a == 0) & (b == 0)
+    if not both_zero.any():
+        return result
+    zero = np.zeros((), result.dtype)
+    if op is Op.MAXIMUM:  # +0 unless both are -0
+        negative = np.signbit(a) & np.signbit(b)
+    else:  # -0 if either is
+        negative = np.signbit(a) | np.signbit(b)
+    signed = np.where(negative, np.copysign(zero, -1), zero)
+    return np.where(both_zero, signed, result).astype(result.dtype)
 
 
 def _array(value: Value) -> np.ndarray:
@@ -183,7 +228,10 @@ def _broadcast(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
 
 
 def _reshape(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    return _array(ops[0]).reshape(inst.shape.dims)
+    value = _array(ops[0]).reshape(inst.shape.dims)
+    if inst.op is Op.BITCAST and value.dtype != inst.shape.dtype.numpy:
+        return value.view(inst.shape.dtype.numpy)  # same width: the bits reinterpreted
+    return value
 
 
 def _transpose(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
@@ -263,24 +311,23 @@ def _reverse(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
 
 
 # Reducers that are one binary op over (parameter 0, parameter 1) run as NumPy reductions.
-_UFUNC_REDUCERS: dict[Op, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+_UFUNC_REDUCERS: dict[Op, np.ufunc] = {
     Op.ADD: np.add, Op.MULTIPLY: np.multiply, Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum,
     Op.AND: np.bitwise_and, Op.OR: np.bitwise_or, Op.XOR: np.bitwise_xor,
 }
 
 
-def _simple_reducer(comp: Computation) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
-    root = comp.root
-    if len(comp.parameters) != 2 or len(root.operands) != 2:
+def _simple_reducer(comp: Computation) -> np.ufunc | None:
+    op = reducer_op(comp)
+    if op is None:
         return None
-    if {id(o) for o in root.operands} != {id(p) for p in comp.parameters}:
+    dtype = comp.root.dtype
+    # NumPy's add and multiply of booleans are or and and, not XLA's wrap-around.
+    if dtype.is_pred and op in (Op.ADD, Op.MULTIPLY):
         return None
-    if root.shape.dtype.is_pred and root.op in (Op.ADD, Op.MULTIPLY):
+    if dtype.is_float and op in (Op.AND, Op.OR, Op.XOR):
         return None
-    ufunc = _UFUNC_REDUCERS.get(root.op)
-    if ufunc is None or root.dtype.is_float and root.op in (Op.AND, Op.OR, Op.XOR):
-        return None
-    return ufunc
+    return _UFUNC_REDUCERS[op]
 
 
 def _combine(self: Interpreter, reducer: Computation, acc: list[np.ndarray],
@@ -289,6 +336,24 @@ def _combine(self: Interpreter, reducer: Computation, acc: list[np.ndarray],
     if isinstance(result, tuple):
         return [_array(r) for r in result]
     return [_array(result)]
+
+
+def _reduced_zero_signs(is_max: bool, result: np.ndarray, values: np.ndarray,
+                        base: np.ndarray) -> np.ndarray:
+    """A max (min) reduction that ends at zero is +0 (-0) if any zero reduced is, as the
+    element-wise max and min give it."""
+    at_zero = result == 0
+    if not at_zero.any():
+        return result
+    every = np.concatenate([values, base[..., None]], axis=-1)
+    zeros = every == 0
+    if is_max:
+        negative = ~(zeros & ~np.signbit(every)).any(axis=-1)
+    else:
+        negative = (zeros & np.signbit(every)).any(axis=-1)
+    zero = np.zeros((), result.dtype)
+    signed = np.where(negative, np.copysign(zero, -1), zero)
+    return np.where(at_zero, signed, result).astype(result.dtype)
 
 
 def _reduce(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
@@ -302,11 +367,16 @@ def _reduce(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     moved = [np.transpose(x, kept + list(dims)).reshape(out_dims + (-1,)) for x in inputs]
     ufunc = _simple_reducer(reducer) if n == 1 else None
     if ufunc is not None:
+        # Denormals are flushed as in the reducer's element-wise operation.
+        values, base = flush_denormals(moved[0]), flush_denormals(inits[0])
         with np.errstate(all="ignore"):
-            total = ufunc.reduce(moved[0], axis=-1) if moved[0].shape[-1] else None
-            base = np.broadcast_to(inits[0], out_dims)
+            total = ufunc.reduce(values, axis=-1) if values.shape[-1] else None
+            base = np.broadcast_to(base, out_dims)
             result = base if total is None else ufunc(base, total)
-        return np.asarray(np.asarray(result).astype(inst.dtype.numpy), order="C")
+        result = np.asarray(result).astype(inst.dtype.numpy)
+        if ufunc in (np.maximum, np.minimum) and _is_float(result.dtype):
+            result = _reduced_zero_signs(ufunc is np.maximum, result, values, base)
+        return np.asarray(flush_denormals(result), order="C")
     acc = [np.asarray(np.broadcast_to(init, out_dims)) for init in inits]
     for k in range(moved[0].shape[-1]):
         acc = [np.broadcast_to(a, out_dims) for a in
@@ -453,6 +523,10 @@ _HANDLERS: dict[Op, Handler] = {
     Op.TUPLE: _tuple,
     Op.WHILE: _while,
 }
+
+from hlofuse.interpreter_indexing import HANDLERS as _INDEXING_HANDLERS  # noqa: E402
+
+_HANDLERS.update(_INDEXING_HANDLERS)  # gather, scatter, sort, ...: defined over the helpers above
 
 # Ops that are neither element-wise nor handled above; the completeness test lists them.
 UNSUPPORTED_OPS = frozenset({Op.PARAMETER, Op.RNG_BIT_GENERATOR})

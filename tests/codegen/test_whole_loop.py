@@ -22,10 +22,10 @@ from hlofuse.ir.shapes import Shape
 from hlofuse.passes.manager import Pipeline
 from hlofuse.runtime import compile_cpu
 
+from tests.analysis.test_parallel_loop import loop_text
 from tests.codegen.test_ops import assert_same
 from tests.conftest import CORPUS_DIR, assert_matches, load_corpus_case
 from tests.hlo_programs import RandomProgram, programs
-from tests.ir.test_parallel_loop import loop_text
 
 pytestmark = pytest.mark.needs_cc
 
@@ -360,7 +360,7 @@ def test_costly_state_free_select_operand_is_deferred(lanes: int, reset_when_big
     fused = whole_loop(module, lanes=lanes)
     assert_compiled_matches(fused, _reset_inputs(), module, float_accumulators=False)
     source = compile_cpu(fused).source()
-    test = "m0[l]" if reset_when_big else "!m0[l]"
+    test = "m0[l]" if reset_when_big else "(!m0[l])"
     assert (f"if ({test}) s1[0][l] = " in source) == (lanes > 1)
 
 
@@ -556,3 +556,35 @@ def test_corpus_loops_match_jax(name: str) -> None:
     assert [r for r in result.decisions.unique() if r.pass_name == "whole-loop-fusion"]
     assert_matches(flatten_value(compile_cpu(result.module)(*inputs)), expected, name)
 
+
+
+def test_the_emitter_applies_the_plan_fusion_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole-loop fusion records its plan (size, per-environment elements) in the fusion's
+    backend_config; the emitter applies it and never searches for a plan itself."""
+    from hlofuse.analysis import parallel_loop as pl
+
+    module = parse_module(loop_text("""
+  x = f32[8]{0} get-tuple-element(p), index=1
+  two = f32[8]{0} constant({2, 2, 2, 2, 2, 2, 2, 2})
+  doubled = f32[8]{0} multiply(x, two)
+  ROOT t = (s32[], f32[8]{0}) tuple(next, doubled)"""))
+    fused = whole_loop(module, lanes=4)
+    fusion = next(i for i in fused.entry.instructions if i.op is Op.FUSION)
+    config = next(raw.text for key, raw in fusion.extra if key == "backend_config")
+    recorded = pl.read_recorded_plan(config)
+    assert recorded is not None
+    loop = fusion.calls[0].root
+    searched = pl.plan_parallel_loop(loop)
+    assert isinstance(searched, pl.LoopPlan)
+    assert recorded == (searched.size, frozenset(searched.per_env))
+    applied = pl.apply_recorded_plan(loop, *recorded)
+    assert isinstance(applied, pl.LoopPlan)
+    assert (applied.per_env, applied.uniform, applied.lane_inputs) == \
+        (searched.per_env, searched.uniform, searched.lane_inputs)
+
+    def no_search(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the emitter planned the loop again")
+
+    monkeypatch.setattr(emitter, "plan_parallel_loop", no_search)
+    inputs = [np.asarray(0, np.int32), np.linspace(-1, 1, 8, dtype=np.float32)]
+    assert_compiled_matches(fused, inputs[:len(fused.entry.parameters)], module)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import hlofuse
+from hlofuse.analysis.graph import users
 from hlofuse.envs import cartpole as cp
-from hlofuse.ir.analysis import users
 from hlofuse.ir.ops import Op
 from hlofuse.ir.verifier import verify
 
@@ -85,6 +85,7 @@ def test_deterministic_step_matches_gymnasium() -> None:
     assert out["finished"] == int(want_done[decided].sum() + done[~decided].sum())
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("deterministic", [False, True], ids=["random", "deterministic"])
 def test_all_variants_agree(deterministic: bool) -> None:
     n_envs, n_steps = 6, 40

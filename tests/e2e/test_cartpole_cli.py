@@ -32,6 +32,7 @@ def test_bad_variant_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> No
     assert err.startswith("error: variant rng must be one of") and err.count("\n") == 1
 
 
+@pytest.mark.thorough
 def test_table_lists_every_variant_and_they_agree(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cartpole", "--check", "--envs", "3", "--steps", "10"]) == 0
     out = capsys.readouterr().out

@@ -1,8 +1,9 @@
 """FileCheck tests: every `tests/filecheck/<pass-name>/*.hlo` file.
 
-The first line names the command, `// RUN: opt -p pass,pass` (or `--strategy S`); `opt` runs
-in-process and its output goes to the `filecheck` package, which matches the file's
-`// CHECK:` lines. Fusion tests may also assert on the decision log:
+The first line names the command, `// RUN: opt -p pass,pass` (or `--strategy S`), or
+`// RUN: compile --emit c [--strategy S]` for code generation (codegen/*.hlo: the C of the
+kernels and the driver); it runs in-process and its output goes to the `filecheck` package,
+which matches the file's `// CHECK:` lines. Fusion tests may also assert on the decision log:
 
     // DECISION: <rule-id> <fuse|no> [producer [consumer]]
     // DECISION-NOT: <rule-id> [<fuse|no>]
@@ -21,11 +22,12 @@ import pytest
 from filecheck.matcher import Matcher
 from filecheck.options import Options
 
-from hlofuse.fusion.commands import run_opt
-from hlofuse.fusion.decision import DecisionLog
+from hlofuse.cli.opt import run_opt
+from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
+from hlofuse.passes.decision_log import DecisionLog
 
 HERE = Path(__file__).parent
 CASES = sorted(HERE.glob("*/*.hlo"))
@@ -37,6 +39,11 @@ def test_enough_cases() -> None:
 
 def _run_line(path: Path) -> tuple[str | None, str | None]:
     first = path.read_text().splitlines()[0]
+    if first.startswith("// RUN: compile --emit c"):
+        args = shlex.split(first[len("// RUN: compile --emit c"):])
+        strategy = args[1] if args[:1] == ["--strategy"] and len(args) == 2 else None
+        assert strategy is not None or not args, f"{path.name}: unknown RUN arguments {args}"
+        return "compile", strategy
     assert first.startswith("// RUN: opt"), f"{path.name}: first line must be // RUN: opt ..."
     args = shlex.split(first[len("// RUN: opt"):])
     passes = strategy = None
@@ -63,7 +70,8 @@ def _check_decisions(path: Path, log: DecisionLog) -> None:
         verdict = words[1] if len(words) > 1 else None
         names = words[2:]
 
-        def matches(r: object) -> bool:
+        def matches(r: object, rule: str = rule, verdict: str | None = verdict,
+                    names: list[str] = names) -> bool:
             assert hasattr(r, "rule")
             if r.rule != rule or (verdict and r.verdict != verdict):  # type: ignore[attr-defined]
                 return False
@@ -84,12 +92,28 @@ def test_filecheck(path: Path, tmp_path: Path) -> None:
     passes, strategy = _run_line(path)
     module = parse_module(path.read_text(), str(path))
     verify(module)
-    result, log = run_opt(module, passes, strategy)
-    output = module_text(result)
+    if passes == "compile":
+        output = _compiled_c(module, strategy)
+        log = None
+    else:
+        result, log = run_opt(module, passes, strategy)
+        output = module_text(result)
     out_file = tmp_path / "output.hlo"
     out_file.write_text(output)
     matcher = Matcher.from_opts(Options(match_filename=str(path), input_file=str(out_file)))
     errors = io.StringIO()
     matcher.stderr = errors
     assert matcher.run() == 0, f"{path.name}:\n{errors.getvalue()}\n--- output ---\n{output}"
-    _check_decisions(path, log)
+    if log is not None:
+        _check_decisions(path, log)
+
+
+def _compiled_c(module: Module, strategy: str | None) -> str:
+    """`hlofuse compile --emit c`: the kernels and the driver (codegen/ tests)."""
+    from hlofuse.compile_cache import strategy_constants
+    from hlofuse.fusion.strategies import run_strategy
+    from hlofuse.runtime.executable import generate
+
+    if strategy is not None:
+        module = run_strategy(module, strategy, constants=strategy_constants(strategy)).module
+    return generate(module).source.listing

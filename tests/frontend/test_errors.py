@@ -120,7 +120,7 @@ def test_unsupported_functions_are_named() -> None:
     with pytest.raises(NotImplementedError, match=r"\.cumsum"):
         hlofuse.jit(lambda x: x.cumsum())(X3)
     with pytest.raises(NotImplementedError, match="advanced indexing"):
-        hlofuse.jit(lambda x: x[np.array([0, 2])])(X3)
+        hlofuse.jit(lambda x: x[np.array([0, 2]), np.array([1, 0])])(X3)
     with pytest.raises(AttributeError):
         hnp.not_a_numpy_function  # noqa: B018
 

@@ -16,7 +16,7 @@ A = RNG.standard_normal((3, 4)).astype(np.float32)
 B = RNG.standard_normal((3, 4)).astype(np.float32)
 POS = (np.abs(A) + 0.5).astype(np.float32)
 UNIT = np.clip(A / 4, -0.9, 0.9).astype(np.float32)
-I = RNG.integers(-20, 20, (3, 4)).astype(np.int32)
+N = RNG.integers(-20, 20, (3, 4)).astype(np.int32)
 J = RNG.integers(1, 6, (3, 4)).astype(np.int32)
 U = RNG.integers(0, 2**32, (3, 4), dtype=np.uint64).astype(np.uint32)
 BOOL = A > 0
@@ -39,9 +39,9 @@ def _check(fn: Callable[..., Any], ref: Callable[..., Any], *args: np.ndarray,
 
 UNARY = [
     ("sin", A), ("cos", A), ("tan", UNIT), ("tanh", A), ("exp", A), ("log", POS),
-    ("log1p", POS), ("expm1", A), ("sqrt", POS), ("abs", A), ("abs", I), ("sign", A),
-    ("sign", I), ("floor", A * 3), ("ceil", A * 3), ("round", A * 3), ("negative", I),
-    ("negative", A), ("logical_not", BOOL), ("invert", I), ("invert", U), ("isfinite", A),
+    ("log1p", POS), ("expm1", A), ("sqrt", POS), ("abs", A), ("abs", N), ("sign", A),
+    ("sign", N), ("floor", A * 3), ("ceil", A * 3), ("round", A * 3), ("negative", N),
+    ("negative", A), ("logical_not", BOOL), ("invert", N), ("invert", U), ("isfinite", A),
     ("square", A),
 ]
 
@@ -57,15 +57,15 @@ def test_round_is_half_to_even() -> None:
 
 
 BINARY = [
-    ("add", A, B), ("subtract", A, B), ("multiply", I, J), ("true_divide", A, POS),
-    ("true_divide", I, J), ("floor_divide", I, J), ("floor_divide", I, -J),
-    ("floor_divide", A, POS), ("floor_divide", -A, POS), ("remainder", I, J),
-    ("remainder", I, -J), ("remainder", A, POS), ("remainder", -A, POS), ("power", POS, A),
-    ("maximum", A, B), ("minimum", I, J), ("equal", I, J), ("not_equal", A, B),
-    ("less", A, B), ("less_equal", I, J), ("greater", A, B), ("greater_equal", I, J),
+    ("add", A, B), ("subtract", A, B), ("multiply", N, J), ("true_divide", A, POS),
+    ("true_divide", N, J), ("floor_divide", N, J), ("floor_divide", N, -J),
+    ("floor_divide", A, POS), ("floor_divide", -A, POS), ("remainder", N, J),
+    ("remainder", N, -J), ("remainder", A, POS), ("remainder", -A, POS), ("power", POS, A),
+    ("maximum", A, B), ("minimum", N, J), ("equal", N, J), ("not_equal", A, B),
+    ("less", A, B), ("less_equal", N, J), ("greater", A, B), ("greater_equal", N, J),
     ("logical_and", BOOL, A < 0.5), ("logical_or", BOOL, A < -0.5),
-    ("logical_xor", BOOL, A < 0.5), ("bitwise_and", I, J), ("bitwise_or", U, U >> 3),
-    ("bitwise_xor", I, J), ("left_shift", J, J), ("right_shift", I, J),
+    ("logical_xor", BOOL, A < 0.5), ("bitwise_and", N, J), ("bitwise_or", U, U >> 3),
+    ("bitwise_xor", N, J), ("left_shift", J, J), ("right_shift", N, J),
     ("right_shift", U, J.astype(np.uint32)),
 ]
 
@@ -87,14 +87,14 @@ def test_operators_broadcast_like_numpy() -> None:
 
 def test_integer_powers_multiply() -> None:
     _check(lambda a, i: (a**0, a**1, a**5, a**-2, i**3), lambda a, i: (
-        np.ones_like(a), a, a**5, a**-2.0, i**3), A, I, rtol=1e-5)
+        np.ones_like(a), a, a**5, a**-2.0, i**3), A, N, rtol=1e-5)
 
 
 def test_where_clip_and_comparisons_with_scalars() -> None:
     _check(lambda a, i: (hnp.where(a > 0, a, 0.0), hnp.clip(a, -0.5, 0.5), hnp.clip(i, 0),
                          a > 0.25, hnp.where(i, 1, 2)),
            lambda a, i: (np.where(a > 0, a, 0.0), np.clip(a, -0.5, 0.5), np.clip(i, 0, None),
-                         a > 0.25, np.where(i, 1, 2).astype(np.int32)), A, I)
+                         a > 0.25, np.where(i, 1, 2).astype(np.int32)), A, N)
 
 
 REDUCTIONS = ["sum", "mean", "max", "min", "prod", "argmax", "argmin", "all", "any"]
@@ -114,9 +114,9 @@ def test_reductions(name: str, axis: Any, keepdims: bool) -> None:
 def test_reduction_types_follow_jax() -> None:
     out = hlofuse.jit(lambda b, i8, u8, i: (hnp.sum(b), hnp.sum(i8), hnp.sum(u8), hnp.mean(i),
                                           hnp.argmax(i)))(
-        BOOL, I.astype(np.int8), J.astype(np.uint8), I)
+        BOOL, N.astype(np.int8), J.astype(np.uint8), N)
     assert [o.dtype for o in out] == [np.int32, np.int32, np.uint32, np.float32, np.int32]
-    assert out[0] == BOOL.sum() and out[3] == pytest.approx(I.mean())
+    assert out[0] == BOOL.sum() and out[3] == pytest.approx(N.mean())
 
 
 def test_argmax_prefers_the_first_of_ties_and_nans() -> None:
@@ -216,4 +216,4 @@ def test_at_with_a_traced_index() -> None:
 def test_functions_run_eagerly_outside_jit() -> None:
     np.testing.assert_allclose(hnp.sin(A), np.sin(A), rtol=2e-6)
     np.testing.assert_array_equal(hnp.arange(4), np.arange(4))
-    assert hnp.sum(I).dtype == np.int32 and hnp.sum(I) == I.sum()
+    assert hnp.sum(N).dtype == np.int32 and hnp.sum(N) == N.sum()

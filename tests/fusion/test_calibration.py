@@ -1,6 +1,6 @@
 """Where priority fusion's machine constants come from: injected, the defaults, or the
-measured ones the layer above registers (`cost_model.set_measured_provider`), built from the
-probe's figures by `constants_from_figures`."""
+measured ones the caller passes to the strategy explicitly, built from the probe's figures by
+`constants_from_figures`."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import dataclasses
 import pytest
 
 from hlofuse.cli import UsageError
-from hlofuse.fusion import cost_model
-from hlofuse.fusion.commands import run_opt
+from hlofuse.cli.opt import run_opt
 from hlofuse.fusion.cost_model import (
     DEFAULT_CONSTANTS,
     MachineConstants,
     constants_from_figures,
-    measured_constants,
-    set_measured_provider,
 )
 from hlofuse.fusion.priority import PriorityFusion
+from hlofuse.fusion.strategies import parse_strategy, run_strategy
 from hlofuse.ir.parser import parse_module
+
+from tests.fusion.test_priority import EXPENSIVE
 
 FIGURES = {"threads": 4.0, "call_overhead": 3e-9, "parallel_overhead": 2e-6, "op_rate": 5e10,
            "transcendental_ops": 150.0, "divide_ops": 8.0, "cache_bandwidth": 8e10,
@@ -42,18 +42,43 @@ def test_constants_from_figures() -> None:
     assert constants_from_figures(None) is DEFAULT_CONSTANTS
 
 
-def test_measured_constants_come_from_the_registered_provider() -> None:
+def test_the_strategy_passes_measured_constants_to_priority_fusion() -> None:
     faster = dataclasses.replace(DEFAULT_CONSTANTS, op_rate=2 * DEFAULT_CONSTANTS.op_rate)
-    previous = set_measured_provider(lambda: faster)
-    try:
-        assert measured_constants() is faster
-        assert PriorityFusion(costs="measured").machine() is faster
-        assert PriorityFusion(costs="default").machine() is DEFAULT_CONSTANTS
-        set_measured_provider(None)
-        assert measured_constants() is DEFAULT_CONSTANTS
-    finally:
-        set_measured_provider(previous)
-    assert cost_model.measured_constants is measured_constants
+    priority = parse_strategy("priority")
+    assert priority.measures_costs
+    [fusion] = [s for s in priority.steps(faster) if getattr(s, "label", "") == "fusion"]
+    assert fusion.passes[0] == PriorityFusion(costs="measured", constants=faster)
+    assert fusion.passes[0].machine() is faster
+    fixed = parse_strategy("priority+default_costs")
+    assert not fixed.measures_costs and not parse_strategy("xla").measures_costs
+    [fusion] = [s for s in fixed.steps(faster) if getattr(s, "label", "") == "fusion"]
+    assert fusion.passes[0].machine() is DEFAULT_CONSTANTS
+    # Without measured constants nothing is looked up behind the caller's back.
+    assert PriorityFusion(costs="measured").machine() is DEFAULT_CONSTANTS
+
+
+def test_measured_constants_reach_priority_fusion_through_run_strategy() -> None:
+    """Recomputing exp per broadcast element is a loss at the default constants, a gain on a
+    machine where exp is as cheap as an add and calls are dear: the constants the caller
+    passes decide."""
+    def verdicts(**constants: MachineConstants) -> set[tuple[str, str]]:
+        result = run_strategy(parse_module(EXPENSIVE), "priority", debug=False, **constants)
+        return {(r.rule, r.verdict) for r in result.decisions
+                if r.pass_name == "priority-fusion" and r.producer == "e"}
+
+    assert verdicts() == {("cost-model-loss", "no")}
+    cheap = dataclasses.replace(DEFAULT_CONSTANTS, transcendental_ops=1.0, call_overhead=1e-3,
+                                source="injected")
+    assert verdicts(constants=cheap) == {("cost-model-gain", "fuse")}
+
+
+def test_importing_the_api_registers_nothing() -> None:
+    import hlofuse.api
+    from hlofuse.fusion import cost_model
+
+    assert not hasattr(cost_model, "set_measured_provider")
+    assert not hasattr(cost_model, "measured_constants")
+    assert hlofuse.api.strategy_constants("xla") is None
 
 
 def test_pass_knobs_choose_the_constants() -> None:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction, fuse_into_multi_output
-from hlofuse.fusion.graph import Names
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.ir.builder import NameUniquer
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
 
 from tests.conftest import CORPUS, load_corpus_case
-
-import numpy as np
 
 SMALL = """HloModule m
 
@@ -48,10 +49,20 @@ def test_post_order_follows_xla() -> None:
 
 
 def test_names_follow_xla() -> None:
-    names = Names()
+    names = NameUniquer(bare_first=True)
     names.reserve("add.3")
     assert [names.unique("fusion"), names.unique("fusion"), names.unique("add.3")] == [
         "fusion", "fusion.1", "add"]
+    names.reserve("fusion.3")
+    assert [names.unique("fusion"), names.unique("fusion")] == ["fusion.2", "fusion.4"]
+    assert "fusion.3" in names and "fusion.5" not in names
+
+
+def test_parser_style_names_continue_after_the_highest_reserved() -> None:
+    names = NameUniquer()
+    names.reserve("add.7")
+    assert [names.unique("add"), names.unique("add.2"), names.unique("mul")] == [
+        "add.8", "add.9", "mul.0"]
 
 
 def test_duplicating_a_producer_clones_it_under_a_new_name() -> None:
@@ -91,6 +102,7 @@ def test_multi_output_fusion_redirects_users() -> None:
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.thorough
 def test_a_fusion_pass_leaves_no_cycles_for_the_collector() -> None:
     """Released graphs are freed by reference counting: left to the cycle collector, the
     graphs of one compile cost more to collect than the passes took to build them."""
@@ -126,3 +138,33 @@ def test_the_source_lines_of_a_growing_fusion_follow_its_post_order() -> None:
         assert fusion.source_locations() == ("f.py:1", "g.py:2")
         assert fusion.fused.location_count == 2
     assert graphs.graphs == []  # released
+
+
+def test_the_reachability_map_updated_after_each_fusion_equals_a_rebuilt_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Multi-output fusion updates its map through the grown fusion instead of rebuilding it;
+    after every update each pair of live nodes must answer as a freshly built map does."""
+    from hlofuse.fusion.graph import Graph, Node, Reachability
+    from hlofuse.fusion.strategies import run_strategy
+
+    update = Reachability.update_after_fusion
+    checked = [0]
+
+    def checked_update(self: Reachability, graph: Graph, fusion: Node) -> None:
+        update(self, graph, fusion)
+        fresh = graph.reachability()
+        nodes = list(graph.nodes)
+        for a in nodes:
+            assert self.is_present(a)
+            for b in nodes:
+                assert self.is_reachable(a, b) == fresh.is_reachable(a, b), (a, b)
+        checked[0] += 1
+
+    monkeypatch.setattr(Reachability, "update_after_fusion", checked_update)
+    # Corpus programs with sibling and producer-consumer multi-output fusions (the rollouts
+    # and random-number programs have more, but take longer to check pair by pair).
+    for name in ("adam_update", "compare_select_clamp", "convert_types", "integer_bits",
+                 "special_floats", "softmax", "while_loop", "cond"):
+        text, _, _ = load_corpus_case(name)
+        run_strategy(parse_module(text), "xla", debug=False)
+    assert checked[0] >= 50

@@ -65,7 +65,7 @@ def test_unfused_kernels_and_loops() -> None:
     # free: parameters, constants, tuples, get-tuple-elements, the bitcast-like reshape, whiles
     assert sorted(names) == sorted(["e", "olt", "neg", "ilt", "ii2", "iv2", "oi2", "d"])
     assert names[0] == "e" and names.index("neg") < names.index("d")
-    assert [(l.name, l.loops) for l in loops] == [("oloop", ()), ("iloop", ("oloop",))]
+    assert [(loop.name, loop.loops) for loop in loops] == [("oloop", ()), ("iloop", ("oloop",))]
     by_name = {k.name: k for k in kernels}
     assert by_name["d"].kind == "library" and not by_name["d"].is_fusion
     assert by_name["iv2"].loops == ("oloop", "iloop") and by_name["iv2"].loop == "iloop"
@@ -77,7 +77,10 @@ def test_unfused_kernels_and_loops() -> None:
 def test_fused_kernels_list_their_instructions() -> None:
     result = run_strategy(parse_module(NESTED), "xla")
     per_iteration = result.kernels_per_iteration()
-    assert per_iteration["iloop"] == 3  # condition, counter, the multiply (nothing to fuse)
+    # The counter and the multiply (nothing to fuse); the condition never runs: both loops
+    # count to a constant, so the trip-count annotation makes them counted loops.
+    assert per_iteration["iloop"] == 2
+    assert {loop.name: loop.trip_count for loop in result.loops} == {"oloop": 3, "iloop": 2}
     assert result.kernels_outside_loops() == 1
     fused = [k for k in result.kernels if k.is_fusion]
     for kernel in fused:

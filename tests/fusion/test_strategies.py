@@ -38,12 +38,14 @@ def test_named_strategies() -> None:
 
 def test_xla_pipeline_is_the_2022_order() -> None:
     steps = parse_strategy("xla").steps()
-    assert [s.label for s in steps if isinstance(s, FixedPoint)] == [
-        "simplification", "fusion", "horizontal fusion"]
-    fusion_step = steps[1]
+    assert [s.label if isinstance(s, FixedPoint) else s.name for s in steps] == [
+        "logistic-expander", "simplification", "while-loop-trip-count-annotator",
+        "tree reduction", "fusion", "horizontal fusion"]
+    fusion_step = steps[4]
     assert isinstance(fusion_step, FixedPoint)
     names = [p.name for p in fusion_step.passes]
-    assert names == ["instruction-fusion", "fusion-merger", "multi-output-fusion", "cse", "dce"]
+    assert names == ["variadic-op-splitter", "instruction-fusion", "fusion-merger",
+                     "multi-output-fusion", "cse", "dce"]
 
 
 @pytest.mark.parametrize("text, field, value", [
@@ -57,6 +59,11 @@ def test_xla_pipeline_is_the_2022_order() -> None:
     ("xla-no-instruction-fusion", "instruction_fusion", False),
     ("xla-no-simplify", "simplify", False),
     ("none+instruction-fusion", "instruction_fusion", True),
+    ("xla-no-logistic-expander", "logistic_expansion", False),
+    ("xla-no-trip-count", "trip_count", False),
+    ("xla-no-tree-reduction", "tree_reduction", False),
+    ("xla-no-variadic-op-splitter", "variadic_split", False),
+    ("none+tree-reduction", "tree_reduction", True),
 ])
 def test_modifiers(text: str, field: str, value: bool) -> None:
     strategy = parse_strategy(text)
@@ -91,6 +98,8 @@ def test_run_strategy_result() -> None:
     assert result.decisions.records
     assert result.kernels_per_iteration() == {"loop": len(result.kernels)}
     unfused = run_strategy(module, "none")
-    assert not unfused.decisions.records
+    # No fusion decisions: only the trip-count annotation's record of the counted loop.
+    assert [(r.pass_name, r.rule) for r in unfused.decisions.records] == [
+        ("while-loop-trip-count-annotator", "trip-count-annotated")]
     assert len(unfused.kernels) > len(result.kernels)
     assert all(not k.is_fusion for k in unfused.kernels)

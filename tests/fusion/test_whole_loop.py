@@ -8,20 +8,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hlofuse.analysis.parallel_loop import read_whole_loop_config
 from hlofuse.cli import main
 from hlofuse.envs import cartpole
-from hlofuse.fusion.decision import DecisionLog
 from hlofuse.fusion.strategies import STRATEGIES, parse_strategy, run_strategy
 from hlofuse.fusion.whole_loop import WholeLoopFusion
 from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
-from hlofuse.ir.parallel_loop import read_whole_loop_config
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
+from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.manager import Pipeline, parse_pass_list
 
-from tests.ir.test_parallel_loop import loop_text
+from tests.analysis.test_parallel_loop import loop_text
 
 ACCUMULATING_LOOP = loop_text("""
   x = f32[8]{0} get-tuple-element(p), index=1
@@ -114,6 +114,7 @@ def cartpole_module(variant: str = "baseline", n_envs: int = 8, n_steps: int = 3
     return cartpole.trace(cartpole.parse_variant(variant), n_envs, n_steps)
 
 
+@pytest.mark.thorough
 def test_baseline_cartpole_under_max_is_one_loop_kernel() -> None:
     module = cartpole_module()
     result = run_strategy(module, "max+default_costs")

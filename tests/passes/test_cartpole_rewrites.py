@@ -26,8 +26,9 @@ N_ENVS, N_STEPS = 6, 5
 SEED = 7
 LOOP_STATE = "xla+concat_forwarding+scalarize_state"
 EVERYTHING = "xla+rng_expansion+concat_forwarding+scalarize_state"
-STAGES = ("rng-expansion", "simplification", "loop state", "loop-unroll", "after unrolling",
-          "fusion", "horizontal fusion")
+STAGES = ("rng-expansion", "logistic-expander", "simplification", "loop state", "loop-unroll",
+          "after unrolling", "while-loop-trip-count-annotator", "tree reduction", "fusion",
+          "horizontal fusion")
 
 
 def _trace(rng: str, state: str) -> Module:
@@ -38,6 +39,7 @@ def _rollout(module: Module) -> list[np.ndarray]:
     return flatten_value(evaluate(module, [random.key(SEED)]))
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("rng, state, passes", [
     ("custom_call", "packed", tuple(PIPELINES)),
     ("custom_call", "split", tuple(PIPELINES)),
@@ -76,6 +78,7 @@ def _compiled(rng: str, state: str, strategy: str) -> FusionResult:
     return run_strategy(_trace(rng, state), strategy, debug=False)
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("rng", ["custom_call", "fused"])
 def test_packed_state_compiles_to_the_split_state_kernels(rng: str) -> None:
     target = _compiled(rng, "split", "xla")
@@ -85,16 +88,19 @@ def test_packed_state_compiles_to_the_split_state_kernels(rng: str) -> None:
     rules = {(r.pass_name, r.rule) for r in rewrites(rewritten) if not r.is_refusal}
     assert rules == {("concat-forwarding", "elementwise-split"),
                      ("concat-forwarding", "reduce-split"),
-                     ("scalarize-state", "state-split")}
+                     ("scalarize-state", "state-split"),
+                     ("while-loop-trip-count-annotator", "trip-count-annotated")}
     if rng == "custom_call":  # (the fused program's xla run is slow; the counts are alike)
         # Under xla the packed state's concatenate (two users: the termination test and the
-        # reset select) is a kernel of its own, and the test and the select read it apart.
+        # reset select) is merged into both readers, as XLA's fusion merger does; the packed
+        # program still runs one kernel more than the split one, and other kernels.
         baseline = _compiled(rng, "packed", "xla")
         (per_iteration,) = target.kernels_per_iteration().values()
-        assert list(baseline.kernels_per_iteration().values()) == [per_iteration + 2]
+        assert list(baseline.kernels_per_iteration().values()) == [per_iteration + 1]
         assert _loop_kernels(baseline) != _loop_kernels(target)
 
 
+@pytest.mark.thorough
 def test_all_three_rewrites_make_the_baseline_the_split_fused_rng_program() -> None:
     """The study's baseline (library RNG, packed state) compiles, after rng-expansion,
     concat-forwarding and scalarize-state, to the kernels of its best hand-rewritten form."""

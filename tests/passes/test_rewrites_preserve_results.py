@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from hlofuse.analysis.loops import trip_count
 from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
@@ -30,7 +31,7 @@ from hlofuse.passes.manager import Pass, Pipeline
 from hlofuse.passes.rng_expansion import RngExpansion
 from hlofuse.passes.scalarize_state import ScalarizeState
 from hlofuse.passes.simplify import AlgebraicSimplifier
-from hlofuse.passes.unroll import LoopUnroll, trip_count
+from hlofuse.passes.unroll import LoopUnroll
 from hlofuse.rnglib import threefry2x32
 
 from tests.conftest import CORPUS, load_corpus_case
@@ -72,6 +73,7 @@ def _check_all(module: Module, inputs: Sequence[np.ndarray], where: str,
         _assert_identical(_values(rewritten, inputs), reference, f"{where} after {name}")
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("name", CORPUS)
 def test_corpus(name: str) -> None:
     text, inputs, _ = load_corpus_case(name)

@@ -17,6 +17,9 @@ from hlofuse.ir.parser import parse_module
 from tests.conftest import CORPUS, assert_matches, load_corpus_case
 from tests.hlo_programs import RandomProgram, programs
 
+# A sweep: every corpus program and random programs under every strategy (make test only).
+pytestmark = pytest.mark.thorough
+
 STRATEGIES = ("none", "xla", "xla+relax_concatenate")
 # Each pass left out once: they must also be correct on their own.
 ABLATIONS = ("xla-no-merger", "xla-no-multi-output", "xla-no-horizontal", "xla-no-duplication",
@@ -24,11 +27,19 @@ ABLATIONS = ("xla-no-merger", "xla-no-multi-output", "xla-no-horizontal", "xla-n
 
 
 def _assert_same(fused: Module, reference: list[np.ndarray], inputs: list[np.ndarray],
-                 where: str) -> None:
+                 where: str, source: Module | None = None) -> None:
+    """Bit for bit, except that logistic-expander (as XLA's LogisticExpander) rewrites
+    logistic as 1/(1+exp(-x)), whose roundings may differ from the reference's single rounding
+    by an ulp or two."""
     actual = flatten_value(evaluate(fused, inputs))
     assert len(actual) == len(reference), where
+    has_logistic = source is not None and any(
+        i.op is Op.LOGISTIC for i in source.all_instructions())
     for i, (a, b) in enumerate(zip(actual, reference)):
         assert a.dtype == b.dtype and a.shape == b.shape, f"{where} out{i}"
+        if has_logistic and a.dtype.kind == "f":
+            np.testing.assert_array_max_ulp(a, b, maxulp=2)
+            continue
         np.testing.assert_array_equal(a, b, err_msg=f"{where} out{i}")
 
 
@@ -43,11 +54,14 @@ def test_corpus(corpus_case: tuple[str, str, list[np.ndarray], list[np.ndarray]]
     module = parse_module(text, f"{name}.hlo")
     reference = flatten_value(evaluate(module, inputs))
     result = run_strategy(module, strategy)  # debug: verifies after every pass
-    _assert_same(result.module, reference, inputs, f"{name} under {strategy}")
+    _assert_same(result.module, reference, inputs, f"{name} under {strategy}", module)
     assert_matches(flatten_value(evaluate(result.module, inputs)), expected, name)
     if strategy == "none":
         assert _fusions(result.module) == 0
-        assert not result.decisions.records
+        # Nothing fused; the only records are the trip-count annotation's (every strategy
+        # annotates counted loops, as XLA does).
+        assert all(r.pass_name == "while-loop-trip-count-annotator"
+                   for r in result.decisions.records)
 
 
 def test_xla_launches_fewer_kernels_than_none() -> None:
@@ -76,7 +90,7 @@ def test_random_programs(program: RandomProgram) -> None:
     reference = flatten_value(evaluate(program.module, program.inputs))
     for strategy in STRATEGIES:
         result = run_strategy(program.module, strategy)
-        _assert_same(result.module, reference, program.inputs, strategy)
+        _assert_same(result.module, reference, program.inputs, strategy, program.module)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -85,4 +99,4 @@ def test_random_programs_with_passes_left_out(program: RandomProgram) -> None:
     reference = flatten_value(evaluate(program.module, program.inputs))
     for strategy in ABLATIONS:
         result = run_strategy(program.module, strategy)
-        _assert_same(result.module, reference, program.inputs, strategy)
+        _assert_same(result.module, reference, program.inputs, strategy, program.module)

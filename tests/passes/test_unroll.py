@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hlofuse.passes.unroll import AUTO_MAX_FACTOR, CountedLoop, auto_unroll_factor, trip_count
+from hlofuse.analysis.loops import CountedLoop, trip_count
+from hlofuse.passes.unroll import AUTO_MAX_FACTOR, auto_unroll_factor
 
 
 def _simulate(start: int, step: int, direction: str, bound: int, limit: int = 100) -> int | None:

@@ -122,7 +122,7 @@ def test_while_loop_runs_in_c_and_returns_nested_outputs() -> None:
     by_name = {row.name: row for row in profile.rows}
     assert by_name["body.z"].calls == 25 and by_name["cond.lt"].calls == 26
     assert not [row for row in profile.rows if row.name == "copy (while-back)"]
-    loop = executable.source().split("for (;;) {")[1].split("\n  }\n")[0]
+    loop = executable.source().split("while (1) {")[1].split("\n  }\n")[0]
     assert "body.z" in loop and "memcpy" not in loop
 
 

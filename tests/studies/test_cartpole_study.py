@@ -14,7 +14,12 @@ import pytest
 from hlofuse.cli import main
 from hlofuse.studies import cartpole_study as study
 from hlofuse.studies.cartpole_study import (
-    Checker, StudyCheckError, StudyConfig, StudyStep, run_study, select_steps)
+    Checker,
+    StudyConfig,
+    StudyStep,
+    run_study,
+    select_steps,
+)
 
 pytestmark = pytest.mark.needs_cc
 

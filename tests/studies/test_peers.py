@@ -69,6 +69,7 @@ def test_threefry_known_answers() -> None:
         assert (int(y[0]), int(y[1])) == expected
 
 
+@pytest.mark.thorough
 def test_scheme_is_jax_random() -> None:
     jax = pytest.importorskip("jax")
     n, seed, steps = 37, 5, 2
@@ -98,6 +99,7 @@ def test_reference_is_well_conditioned() -> None:
     assert reference.result.episodes > DET_ENVS  # resets happen, several per environment
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("peer", peer_params(PEERS))
 def test_deterministic_variant_matches_reference(
     peer: Peer, request: pytest.FixtureRequest
@@ -112,6 +114,7 @@ def test_deterministic_variant_matches_reference(
     assert result.return_sum == expected.return_sum
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize(
     "peer", peer_params([p for p in PEERS if p.name not in RANDOM_SKIPPED], SLOW_RANDOM_PEERS)
 )

@@ -13,8 +13,15 @@ import pytest
 
 from hlofuse.cli import main
 from hlofuse.toolchain import (
-    DEFAULT_FLAGS, Cache, CacheError, CompileError, build_shared_object, default_cache_dir,
-    ensure_cache_dir, load_library)
+    DEFAULT_FLAGS,
+    Cache,
+    CacheError,
+    CompileError,
+    build_shared_object,
+    default_cache_dir,
+    ensure_cache_dir,
+    load_library,
+)
 
 SOURCE = """
 __attribute__((visibility("default"))) int answer(int x) { return x * 2 + 42; }

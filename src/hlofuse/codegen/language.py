@@ -1,7 +1,8 @@
-"""Spellings of the C + OpenMP target: types, literals, loads and stores, loops, pragmas.
+"""The C + OpenMP target: type names, literals, and the printer of the codegen IR (cir.py).
 
-Emitters ask a `CLanguage` how to write things and never spell C themselves, so a CUDA
-language can subclass it and override fields (qualifiers, loop headers), not logic.
+Emitters build `cir` nodes and ask a `CLanguage` only for names (types, math functions);
+this table prints every expression, statement, loop header and pragma, so a CUDA language
+can replace fields and printing rules without touching an emitter.
 
 Values live in "register" form while a kernel computes: f16 and bf16 are held as `float`
 (already rounded to their precision), pred as a 0/1 `uint8_t`. Memory holds the "storage"
@@ -17,6 +18,8 @@ from types import MappingProxyType
 
 import numpy as np
 
+from hlofuse.codegen import cir
+from hlofuse.codegen.cir import Expr
 from hlofuse.ir.dtypes import DType
 
 _STORAGE = MappingProxyType({
@@ -66,6 +69,8 @@ class CLanguage:
     index_type: str = "int64_t"
     restrict: str = "restrict"
     kernel_qualifier: str = "static __attribute__((noinline))"
+    # A function a kernel or the driver calls (a parallel part, a slice of the driver).
+    part_qualifier: str = "static __attribute__((noinline))"
     # Small kernels gain nothing from -O3 vectorisation but cost most of the compile time.
     small_kernel_attribute: str = '__attribute__((optimize("O1")))'
     export_qualifier: str = "__attribute__((visibility(\"default\")))"
@@ -74,6 +79,8 @@ class CLanguage:
     parallel_for_collapse: str = "#pragma omp for schedule(static) collapse({n})"
     simd_reduction: str = "#pragma omp simd reduction({op}:{var})"
     simd: str = "#pragma omp simd"
+    unroll: str = "#pragma GCC unroll {n}"
+    indent: str = "  "
     # gcc's jump threading duplicates the branches of several selects on one predicate until
     # if-conversion gives up and a simd loop stays scalar; every kernel with vector loops
     # turns it off.
@@ -114,40 +121,40 @@ class CLanguage:
         """Suffix of the per-type helper functions in the header (hlofuse_div_s32, ...)."""
         return dtype.text
 
-    # --- memory -----------------------------------------------------------------------
+    # --- values (as cir nodes) ---------------------------------------------------------------
 
-    def load(self, dtype: DType, pointer: str, index: str) -> str:
-        element = f"{pointer}[{index}]"
+    def load(self, dtype: DType, pointer: Expr, index: Expr) -> Expr:
+        element = cir.Load(pointer, (index,))
         if dtype is DType.F16:
-            return f"hlofuse_f16_to_f32({element})"
+            return cir.call("hlofuse_f16_to_f32", element)
         if dtype is DType.BF16:
-            return f"hlofuse_bf16_to_f32({element})"
+            return cir.call("hlofuse_bf16_to_f32", element)
         return element
 
-    def to_storage(self, dtype: DType, value: str) -> str:
+    def to_storage(self, dtype: DType, value: Expr) -> Expr:
         if dtype is DType.F16:
-            return f"hlofuse_f32_to_f16({value})"
+            return cir.call("hlofuse_f32_to_f16", value)
         if dtype is DType.BF16:
-            return f"hlofuse_f32_to_bf16({value})"
+            return cir.call("hlofuse_f32_to_bf16", value)
         return value
 
-    def round_to(self, dtype: DType, expr: str) -> str:
+    def round_to(self, dtype: DType, expr: Expr) -> Expr:
         """A freshly computed float value rounded to `dtype`'s precision (register form)."""
         if dtype is DType.F16:
-            return f"hlofuse_round_f16({expr})"
+            return cir.call("hlofuse_round_f16", expr)
         if dtype is DType.BF16:
-            return f"hlofuse_round_bf16({expr})"
+            return cir.call("hlofuse_round_bf16", expr)
         return expr
 
-    def from_double(self, dtype: DType, expr: str) -> str:
+    def from_double(self, dtype: DType, expr: Expr) -> Expr:
         """A double rounded once to `dtype` (register form), as the reference rounds the
         transcendental functions it evaluates in f64 (bf16 goes through f32 there)."""
         if dtype is DType.F16:
-            return f"hlofuse_f16_to_f32(hlofuse_f64_to_f16({expr}))"
+            return cir.call("hlofuse_f16_to_f32", cir.call("hlofuse_f64_to_f16", expr))
         if dtype is DType.BF16:
-            return f"hlofuse_round_bf16((float)({expr}))"
+            return cir.call("hlofuse_round_bf16", cir.Cast("float", expr))
         if dtype is DType.F32:
-            return f"hlofuse_daz_f((float)({expr}))"
+            return cir.call("hlofuse_daz_f", cir.Cast("float", expr))
         return expr
 
     def math(self, name: str, dtype: DType) -> str:
@@ -163,24 +170,34 @@ class CLanguage:
         width = DType.F64 if dtype is DType.F64 else DType.F32
         return (name, width) in self.vector_math or name in self.float_math
 
-    def call_math(self, name: str, dtype: DType, *arguments: str) -> str:
+    def call_math(self, name: str, dtype: DType, *arguments: Expr) -> Expr:
         """A libm call with denormal inputs and results flushed (f32/f64; the reference
         models XLA's DAZ/FTZ, which libm's integer bit tricks would otherwise escape)."""
         if dtype not in (DType.F32, DType.F64):
-            return f"{self.math(name, dtype)}({', '.join(arguments)})"
+            return cir.Call(self.math(name, dtype), arguments)
         flush = "hlofuse_daz_d" if dtype is DType.F64 else "hlofuse_daz_f"
-        inner = ", ".join(f"{flush}({a})" for a in arguments)
-        return f"{flush}({self.math(name, dtype)}({inner}))"
+        inner = tuple(cir.call(flush, a) for a in arguments)
+        return cir.call(flush, cir.Call(self.math(name, dtype), inner))
 
-    # --- literals ---------------------------------------------------------------------
-
-    def literal(self, dtype: DType, value: object) -> str:
-        """An exact C literal in register form."""
+    def literal(self, dtype: DType, value: object) -> cir.Const:
+        """An exact literal of `dtype` in register form (floats kept as f64 bits)."""
         if dtype is DType.PRED:
-            return "1" if bool(value) else "0"
+            return cir.Const(dtype, 1 if bool(value) else 0)
         if dtype.is_integer:
-            return self.int_literal(dtype, int(value))  # type: ignore[call-overload]
-        return self.float_literal(dtype, value)
+            return cir.Const(dtype, int(value))  # type: ignore[call-overload]
+        as_float = np.asarray(value, dtype=dtype.numpy).astype(np.float64)
+        return cir.Const(dtype, int(as_float.view(np.uint64)))
+
+    # --- literals (text) ----------------------------------------------------------------
+
+    def const_text(self, const: cir.Const) -> str:
+        dtype = const.dtype
+        if dtype is DType.PRED:
+            return "1" if const.value else "0"
+        if dtype.is_integer:
+            return self.int_literal(dtype, int(const.value))
+        as_float = float(np.asarray(int(const.value), np.uint64).view(np.float64))
+        return self.float_literal(dtype, as_float)
 
     def int_literal(self, dtype: DType, number: int) -> str:
         ctype = self.storage_type(dtype)
@@ -190,8 +207,8 @@ class CLanguage:
             return "INT64_MIN"
         return f"(({ctype}){number}LL)"
 
-    def float_literal(self, dtype: DType, value: object) -> str:
-        as_float = float(np.asarray(value, dtype=dtype.numpy).astype(np.float64))
+    def float_literal(self, dtype: DType, value: float) -> str:
+        as_float = float(np.asarray(value, dtype=np.float64))
         if dtype is DType.F64:
             bits = int(np.asarray(as_float, np.float64).view(np.uint64))
             if not math.isfinite(as_float):
@@ -204,6 +221,177 @@ class CLanguage:
 
     def index_literal(self, number: int) -> str:
         return f"{number}" if -(1 << 31) < number < (1 << 31) else f"{number}LL"
+
+    # --- printing expressions -----------------------------------------------------------
+
+    def expr(self, e: Expr) -> str:
+        """`e` as an operand: parenthesised unless it is one name, literal or call."""
+        if isinstance(e, cir.Affine):
+            text = self._affine(e)
+            return text if len(e.terms) + (e.const != 0) <= 1 and not text.startswith("-") \
+                else f"({text})"
+        return self.top(e)
+
+    def top(self, e: Expr) -> str:
+        """`e` where nothing binds tighter around it (an initialiser, an index, an argument)."""
+        if isinstance(e, cir.Var):
+            return e.name
+        if isinstance(e, cir.Int):
+            return self.index_literal(e.value)
+        if isinstance(e, cir.Const):
+            return self.const_text(e)
+        if isinstance(e, cir.TypeName):
+            return e.ctype
+        if isinstance(e, cir.Unary):
+            return f"({e.op}{self.expr(e.operand)})"
+        if isinstance(e, cir.Binary):
+            return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
+        if isinstance(e, cir.Cast):
+            return f"(({e.ctype}){self.expr(e.operand)})"
+        if isinstance(e, cir.Call):
+            return f"{e.function}({', '.join(self.top(a) for a in e.arguments)})"
+        if isinstance(e, cir.Select):
+            return (f"({self.expr(e.condition)} ? {self.expr(e.on_true)} : "
+                    f"{self.expr(e.on_false)})")
+        if isinstance(e, cir.Load):
+            return self.expr(e.array) + "".join(f"[{self.top(i)}]" for i in e.indices)
+        if isinstance(e, cir.Affine):
+            return self._affine(e)
+        raise TypeError(f"no spelling for {e!r}")
+
+    def _affine(self, form: cir.Affine) -> str:
+        """Atoms in the form's order, the constant last (the canonical spelling)."""
+        parts: list[str] = []
+        for atom, coefficient in form.terms:
+            magnitude = abs(coefficient)
+            name = self.expr(atom)
+            term = name if magnitude == 1 else f"{name} * {self.index_literal(magnitude)}"
+            if not parts:
+                parts.append(term if coefficient > 0 else f"-{term}")
+            else:
+                parts.append(f"{'+' if coefficient > 0 else '-'} {term}")
+        if not parts:
+            return self.index_literal(form.const)
+        if form.const:
+            sign = "+" if form.const > 0 else "-"
+            parts.append(f"{sign} {self.index_literal(abs(form.const))}")
+        return " ".join(parts)
+
+    # --- printing statements ------------------------------------------------------------
+
+    def loop_pragmas(self, how: cir.Loop) -> list[str]:
+        out = []
+        if how.parallel:
+            out.append(self.parallel_for if how.collapse == 1
+                       else self.parallel_for_collapse.format(n=how.collapse))
+        if how.reduction is not None:
+            op, var = how.reduction
+            out.append(self.simd_reduction.format(op=op, var=var))
+        elif how.simd:
+            out.append(self.simd)
+        if how.unroll is not None:
+            out.append(self.unroll.format(n=how.unroll))
+        return out
+
+    def declaration(self, ctype: str, name: str) -> str:
+        ctype = ctype.rstrip()
+        return f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"
+
+    def statements(self, stmts: list[cir.Stmt], depth: int) -> list[str]:
+        lines: list[str] = []
+        for s in stmts:
+            self._statement(s, depth, lines)
+        return lines
+
+    def _statement(self, s: cir.Stmt, depth: int, out: list[str]) -> None:
+        pad = self.indent * depth
+        if isinstance(s, cir.Declare):
+            text = ("const " if s.const else "") + self.declaration(s.ctype, s.name)
+            text += "".join(f"[{self.top(d) if isinstance(d, Expr) else d}]" for d in s.dims)
+            if s.zeroed:
+                text += " = {0}"
+            elif s.init is not None:
+                text += f" = {self.top(s.init)}"
+            out.append(f"{pad}{text};")
+        elif isinstance(s, cir.Assign | cir.ExprStmt | cir.Break | cir.Return):
+            out.append(pad + self._simple(s))
+        elif isinstance(s, cir.Comment):
+            out.append(f"{pad}/* {s.text} */")
+        elif isinstance(s, cir.Block):
+            self._braced(pad + "{", s.body, depth, out)
+        elif isinstance(s, cir.For):
+            out.extend(pad + p for p in self.loop_pragmas(s.how))
+            self._braced(pad + self.for_header(s) + " {", s.body, depth, out)
+        elif isinstance(s, cir.While):
+            self._braced(f"{pad}while ({self.top(s.condition)}) {{", s.body, depth, out)
+        elif isinstance(s, cir.If):
+            self._if(s, depth, out)
+        elif isinstance(s, cir.Switch):
+            self._switch(s, depth, out)
+        elif isinstance(s, cir.ParallelRegion):
+            clause = "" if s.condition is None else f" if ({self.top(s.condition)})"
+            out.append(pad + self.parallel_region + clause)
+            out.append(pad + "{")
+            out.append(pad + self.indent + self.ftz_begin)
+            out.extend(self.statements(s.body, depth + 1))
+            out.append(pad + self.indent + self.ftz_end)
+            out.append(pad + "}")
+        else:
+            raise TypeError(f"no spelling for {s!r}")
+
+    def _simple(self, s: cir.Stmt) -> str:
+        if isinstance(s, cir.Assign):
+            return f"{self.top(s.target)} {s.op} {self.top(s.value)};"
+        if isinstance(s, cir.ExprStmt):
+            return f"{self.top(s.expr)};"
+        if isinstance(s, cir.Break):
+            return "break;"
+        assert isinstance(s, cir.Return)
+        return "return;" if s.value is None else f"return {self.top(s.value)};"
+
+    def for_header(self, s: cir.For) -> str:
+        hi = "" if s.hi is None else f"{s.var} < {self.top(s.hi)}"
+        step = f"++{s.var}" if s.step == 1 else f"{s.var} += {s.step}"
+        return f"for ({s.ctype} {s.var} = {self.top(s.lo)}; {hi}; {step})"
+
+    def _braced(self, opening: str, body: list[cir.Stmt], depth: int, out: list[str]) -> None:
+        out.append(opening)
+        out.extend(self.statements(body, depth + 1))
+        out.append(self.indent * depth + "}")
+
+    def _if(self, s: cir.If, depth: int, out: list[str]) -> None:
+        pad = self.indent * depth
+        condition = f"if ({self.top(s.condition)})"
+        one = s.then[0] if len(s.then) == 1 else None
+        if s.otherwise is None and isinstance(one, cir.Assign | cir.ExprStmt | cir.Break):
+            out.append(f"{pad}{condition} {self._simple(one)}")
+            return
+        self._braced(f"{pad}{condition} {{", s.then, depth, out)
+        if s.otherwise is not None:
+            out[-1] += " else {"
+            out.extend(self.statements(s.otherwise, depth + 1))
+            out.append(pad + "}")
+
+    def _switch(self, s: cir.Switch, depth: int, out: list[str]) -> None:
+        pad = self.indent * depth
+        out.append(f"{pad}switch ({self.top(s.selector)}) {{")
+        last = len(s.cases) - 1
+        for k, case in enumerate(s.cases):
+            label = "default" if k == last else f"case {k}"
+            out.append(f"{pad}{self.indent}{label}: {{")
+            out.extend(self.statements(case, depth + 2))
+            out.append(f"{pad}{self.indent}}} break;")
+        out.append(pad + "}")
+
+    def function(self, f: cir.Function) -> str:
+        """A whole function definition (its comment first, when it has one)."""
+        parameters = ", ".join(self.declaration(p.ctype, p.name) for p in f.parameters)
+        lines = [] if f.comment is None else [f"/* {f.comment} */"]
+        qualifier = f"{f.qualifier} " if f.qualifier else ""
+        lines.append(f"{qualifier}{f.returns} {f.name}({parameters or 'void'}) {{")
+        lines.extend(self.statements(f.body, 1))
+        lines.append("}")
+        return "\n".join(lines) + "\n"
 
 
 C = CLanguage()

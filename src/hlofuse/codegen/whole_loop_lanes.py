@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.codegen import mathlib
-from hlofuse.codegen.elemental import SCALAR, Index
+from hlofuse.codegen.element import SCALAR, Index
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
-from hlofuse.ir.parallel_loop import LoopPlan
 
 # A select operand independent of the state is deferred when lane code takes at least this
 # many operations to compute it (CartPole's reset draws: about 400).

@@ -1,13 +1,15 @@
 """Batched CartPole (Gymnasium CartPole-v1 dynamics in float32), written with the front end.
 
 N environments step in lock-step for T steps with a random policy (p = 0.5) and automatic
-reset, as fixed in shared/design/cartpole.md. The study's program variants are options:
+reset, as fixed in docs/cartpole.md. The study's program variants are options:
 
 - rng: "custom_call" (one opaque custom-call per Threefry use, the study's baseline) or
   "fused" (Threefry as element-wise integer HLO);
 - state: "packed" (one (N, 4) array rebuilt with a concatenate each step and read whole by
-  two users, the termination test and the reset select: the fusion barrier of the study) or
-  "split" (four (N,) arrays);
+  two users, the termination test and the reset select, as the study's program was written)
+  or "split" (four (N,) arrays). Under XLA's real rules that concatenate is no barrier here:
+  its operands fuse into it first, and the fusion merger then merges the resulting fusion
+  into both readers (README, "CartPole under xla");
 - rollout: "scan" (the whole rollout in one module; `unroll=k` puts k steps in each loop
   iteration) or "python" (a jitted step called T times from Python);
 - deterministic: the policy is `theta_dot + 0.5 * theta > 0`, the initial states come from a
@@ -184,7 +186,7 @@ def all_variants() -> dict[str, Variant]:
 def _state_columns(state: Any, variant: Variant) -> tuple[Any, Any, Any, Any]:
     if variant.state == "packed":
         return state[:, 0], state[:, 1], state[:, 2], state[:, 3]
-    return tuple(state)  # type: ignore[return-value]
+    return tuple(state)
 
 
 def _step_randomness(key: Any, t: Any, n_envs: int, impl: str) -> tuple[Any, Any]:
@@ -212,7 +214,7 @@ def make_step(variant: Variant, n_envs: int) -> Callable[[dict[str, Any], Any], 
         if variant.state == "packed":
             # One array rebuilt by concatenation and read whole by the termination test and
             # the reset select, as a JAX program would write it: the study's concatenate with
-            # several users.
+            # several users (fused into both by XLA's merger, since the dynamics fuse into it).
             packed = hnp.stack(new, axis=1)
             done = terminated_packed(packed)
             state: Any = hnp.where(done[:, None], reset, packed)
@@ -233,10 +235,12 @@ def make_step(variant: Variant, n_envs: int) -> Callable[[dict[str, Any], Any], 
 
 def _initial_carry(variant: Variant, n_envs: int, aux: Any) -> tuple[dict[str, Any], Any]:
     """(carry, step aux) at t = 0 from the rollout's input (a key or the initial states)."""
+    states: Any
     if variant.deterministic:
-        states = hnp.asarray(aux)
+        packed = hnp.asarray(aux)
+        states = packed
         if variant.state == "split":
-            states = (states[:, 0], states[:, 1], states[:, 2], states[:, 3])
+            states = (packed[:, 0], packed[:, 1], packed[:, 2], packed[:, 3])
         step_aux = states
     else:
         init_key, step_aux = random.split(aux, impl=variant.rng)
@@ -298,7 +302,7 @@ def scan_rollout(variant: Variant, n_envs: int, n_steps: int) -> Callable[[Any],
 def _rollout_input(variant: Variant, n_envs: int, seed: int,
                    init: np.ndarray | None) -> np.ndarray:
     if not variant.deterministic:
-        return random.key(seed)  # type: ignore[no-any-return]
+        return random.key(seed)
     states = initial_states(n_envs, seed) if init is None else np.asarray(init, np.float32)
     if states.shape != (n_envs, 4):
         raise ValueError(f"initial states must have shape ({n_envs}, 4), got {states.shape}")

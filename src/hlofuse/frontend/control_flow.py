@@ -331,12 +331,17 @@ def _join_branches(drafts: Sequence[Draft], what: str) -> list[AbstractValue]:
     return joined
 
 
+def _on_leaves(fn: Callable[..., Any], tree: pytree.TreeDef) -> Callable[[list[Tracer]], Any]:
+    """`fn` taking the flattened leaves of its operands `tree` (one closure per branch)."""
+    return lambda leaves: fn(*tree.unflatten(leaves))
+
+
 def _conditional(selector: Tracer, branches: Sequence[Callable[..., Any]],
                  operands: tuple[Any, ...], what: str) -> Any:
     ops, ops_tree = _flatten(operands, f"{what} operand")
     avals = [t.aval for t in ops]
-    drafts = [trace_draft(lambda ps, fn=fn: fn(*ops_tree.unflatten(ps)), avals,
-                          _scope(f"{what}/branch_{i}"), f"{what} branch {i}")
+    drafts = [trace_draft(_on_leaves(fn, ops_tree), avals, _scope(f"{what}/branch_{i}"),
+                          f"{what} branch {i}")
               for i, fn in enumerate(branches)]
     out_avals = _join_branches(drafts, what)
     computations, captured = _branch_computations(drafts, avals, out_avals)

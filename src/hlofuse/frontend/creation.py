@@ -77,7 +77,7 @@ def _concrete_number(x: Any, name: str) -> int | float:
         raise TypeError(located(f"{name}: its arguments must be known while tracing (the "
                                 "result's size depends on them), got a traced value"))
     if isinstance(x, np.generic | np.ndarray):
-        return x.item()  # type: ignore[no-any-return]
+        return x.item()
     if not isinstance(x, int | float):
         raise TypeError(located(f"{name}: expected a number, got {type(x).__name__}"))
     return x
@@ -90,6 +90,8 @@ def arange(start: Any, stop: Any = None, step: Any = None, dtype: Any = None) ->
     if stop is None and step is None:
         out_dtype = to_dtype(dtype) if dtype is not None else python_scalar_type(first)[0]
         return prim.iota(out_dtype, (max(int(math.ceil(first)), 0),))
+    low: int | float
+    high: int | float
     if stop is None:
         low, high = 0, first
     else:

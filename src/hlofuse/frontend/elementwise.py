@@ -133,7 +133,7 @@ _round_even = _rounding(Op.ROUND_NEAREST_EVEN, "round")
 def round(x: Any, decimals: int = 0) -> Tracer:  # noqa: A001 - NumPy's name
     """Round half to even, as NumPy does."""
     if decimals == 0:
-        return _round_even(x)  # type: ignore[no-any-return]
+        return _round_even(x)
     x = to_inexact(to_tracer(x))
     factor = constant(10.0**decimals, x.hlo_dtype)
     factor = prim.broadcast_in_dim(factor, x.shape, ())

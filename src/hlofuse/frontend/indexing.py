@@ -99,7 +99,7 @@ def _parse(x: Tracer, index: Any) -> tuple[list[_Dim], tuple[int, ...]]:
             dims.append(_static_slice(e, size))
             out_shape.append(dims[-1].count)
         elif _is_int(e):
-            i = int(e)  # type: ignore[call-overload]
+            i = int(e)
             if not -size <= i < size:
                 raise IndexError(located(f"index {i} is out of bounds for axis {len(dims)} with "
                                          f"size {size}"))
@@ -124,6 +124,11 @@ def _read_region(x: Tracer, dims: list[_Dim]) -> Tracer:
 
 
 def getitem(x: Tracer, index: Any) -> Tracer:
+    from hlofuse.frontend import gather_scatter  # x[idx] with an integer array: a gather
+
+    advanced = gather_scatter.array_index(x, index)
+    if advanced is not None:
+        return gather_scatter.gather_axis(x, *advanced)
     dims, out_shape = _parse(x, index)
     region = _read_region(x, dims)
     region = prim.rev(region, [i for i, d in enumerate(dims) if d.reverse])
@@ -135,6 +140,11 @@ _UPDATE_OPS = {"add": Op.ADD, "multiply": Op.MULTIPLY, "min": Op.MINIMUM, "max":
 
 def update(x: Tracer, index: Any, value: Any, mode: str) -> Tracer:
     """x with the indexed region replaced by (or combined under `mode` with) `value`."""
+    from hlofuse.frontend import gather_scatter  # x.at[idx] with an integer array: a scatter
+
+    advanced = gather_scatter.array_index(x, index)
+    if advanced is not None:
+        return gather_scatter.scatter_axis(x, *advanced, value, mode)
     dims, out_shape = _parse(x, index)
     if any(d.count == 0 for d in dims):
         return x

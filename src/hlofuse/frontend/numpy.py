@@ -75,6 +75,7 @@ from hlofuse.frontend.elementwise import (
     true_divide,
     where,
 )
+from hlofuse.frontend.gather_scatter import argsort, sort, take, take_along_axis
 from hlofuse.frontend.reductions import (
     all,
     amax,
@@ -133,6 +134,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "abs", "absolute", "add", "all", "amax", "amin", "any", "arange", "argmax", "argmin",
+    "argsort", "sort", "take", "take_along_axis",
     "around", "array", "asarray", "astype", "bfloat16", "bitwise_and", "bitwise_not",
     "bitwise_or", "bitwise_xor", "bool_", "broadcast_to", "ceil", "clip", "concatenate", "cos",
     "divide", "dot", "dtype", "e", "equal", "exp", "expand_dims", "expm1", "float16", "float32",

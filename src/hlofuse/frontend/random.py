@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from hlofuse import rnglib
+import hlofuse.rnglib as rnglib
 from hlofuse.frontend import primitives as prim
 from hlofuse.frontend.dtype_rules import to_dtype
 from hlofuse.frontend.eager import eager
@@ -33,7 +33,6 @@ from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 
 IMPLS = ("fused", "custom_call")
-CUSTOM_CALL_TARGET = "hlofuse_threefry2x32"
 
 _default = {"impl": "fused"}
 
@@ -92,7 +91,7 @@ def _threefry_custom_call(k0: Tracer, k1: Tracer, x0: Tracer,
     shape = x0.shape
     keys = [prim.broadcast_in_dim(k, shape, ()) for k in (k0, k1)]
     words = Shape.array(DType.U32, shape)
-    pair = prim.custom_call(CUSTOM_CALL_TARGET, [*keys, x0, x1], Shape.tuple_of([words, words]))
+    pair = prim.custom_call(rnglib.THREEFRY_TARGET, [*keys, x0, x1], Shape.tuple_of([words, words]))
     return prim.get_tuple_element(pair, 0), prim.get_tuple_element(pair, 1)
 
 

@@ -197,7 +197,7 @@ def dot(a: Any, b: Any) -> Tracer:
     if x.ndim == 0 or y.ndim == 0:
         from hlofuse.frontend.elementwise import multiply
 
-        return multiply(x, y)  # type: ignore[no-any-return]
+        return multiply(x, y)
     x, y = _product_operands("hnp.dot", x, y)
     y_axis = 0 if y.ndim == 1 else y.ndim - 2
     if x.shape[-1] != y.shape[y_axis]:

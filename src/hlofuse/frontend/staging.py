@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hlofuse.analysis.graph import post_order
 from hlofuse.frontend import pytree
 from hlofuse.frontend.dtype_rules import AbstractValue
 from hlofuse.frontend.tracer import Tracer, is_array_like, to_tracer
@@ -23,7 +24,6 @@ from hlofuse.frontend.tracing import (
     located,
     user_frame,
 )
-from hlofuse.ir.analysis import post_order
 from hlofuse.ir.attrs import Metadata
 from hlofuse.ir.builder import ComputationBuilder
 from hlofuse.ir.hlo import Instruction, Module, make_module

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -170,39 +171,46 @@ class Trace:
             raise ValueError(located(f"{op.text}: {e}")) from None
 
 
-_TRACE_STACK: list[Trace] = []
+class _Traces(threading.local):
+    """The stack of open traces, one per thread: `jit` may trace in several threads at once."""
+
+    def __init__(self) -> None:
+        self.stack: list[Trace] = []
+
+
+_TRACES = _Traces()
 
 
 @contextmanager
 def active(trace: Trace) -> Iterator[Trace]:
     """Make `trace` the innermost trace while the block runs."""
-    _TRACE_STACK.append(trace)
+    _TRACES.stack.append(trace)
     trace.is_open = True
     try:
         yield trace
     finally:
         trace.is_open = False
-        popped = _TRACE_STACK.pop()
+        popped = _TRACES.stack.pop()
         assert popped is trace
 
 
 def current_trace() -> Trace:
-    if not _TRACE_STACK:
+    if not _TRACES.stack:
         raise RuntimeError("no trace is active")
-    return _TRACE_STACK[-1]
+    return _TRACES.stack[-1]
 
 
 def is_tracing() -> bool:
-    return bool(_TRACE_STACK)
+    return bool(_TRACES.stack)
 
 
 @contextmanager
 def name_scope(name: str) -> Iterator[None]:
     """Prefix the op_name metadata of instructions emitted in the block (`jit(f)/uniform/...`)."""
-    if not _TRACE_STACK:
+    if not _TRACES.stack:
         yield
         return
-    trace = _TRACE_STACK[-1]
+    trace = _TRACES.stack[-1]
     trace.name_scopes.append(name)
     try:
         yield

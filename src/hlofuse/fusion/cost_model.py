@@ -20,11 +20,11 @@ It restates XLA's GPU performance model (`gpu_performance_model.cc`) for hlofuse
   producer and its consumers as they are, minus the time of the consumers with the producer
   fused into each of them (duplicated when there are several).
 
-The constants are passed in, or are the measured ones: the layer above fusion measures the
-machine (`toolchain.calibration`, a short probe, cached), turns the figures into constants
-(`constants_from_figures`) and registers a provider (`set_measured_provider`), so fusion never
-runs a compiler itself. `DEFAULT_CONSTANTS` were measured on the reference machine (2-core AMD
-EPYC, AVX-512); they are also what `measured_constants` gives when no provider is registered.
+The constants are always passed in: the layer above fusion measures the machine
+(`toolchain.calibration`, a short probe, cached), turns the figures into constants
+(`constants_from_figures`) and hands them to the strategy (`run_strategy(..., constants=)`),
+so fusion never runs a compiler itself. `DEFAULT_CONSTANTS` were measured on the reference
+machine (2-core AMD EPYC, AVX-512); priority fusion uses them when it is given none.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from hlofuse.fusion.kernels import is_free, list_kernels
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import fusion_outputs, is_elementwise_op
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.ops import Op, OpKind
+from hlofuse.ir.ops import CostClass, Op, OpKind
 from hlofuse.ir.shapes import Shape
 
 
@@ -90,35 +90,6 @@ def constants_from_figures(figures: Mapping[str, float] | None) -> MachineConsta
         source="measured")
 
 
-# Measuring needs the C compiler, which lives above fusion: the layer that has it registers
-# how (`api` does, on import), and fusion only asks.
-_measured_provider: Callable[[], MachineConstants] | None = None
-
-
-def set_measured_provider(provider: Callable[[], MachineConstants] | None
-                          ) -> Callable[[], MachineConstants] | None:
-    """Make `provider` the source of `measured_constants`; returns the one it replaces."""
-    global _measured_provider
-    previous, _measured_provider = _measured_provider, provider
-    return previous
-
-
-def measured_constants() -> MachineConstants:
-    """This machine's measured constants, as the registered provider gives them."""
-    provider = _measured_provider
-    return DEFAULT_CONSTANTS if provider is None else provider()
-
-# Cost in cheap operations of ops whose C spelling is a libm call or a divider instruction.
-# (The op table's `expensive` flag is XLA's recompute rule, not a cost: sine is not on it.)
-TRANSCENDENTAL_OPS = frozenset({
-    Op.ATAN2, Op.CBRT, Op.COSINE, Op.ERF, Op.EXPONENTIAL, Op.EXPONENTIAL_MINUS_ONE, Op.LOG,
-    Op.LOG_PLUS_ONE, Op.LOGISTIC, Op.SINE, Op.TAN, Op.TANH,
-})
-DIVISION_OPS = frozenset({Op.DIVIDE, Op.REMAINDER, Op.SQRT, Op.RSQRT})
-# Data movement: index arithmetic only, folded into the loads.
-_MOVEMENT = frozenset({Op.BITCAST, Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE,
-                       Op.REVERSE, Op.COPY, Op.PARAMETER, Op.CONSTANT, Op.TUPLE,
-                       Op.GET_TUPLE_ELEMENT})
 # Per output element of a library call: Threefry is 20 rounds of a few integer operations.
 LIBRARY_OPS_PER_ELEMENT = 100.0
 
@@ -150,14 +121,16 @@ def reducer_ops(computation: Graph, constants: MachineConstants) -> float:
 
 
 def _op_cost_per_element(node: Node, constants: MachineConstants) -> float:
-    op = node.op
-    if op in _MOVEMENT:
+    # The op table's cost class (not its `expensive` flag, XLA's recompute rule: sine is
+    # not expensive there, but it is a libm call here).
+    cost = node.op.definition.cost
+    if cost is CostClass.FREE:
         return 0.0
-    if op in TRANSCENDENTAL_OPS:
+    if cost is CostClass.TRANSCENDENTAL:
         return constants.transcendental_ops
-    if op is Op.POWER:
+    if cost is CostClass.TWO_TRANSCENDENTALS:
         return 2 * constants.transcendental_ops
-    if op in DIVISION_OPS:
+    if cost is CostClass.DIVISION:
         return constants.divide_ops
     return 1.0
 
@@ -282,7 +255,9 @@ def _bounded(reads: dict[Context, float]) -> dict[Context, float]:
     return kept
 
 
-def profile_kernel(node: Node, constants: MachineConstants) -> KernelProfile:
+def profile_kernel(node: Node, constants: MachineConstants,
+                   op_cost: Callable[[Node, MachineConstants], float] | None = None
+                   ) -> KernelProfile:
     """The profile of `node`'s kernel: a fusion's fused computation, or the instruction."""
     if not node.is_fusion and is_free(node):
         return FREE_PROFILE
@@ -293,8 +268,9 @@ def profile_kernel(node: Node, constants: MachineConstants) -> KernelProfile:
             if fusion is not None and inst.op is Op.PARAMETER else inst
 
     outputs = [outer(o) for o in fusion_outputs(fusion)] if fusion is not None else [node]
-    inside = (lambda n: n.parent is fusion.fused and n.op is not Op.PARAMETER) \
-        if fusion is not None else (lambda n: n is node)
+    inside: Callable[[Node], bool] = (
+        (lambda n: n.parent is fusion.fused and n.op is not Op.PARAMETER) if fusion is not None
+        else (lambda n: n is node))
     order = ([n for n in fusion.fused.post_order() if n.op is not Op.PARAMETER]
              if fusion is not None else [node])
     evaluations: dict[Node, dict[Context, float]] = defaultdict(dict)
@@ -307,7 +283,7 @@ def profile_kernel(node: Node, constants: MachineConstants) -> KernelProfile:
         counts = evaluations.pop(inst, {})
         if _elements(inst.shape) <= 1:
             counts = _loop_invariant(counts)
-        operations += sum(counts.values()) * operation_count(inst, constants)
+        operations += sum(counts.values()) * (op_cost or operation_count)(inst, constants)
         for i, operand in enumerate(inst.operands):
             target = evaluations[outer(operand)]
             if _is_aligned_read(inst, i, operand):
@@ -415,6 +391,8 @@ class CostModel:
 
     def __init__(self, constants: MachineConstants = DEFAULT_CONSTANTS) -> None:
         self.constants = constants
+        # Operations per element of an instruction (`xla-gpu` counts XLA's GPU flops).
+        self.op_cost: Callable[[Node, MachineConstants], float] = operation_count
         self._profiles: dict[Node, tuple[tuple[object, ...], KernelProfile, float]] = {}
         self._fused: dict[tuple[Node, Node], tuple[tuple[object, ...], KernelProfile, float]] = {}
         self._sizes: dict[Node, tuple[float, float]] = {}
@@ -423,7 +401,7 @@ class CostModel:
         key = node_key(node)
         cached = self._profiles.get(node)
         if cached is None or cached[0] != key:
-            profile = profile_kernel(node, self.constants)
+            profile = profile_kernel(node, self.constants, self.op_cost)
             cached = (key, profile, self.price(profile).total)
             self._profiles[node] = cached
         return cached

@@ -15,9 +15,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from hlofuse.fusion.decision import DecisionRecord
+from hlofuse.fusion.tree_reduction import TreeReductionRewriter
 from hlofuse.fusion.whole_loop import WholeLoopFusion
 from hlofuse.ir.hlo import Module
+from hlofuse.passes.decision_log import DecisionRecord
 from hlofuse.passes.manager import PASSES
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ _DEFERRALS = frozenset({"producer-is-fusion"})
 _MAX_EDGES_SHOWN = 8
 # Passes that rewrite the program before fusion (rng-expansion, loop-unroll, ...): their records
 # are listed as rewrites, never as blocked edges.
-_REWRITE_PASSES = frozenset(cls.name for cls in PASSES)
+_REWRITE_PASSES = frozenset(cls.name for cls in PASSES) | {TreeReductionRewriter.name}
 
 
 def _edges(module: Module) -> set[tuple[str, str, str]]:
@@ -61,8 +62,10 @@ def blocked_edges(result: FusionResult) -> list[DecisionRecord]:
 
 
 def _decisive(records: list[DecisionRecord]) -> DecisionRecord:
-    for accept in (lambda r: r.pass_name in _VERTICAL_PASSES and r.rule not in _DEFERRALS,
-                   lambda r: r.rule not in _DEFERRALS):
+    preferences: tuple[Callable[[DecisionRecord], bool], ...] = (
+        lambda r: r.pass_name in _VERTICAL_PASSES and r.rule not in _DEFERRALS,
+        lambda r: r.rule not in _DEFERRALS)
+    for accept in preferences:
         chosen = [r for r in records if accept(r)]
         if chosen:
             return chosen[-1]
@@ -234,13 +237,13 @@ def explain_text(result: FusionResult, verbose: bool = False) -> str:
     lines += ["", f"blocked edges: {len(blocked)}"]
     for rule, records in sorted(by_rule.items(), key=lambda item: (-len(item[1]), item[0])):
         lines.append(f"  {rule}: {len(records)}")
-        shown = records if verbose else records[:_MAX_EDGES_SHOWN]
-        for record in shown:
+        edges = records if verbose else records[:_MAX_EDGES_SHOWN]
+        for record in edges:
             lines.append(f"    [{record.pass_name}] {record.message}"
                          + (f"  ({', '.join(record.source_lines[:3])})"
                             if record.source_lines else ""))
-        if len(shown) < len(records):
-            lines.append(f"    ... and {len(records) - len(shown)} more")
+        if len(edges) < len(records):
+            lines.append(f"    ... and {len(records) - len(edges)} more")
     lines += _rewrite_lines(result, verbose)
     lines += _whole_loop_lines(result)
     found = hints(blocked, result.strategy.name)

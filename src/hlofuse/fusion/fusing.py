@@ -13,8 +13,8 @@ a fused instruction adds are appended in the order they are met, root first.
 
 from __future__ import annotations
 
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.ir.ops import Op
+from hlofuse.fusion.graph import Node
+from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
 
 
@@ -40,7 +40,7 @@ def _unbind_operand(fusion: Node, operand: Node, replacement: Node) -> None:
     fusion.parent.remove_operand_at(fusion, index)
 
 
-def create_fusion(consumer: Node, kind: str) -> Node:
+def create_fusion(consumer: Node, kind: FusionKind) -> Node:
     """XLA's CreateFusion + ReplaceInstruction: `consumer` becomes a one-instruction fusion."""
     graph = consumer.parent
     module = graph.module

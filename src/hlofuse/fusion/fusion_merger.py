@@ -11,11 +11,15 @@ conditions, in XLA's order:
    only sliced counts the sliced bytes); refuse if `merged / max(1, current) > 1.10`;
 4. an expensive fused instruction is only allowed if (there is one user, or the ratio is
    below 0.3 and current is over 1 KiB) and no user re-reads the fusion's elements;
-5. a fusion rooted at a concatenate is not merged into several users (the multi-user
-   concatenate rule: merging would clone the concatenate into each; see
-   `indexing.duplicated_concatenate` for why this is spelled out here, unlike in XLA);
-6. per user: the fused emitter would not duplicate too much code (CodeDuplicationTooHigh,
-   the multi-user concatenate rule included) and the merged fusion fits the budget.
+5. per user: the fused emitter would not duplicate too much code
+   (`FusedIrEmitter::IsFusedIrEmitterInefficient`: the producer's instructions are counted
+   with the number of times the user emits the producer) and the merged fusion fits the
+   budget.
+
+XLA has no rule against merging a fusion rooted at a concatenate into several users: inside
+the producer the root has no users, so the code-duplication check of rule 5 only asks how
+often each user would emit it. A concatenate stays a kernel of its own only when instruction
+fusion left it bare and its users were fusions already (`indexing.py`).
 
 Every user gets a record: all say fuse, or all carry the rule that refused.
 """
@@ -25,19 +29,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.decision import FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, merge_fusion
 from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.indexing import duplicated_concatenate, fused_emitter_inefficient
+from hlofuse.fusion.indexing import fused_emitter_inefficient
 from hlofuse.fusion.instruction_fusion import choose_kind
+from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import is_expensive, is_loop_fusion, reuses_operand_elements
 from hlofuse.fusion.rules import fits_in_budget, is_producer_consumer_fusible, refuse
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
+from hlofuse.passes.decision_log import FUSIBLE, FusionDecision, Recorder
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 MAX_MERGED_TO_CURRENT_BYTES_RATIO = 1.10
 EXPENSIVE_OK_RATIO = 0.3
@@ -97,13 +101,6 @@ class FusionMerger:
         decision = self._expensive_rule(fusion, users, ratio, current)
         if not decision:
             return decision, None
-        culprit = duplicated_concatenate(fusion, self.relax_concatenate)
-        if culprit is not None:
-            return FusionDecision.no(
-                "code-duplication-too-high", f"its root, concatenate %{culprit.node.name}, "
-                f"would be cloned into each of its {culprit.users} users; a concatenate starts "
-                "a new basic block, so the fused emitter may emit it only once",
-                **culprit.figures()), None
         for user in users:
             culprit = fused_emitter_inefficient(user, fusion, self.relax_concatenate)
             if culprit is not None:
@@ -112,7 +109,7 @@ class FusionMerger:
             decision = fits_in_budget(fusion, user)
             if not decision:
                 return decision, user
-        return FusionDecision.yes(**figures), None
+        return FusionDecision.yes("", FUSIBLE, **figures), None
 
     @staticmethod
     def _expensive_rule(fusion: Node, users: list[Node], ratio: float,

@@ -5,14 +5,13 @@ reachability after every step; doing that on frozen IR would rebuild the module 
 the fusion layer works on `Node`s (mutable instructions with user lists kept up to date, like
 XLA's HloInstruction) inside `Graph`s (computations), and converts back with `to_module`,
 which re-infers every shape through the builder: a malformed rewrite fails there, naming the
-instruction (`module_graph.ModuleGraph`). Post orders follow XLA's `MakeInstructionPostOrder` exactly, because fusion
-results depend on visiting order.
+instruction (`module_graph.ModuleGraph`). Post orders follow XLA's `MakeInstructionPostOrder`
+exactly, because fusion results depend on visiting order.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -25,40 +24,14 @@ from hlofuse.ir.shapes import Shape
 if TYPE_CHECKING:
     from hlofuse.fusion.module_graph import ModuleGraph
 
-_SUFFIX = re.compile(r"^(.*)\.(\d+)$")
 _EMPTY: Mapping[str, object] = MappingProxyType({})
-
-
-class Names:
-    """XLA's NameUniquer: `fusion`, then `fusion.1`, `fusion.2`, ...; `add.3` -> `add.N`."""
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-        self._next: dict[str, int] = {}
-
-    def reserve(self, name: str) -> None:
-        self.used.add(name)
-
-    def unique(self, base: str) -> str:
-        match = _SUFFIX.match(base)
-        root = match.group(1) if match else base
-        if root not in self.used:
-            self.used.add(root)
-            return root
-        number = self._next.get(root, 1)
-        while f"{root}.{number}" in self.used:
-            number += 1
-        self._next[root] = number + 1
-        name = f"{root}.{number}"
-        self.used.add(name)
-        return name
 
 
 class Node:
     """A mutable instruction. `users` keeps XLA's order: users in the order they were added."""
 
     __slots__ = ("name", "op", "operands", "users", "shape", "attrs", "metadata", "extra",
-                 "calls", "parent", "_location", "memo")
+                 "calls", "parent", "_location", "memo", "is_fusion")
 
     def __init__(self, name: str, op: Op, shape: Shape, parent: Graph,
                  attrs: Mapping[str, object] = _EMPTY, calls: Sequence[Graph] = (),
@@ -66,6 +39,9 @@ class Node:
                  extra: tuple[tuple[str, RawAttr], ...] = ()) -> None:
         self.name = name
         self.op = op
+        # A plain attribute, not a property: the rules ask it millions of times per compile
+        # of a large module, and a node's op never changes.
+        self.is_fusion = op is Op.FUSION
         self.operands: list[Node] = []
         self.users: dict[Node, None] = {}
         self.shape = shape
@@ -76,7 +52,7 @@ class Node:
         self.parent = parent
         self._location: str | None | bool = False  # False: not looked up yet
         # Analyses of this node keyed by the graph versions they were computed at.
-        self.memo: dict[str, tuple[tuple[int, ...], object]] = {}
+        self.memo: dict[str, tuple[object, object]] = {}
 
     def __repr__(self) -> str:
         return f"<{self.op.text} %{self.name}>"
@@ -84,10 +60,6 @@ class Node:
     @property
     def dtype(self) -> DType:
         return self.shape.dtype
-
-    @property
-    def is_fusion(self) -> bool:
-        return self.op is Op.FUSION
 
     @property
     def kind(self) -> str:
@@ -378,6 +350,7 @@ class Reachability:
     def __init__(self, post_order: Sequence[Node]) -> None:
         self._bit: dict[Node, int] = {}
         self._ancestors: dict[Node, int] = {}
+        self._next = len(post_order)
         for i, node in enumerate(post_order):
             bits = 1 << i
             for operand in node.operands:
@@ -387,6 +360,49 @@ class Reachability:
 
     def is_present(self, node: Node) -> bool:
         return node in self._bit
+
+    def update_after_fusion(self, graph: Graph, fusion: Node) -> None:
+        """The map of `graph` again after `fusion` grew in place (or was made) and the nodes
+        since added (get-tuple-elements, a new fusion) were wired in, as XLA updates its map
+        through the changed instruction instead of rebuilding it. Fusion only adds paths, and
+        only below `fusion` and the new nodes: their descendants get their sets again, from
+        their operands, in topological order; every other set stays right. Removed nodes keep
+        their bits (never asked about again) and bits are never reused."""
+        new: list[Node] = []
+        for node in reversed(graph.nodes):  # new nodes are the last inserted
+            if node in self._bit:
+                break
+            new.append(node)
+        for node in reversed(new):
+            self._bit[node] = 1 << self._next
+            self._next += 1
+        below: set[Node] = set()
+        stack = [fusion, *new]
+        while stack:
+            node = stack.pop()
+            if node not in below:
+                below.add(node)
+                stack.extend(node.users)
+        # Operands before users, within `below` (the rest is already right).
+        done: set[Node] = set()
+        for start in below:
+            if start in done:
+                continue
+            done.add(start)
+            walk = [(start, iter(start.operands))]
+            while walk:
+                node, operands = walk[-1]
+                for operand in operands:
+                    if operand in below and operand not in done:
+                        done.add(operand)
+                        walk.append((operand, iter(operand.operands)))
+                        break
+                else:
+                    walk.pop()
+                    bits = self._bit[node]
+                    for operand in node.operands:
+                        bits |= self._ancestors[operand]
+                    self._ancestors[node] = bits
 
     def is_reachable(self, a: Node, b: Node) -> bool:
         return bool(self._ancestors[b] & self._bit[a])

@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.decision import FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_into_multi_output
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph
@@ -43,11 +42,12 @@ from hlofuse.fusion.rules import fits_in_budget
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape, default_layout
+from hlofuse.passes.decision_log import FusionDecision, Recorder
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 SHAPE_THRESHOLD = 128 * 2048
 INSTRUCTION_COUNT_THRESHOLD = 30
@@ -245,7 +245,7 @@ def _fuse_horizontally(graph: Graph, recorder: Recorder) -> bool:
             if len(span) == 1:
                 continue
             recorder.group(graph.name, span, FusionDecision.yes(), consumer)
-            fusions = [n if n.is_fusion else create_fusion(n, "kLoop") for n in span]
+            fusions = [n if n.is_fusion else create_fusion(n, FusionKind.LOOP) for n in span]
             horizontally_fuse(graph, fusions)
             changed = True
     return changed
@@ -302,7 +302,7 @@ def horizontally_fuse(graph: Graph, members: list[Node]) -> Node:
     outputs = [s for member_slices in slices for s in member_slices]
     fused.root = fused.add(Op.TUPLE, outputs, Shape.tuple_of([o.shape for o in outputs]),
                            name=module.names.unique("tuple"))
-    fusion = graph.add(Op.FUSION, operands, fused.root.shape, attrs={"kind": "kInput"},
+    fusion = graph.add(Op.FUSION, operands, fused.root.shape, attrs={"kind": FusionKind.INPUT},
                        calls=[fused], name=module.names.unique("fusion"))
     index = 0
     for member in members:
@@ -362,8 +362,12 @@ def _fuse_reductions_horizontally(graph: Graph, recorder: Recorder) -> bool:
         candidates = _reduction_candidates(consumer)
         if len(candidates) <= 1:
             continue
-        candidates = [c if c.is_fusion else create_fusion(c, "kInput") for c in candidates]
-        changed = True
+        # Only wrapping a bare reduce or merging changes the module: a consumer whose
+        # candidates are all fusions already and stay apart is no change, or the fixed point
+        # around this pass would never settle.
+        wrapped = [c if c.is_fusion else create_fusion(c, FusionKind.INPUT) for c in candidates]
+        changed |= any(w is not c for w, c in zip(wrapped, candidates))
+        candidates = wrapped
         anchor = candidates[0]
         for other in candidates[1:]:
             decision = fits_in_budget(anchor, other)
@@ -375,6 +379,7 @@ def _fuse_reductions_horizontally(graph: Graph, recorder: Recorder) -> bool:
             if decision:
                 fuse_into_multi_output(anchor, other)
                 graph.remove(other)
+                changed = True
             else:
                 anchor = other
     return changed

@@ -6,9 +6,14 @@ operand reached through a shape-preserving user (or a transpose, whose index is 
 shares that user's indices; through any other shape-changing user it gets new ones. XLA
 refuses a fusion when the producer would be emitted more than 15 times, or when the producer
 is an op that starts a new basic block (concatenate, pad, reduce, ...) and would be emitted
-more than once or has more than one user. The last clause is the 2022 rule that kept a
-concatenate with several users out of every fusion; `relax_concatenate` lifts it for
-concatenates only (the study's third variant).
+more than once or has more than one user. The last clause is the 2022 rule that keeps a
+bare concatenate with several users out of a fusion it is offered to; `relax_concatenate`
+lifts it for concatenates only (the study's third variant).
+
+Users are counted as XLA's `UserCount` does: a fusion user counts the users of the matching
+parameter. A concatenate at the root of a fusion has no users inside it, so merging that
+fusion into several users (the fusion merger, multi-output fusion) passes the check as long
+as each user emits it once.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from dataclasses import dataclass
 from hlofuse.fusion.graph import Node
 from hlofuse.fusion.properties import (
     ALLOWED_CODE_DUPLICATION,
-    CACHE_INVALIDATING_OPS,
     equal_ignoring_element_type,
 )
 from hlofuse.ir.ops import Op
@@ -71,7 +75,7 @@ class IndexingEvaluation:
     def invalidates_cache(self, node: Node) -> bool:
         if self.relax_concatenate and node.op is Op.CONCATENATE:
             return False
-        return node.op in CACHE_INVALIDATING_OPS
+        return node.op.definition.invalidates_cache
 
     def too_high(self, node: Node, emitted: int) -> bool:
         return emitted > ALLOWED_CODE_DUPLICATION or (
@@ -145,28 +149,6 @@ def update_after_fusing(evaluation: IndexingEvaluation, producer: Node, clone: N
     evaluation.usage[clone] = sum(evaluation.usage[u] for u in users)
     evaluation.add_operand_users(clone)
     _store(fusion, evaluation)
-
-
-def duplicated_concatenate(fusion: Node, relax_concatenate: bool = False) -> Culprit | None:
-    """The concatenate at the root of `fusion` when merging the fusion into all of its users
-    would duplicate it (several users), else None.
-
-    Merging a fusion into every user clones its root into each of them, exactly as fusing a
-    multi-user concatenate into one of its users would clone it; XLA's merger asks
-    IsFusedIrEmitterInefficient, which counts the root's users inside the fusion (none), so a
-    concatenate that became the root of a fusion (its operands fused into it) would slip past
-    the rule that keeps a bare multi-user concatenate out of every fusion. Counting the
-    fusion's users as the root's keeps the study's barrier whichever way the concatenate was
-    formed; `relax_concatenate` lifts it like the other half of the rule."""
-    if relax_concatenate:
-        return None
-    root = fusion.fused_root
-    outputs = root.operands if root.op is Op.TUPLE else [root]
-    users = real_user_count(fusion)
-    for output in outputs:
-        if output.op is Op.CONCATENATE and users > 1:
-            return Culprit(output, 1, users)
-    return None
 
 
 def fused_emitter_inefficient(consumer: Node, producer: Node,

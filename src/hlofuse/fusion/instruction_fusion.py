@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.decision import Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction
 from hlofuse.fusion.graph import Graph, Node, Reachability
 from hlofuse.fusion.indexing import cached_evaluation, update_after_fusing
@@ -45,11 +44,12 @@ from hlofuse.fusion.rules import (
     should_fuse,
 )
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
+from hlofuse.passes.decision_log import Recorder
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 PASS_NAME = "instruction-fusion"
 
@@ -74,9 +74,9 @@ class InstructionFusion:
             return (graphs.to_module(), True) if changed else (module, False)
 
 
-def choose_kind(producer: Node, consumer: Node) -> str:
+def choose_kind(producer: Node, consumer: Node) -> FusionKind:
     """ChooseFusionKind (2022): kInput when the consumer is a tiled reduction."""
-    return "kInput" if is_input_fusible(consumer) else "kLoop"
+    return FusionKind.INPUT if is_input_fusible(consumer) else FusionKind.LOOP
 
 
 def fuse(producer: Node, consumer: Node, relax_concatenate: bool = False) -> Node:
@@ -126,9 +126,7 @@ class _ReversePostOrderQueue:
 
 
 def fuse_computation(graph: Graph, options: FusionOptions, recorder: Recorder) -> bool:
-    reachability = graph.reachability()
-    do_not_duplicate = (globally_unfusible(graph, reachability, options)
-                        if options.may_duplicate else set())
+    do_not_duplicate = globally_unfusible(graph, options) if options.may_duplicate else set()
     queue = _ReversePostOrderQueue(graph)
     changed = False
     while (entry := queue.dequeue()) is not None:
@@ -197,17 +195,21 @@ def effectively_at_most_unary(node: Node) -> bool:
     return big <= 1
 
 
-def globally_unfusible(graph: Graph, reachability: Reachability,
-                       options: FusionOptions) -> set[Node]:
+def globally_unfusible(graph: Graph, options: FusionOptions) -> set[Node]:
     """Producers that must not be duplicated because they cannot reach every consumer."""
     do_not: set[Node] = set()
     cache: dict[tuple[Node, Node], bool] = {}
+    # Built only when a producer needs it: most programs have none that reads more than it
+    # writes, and the map costs time and memory quadratic in the computation's size.
+    reachability: Reachability | None = None
     for producer in reversed(graph.post_order()):
         if effectively_at_most_unary(producer):
             continue
         operand_elements = sum(_elements(o.shape) for o in dict.fromkeys(producer.operands))
         if operand_elements <= _elements(producer.shape):
             continue
+        if reachability is None:
+            reachability = graph.reachability()
         if is_fusible(producer) and all(
                 _can_fuse_on_all_paths(producer, user, do_not, reachability, cache, options)
                 for user in producer.users):

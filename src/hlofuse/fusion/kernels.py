@@ -9,7 +9,9 @@ turns them into bitcasts after layout assignment), and control flow itself (whil
 conditional and call run on the host; the kernels of their computations are counted there).
 
 Kernels in a while loop's body and condition run once per iteration; `loops` names the
-enclosing while instructions, outermost first.
+enclosing while instructions, outermost first. A loop whose trip count is known
+(`backend_config={"known_trip_count":...}`, `passes/trip_count.py`) runs as a counted loop,
+as XLA's GPU runtime runs it: its condition is never evaluated, so its kernels are not listed.
 """
 
 from __future__ import annotations
@@ -20,12 +22,9 @@ from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import is_contiguous_reduction, minor_to_major
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.ops import Op, OpKind
+from hlofuse.ir.ops import FusionKind, Op, OpKind
 from hlofuse.ir.shapes import default_layout
-
-_FREE = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT, Op.BITCAST,
-                   Op.AFTER_ALL, Op.OPT_BARRIER})
-_CONTROL = frozenset({Op.WHILE, Op.CONDITIONAL, Op.CALL})
+from hlofuse.passes.trip_count import known_trip_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +53,10 @@ class Kernel:
 
 
 def is_free(node: Node) -> bool:
-    if node.op in _FREE or node.op in _CONTROL:
+    """Launches nothing: buffer plumbing (the op table's `buffer_only`), and the ops that
+    run other computations (their kernels are those of the computations)."""
+    definition = node.op.definition
+    if definition.buffer_only or (definition.kind is OpKind.CONTROL and not node.is_fusion):
         return True
     if node.op is Op.RESHAPE:
         source = node.operands[0].shape
@@ -68,7 +70,7 @@ def kernel_kind(node: Node) -> str:
         return node.kind
     if node.op.definition.kind is OpKind.OPAQUE:
         return "library"
-    return "kInput" if is_contiguous_reduction(node) else "kLoop"
+    return FusionKind.INPUT if is_contiguous_reduction(node) else FusionKind.LOOP
 
 
 def _kernel(node: Node, loops: tuple[str, ...]) -> Kernel:
@@ -92,11 +94,12 @@ class Loop:
     condition: str
     loops: tuple[str, ...]
     source_lines: tuple[str, ...]
+    trip_count: int | None = None  # known: a counted loop, its condition never runs
 
     def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "computation": self.computation, "body": self.body,
                 "condition": self.condition, "enclosing_loops": list(self.loops),
-                "source_lines": list(self.source_lines)}
+                "source_lines": list(self.source_lines), "known_trip_count": self.trip_count}
 
 
 def list_kernels(module: Module) -> tuple[list[Kernel], list[Loop]]:
@@ -115,9 +118,10 @@ def _walk(graph: Graph, enclosing: tuple[str, ...], kernels: list[Kernel], loops
     for node in graph.post_order():
         if node.op is Op.WHILE:
             condition, body = node.calls
+            trips = known_trip_count(node.extra)
             loops.append(Loop(node.name, graph.name, body.name, condition.name, enclosing,
-                              node.source_locations()))
-            for callee in (condition, body):
+                              node.source_locations(), trips))
+            for callee in (body,) if trips is not None else (condition, body):
                 if callee not in active:
                     _walk(callee, enclosing + (node.name,), kernels, loops, active)
         elif node.op in (Op.CONDITIONAL, Op.CALL):

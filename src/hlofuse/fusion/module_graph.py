@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-from hlofuse.fusion.graph import Graph, Names, Node
+from hlofuse.analysis.call_graph import callee_order
+from hlofuse.fusion.graph import Graph, Node
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
-from hlofuse.passes.rewrite import callee_order
 
 
 class ModuleGraph:
@@ -21,8 +21,8 @@ class ModuleGraph:
         self.debug_tables = debug_tables
         self.graphs: list[Graph] = []
         self.entry: Graph | None = None
-        self.names = Names()
-        self.computation_names = Names()
+        self.names = NameUniquer(bare_first=True)
+        self.computation_names = NameUniquer(bare_first=True)
 
     @staticmethod
     def from_module(module: Module) -> ModuleGraph:
@@ -75,14 +75,16 @@ class ModuleGraph:
 
     def fusible_graphs(self) -> list[Graph]:
         """XLA's GetFusibleComputations: non-fusion computations, except the bodies of
-        reduce, reduce-window and custom calls (they are applied per element, not launched)
+        reduce, reduce-window, map, scatter, sort, select-and-scatter and custom calls (XLA's
+        embedded call context: they are applied per element, not launched)
         and whatever a fused computation calls (a whole-loop fusion's loop body is one
         kernel already)."""
         applied: set[Graph] = set()
         inside: list[Graph] = []
         for graph in self.graphs:
             for node in graph.nodes:
-                if node.op in (Op.REDUCE, Op.REDUCE_WINDOW, Op.CUSTOM_CALL):
+                if node.op in (Op.REDUCE, Op.REDUCE_WINDOW, Op.CUSTOM_CALL, Op.MAP, Op.SCATTER,
+                               Op.SORT, Op.SELECT_AND_SCATTER):
                     applied.update(node.calls)
                 if graph.is_fusion:
                     inside.extend(node.calls)
@@ -157,50 +159,32 @@ class ModuleGraph:
     @staticmethod
     def _final_names(ordered: list[Graph]) -> dict[Node, str]:
         names: dict[Node, str] = {}
-        used: set[str] = set()
+        used = NameUniquer(bare_first=True)
         for graph in ordered:
             if graph.is_fusion:
                 continue
             for node in graph.nodes:
                 names[node] = node.name
-                used.add(node.name)
-        # base -> the suffix number its search starts at: every lower one is taken already
-        # (names are only ever added), so each fused computation's `param_0` does not try
-        # the ones before it again.
-        start: dict[str, int] = {}
+                used.reserve(node.name)
         for graph in ordered:
             if not graph.is_fusion:
                 continue
             for node in graph.post_order():
-                name = _fresh_name(node, used, start)
-                names[node] = name
-                used.add(name)
+                names[node] = _fresh_name(node, used)
         return names
 
 
 _CLONE_SUFFIX = re.compile(r"(\.clone(\.\d+)?)+$")
 
 
-def _fresh_name(node: Node, used: set[str], start: dict[str, int]) -> str:
-    """A fused instruction's name: its own, else the original's, else `original.clone[.N]`."""
+def _fresh_name(node: Node, used: NameUniquer) -> str:
+    """A fused instruction's name, now reserved: its own, else the original's, else
+    `original.clone`, `original.clone.1`, ... (`param_N`, `param_N.1`, ... for parameters)."""
     if node.op is Op.PARAMETER:
-        base = f"param_{node.parameter_number}"
-        if base not in used:
-            return base
-        return _first_free(base, 1, lambda k: f"{base}.{k}", used, start)
-    if node.name not in used:
+        return used.unique(f"param_{node.parameter_number}")
+    if used.reserve(node.name):
         return node.name
     base = _CLONE_SUFFIX.sub("", node.name)
-    if base not in used:
+    if used.reserve(base):
         return base
-    return _first_free(base + ".clone", 0,
-                       lambda k: f"{base}.clone" if k == 0 else f"{base}.clone.{k}", used, start)
-
-
-def _first_free(series: str, first: int, name: Callable[[int], str], used: set[str],
-                start: dict[str, int]) -> str:
-    k = max(first, start.get(series, first))
-    while name(k) in used:
-        k += 1
-    start[series] = k
-    return name(k)
+    return used.unique(base + ".clone")

@@ -24,12 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.decision import FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_into_multi_output
 from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.indexing import fused_emitter_inefficient
 from hlofuse.fusion.instruction_fusion import choose_kind
+from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import (
     in_place_operands,
     is_contiguous_reduction,
@@ -48,9 +47,10 @@ from hlofuse.fusion.rules import (
 )
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
+from hlofuse.passes.decision_log import FusionDecision, Recorder
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,22 +162,27 @@ class _MultiOutputFuser:
                 fuse_into_multi_output(first, other)
                 self.graph.remove(other)
                 del siblings[j]
-                self.reachability = self.graph.reachability()
+                self.reachability.update_after_fusion(self.graph, first)
                 changed = True
             i += 1
         return changed
 
     def sibling_decision(self, parent: Node, a: Node, b: Node) -> FusionDecision:
-        names = f"siblings %{a.name} and %{b.name} (both read %{parent.name})"
+        # Asked for every pair of siblings (quadratic in a value's users, as in XLA): the
+        # message is only written for a refusal.
+        def names() -> str:
+            return f"siblings %{a.name} and %{b.name} (both read %{parent.name})"
+
         if not is_sibling_candidate(b):
             return FusionDecision.no("not-multi-output-root",
-                                     f"cannot fuse {names}: %{b.name} cannot be a fusion output")
+                                     f"cannot fuse {names()}: %{b.name} cannot be a fusion "
+                                     "output")
         if self.reachability.is_connected(a, b):
-            return FusionDecision.no("siblings-connected", f"cannot fuse {names}: one depends "
-                                     "on the other")
+            return FusionDecision.no("siblings-connected", f"cannot fuse {names()}: one "
+                                     "depends on the other")
         if not shapes_compatible_for_multi_output(a, b):
-            return FusionDecision.no("incompatible-shapes", f"cannot fuse {names}: their loops "
-                                     "run over different shapes")
+            return FusionDecision.no("incompatible-shapes", f"cannot fuse {names()}: their "
+                                     "loops run over different shapes")
         return legal_to_fuse(a, b)
 
     # --- producer and consumer ---------------------------------------------------------
@@ -202,7 +207,7 @@ class _MultiOutputFuser:
             consumer = create_fusion(consumer, choose_kind(producer, consumer))
         fuse_into_multi_output(consumer, producer)
         self.graph.remove(producer)
-        self.reachability = self.graph.reachability()
+        self.reachability.update_after_fusion(self.graph, consumer)
         return True
 
     def consumer_decision(self, producer: Node, consumer: Node) -> FusionDecision:

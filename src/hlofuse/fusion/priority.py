@@ -42,10 +42,11 @@ Every considered edge is logged once: fused edges with `cost-model-gain` and the
 `cost-model-loss`, edges a check refused with that check's rule id; when another user refused,
 the edge carries that user's rule (a producer joins all its users or none).
 
-Knobs: `costs` picks the machine constants, "measured" (`cost_model.measured_constants`: the
-calibration probe the layer above registers, cached per machine; the defaults when it cannot
-run) or "default" (`cost_model.DEFAULT_CONSTANTS`);
-`constants` injects them (tests), overriding `costs`.
+Knobs: `costs` says which machine constants the pass prices with, "measured" (this machine's,
+which the caller passes as `constants`: the strategy gets them from the layer above, which
+runs the calibration probe; without them, the defaults) or "default"
+(`cost_model.DEFAULT_CONSTANTS`, whatever `constants` says). `constants` injects them (tests,
+the measured ones).
 """
 
 from __future__ import annotations
@@ -60,10 +61,8 @@ from hlofuse.fusion.cost_model import (
     DEFAULT_CONSTANTS,
     CostModel,
     MachineConstants,
-    measured_constants,
     node_key,
 )
-from hlofuse.fusion.decision import COST_MODEL_GAIN, FusionDecision, Recorder
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction, merge_fusion
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.indexing import (
@@ -89,12 +88,13 @@ from hlofuse.fusion.rules import (
     refuse,
 )
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.ops import Op, OpKind
+from hlofuse.ir.ops import FusionKind, Op, OpKind
+from hlofuse.passes.decision_log import COST_MODEL_GAIN, FusionDecision, Recorder
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 PASS_NAME = "priority-fusion"
 COST_MODEL_LOSS = "cost-model-loss"
@@ -122,9 +122,7 @@ class PriorityFusion:
     def machine(self) -> MachineConstants:
         if self.constants is not None:
             return self.constants
-        if self.costs == "default":
-            return DEFAULT_CONSTANTS
-        return measured_constants()
+        return DEFAULT_CONSTANTS
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         with ModuleGraph.from_module(module) as graphs:
@@ -144,7 +142,7 @@ def is_fusible(node: Node) -> bool:
     if node.op in (Op.PARAMETER, Op.WHILE, Op.CONDITIONAL, Op.CALL) or has_side_effect(node):
         return False
     if node.is_fusion:
-        return node.kind != "kCustom"  # a custom fusion (a whole loop) has its own emitter
+        return node.kind != FusionKind.CUSTOM  # a custom fusion (a whole loop) has its own emitter
     if node.op in (Op.CONSTANT, Op.IOTA):
         return True
     return node.op.definition.kind in _FUSIBLE_KINDS
@@ -231,11 +229,11 @@ def is_bitcast_like(node: Node) -> bool:
     return node.op is Op.BITCAST or (node.op is Op.RESHAPE and is_free(node))
 
 
-def fused_kind(producer: Node, consumer: Node) -> str:
+def fused_kind(producer: Node, consumer: Node) -> FusionKind:
     """ChooseFusionKind (2024): kInput when either side has a tiled reduction hero."""
     if is_input_fusible_reduction(consumer) or is_input_fusible_reduction(producer):
-        return "kInput"
-    return "kLoop"
+        return FusionKind.INPUT
+    return FusionKind.LOOP
 
 
 def fuse(producer: Node, consumer: Node) -> Node:
@@ -244,7 +242,7 @@ def fuse(producer: Node, consumer: Node) -> Node:
     evaluation = None
     if consumer.is_fusion:
         fusion = consumer
-        if kind == "kInput" and fusion.kind != kind:
+        if kind == FusionKind.INPUT and fusion.kind != kind:
             fusion.set_kind(kind)
         evaluation = _evaluation(fusion)
     else:
@@ -286,6 +284,11 @@ Verdicts = list[tuple[Node, FusionDecision]]
 
 
 class _PriorityFuser:
+    # The legality checks: the cheap ones asked of every user, the size checks only where the
+    # model sees a gain (`xla-gpu` puts XLA's GPU checks here: `gpu_priority.py`).
+    checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = CHECKS
+    size_checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = SIZE_CHECKS
+
     def __init__(self, graph: Graph, model: CostModel, recorder: Recorder) -> None:
         self.graph = graph
         self.model = model
@@ -333,7 +336,7 @@ class _PriorityFuser:
         decision for each user."""
         users = list(producer.users)
         targets = [u for u in users if u.op is not Op.BITCAST]
-        decisions = [(u, can_fuse(producer, u, CHECKS)) for u in users]
+        decisions = [(u, can_fuse(producer, u, self.checks)) for u in users]
         refused = [(u, d) for u, d in decisions if not d and u in targets]
         if not targets:
             return -math.inf, decisions
@@ -350,7 +353,7 @@ class _PriorityFuser:
         if priority <= 0:
             return priority, verdicts
         for user in targets:
-            decision = can_fuse(producer, user, SIZE_CHECKS)
+            decision = can_fuse(producer, user, self.size_checks)
             if not decision:
                 return -math.inf, [(u, decision if u is user else _blamed(producer, u, user,
                                                                           decision))

@@ -8,16 +8,19 @@ are the 2022 GPU values the study's pipeline used.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from hlofuse.fusion.graph import Node
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.ops import Op, OpKind
+from hlofuse.ir.ops import Fusibility, FusionKind, Op, OpKind
+from hlofuse.ir.ops import has_side_effect as op_has_side_effect
 from hlofuse.ir.shapes import Shape, default_layout
 
 WARP_SIZE = 32
@@ -26,36 +29,21 @@ SHARED_MEMORY_BUDGET_BYTES = 40000  # 2022 fixed budget (48 KiB per block in 202
 MAX_UNNESTED_REDUCTIONS_PER_FUSION = 8
 ALLOWED_CODE_DUPLICATION = 15
 
-# Ops that never fuse (HloInstruction::IsFusible) whatever their side effects.
-_NEVER_FUSIBLE = frozenset({Op.PARAMETER, Op.WHILE, Op.CONDITIONAL, Op.CALL})
-# Ops XLA counts as expensive beyond the op table's element-wise flags (they either do a lot
-# of work per element or are not something one would recompute: calls, loops, reductions).
-_STRUCTURALLY_EXPENSIVE = frozenset({
-    Op.AFTER_ALL, Op.CALL, Op.CONDITIONAL, Op.FUSION, Op.PARAMETER, Op.REDUCE,
-    Op.REDUCE_WINDOW, Op.WHILE,
-})
 # The GPU backend lowers these to single hardware instructions for f32/f16 (2022 list).
 _GPU_CHEAP_F32_F16 = frozenset({Op.DIVIDE, Op.RSQRT, Op.EXPONENTIAL})
-# Ops whose elemental emitter starts a new basic block, so values computed before them cannot
-# be reused after (ElementalIrEmitter::OpInvalidatesCache).
-CACHE_INVALIDATING_OPS = frozenset({Op.CONCATENATE, Op.DOT, Op.DYNAMIC_UPDATE_SLICE, Op.PAD,
-                                    Op.REDUCE, Op.REDUCE_WINDOW})
 
 
 def has_side_effect(node: Node) -> bool:
-    if node.op.definition.has_side_effect:
-        return True
-    return node.op is Op.CUSTOM_CALL and bool(node.attrs.get("custom_call_has_side_effect"))
+    return op_has_side_effect(node.op, node.attrs)
 
 
 def is_fusible(node: Node) -> bool:
-    """HloInstruction::IsFusible."""
-    if node.op in _NEVER_FUSIBLE:
+    """HloInstruction::IsFusible (no op the table marks fusible has a side effect except a
+    custom call that declares one)."""
+    if node.op.definition.fusion_class is Fusibility.NEVER:
         return False
-    if node.is_fusion and node.kind == "kCustom":
+    if node.is_fusion and node.kind == FusionKind.CUSTOM:
         return False  # a custom fusion (a whole loop) has an emitter of its own
-    if node.op in (Op.FUSION, Op.REDUCE, Op.REDUCE_WINDOW):
-        return True
     return not has_side_effect(node)
 
 
@@ -118,8 +106,6 @@ def is_expensive_generic(node: Node) -> bool:
     """InstructionFusion::IsExpensive."""
     if node.op in (Op.DIVIDE, Op.REMAINDER):
         return not (node.dtype.is_integer and _is_constant_scalar_or_broadcast(node.operands[1]))
-    if node.op in _STRUCTURALLY_EXPENSIVE:
-        return True
     return node.op.definition.expensive
 
 
@@ -215,9 +201,26 @@ def reduction_dimensions(shape: Shape, reduced: tuple[int, ...]) -> ReductionDim
     return ReductionDimensions(False, (major, middle, minor))
 
 
+# XLA since 2024 also tiles a row reduction whose length divides the warp size (several rows
+# per warp); `xla-gpu`'s passes run under `current_xla_rules()`, the 2022 pipeline without.
+_CURRENT_XLA = contextvars.ContextVar("current_xla_rules", default=False)
+
+
+@contextlib.contextmanager
+def current_xla_rules() -> Iterator[None]:
+    """Within this block the properties follow XLA's current GPU code instead of 2022's."""
+    token = _CURRENT_XLA.set(True)
+    try:
+        yield
+    finally:
+        _CURRENT_XLA.reset(token)
+
+
 def tiled_reduction_is_faster(dims: ReductionDimensions) -> bool:
-    """IsUnnestedReductionFasterThanElemental (2022)."""
+    """IsUnnestedReductionFasterThanElemental (2022, or today's under `current_xla_rules`)."""
     if dims.is_row_reduction:
+        if _CURRENT_XLA.get() and WARP_SIZE % max(1, dims.dimensions[2]) == 0:
+            return True
         return dims.dimensions[2] >= WARP_SIZE
     major, minor = dims.dimensions[1], dims.dimensions[2]
     prefer_elemental = (major < WARP_SIZE or (major < 2 * WARP_SIZE and minor < WARP_SIZE)
@@ -231,7 +234,17 @@ def is_contiguous_reduction(node: Node) -> bool:
     if node.op is not Op.REDUCE:
         return False
     shape = node.operands[0].shape
-    reduced = node.ints("dimensions")
+    # Asked several times per candidate edge; the answer depends only on the operand's shape
+    # and the reduce's dimensions (fixed), so it is kept until that shape object changes.
+    cached = node.memo.get("contiguous")
+    if cached is not None and cached[0] is shape:
+        return cached[1]  # type: ignore[return-value]
+    result = _is_contiguous_reduction(shape, node.ints("dimensions"))
+    node.memo["contiguous"] = (shape, result)
+    return result
+
+
+def _is_contiguous_reduction(shape: Shape, reduced: tuple[int, ...]) -> bool:
     kept = tuple(d for d in range(shape.rank) if d not in reduced)
     consecutive = (are_dimensions_consecutive(shape, kept)
                    or are_dimensions_consecutive(shape, reduced))
@@ -254,20 +267,42 @@ def is_input_fusible_reduction(node: Node) -> bool:
     return is_reduce_input_fusion(node) or is_contiguous_reduction(node)
 
 
+def is_input_fusible_scatter(node: Node) -> bool:
+    """IsInputFusibleScatter: a scatter, or an input fusion whose root is one."""
+    if node.op is Op.SCATTER:
+        return True
+    return node.is_fusion and node.kind == FusionKind.INPUT and node.fused_root.op is Op.SCATTER
+
+
 def is_input_fusible(node: Node) -> bool:
-    """2022: reductions only (hlofuse has no scatter)."""
-    return is_fusible(node) and is_input_fusible_reduction(node)
+    """IsInputFusible: tiled reductions and scatters."""
+    return is_fusible(node) and (is_input_fusible_reduction(node)
+                                 or is_input_fusible_scatter(node))
+
+
+def scatter_fusion_refusal(producer: Node, consumer: Node) -> str | None:
+    """CanEmitInputFusedScatter: why `producer` may not fuse into `consumer`, or None. Nothing
+    fuses into a scatter's output, nor into (or reads) the operand it updates in place."""
+    if is_input_fusible_scatter(producer):
+        return "do not fuse into the output of a scatter"
+    if not is_input_fusible_scatter(consumer):
+        return None
+    if consumer.is_fusion:
+        updated = consumer.fused_root.operands[0]
+        if updated.op is not Op.PARAMETER:
+            return "the fused scatter does not update a parameter in place"
+        in_place = consumer.operands[updated.parameter_number]
+    else:
+        in_place = consumer.operands[0]
+    if in_place is producer:
+        return "do not fuse into the operand a scatter updates in place"
+    if in_place in producer.operands:
+        return "the producer reads the operand a scatter updates in place"
+    return None
 
 
 def is_loop_fusion(node: Node) -> bool:
-    return node.is_fusion and node.kind == "kLoop"
-
-
-_LOOP_FUSIBLE_OPS = frozenset({
-    Op.BITCAST, Op.BROADCAST, Op.CONCATENATE, Op.DYNAMIC_SLICE, Op.DYNAMIC_UPDATE_SLICE,
-    Op.IOTA, Op.PAD, Op.REDUCE_WINDOW, Op.RESHAPE, Op.REVERSE, Op.SLICE, Op.CONSTANT,
-    Op.TRANSPOSE,
-})
+    return node.is_fusion and node.kind == FusionKind.LOOP
 
 
 def is_loop_fusible(node: Node) -> bool:
@@ -278,7 +313,7 @@ def is_loop_fusible(node: Node) -> bool:
         return True
     if node.op is Op.REDUCE:
         return not is_contiguous_reduction(node) and not node.shape.is_tuple
-    return is_loop_fusion(node) or node.op in _LOOP_FUSIBLE_OPS
+    return is_loop_fusion(node) or node.op.definition.fusion_class is Fusibility.LOOP
 
 
 def reads_elements_multiple_times(node: Node) -> bool:
@@ -288,6 +323,8 @@ def reads_elements_multiple_times(node: Node) -> bool:
     if node.op is Op.REDUCE_WINDOW:
         window = node.attrs["window"]
         return any(s > t for s, t in zip(window.size, window.stride))  # type: ignore[attr-defined]
+    if node.op is Op.GATHER:  # as a broadcast: more outputs than inputs re-read the operand
+        return node.shape.num_elements > node.operands[0].shape.num_elements
     return False
 
 
@@ -433,12 +470,18 @@ def in_place_operands(node: Node) -> list[int]:
     """Operand numbers updated in place (HloDataflowAnalysis::GetInPlaceInputOutputPairs)."""
     if node.op is Op.DYNAMIC_UPDATE_SLICE:
         return [0]
+    if node.op is Op.SCATTER:  # operand i becomes output i
+        return list(range((len(node.operands) - 1) // 2))
     if not node.is_fusion:
         return []
     numbers = []
     for output in fusion_outputs(node):
         if output.op is Op.DYNAMIC_UPDATE_SLICE and output.operands[0].op is Op.PARAMETER:
             numbers.append(output.operands[0].parameter_number)
+        if output.op is Op.SCATTER:
+            count = (len(output.operands) - 1) // 2
+            numbers += [o.parameter_number for o in output.operands[:count]
+                        if o.op is Op.PARAMETER]
     return numbers
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hlofuse.fusion.decision import FusionDecision, Figure
 from hlofuse.fusion.graph import Node
 from hlofuse.fusion.indexing import indexing_evaluation, real_user_count
 from hlofuse.fusion.properties import (
@@ -38,11 +37,13 @@ from hlofuse.fusion.properties import (
     is_physically_transposing,
     reads_elements_multiple_times,
     reuses_operand_elements,
+    scatter_fusion_refusal,
     shared_memory_usage,
     subshape_count,
     unnested_reduction_count,
 )
 from hlofuse.ir.ops import Op, OpKind
+from hlofuse.passes.decision_log import Figure, FusionDecision
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +211,9 @@ def _matching_slice_indices(producer_op: Node, producer: Node, dus: Node,
 
 def in_place_safe(producer: Node, consumer: Node) -> FusionDecision:
     """ShouldFuseInPlaceOp: a consumer that updates a buffer in place must not read it twice."""
+    scatter_reason = scatter_fusion_refusal(producer, consumer)  # CanEmitInputFusedScatter
+    if scatter_reason is not None:
+        return refuse("in-place-conflict", producer, consumer, scatter_reason)
     for number in in_place_operands(consumer):
         buffer = consumer.operands[number]
         if any(i != number and o is buffer for i, o in enumerate(consumer.operands)):
@@ -356,23 +360,27 @@ def should_fuse(consumer: Node, index: int, options: FusionOptions) -> FusionDec
     producer = consumer.operands[index]
     # Every check must pass, so their order only decides which refusal is reported; barriers
     # (custom calls, tuples, loops, ...) are reported before the cost rule they also fail.
-    checks: tuple[Callable[[], FusionDecision], ...] = (
-        lambda: producer_not_fusion(producer, consumer),
-        lambda: producer_is_loop_fusible(producer, consumer),
-        lambda: consumer_is_fusible(producer, consumer),
-        lambda: expensive_producer_not_reused(producer, consumer, index),
-        lambda: is_producer_consumer_fusible(producer, consumer),
-        lambda: producer_not_root(producer, consumer),
-        lambda: duplication_allowed(producer, consumer, options),
-        lambda: in_place_safe(producer, consumer),
-        lambda: fits_in_budget(consumer, producer, is_consumer_producer=True),
-        lambda: code_duplication_acceptable(producer, consumer, options),
-    )
-    for check in checks:
-        decision = check()
-        if not decision:
-            return decision
-    return OK
+    # Written out rather than as a list of closures: this runs once per candidate edge.
+    decision = producer_not_fusion(producer, consumer)
+    if decision:
+        decision = producer_is_loop_fusible(producer, consumer)
+    if decision:
+        decision = consumer_is_fusible(producer, consumer)
+    if decision:
+        decision = expensive_producer_not_reused(producer, consumer, index)
+    if decision:
+        decision = is_producer_consumer_fusible(producer, consumer)
+    if decision:
+        decision = producer_not_root(producer, consumer)
+    if decision:
+        decision = duplication_allowed(producer, consumer, options)
+    if decision:
+        decision = in_place_safe(producer, consumer)
+    if decision:
+        decision = fits_in_budget(consumer, producer, is_consumer_producer=True)
+    if decision:
+        decision = code_duplication_acceptable(producer, consumer, options)
+    return decision if not decision else OK
 
 
 def producer_is_fusible(producer: Node, consumer: Node) -> FusionDecision:

@@ -2,22 +2,36 @@
 
 A strategy names which passes run and their knobs:
 
-- `none`: the simplifications XLA runs before fusion, then no fusion at all: one kernel per
-  instruction (the study's "no fusion" baseline).
-- `xla`: the 2022 GPU pipeline the study read: simplification; then in a fixed point
-  instruction fusion (without, then with duplication), fusion merger, multi-output fusion,
-  CSE and DCE; then in a fixed point horizontal loop fusion, horizontal input fusion, CSE, DCE.
-- `priority`: the 2024 GPU pipeline, for our CPU: simplification; then in a fixed point
-  priority fusion (cost model; `priority.py`), CSE, DCE, multi-output fusion, CSE, DCE; then
-  horizontal fusion as in `xla`. No multi-user concatenate rule (`relax_concatenate` is on).
-  Its cost model uses this machine's measured constants; `+default_costs` uses the fixed
-  documented ones instead (deterministic: tests use it).
+- `none`: the simplifications XLA runs before fusion and its trip-count annotation, then no
+  fusion at all: one kernel per instruction (the study's "no fusion" baseline).
+- `xla`: the 2022 GPU pipeline the study read, nothing added (docs/xla-2022-pipeline.md):
+  logistic expansion; simplification; while-loop trip-count annotation (a counted loop runs
+  no condition kernels); tree-reduction rewriting; then in a fixed point the variadic op
+  splitter, instruction fusion (without, then with duplication), fusion merger, multi-output
+  fusion, CSE and DCE; then in a fixed point horizontal loop fusion, horizontal input fusion,
+  CSE, DCE.
+- `priority`: our own CPU strategy, shaped like XLA's 2024 GPU pipeline (not XLA's):
+  simplification; then in a fixed point priority fusion (cost model; `priority.py`), CSE,
+  DCE, multi-output fusion, CSE, DCE; then horizontal fusion as in `xla`. No multi-user
+  concatenate rule (`relax_concatenate` is on). Its cost model uses this machine's measured
+  constants, which the caller passes (`run_strategy(..., constants=)`: fusion never
+  measures; `api` and the command line run the calibration probe when
+  `Strategy.measures_costs`); `+default_costs` uses the fixed documented ones instead
+  (deterministic: tests use it), as does a run given no constants.
+
+- `xla-gpu`: XLA's current GPU pipeline (gpu_compiler.cc, fusion_pipeline.cc): variadic-op
+  splitting, then once priority fusion with XLA's GPU rules and performance model
+  (`gpu_priority.py`, `gpu_model.py`) for the device `+device=a100|h100|h200` names (default
+  h100), CSE, DCE, multi-output fusion with today's rules (`gpu_multi_output.py`), CSE, DCE;
+  then horizontal fusion as in `xla`; loops get XLA's trip-count annotation.
 
 Modifiers, appended to the name: `-no-<pass>` leaves a pass out (`merger`, `multi-output`,
 `horizontal`, `horizontal-loop`, `horizontal-input`, `duplication`, `instruction-fusion`,
-`simplify`), `+<pass>` adds one to `none`, and `+relax_concatenate` lets a concatenate with
-several users fuse (the study's third variant). Examples: `xla+relax_concatenate`,
-`xla-no-merger`, `xla-no-horizontal-no-multi-output`.
+`simplify`, `logistic-expander`, `trip-count`, `tree-reduction`, `variadic-op-splitter`),
+`+<pass>` adds one to `none`, and `+relax_concatenate` lets a bare concatenate with several
+users fuse into a fusion (the study's third variant: it lifts the concatenate clause of XLA's
+code-duplication check). Examples: `xla+relax_concatenate`, `xla-no-merger`,
+`xla-no-horizontal-no-multi-output`.
 
 Rewrites before fusion, each off by default: `+rng_expansion` (the Threefry custom call as
 element-wise HLO, before simplification), `+concat_forwarding` and `+scalarize_state` (packed
@@ -36,30 +50,42 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from hlofuse.fusion.decision import DecisionLog
+from hlofuse.fusion.cost_model import MachineConstants
 from hlofuse.fusion.explain import explain_dict, explain_text
 from hlofuse.fusion.fusion_merger import FusionMerger
+from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.gpu_layout import TransposeToBitcast
+from hlofuse.fusion.gpu_multi_output import GpuMultiOutputFusion
+from hlofuse.fusion.gpu_priority import GpuPriorityFusion
 from hlofuse.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
 from hlofuse.fusion.instruction_fusion import InstructionFusion
 from hlofuse.fusion.kernels import Kernel, Loop, kernels_per_iteration, list_kernels
 from hlofuse.fusion.multi_output import MultiOutputFusion
 from hlofuse.fusion.priority import PriorityFusion
+from hlofuse.fusion.tree_reduction import TreeReductionRewriter
 from hlofuse.fusion.whole_loop import WholeLoopFusion
 from hlofuse.ir.hlo import Module
 from hlofuse.passes.call_inliner import CallInliner
+from hlofuse.passes.concat_forwarding import ConcatForwarding
 from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
-from hlofuse.passes.concat_forwarding import ConcatForwarding
-from hlofuse.passes.manager import PASSES, FixedPoint, Pass, Pipeline, Step
+from hlofuse.passes.decision_log import DecisionLog
+from hlofuse.passes.logistic_expander import LogisticExpander
+from hlofuse.passes.manager import FIXED_POINT_LIMIT, PASSES, FixedPoint, Pass, Pipeline, Step
 from hlofuse.passes.rng_expansion import RngExpansion
 from hlofuse.passes.scalarize_state import ScalarizeState
 from hlofuse.passes.simplify import AlgebraicSimplifier
+from hlofuse.passes.trip_count import WhileLoopTripCountAnnotator
 from hlofuse.passes.unroll import LoopUnroll
+from hlofuse.passes.variadic_op_splitter import VariadicOpSplitter
 
 FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiOutputFusion,
                                          HorizontalLoopFusion, HorizontalInputFusion,
-                                         PriorityFusion, WholeLoopFusion)
+                                         PriorityFusion, WholeLoopFusion, TreeReductionRewriter,
+                                         GpuPriorityFusion, GpuMultiOutputFusion,
+                                         TransposeToBitcast)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -91,6 +117,16 @@ _SWITCHES = {
     "whole_loop": "whole_loop",
     "whole-loop": "whole_loop",
     "whole-loop-fusion": "whole_loop",
+    "logistic_expansion": "logistic_expansion",
+    "logistic-expander": "logistic_expansion",
+    "trip_count": "trip_count",
+    "trip-count": "trip_count",
+    "while-loop-trip-count-annotator": "trip_count",
+    "tree_reduction": "tree_reduction",
+    "tree-reduction": "tree_reduction",
+    "tree-reduction-rewriter": "tree_reduction",
+    "variadic_split": "variadic_split",
+    "variadic-op-splitter": "variadic_split",
 }
 
 
@@ -114,6 +150,20 @@ class Strategy:
     priority_fusion: bool = False
     default_costs: bool = False  # priority fusion's fixed constants instead of measured ones
     whole_loop: bool = False  # loops independent per environment become one kernel each
+    # xla-gpu: XLA's current GPU priority fusion for a named device (`gpu_priority.py`); its
+    # fusion pipeline runs once, not to a fixed point.
+    gpu_priority_fusion: bool = False
+    device: str = DEFAULT_DEVICE
+    # XLA's 2022 GPU passes before and at the start of fusion (docs/xla-2022-pipeline.md).
+    logistic_expansion: bool = False
+    trip_count: bool = False  # while-loop trip-count annotation: no condition kernels
+    tree_reduction: bool = False
+    variadic_split: bool = False
+
+    @property
+    def measures_costs(self) -> bool:
+        """Whether priority fusion prices with this machine's measured constants."""
+        return self.priority_fusion and not self.default_costs
 
     @property
     def fuses(self) -> bool:
@@ -121,13 +171,16 @@ class Strategy:
                     self.horizontal_loop, self.horizontal_input, self.priority_fusion,
                     self.whole_loop))
 
-    def steps(self) -> list[Step]:
-        """The pipeline this strategy runs."""
+    def steps(self, constants: MachineConstants | None = None) -> list[Step]:
+        """The pipeline this strategy runs; `constants` are the measured machine constants
+        priority fusion prices with (unless `default_costs`)."""
         steps: list[Step] = []
         cleanup = (CommonSubexpressionElimination(only_fusion_computations=True),
                    DeadCodeElimination())
         if self.rng_expansion:
             steps.append(RngExpansion())
+        if self.logistic_expansion:
+            steps.append(LogisticExpander())
         if self.simplify:
             steps.append(FixedPoint((CallInliner(), AlgebraicSimplifier(),
                                      CommonSubexpressionElimination(), DeadCodeElimination()),
@@ -140,20 +193,37 @@ class Strategy:
         if self.unroll != 1:
             steps.append(LoopUnroll(factor=self.unroll))
             steps.append(FixedPoint(tidy, label="after unrolling"))
+        # XLA annotates trip counts last among the loop rewrites (nothing may change a loop
+        # afterwards) and splits large reductions after layout assignment, before fusion.
+        if self.trip_count:
+            steps.append(WhileLoopTripCountAnnotator())
+        if self.tree_reduction:
+            steps.append(FixedPoint((TreeReductionRewriter(),), label="tree reduction"))
+        if self.gpu_priority_fusion:  # XLA's simplifier after layout assignment
+            steps.append(TransposeToBitcast())
         if self.whole_loop:
             steps.append(WholeLoopFusion())
-        vertical: list[Pass] = []
+        vertical: list[Pass] = [VariadicOpSplitter()] if self.variadic_split else []
+        if self.gpu_priority_fusion:
+            vertical += [GpuPriorityFusion(self.device), *cleanup]
         if self.priority_fusion:
-            costs = "default" if self.default_costs else "measured"
-            vertical += [PriorityFusion(costs=costs), *cleanup]
+            if self.default_costs:
+                vertical += [PriorityFusion(costs="default"), *cleanup]
+            else:
+                vertical += [PriorityFusion(costs="measured", constants=constants), *cleanup]
         if self.instruction_fusion:
             vertical.append(InstructionFusion(self.duplication, self.relax_concatenate))
         if self.fusion_merger:
             vertical.append(FusionMerger(self.relax_concatenate))
         if self.multi_output:
-            vertical.append(MultiOutputFusion(self.relax_concatenate))
-        if vertical:
-            steps.append(FixedPoint(tuple(vertical) + cleanup, label="fusion"))
+            vertical.append(GpuMultiOutputFusion(self.device) if self.gpu_priority_fusion
+                            else MultiOutputFusion(self.relax_concatenate))
+        if len(vertical) > self.variadic_split:
+            steps.append(FixedPoint(tuple(vertical) + cleanup, label="fusion",
+                                    max_iterations=1 if self.gpu_priority_fusion else
+                                    FIXED_POINT_LIMIT))
+        elif vertical:
+            steps.append(VariadicOpSplitter())
         horizontal: list[Pass] = []
         if self.horizontal_loop:
             horizontal.append(HorizontalLoopFusion())
@@ -164,14 +234,23 @@ class Strategy:
         return steps
 
 
-NONE = Strategy("none")
+# Every strategy annotates proven trip counts (XLA's pipelines of 2022 and 2024 both do, at
+# the end of simplification): the runtime then runs a counted loop, whatever the fusion.
+NONE = Strategy("none", trip_count=True)
 XLA = Strategy("xla", instruction_fusion=True, fusion_merger=True, multi_output=True,
-               horizontal_loop=True, horizontal_input=True)
+               horizontal_loop=True, horizontal_input=True, logistic_expansion=True,
+               trip_count=True, tree_reduction=True, variadic_split=True)
 PRIORITY = Strategy("priority", priority_fusion=True, multi_output=True, horizontal_loop=True,
-                    horizontal_input=True, relax_concatenate=True)
+                    horizontal_input=True, relax_concatenate=True, trip_count=True)
 MAX = dataclasses.replace(PRIORITY, name="max", rng_expansion=True, concat_forwarding=True,
                           scalarize_state=True, whole_loop=True)
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NONE, XLA, PRIORITY, MAX)}
+# XLA's current GPU fusion pipeline (gpu_compiler.cc, fusion_pipeline.cc): variadic-op
+# splitting, priority fusion priced by the GPU model of `device`, CSE, DCE, multi-output
+# fusion, CSE, DCE, once; then horizontal loop and input fusion to a fixed point.
+XLA_GPU = Strategy("xla-gpu", gpu_priority_fusion=True, multi_output=True, horizontal_loop=True,
+                   horizontal_input=True, relax_concatenate=True, variadic_split=True,
+                   trip_count=True)
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NONE, XLA, PRIORITY, MAX, XLA_GPU)}
 
 
 class StrategyError(ValueError):
@@ -188,7 +267,8 @@ def parse_strategy(text: str) -> Strategy:
     strategy = STRATEGIES.get(base)
     if strategy is None:
         raise StrategyError(f"unknown strategy {base!r}; known: {', '.join(STRATEGIES)}")
-    changes: dict[str, bool | int] = {}
+    # Any: the fields differ in type; `_switch` pairs each field with a value of its type.
+    changes: dict[str, Any] = {}
     for word in disabled:
         changes.update(_switch(word, False, spec))
     for part in parts[1:]:
@@ -199,9 +279,11 @@ def parse_strategy(text: str) -> Strategy:
     return dataclasses.replace(strategy, name=spec, **changes)
 
 
-def _switch(word: str, value: bool, spec: str) -> dict[str, bool | int]:
+def _switch(word: str, value: bool, spec: str) -> dict[str, bool | int | str]:
     if word.split("=")[0] == "unroll":
         return {"unroll": _unroll_factor(word, value, spec)}
+    if word.split("=")[0] == "device":
+        return {"device": _device_name(word, value, spec)}
     if word == "horizontal":
         return {"horizontal_loop": value, "horizontal_input": value}
     field_name = _SWITCHES.get(word)
@@ -212,6 +294,17 @@ def _switch(word: str, value: bool, spec: str) -> dict[str, bool | int]:
         raise StrategyError(f"strategy {spec!r}: relax_concatenate is a knob; write "
                             "+relax_concatenate to turn it on")
     return {field_name: value}
+
+
+def _device_name(word: str, value: bool, spec: str) -> str:
+    """`device=h100`: the GPU description xla-gpu's model prices for (`gpu_devices.py`)."""
+    _, has_name, name = word.partition("=")
+    if not value or not has_name:
+        raise StrategyError(f"strategy {spec!r}: write +device=NAME (a100, h100 or h200)")
+    try:
+        return device(name).name
+    except ValueError as exc:
+        raise StrategyError(f"strategy {spec!r}: {exc}") from exc
 
 
 def _unroll_factor(word: str, value: bool, spec: str) -> int:
@@ -256,10 +349,13 @@ class FusionResult:
 
 
 def run_strategy(module: Module, strategy: str | Strategy, *, debug: bool = True,
-                 dump_dir: Path | str | None = None) -> FusionResult:
-    """Run a strategy's pipeline on `module` (verifying after every pass when `debug`)."""
+                 dump_dir: Path | str | None = None,
+                 constants: MachineConstants | None = None) -> FusionResult:
+    """Run a strategy's pipeline on `module` (verifying after every pass when `debug`);
+    `constants`: this machine's measured constants, for a strategy that `measures_costs`."""
     chosen = parse_strategy(strategy) if isinstance(strategy, str) else strategy
     log = DecisionLog()
-    fused, _ = Pipeline(chosen.steps(), debug=debug, dump_dir=dump_dir, log=log).run(module)
+    fused, _ = Pipeline(chosen.steps(constants), debug=debug, dump_dir=dump_dir,
+                        log=log).run(module)
     kernels, loops = list_kernels(fused)
     return FusionResult(chosen, fused, log, kernels, loops)

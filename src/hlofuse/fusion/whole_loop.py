@@ -4,7 +4,7 @@ A loop qualifies when its state splits into per-environment arrays (leading dime
 uniform values, each iteration computes environment e's new state from environment e's old
 state and uniform values only, the uniform values and the trip count do not depend on
 per-environment values, and the per-environment state is small (the analysis is
-`hlofuse.ir.parallel_loop`; cross-environment sums that only accumulate, such as CartPole's
+`hlofuse.analysis.parallel_loop`; cross-environment sums that only accumulate, such as CartPole's
 episode count, are allowed). Such a loop is wrapped as it is in a fusion of kind kCustom whose
 called computation holds the loop, its operands being the loop's initial values, so the
 interpreter still evaluates it unchanged; the code generator (codegen/whole_loop.py) emits it
@@ -23,8 +23,8 @@ id naming the first offending instruction (`whole-loop-opaque-op`,
 
 Run it before the fusion passes (strategy `+whole_loop` does): they then leave the wrapped
 loop alone, and only fuse what stays outside. XLA has no such pass: it fuses loop bodies in
-isolation and runs the loop on the host (xla-fusion.md, section 16.1); the hand-written CartPole
-kernel of the peers benchmark is what this reproduces.
+isolation and runs the loop on the host (docs/xla-fusion.md, section 16.1); the hand-written
+CartPole kernel of the peers benchmark is what this reproduces.
 """
 
 from __future__ import annotations
@@ -34,19 +34,25 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.decision import FUSE, FUSIBLE, NO, DecisionRecord, Figure
+from hlofuse.analysis.loops import NotCounted, counted_loop
+from hlofuse.analysis.parallel_loop import (
+    MAX_LANES,
+    LoopPlan,
+    Refusal,
+    block_lanes,
+    plan_parallel_loop,
+    whole_loop_config,
+)
 from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
-from hlofuse.ir.ops import Op
-from hlofuse.ir.parallel_loop import (
-    MAX_LANES, LoopPlan, Refusal, block_lanes, plan_parallel_loop, whole_loop_config)
-from hlofuse.passes.call_inliner import inline_computation
+from hlofuse.ir.ops import FusionKind, Op
+from hlofuse.passes.decision_log import FUSIBLE, DecisionRecord, Figure, Verdict
 from hlofuse.passes.loops import with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 def fusion_reachable(module: Module) -> set[int]:
     """id() of every computation called, directly or not, from a fused computation."""
@@ -79,7 +85,9 @@ class WholeLoopFusion:
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         skipped = fusion_reachable(module)
-        computation_names = {c.name for c in module.computations}
+        computation_names = NameUniquer()
+        for computation in module.computations:
+            computation_names.reserve(computation.name)
 
         def transform_for(comp: Computation) -> Transform | None:
             if id(comp) in skipped or not any(i.op is Op.WHILE for i in comp.instructions):
@@ -100,10 +108,10 @@ class WholeLoopFusion:
 
     def _loop(self, comp: Computation, inst: Instruction, operands: tuple[Instruction, ...],
               builder: RewriteBuilder, log: DecisionSink | None,
-              computation_names: set[str]) -> Instruction | None:
+              computation_names: NameUniquer) -> Instruction | None:
         calls = tuple(builder.callee(c) for c in inst.calls)
         loop = dataclasses.replace(inst, operands=operands, calls=calls)
-        if any(i.op is Op.FUSION for c in calls for i in c.instructions):
+        if any(i.op in (Op.FUSION, Op.WHILE) for c in calls for i in c.instructions):
             loop = dataclasses.replace(loop, calls=tuple(_unfused(c, builder.names)
                                                          for c in calls))
         plan = plan_parallel_loop(loop, max_state_elements_per_env=self.max_state_elements_per_env,
@@ -111,12 +119,15 @@ class WholeLoopFusion:
         if isinstance(plan, Refusal):
             _log_refusal(log, comp, inst, plan)
             return None
-        fusion = self._wrap(loop, builder, _fresh(computation_names, "whole_loop_computation"))
+        fusion = self._wrap(loop, builder, computation_names.unique("whole_loop_computation"),
+                            plan)
         _log_fusion(log, comp, inst, fusion, plan, self.lanes)
         return fusion
 
-    def _wrap(self, loop: Instruction, builder: RewriteBuilder, name: str) -> Instruction:
-        """fusion(initial values), kind=kCustom, calling { params; tuple; while }."""
+    def _wrap(self, loop: Instruction, builder: RewriteBuilder, name: str,
+              plan: LoopPlan) -> Instruction:
+        """fusion(initial values), kind=kCustom, calling { params; tuple; while }; the
+        backend_config records the plan for code generation."""
         init = loop.operands[0]
         if init.op is Op.TUPLE:
             values = list(dict.fromkeys(init.operands))
@@ -129,36 +140,73 @@ class WholeLoopFusion:
         state = inner.add(Op.TUPLE, [params[id(v)] for v in elements], metadata=init.metadata)
         inner.instructions.append(dataclasses.replace(loop, operands=(state,)))
         fused = inner.build()
-        return builder.add(Op.FUSION, values, attrs={"kind": "kCustom"}, calls=[fused],
+        return builder.add(Op.FUSION, values, attrs={"kind": FusionKind.CUSTOM}, calls=[fused],
                            shape=loop.shape, metadata=loop.metadata,
-                           extra=[("backend_config", RawAttr(whole_loop_config(self.lanes)))])
-
-
-def _fresh(used: set[str], base: str) -> str:
-    number = 0
-    while f"{base}.{number}" in used:
-        number += 1
-    used.add(f"{base}.{number}")
-    return f"{base}.{number}"
+                           extra=[("backend_config", RawAttr(whole_loop_config(self.lanes, plan)))])
 
 
 def _unfused(comp: Computation, names: NameUniquer) -> Computation:
-    """`comp` with every fusion replaced by the instructions of its fused computation."""
-    if not any(i.op is Op.FUSION for i in comp.instructions):
+    """`comp` with every fusion replaced by the instructions of its fused computation, and
+    every nested loop with a constant trip count (the same for every lane: JAX's CPU Threefry
+    rounds, a `fori_loop` integrator) replaced by its iterations, so that the lane's kernel
+    runs it as straight-line code (XLA's WhileLoopUnroller limits: at most
+    NESTED_MAX_TRIP_COUNT iterations and NESTED_MAX_INSTRUCTIONS instructions in all)."""
+    if not any(i.op in (Op.FUSION, Op.WHILE) for i in comp.instructions):
         return comp
     builder = ComputationBuilder(comp.name, names)
+    root = _flattened(comp, tuple(comp.parameters), builder, top=True)
+    params = tuple(comp.parameters)
+    return Computation(comp.name, tuple(builder.instructions), root, params)
+
+
+NESTED_MAX_TRIP_COUNT = 64
+NESTED_MAX_INSTRUCTIONS = 10000
+
+
+def _flattened(comp: Computation, operands: tuple[Instruction, ...],
+               builder: ComputationBuilder, top: bool = False) -> Instruction:
+    """`comp` applied to `operands`, its instructions copied into `builder` with fusions
+    inlined and constant-trip-count loops unrolled; returns the copy of its root."""
     copies: dict[int, Instruction] = {}
+    for param in comp.parameters:
+        copies[id(param)] = operands[param.parameter_number]
     for inst in comp.instructions:
-        operands = tuple(copies[id(o)] for o in inst.operands)
-        if inst.op is Op.FUSION and inst.attrs.get("kind") != "kCustom":
-            copies[id(inst)] = inline_computation(_unfused(inst.calls[0], names), operands,
-                                                  builder, keep_names=False)
+        if inst.op is Op.PARAMETER:
+            if top:
+                builder.instructions.append(inst)
             continue
-        copy = inst if operands == inst.operands else dataclasses.replace(inst, operands=operands)
+        mapped = tuple(copies[id(o)] for o in inst.operands)
+        if inst.op is Op.FUSION:
+            copies[id(inst)] = _flattened(inst.calls[0], mapped, builder)
+            continue
+        if inst.op is Op.WHILE:
+            unrolled = _unrolled(inst, mapped, builder)
+            if unrolled is not None:
+                copies[id(inst)] = unrolled
+                continue
+        name = inst.name if top else builder.names.unique(inst.name)
+        copy = (inst if mapped == inst.operands and top
+                else dataclasses.replace(inst, name=name, operands=mapped))
         builder.instructions.append(copy)
         copies[id(inst)] = copy
-    params = tuple(copies[id(p)] for p in comp.parameters)
-    return Computation(comp.name, tuple(builder.instructions), copies[id(comp.root)], params)
+    return copies[id(comp.root)]
+
+
+def _unrolled(loop: Instruction, operands: tuple[Instruction, ...],
+              builder: ComputationBuilder) -> Instruction | None:
+    """The iterations of a nested loop with a constant trip count, or None (kept a loop)."""
+    cond, body = loop.calls
+    try:
+        counted = counted_loop(loop, operands[0], cond, body)
+    except NotCounted:
+        return None
+    if (counted.trip_count > NESTED_MAX_TRIP_COUNT
+            or counted.trip_count * counted.body_instructions > NESTED_MAX_INSTRUCTIONS):
+        return None
+    state = operands[0]
+    for _ in range(counted.trip_count):
+        state = _flattened(body, (state,), builder)
+    return state
 
 
 def _lines(inst: Instruction | None) -> tuple[str, ...]:
@@ -174,7 +222,8 @@ def _log_refusal(log: DecisionSink | None, comp: Computation, loop: Instruction,
     consumer = offender if offender is not loop else None
     figures: dict[str, Figure] = dict(refusal.figures)
     log.append(DecisionRecord(
-        WholeLoopFusion.name, comp.name, loop.name, consumer.name if consumer else None, NO,
+        WholeLoopFusion.name, comp.name, loop.name, consumer.name if consumer else None,
+        Verdict.NO,
         refusal.rule, refusal.message, loop.op.text, consumer.op.text if consumer else "",
         (), MappingProxyType(figures), _lines(loop), _lines(consumer)))
 
@@ -194,5 +243,5 @@ def _log_fusion(log: DecisionSink | None, comp: Computation, loop: Instruction,
         "lane_instructions": len(plan.lane), "uniform_instructions": len(plan.uniform_code),
     }
     log.append(DecisionRecord(
-        WholeLoopFusion.name, comp.name, loop.name, fusion.name, FUSE, FUSIBLE, message,
+        WholeLoopFusion.name, comp.name, loop.name, fusion.name, Verdict.FUSE, FUSIBLE, message,
         loop.op.text, fusion.op.text, (), MappingProxyType(figures), _lines(loop), ()))

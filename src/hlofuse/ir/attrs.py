@@ -133,3 +133,71 @@ class RawAttr:
     """An attribute hlofuse does not interpret (backend_config, sharding, ...), kept verbatim."""
 
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConvDimLabels:
+    """A convolution's dimension numbers, as XLA writes them: `b01f_01io->b01f`.
+
+    Each field gives, for one role, the operand (or result) dimension that plays it; `spatial`
+    fields list the dimensions of spatial dimension 0, 1, ... in order.
+    """
+
+    input_batch: int
+    input_feature: int
+    input_spatial: tuple[int, ...]
+    kernel_input_feature: int
+    kernel_output_feature: int
+    kernel_spatial: tuple[int, ...]
+    output_batch: int
+    output_feature: int
+    output_spatial: tuple[int, ...]
+
+    @staticmethod
+    def parse(text: str) -> ConvDimLabels:
+        """Raises ValueError naming what is wrong."""
+        parts = text.split("->")
+        if len(parts) != 2 or len(parts[0].split("_")) != 2:
+            raise ValueError(f"dim_labels '{text}' is not of the form LHS_RHS->OUT "
+                             "(e.g. b01f_01io->b01f)")
+        lhs, rhs = parts[0].split("_")
+        out = parts[1]
+        if not (len(lhs) == len(rhs) == len(out)):
+            raise ValueError(f"dim_labels '{text}': the three parts differ in rank")
+        spatial = len(lhs) - 2
+
+        def roles(labels: str, names: str, what: str) -> tuple[int, int, tuple[int, ...]]:
+            expected = sorted(names + "".join(str(i) for i in range(spatial)))
+            if sorted(labels) != expected:
+                raise ValueError(f"dim_labels '{text}': {what} '{labels}' must name {names[0]}, "
+                                 f"{names[1]} and spatial dimensions 0..{spatial - 1} once each")
+            return (labels.index(names[0]), labels.index(names[1]),
+                    tuple(labels.index(str(i)) for i in range(spatial)))
+
+        if spatial > 10:
+            raise ValueError(f"dim_labels '{text}': more than 10 spatial dimensions")
+        ib, iff, isp = roles(lhs, "bf", "input")
+        ki, ko, ksp = roles(rhs, "io", "kernel")
+        ob, of, osp = roles(out, "bf", "output")
+        return ConvDimLabels(ib, iff, isp, ki, ko, ksp, ob, of, osp)
+
+    @property
+    def spatial_rank(self) -> int:
+        return len(self.input_spatial)
+
+    def text(self) -> str:
+        def labels(rank: int, named: dict[int, str], spatial: tuple[int, ...]) -> str:
+            out = [""] * rank
+            for dim, name in named.items():
+                out[dim] = name
+            for i, dim in enumerate(spatial):
+                out[dim] = str(i)
+            return "".join(out)
+
+        rank = self.spatial_rank + 2
+        lhs = labels(rank, {self.input_batch: "b", self.input_feature: "f"}, self.input_spatial)
+        rhs = labels(rank, {self.kernel_input_feature: "i", self.kernel_output_feature: "o"},
+                     self.kernel_spatial)
+        out = labels(rank, {self.output_batch: "b", self.output_feature: "f"},
+                     self.output_spatial)
+        return f"{lhs}_{rhs}->{out}"

@@ -19,33 +19,57 @@ _SUFFIX = re.compile(r"^(.*)\.(\d+)$")
 
 
 class NameUniquer:
-    """Hands out module-unique names in XLA's `base.N` style."""
+    """Hands out unique names in XLA's `base.N` style: the one name uniquer of hlofuse.
 
-    def __init__(self) -> None:
+    Two numberings, as the names they must reproduce were made:
+
+    - by default (the parser, the builders, the front end, the rewrites) every name gets a
+      suffix, and a base's numbers continue after the highest one reserved (`add.7` reserved:
+      `add` gives `add.8`);
+    - with `bare_first` (the fusion passes, as XLA names its fusions) the first name is the
+      base itself, then `base.1`, `base.2`, ... the lowest free one; a reserved name only
+      stops that name from being handed out.
+
+    `unique` strips a numeric suffix from the base it is given (`add.3` -> `add.N`).
+    """
+
+    def __init__(self, bare_first: bool = False) -> None:
+        self.bare_first = bare_first
         self._next: dict[str, int] = {}
         self._used: set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._used
 
     def reserve(self, name: str) -> bool:
         """Mark `name` as used; False if it already was."""
         if name in self._used:
             return False
         self._used.add(name)
-        match = _SUFFIX.match(name)
-        if match:
-            base, number = match.group(1), int(match.group(2))
-            self._next[base] = max(self._next.get(base, 0), number + 1)
+        if not self.bare_first:
+            match = _SUFFIX.match(name)
+            if match:
+                base, number = match.group(1), int(match.group(2))
+                self._next[base] = max(self._next.get(base, 0), number + 1)
         return True
 
     def unique(self, base: str) -> str:
         match = _SUFFIX.match(base)
-        base = (match.group(1) if match else base) or "x"
-        number = self._next.get(base, 0)
-        while f"{base}.{number}" in self._used:
+        root = match.group(1) if match else base
+        if self.bare_first:
+            if root not in self._used:
+                self._used.add(root)
+                return root
+            number = self._next.get(root, 1)
+        else:
+            root = root or "x"
+            number = self._next.get(root, 0)
+        while f"{root}.{number}" in self._used:
             number += 1
-        name = f"{base}.{number}"
+        name = f"{root}.{number}"
         # What reserve(name) does, without matching the name again: its suffix is `number`.
         self._used.add(name)
-        self._next[base] = max(self._next.get(base, 0), number + 1)
+        self._next[root] = max(self._next.get(root, 0), number + 1)
         return name
 
 
@@ -95,7 +119,7 @@ class ComputationBuilder:
     def parameter(self, number: int, shape: Shape, name: str | None = None,
                   metadata: Metadata | None = None) -> Instruction:
         if name is None:
-            name = self.names.unique("Arg_%d" % number)
+            name = self.names.unique(f"Arg_{number}")
             self.names._used.discard(name)  # add() reserves it again
         return self.add(Op.PARAMETER, attrs={"parameter_number": number}, shape=shape,
                         name=name, metadata=metadata)

@@ -29,14 +29,44 @@ def _quiet(fn: Callable[..., Array]) -> Callable[..., Array]:
     return wrapped
 
 
+def quieted(x: Array) -> Array:
+    """`x` with every NaN made quiet (the top mantissa bit set), sign and payload kept, as an
+    arithmetic operation on a NaN operand leaves it on x86."""
+    if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
+        return x
+    x = np.asarray(x)
+    bits = x.dtype.itemsize * 8
+    mantissa = {16: 10 if x.dtype.name == "float16" else 7, 32: 23, 64: 52}[bits]
+    unsigned = np.dtype(f"u{x.dtype.itemsize}")
+    quiet_bit = np.array(1 << (mantissa - 1), unsigned)
+    with np.errstate(invalid="ignore"):
+        nan = np.isnan(x.astype(np.float32) if bits == 16 else x)
+    return np.where(nan, (x.view(unsigned) | quiet_bit).view(x.dtype), x).astype(x.dtype)
+
+
+def _first_nan(result: Array, *operands: Array) -> Array:
+    """Where `result` is NaN because an operand was, that operand's NaN (the first NaN one,
+    quieted), as XLA's CPU code returns it: sign and payload carried through."""
+    out = result
+    for operand in reversed(operands):
+        operand = np.broadcast_to(operand, result.shape)
+        with np.errstate(invalid="ignore"):
+            pick = np.isnan(out.astype(np.float64)) & np.isnan(operand.astype(np.float64))
+        out = np.where(pick, quieted(operand).astype(result.dtype), out)
+    return out.astype(result.dtype)
+
+
 def _float_math(ufunc: Callable[[Array], Array]) -> Callable[[Array], Array]:
-    """A transcendental function that keeps the operand's float type."""
+    """A transcendental function that keeps the operand's float type; a NaN operand comes back
+    quieted with its sign and payload (NumPy's functions may drop the sign: tanh does)."""
 
     @_quiet
     def apply(x: Array) -> Array:
         if x.dtype.name in _WIDENED:
-            return np.asarray(ufunc(x.astype(np.float64))).astype(x.dtype)
-        return np.asarray(ufunc(x)).astype(x.dtype)
+            y = np.asarray(ufunc(x.astype(np.float64))).astype(x.dtype)
+        else:
+            y = np.asarray(ufunc(x)).astype(x.dtype)
+        return _first_nan(y, x)
 
     return apply
 
@@ -138,8 +168,10 @@ def multiply(x: Array, y: Array) -> Array:
 @_quiet
 def _atan2(y: Array, x: Array) -> Array:
     if y.dtype.name in _WIDENED:
-        return np.arctan2(y.astype(np.float64), x.astype(np.float64)).astype(y.dtype)
-    return np.arctan2(y, x).astype(y.dtype)
+        r = np.arctan2(y.astype(np.float64), x.astype(np.float64)).astype(y.dtype)
+    else:
+        r = np.arctan2(y, x).astype(y.dtype)
+    return _first_nan(r, x, y)  # XLA's CPU atan2 returns x's NaN when both are
 
 
 atan2 = _atan2
@@ -207,8 +239,10 @@ def minimum(x: Array, y: Array) -> Array:
 def power(x: Array, y: Array) -> Array:
     if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
         if x.dtype.name in _WIDENED:
-            return np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
-        return np.power(x, y).astype(x.dtype)
+            r = np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
+        else:
+            r = np.power(x, y).astype(x.dtype)
+        return _first_nan(r, x, y)
     return _int_power(x, y)
 
 
@@ -341,5 +375,17 @@ def convert(x: Array, target: np.dtype) -> Array:
 
 
 def bitcast_convert(x: Array, target: np.dtype) -> Array:
-    # ascontiguousarray makes 0-d arrays 1-d; the reshape keeps the shape.
-    return np.ascontiguousarray(x).view(target).reshape(x.shape)
+    """The bytes reinterpreted in memory order (little-endian, as XLA's CPU backend): a wider
+    target absorbs the last dimension, a narrower one adds a last dimension."""
+    source_size, target_size = x.dtype.itemsize, np.dtype(target).itemsize
+    if target_size > source_size:
+        shape = x.shape[:-1]
+    elif target_size < source_size:
+        shape = (*x.shape, source_size // target_size)
+    else:
+        shape = x.shape
+    # ascontiguousarray makes 0-d arrays 1-d; the reshape gives the result's shape.
+    data = np.ascontiguousarray(x)
+    if data.dtype.byteorder == ">":
+        data = data.astype(data.dtype.newbyteorder("<"))
+    return data.view(target).reshape(shape)

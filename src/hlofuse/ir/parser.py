@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
-from hlofuse.ir.attrs import Metadata, PaddingDim, RawAttr, SliceDim, Window
+from hlofuse.ir.attrs import ConvDimLabels, Metadata, PaddingDim, RawAttr, SliceDim, Window
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
-from hlofuse.ir.ops import OP_BY_NAME, AttrType, Op
+from hlofuse.ir.limits import Limits
+from hlofuse.ir.ops import COMPLEX_OPCODES, OP_BY_NAME, UNSUPPORTED_XLA_OPCODES, AttrType, Op
 from hlofuse.ir.shape_inference import ShapeError
-from hlofuse.ir.shapes import DEFAULT_MAX_BUFFER_BYTES, Shape
+from hlofuse.ir.shapes import Shape
 
 _NAME = re.compile(r"%?([A-Za-z_][A-Za-z0-9_.\-]*)")
 _INT = re.compile(r"[+-]?\d+")
@@ -291,7 +293,9 @@ class _Reader:
             raise self.error(f"{dtype.text} cannot have dimensions", start)
         if shape.byte_size > self.max_buffer_bytes:
             raise self.error(f"shape {shape.text(False)} needs {shape.byte_size} bytes, above "
-                             f"the cap of {self.max_buffer_bytes} bytes per buffer", start)
+                             f"the cap of {self.max_buffer_bytes} bytes per buffer (set "
+                             "$HLOFUSE_MAX_BUFFER_BYTES or pass max_buffer_bytes= to raise it)",
+                             start)
         return shape
 
     def _layout(self, rank: int) -> tuple[int, ...] | None:
@@ -487,19 +491,20 @@ def _convert_literal(values: list[str], shape: Shape) -> np.ndarray:
     for v in values:
         if v in ("true", "false"):
             raise ValueError(f"'{v}' is not a number")
-        number = float(re.sub(r"\(.*\)", "", v))
+        real = float(re.sub(r"\(.*\)", "", v))
         with np.errstate(over="ignore"):
-            is_overflow = np.isinf(np.array(number, dtype.numpy)) and "inf" not in v
+            is_overflow = np.isinf(np.array(real, dtype.numpy)) and "inf" not in v
         if is_overflow:  # as XLA's parser: a finite literal must fit the type
             raise ValueError(f"{v} is out of range")
-        floats.append(number)
+        floats.append(real)
     return np.array(floats, dtype=np.float64)
 
 
 # --- instructions and computations -------------------------------------------------------
 
 _CALL_KEYS = {"to_apply", "condition", "body", "calls", "branch_computations",
-              "true_computation", "false_computation"}
+              "true_computation", "false_computation", "select", "scatter"}
+_DIM_LABELS = re.compile(r"[A-Za-z0-9_?]+->[A-Za-z0-9_?]+")
 
 
 def _parse_attribute(reader: _Reader, raw: _RawInstruction) -> None:
@@ -541,6 +546,17 @@ def _parse_attribute(reader: _Reader, raw: _RawInstruction) -> None:
         raw.attrs[key] = _padding_spec(reader)
     elif spec.type is AttrType.WINDOW:
         raw.attrs[key] = _window_spec(reader)
+    elif spec.type is AttrType.DIM_LABELS:
+        reader.skip()
+        value_start = reader.pos
+        m = reader.match(_DIM_LABELS)
+        if not m:
+            raise reader.error(f"expected dim_labels like b01f_01io->b01f, found "
+                               f"{reader.describe_next()}", value_start)
+        try:
+            raw.attrs[key] = ConvDimLabels.parse(m.group(0))
+        except ValueError as e:
+            raise reader.error(str(e), value_start) from None
 
 
 def _parse_call_attribute(reader: _Reader, raw: _RawInstruction, key: str,
@@ -596,6 +612,12 @@ def _parse_instruction(reader: _Reader) -> _RawInstruction:
     opcode_text = reader.word()
     op = OP_BY_NAME.get(opcode_text)
     if op is None:
+        if opcode_text in COMPLEX_OPCODES:
+            raise reader.error(f"opcode '{opcode_text}' is not supported by hlofuse (complex "
+                               "numbers are not supported)", opcode_start)
+        if opcode_text in UNSUPPORTED_XLA_OPCODES:
+            raise reader.error(f"opcode '{opcode_text}' is not supported by hlofuse",
+                               opcode_start)
         raise reader.error(f"unknown opcode '{opcode_text}'", opcode_start)
     raw = _RawInstruction(name, position, is_root, shape, op, [])
     reader.expect("(", f"after opcode '{opcode_text}'")
@@ -683,7 +705,7 @@ _TABLE_HEAD = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)\s
 
 def _parse_debug_tables(reader: _Reader) -> tuple[tuple[str, tuple[tuple[int, str], ...]], ...]:
     """jax's `debug_info=True` tables between the header and the first computation."""
-    tables = []
+    tables: list[tuple[str, tuple[tuple[int, str], ...]]] = []
     while True:
         reader.skip()
         m = _TABLE_HEAD.match(reader.text, reader.pos)
@@ -721,7 +743,7 @@ def _resolve_locations(tables: tuple[tuple[str, tuple[tuple[int, str], ...]], ..
 class _ModuleBuilder:
     def __init__(self, reader: _Reader, raws: list[_RawComputation]) -> None:
         self.reader = reader
-        self.raws = {}
+        self.raws: dict[str, _RawComputation] = {}
         for raw in raws:
             if raw.name in self.raws:
                 raise reader.error(f"duplicate computation name '{raw.name}'", raw.position)
@@ -856,7 +878,8 @@ class _ModuleBuilder:
         return inst
 
     def _check_parameters(self, raw: _RawComputation) -> None:
-        numbers = sorted(((i.attrs["parameter_number"], i) for i in raw.instructions
+        # parameter_number is an int: its schema was checked when the instruction was read.
+        numbers = sorted(((cast(int, i.attrs["parameter_number"]), i) for i in raw.instructions
                           if i.opcode is Op.PARAMETER), key=lambda pair: pair[0])
         for (first, _), (number, inst) in zip(numbers, numbers[1:]):
             if first == number:
@@ -869,8 +892,11 @@ class _ModuleBuilder:
 
 
 def parse_module(text: str, filename: str | None = None,
-                 max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> Module:
-    """Parse HLO text into a Module; raises HloParseError with line and column."""
+                 max_buffer_bytes: int | None = None) -> Module:
+    """Parse HLO text into a Module; raises HloParseError with line and column. The buffer
+    cap defaults to `Limits.from_env()` ($HLOFUSE_MAX_BUFFER_BYTES, else 4 GiB)."""
+    if max_buffer_bytes is None:
+        max_buffer_bytes = Limits.from_env().max_buffer_bytes
     if "\x00" in text:
         position = text.index("\x00")
         raise _Reader(text, filename, max_buffer_bytes).error("binary data in HLO text",
@@ -900,7 +926,9 @@ def parse_module(text: str, filename: str | None = None,
     return Module(module_name, ordered, entry, debug_tables)
 
 
-def parse_file(path: str, max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> Module:
+def parse_file(path: str, max_buffer_bytes: int | None = None) -> Module:
+    if max_buffer_bytes is None:
+        max_buffer_bytes = Limits.from_env().max_buffer_bytes
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlofuse.ir.attrs import PaddingDim, SliceDim, Window, quote
+from hlofuse.ir.attrs import ConvDimLabels, PaddingDim, SliceDim, Window, quote
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import AttrType, Op
 from hlofuse.ir.shapes import Shape
@@ -58,6 +58,9 @@ def attr_value_text(kind: AttrType, value: object) -> str:
         return "x".join(p.text() for p in value if isinstance(p, PaddingDim))
     if kind is AttrType.WINDOW:
         assert isinstance(value, Window)
+        return value.text()
+    if kind is AttrType.DIM_LABELS:
+        assert isinstance(value, ConvDimLabels)
         return value.text()
     if kind is AttrType.STRING:
         assert isinstance(value, str)

@@ -170,10 +170,37 @@ def bitcast_convert(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
     target = _declared(declared, op)
     if not target.is_array:
         raise ShapeError(f"{op} result must be an array")
-    if not (target.dtype.bits == x.dtype.bits and target.dims == x.dims):
-        raise ShapeError(f"{op} from {x.text(False)} to {target.text(False)}: only conversions "
-                         "between types of the same bit width are supported")
-    return Shape.array(target.dtype, x.dims)
+    small, large = sorted((x.dtype.bits, target.dtype.bits))
+    if large % small:
+        raise ShapeError(f"{op} from {x.text(False)} to {target.text(False)}: the bit widths "
+                         f"{x.dtype.bits} and {target.dtype.bits} must be equal or one a "
+                         "multiple of the other")
+    expected = bitcast_convert_dims(x.dtype.bits, x.dims, target.dtype.bits)
+    if expected is None or target.dims != expected:
+        ratio = large // small
+        what = ("the operand's dimensions" if ratio == 1 else
+                f"the operand's dimensions without the last, which must be {ratio}"
+                if target.dtype.bits > x.dtype.bits else
+                f"the operand's dimensions with one more of size {ratio}")
+        raise ShapeError(f"{op} from {x.text(False)} to {target.text(False)}: the result must "
+                         f"have {what}")
+    return Shape.array(target.dtype, expected)
+
+
+def bitcast_convert_dims(source_bits: int, dims: tuple[int, ...], target_bits: int
+                         ) -> tuple[int, ...] | None:
+    """XLA's rule: equal widths keep the dimensions; a wider result drops a last dimension of
+    size target/source bits; a narrower one adds a last dimension of size source/target bits.
+    None when the widths do not divide or the last dimension does not fit."""
+    if source_bits == target_bits:
+        return tuple(dims)
+    if target_bits > source_bits:
+        if target_bits % source_bits or not dims or dims[-1] != target_bits // source_bits:
+            return None
+        return tuple(dims[:-1])
+    if source_bits % target_bits:
+        return None
+    return (*dims, source_bits // target_bits)
 
 
 # --- leaves -------------------------------------------------------------------------------
@@ -236,7 +263,10 @@ def reshape(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Sha
             op: str = "reshape") -> Shape:
     x = _array(operands[0], f"{op} operand")
     out = _declared(declared, op)
-    if out.dtype != x.dtype:
+    # XLA's optimised HLO turns a bitcast-convert between types of one width into a bitcast:
+    # the bytes stay, so only the width must agree.
+    same_bytes = op == "bitcast" and out.dtype.bits == x.dtype.bits
+    if out.dtype != x.dtype and not same_bytes:
         raise ShapeError(f"{op} changes element type {x.dtype.text} to {out.dtype.text}")
     if out.num_elements != x.num_elements:
         raise ShapeError(f"{op} from {x.text(False)} to {out.text(False)} changes the number of "
@@ -387,7 +417,7 @@ def _reducer_signature(calls: Calls, inputs: Sequence[Shape], op: str) -> None:
 
 def reduce(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
            op: str = "reduce") -> Shape:
-    _require(len(operands) % 2 == 0 and operands,
+    _require(len(operands) % 2 == 0 and bool(operands),
              "reduce needs as many initial values as inputs")
     n = len(operands) // 2
     inputs, inits = operands[:n], operands[n:]
@@ -410,7 +440,7 @@ def reduce(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shap
 
 def reduce_window(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
                   declared: Shape | None, op: str = "reduce-window") -> Shape:
-    _require(len(operands) % 2 == 0 and operands,
+    _require(len(operands) % 2 == 0 and bool(operands),
              "reduce-window needs as many initial values as inputs")
     n = len(operands) // 2
     inputs, inits = operands[:n], operands[n:]
@@ -562,3 +592,344 @@ def opt_barrier(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared:
 def after_all(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
               op: str = "after-all") -> Shape:
     return Shape.token()
+
+
+# --- indexing: gather, scatter -------------------------------------------------------------
+
+
+def _sorted_unique_in_range(dims: tuple[int, ...], rank: int, what: str,
+                            need_sorted: bool = True) -> None:
+    _check_dims(dims, rank, what)
+    if need_sorted and list(dims) != sorted(dims):
+        raise ShapeError(f"{what} {list(dims)} must be sorted")
+
+
+def _index_vector(indices: Shape, index_vector_dim: int, op: str) -> tuple[int, list[int]]:
+    """(length of the index vectors, the indices' other dimensions = the batch dimensions)."""
+    if not indices.dtype.is_integer:
+        raise ShapeError(f"{op} indices must be integers, got {indices.text(False)}")
+    if not 0 <= index_vector_dim <= indices.rank:
+        raise ShapeError(f"{op} index_vector_dim={index_vector_dim} out of range for indices "
+                         f"{indices.text(False)} (0..{indices.rank})")
+    if index_vector_dim == indices.rank:
+        return 1, list(range(indices.rank))
+    return (indices.dims[index_vector_dim],
+            [d for d in range(indices.rank) if d != index_vector_dim])
+
+
+def _batching(operand_dims: tuple[int, ...], index_dims: tuple[int, ...], operand: Shape,
+              indices: Shape, index_vector_dim: int, names: tuple[str, str], op: str) -> None:
+    if len(operand_dims) != len(index_dims):
+        raise ShapeError(f"{op} {names[0]}={list(operand_dims)} and {names[1]}="
+                         f"{list(index_dims)} must have the same length")
+    _sorted_unique_in_range(operand_dims, operand.rank, f"{op} {names[0]}", need_sorted=False)
+    _check_dims(index_dims, indices.rank, f"{op} {names[1]}")
+    if index_vector_dim in index_dims:
+        raise ShapeError(f"{op} {names[1]}={list(index_dims)} contains index_vector_dim="
+                         f"{index_vector_dim}")
+    for a, b in zip(operand_dims, index_dims):
+        if operand.dims[a] != indices.dims[b]:
+            raise ShapeError(f"{op} batching dimension {a} of the operand (size "
+                             f"{operand.dims[a]}) does not match dimension {b} of the indices "
+                             f"(size {indices.dims[b]})")
+
+
+def gather(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+           op: str = "gather") -> Shape:
+    operand = _array(operands[0], "gather operand")
+    indices = _array(operands[1], "gather indices")
+    offset_dims = _ints(attrs, "offset_dims")
+    collapsed = _ints(attrs, "collapsed_slice_dims")
+    start_index_map = _ints(attrs, "start_index_map")
+    operand_batching = _ints(attrs, "operand_batching_dims")
+    indices_batching = _ints(attrs, "start_indices_batching_dims")
+    slice_sizes = _ints(attrs, "slice_sizes")
+    ivd = attrs.get("index_vector_dim")
+    assert isinstance(ivd, int)
+    vector_size, batch_dims = _index_vector(indices, ivd, op)
+    if len(slice_sizes) != operand.rank:
+        raise ShapeError(f"gather slice_sizes={list(slice_sizes)} must have one entry per "
+                         f"operand dimension (rank {operand.rank})")
+    for d, (size, bound) in enumerate(zip(slice_sizes, operand.dims)):
+        if not 0 <= size <= bound:
+            raise ShapeError(f"gather slice_sizes[{d}]={size} out of range for operand "
+                             f"{operand.text(False)}")
+    if len(start_index_map) != vector_size:
+        raise ShapeError(f"gather start_index_map={list(start_index_map)} must have one entry "
+                         f"per index vector component ({vector_size})")
+    _check_dims(start_index_map, operand.rank, "gather start_index_map")
+    _sorted_unique_in_range(collapsed, operand.rank, "gather collapsed_slice_dims")
+    _batching(operand_batching, indices_batching, operand, indices, ivd,
+              ("operand_batching_dims", "start_indices_batching_dims"), op)
+    for d in collapsed + operand_batching:
+        if slice_sizes[d] > 1:
+            raise ShapeError(f"gather collapses or batches operand dimension {d}, so its "
+                             f"slice size must be at most 1, got {slice_sizes[d]}")
+    overlap = set(collapsed) & set(operand_batching) or set(start_index_map) & set(
+        operand_batching)
+    if overlap:
+        raise ShapeError(f"gather operand_batching_dims={list(operand_batching)} overlaps "
+                         f"collapsed_slice_dims or start_index_map at {sorted(overlap)}")
+    window = [d for d in range(operand.rank) if d not in collapsed and d not in operand_batching]
+    if len(offset_dims) != len(window):
+        raise ShapeError(f"gather offset_dims={list(offset_dims)} must have {len(window)} "
+                         f"entries (operand rank {operand.rank} minus collapsed and batching "
+                         "dimensions)")
+    out_rank = len(batch_dims) + len(offset_dims)
+    _sorted_unique_in_range(offset_dims, out_rank, "gather offset_dims")
+    out: list[int] = []
+    window_iter = iter(window)
+    batch_iter = iter(batch_dims)
+    for i in range(out_rank):
+        if i in offset_dims:
+            out.append(slice_sizes[next(window_iter)])
+        else:
+            out.append(indices.dims[next(batch_iter)])
+    return Shape.array(operand.dtype, tuple(out))
+
+
+def _scalar_computation(comp: Computation, params: list[Shape], result: Shape, op: str,
+                        role: str) -> None:
+    got = [p.shape for p in comp.parameters]
+    if got != params:
+        raise ShapeError(f"{op} {role} %{comp.name} must take "
+                         f"({', '.join(s.text(False) for s in params)}), takes "
+                         f"({', '.join(s.text(False) for s in got)})")
+    root = comp.root.shape
+    if root.is_tuple and len(root.elements) == 1 and not result.is_tuple:
+        root = root.elements[0]
+    if root != result:
+        raise ShapeError(f"{op} {role} %{comp.name} must return {result.text(False)}, returns "
+                         f"{root.text(False)}")
+
+
+def scatter(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+            op: str = "scatter") -> Shape:
+    if len(operands) < 3 or len(operands) % 2 == 0:
+        raise ShapeError(f"scatter takes N operands, the indices and N updates; got "
+                         f"{len(operands)} operands")
+    n = (len(operands) - 1) // 2
+    inputs = [_array(s, "scatter operand") for s in operands[:n]]
+    indices = _array(operands[n], "scatter indices")
+    updates = [_array(s, "scatter update") for s in operands[n + 1:]]
+    first = inputs[0]
+    for s in inputs[1:]:
+        if s.dims != first.dims:
+            raise ShapeError(f"scatter operands {first.text(False)} and {s.text(False)} differ "
+                             "in shape")
+    for s, upd in zip(inputs, updates):
+        if s.dtype != upd.dtype:
+            raise ShapeError(f"scatter update {upd.text(False)} must have the element type of "
+                             f"its operand {s.text(False)}")
+        if upd.dims != updates[0].dims:
+            raise ShapeError("scatter updates differ in shape")
+    update = updates[0]
+    window_dims = _ints(attrs, "update_window_dims")
+    inserted = _ints(attrs, "inserted_window_dims")
+    to_operand = _ints(attrs, "scatter_dims_to_operand_dims")
+    input_batching = _ints(attrs, "input_batching_dims")
+    indices_batching = _ints(attrs, "scatter_indices_batching_dims")
+    ivd = attrs.get("index_vector_dim")
+    assert isinstance(ivd, int)
+    vector_size, batch_dims = _index_vector(indices, ivd, op)
+    _sorted_unique_in_range(window_dims, update.rank, "scatter update_window_dims")
+    _sorted_unique_in_range(inserted, first.rank, "scatter inserted_window_dims")
+    if len(to_operand) != vector_size:
+        raise ShapeError(f"scatter scatter_dims_to_operand_dims={list(to_operand)} must have one "
+                         f"entry per index vector component ({vector_size})")
+    _check_dims(to_operand, first.rank, "scatter scatter_dims_to_operand_dims")
+    _batching(input_batching, indices_batching, first, indices, ivd,
+              ("input_batching_dims", "scatter_indices_batching_dims"), op)
+    overlap = set(inserted) & set(input_batching) or set(to_operand) & set(input_batching)
+    if overlap:
+        raise ShapeError(f"scatter input_batching_dims={list(input_batching)} overlaps "
+                         f"inserted_window_dims or scatter_dims_to_operand_dims at "
+                         f"{sorted(overlap)}")
+    if len(window_dims) + len(inserted) + len(input_batching) != first.rank:
+        raise ShapeError(f"scatter update_window_dims ({len(window_dims)}), "
+                         f"inserted_window_dims ({len(inserted)}) and input_batching_dims "
+                         f"({len(input_batching)}) must add up to the operand rank {first.rank}")
+    if update.rank != len(batch_dims) + len(window_dims):
+        raise ShapeError(f"scatter update {update.text(False)} must have rank "
+                         f"{len(batch_dims) + len(window_dims)} ({len(batch_dims)} scatter and "
+                         f"{len(window_dims)} window dimensions)")
+    operand_window = [d for d in range(first.rank) if d not in inserted
+                      and d not in input_batching]
+    for u, d in zip(window_dims, operand_window):
+        if update.dims[u] > first.dims[d]:
+            raise ShapeError(f"scatter update window dimension {u} (size {update.dims[u]}) is "
+                             f"larger than operand dimension {d} (size {first.dims[d]})")
+    scatter_dims = [d for d in range(update.rank) if d not in window_dims]
+    for u, b in zip(scatter_dims, batch_dims):
+        if update.dims[u] != indices.dims[b]:
+            raise ShapeError(f"scatter update dimension {u} (size {update.dims[u]}) does not "
+                             f"match indices dimension {b} (size {indices.dims[b]})")
+    if len(calls) != 1:
+        raise ShapeError("scatter needs a to_apply computation")
+    scalars = [Shape.scalar(s.dtype) for s in inputs]
+    _scalar_computation(calls[0], scalars * 2,
+                        scalars[0] if n == 1 else Shape.tuple_of(scalars), op,
+                        "update computation")
+    outs = [Shape.array(s.dtype, s.dims) for s in inputs]
+    return outs[0] if n == 1 else Shape.tuple_of(outs)
+
+
+# --- sort, top-k, map, reduce-precision ----------------------------------------------------
+
+
+def sort(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+         op: str = "sort") -> Shape:
+    inputs = [_array(s, "sort operand") for s in operands]
+    for s in inputs[1:]:
+        if s.dims != inputs[0].dims:
+            raise ShapeError(f"sort operands {inputs[0].text(False)} and {s.text(False)} differ "
+                             "in shape")
+    dims = _ints(attrs, "dimensions")
+    if len(dims) != 1:
+        raise ShapeError(f"sort needs exactly one dimension, got {list(dims)}")
+    _check_dims(dims, max(inputs[0].rank, 1), "sort dimensions")
+    if len(calls) != 1:
+        raise ShapeError("sort needs a comparator (to_apply=)")
+    params = [Shape.scalar(s.dtype) for s in inputs for _ in range(2)]
+    _scalar_computation(calls[0], params, Shape.scalar(DType.PRED), op, "comparator")
+    outs = [Shape.array(s.dtype, s.dims) for s in inputs]
+    return outs[0] if len(outs) == 1 else Shape.tuple_of(outs)
+
+
+def topk(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+         op: str = "topk") -> Shape:
+    x = _array(operands[0], "topk operand")
+    k = attrs.get("k")
+    assert isinstance(k, int)
+    if x.rank < 1 or not 0 <= k <= x.dims[-1]:
+        raise ShapeError(f"topk k={k} does not fit the last dimension of {x.text(False)}")
+    dims = x.dims[:-1] + (k,)
+    return Shape.tuple_of([Shape.array(x.dtype, dims), Shape.array(DType.S32, dims)])
+
+
+def map_(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+         op: str = "map") -> Shape:
+    inputs = [_array(s, "map operand") for s in operands]
+    for s in inputs[1:]:
+        if s.dims != inputs[0].dims:
+            raise ShapeError(f"map operands {inputs[0].text(False)} and {s.text(False)} differ in "
+                             "shape")
+    dims = _ints(attrs, "dimensions")
+    if dims and list(dims) != list(range(inputs[0].rank)):
+        raise ShapeError(f"map dimensions={list(dims)} must be every dimension in order")
+    if len(calls) != 1:
+        raise ShapeError("map needs a to_apply computation")
+    comp = calls[0]
+    root = comp.root.shape
+    if not (root.is_array and root.is_scalar):
+        raise ShapeError(f"map computation %{comp.name} must return a scalar, returns "
+                         f"{root.text(False)}")
+    _scalar_computation(comp, [Shape.scalar(s.dtype) for s in inputs], root, op, "computation")
+    return Shape.array(root.dtype, inputs[0].dims)
+
+
+def reduce_precision(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                     declared: Shape | None, op: str = "reduce-precision") -> Shape:
+    out = elementwise_float(operands, attrs, calls, declared, op)
+    exponent, mantissa = attrs.get("exponent_bits"), attrs.get("mantissa_bits")
+    if not (isinstance(exponent, int) and exponent >= 1):
+        raise ShapeError(f"reduce-precision exponent_bits must be >= 1, got {exponent}")
+    if not (isinstance(mantissa, int) and mantissa >= 0):
+        raise ShapeError(f"reduce-precision mantissa_bits must be >= 0, got {mantissa}")
+    return out
+
+
+# --- windows: select-and-scatter, convolution ---------------------------------------------
+
+
+def _window_output_dims(dims: tuple[int, ...], window: Window, op: str) -> tuple[int, ...]:
+    if window.rank != len(dims):
+        raise ShapeError(f"{op} window has rank {window.rank}, operand rank {len(dims)}")
+    out = []
+    for axis, size in enumerate(dims):
+        if not (window.size[axis] >= 1 and window.stride[axis] >= 1
+                and window.lhs_dilate[axis] >= 1 and window.rhs_dilate[axis] >= 1):
+            raise ShapeError(f"{op} window size, stride and dilations must be >= 1 in "
+                             f"dimension {axis}")
+        base = (size - 1) * window.lhs_dilate[axis] + 1 if size else 0
+        padded = base + window.pad_low[axis] + window.pad_high[axis]
+        extent = (window.size[axis] - 1) * window.rhs_dilate[axis] + 1
+        out.append(0 if padded < extent else (padded - extent) // window.stride[axis] + 1)
+    return tuple(out)
+
+
+def select_and_scatter(operands: Sequence[Shape], attrs: Attrs, calls: Calls,
+                       declared: Shape | None, op: str = "select-and-scatter") -> Shape:
+    x = _array(operands[0], "select-and-scatter operand")
+    source = _array(operands[1], "select-and-scatter source")
+    init = _array(operands[2], "select-and-scatter initial value")
+    if not (init.is_scalar and init.dtype == source.dtype):
+        raise ShapeError(f"select-and-scatter initial value {init.text(False)} must be a "
+                         f"{source.dtype.text} scalar")
+    window = attrs.get("window")
+    assert isinstance(window, Window)
+    expected = _window_output_dims(x.dims, window, op)
+    if source.dims != expected:
+        raise ShapeError(f"select-and-scatter source {source.text(False)} must have the "
+                         f"window's output dimensions {list(expected)}")
+    if len(calls) != 2:
+        raise ShapeError("select-and-scatter needs select= and scatter=")
+    scalar = Shape.scalar(x.dtype)
+    _scalar_computation(calls[0], [scalar, scalar], Shape.scalar(DType.PRED), op,
+                        "select computation")
+    s = Shape.scalar(source.dtype)
+    _scalar_computation(calls[1], [s, s], s, op, "scatter computation")
+    return Shape.array(source.dtype, x.dims)
+
+
+def convolution(operands: Sequence[Shape], attrs: Attrs, calls: Calls, declared: Shape | None,
+                op: str = "convolution") -> Shape:
+    from hlofuse.ir.attrs import ConvDimLabels
+
+    lhs = _array(operands[0], "convolution input")
+    rhs = _array(operands[1], "convolution kernel")
+    labels = attrs.get("dim_labels")
+    if not isinstance(labels, ConvDimLabels):
+        raise ShapeError("convolution needs dim_labels=")
+    spatial = labels.spatial_rank
+    if not (lhs.rank == rhs.rank == spatial + 2):
+        raise ShapeError(f"convolution dim_labels {labels.text()} need operands of rank "
+                         f"{spatial + 2}, got {lhs.text(False)} and {rhs.text(False)}")
+    window = attrs.get("window", Window.of((1,) * spatial))
+    assert isinstance(window, Window)
+    if window.rank != spatial:
+        raise ShapeError(f"convolution window has rank {window.rank}, but dim_labels name "
+                         f"{spatial} spatial dimensions")
+    groups = attrs.get("feature_group_count", 1)
+    batch_groups = attrs.get("batch_group_count", 1)
+    assert isinstance(groups, int) and isinstance(batch_groups, int)
+    if groups < 1 or batch_groups < 1 or (groups > 1 and batch_groups > 1):
+        raise ShapeError(f"convolution feature_group_count={groups} and batch_group_count="
+                         f"{batch_groups} must be >= 1 and not both above 1")
+    batch = lhs.dims[labels.input_batch]
+    features = lhs.dims[labels.input_feature]
+    kernel_in = rhs.dims[labels.kernel_input_feature]
+    kernel_out = rhs.dims[labels.kernel_output_feature]
+    if features != kernel_in * groups:
+        raise ShapeError(f"convolution input features ({features}) must be the kernel's input "
+                         f"features ({kernel_in}) times feature_group_count ({groups})")
+    if kernel_out % groups or kernel_out % batch_groups or batch % batch_groups:
+        raise ShapeError(f"convolution kernel output features ({kernel_out}) and batch "
+                         f"({batch}) must divide by the group counts")
+    for i in range(spatial):
+        if window.size[i] != rhs.dims[labels.kernel_spatial[i]]:
+            raise ShapeError(f"convolution window size {window.size[i]} in spatial dimension "
+                             f"{i} does not match the kernel's "
+                             f"{rhs.dims[labels.kernel_spatial[i]]}")
+    spatial_out = _window_output_dims(tuple(lhs.dims[d] for d in labels.input_spatial),
+                                      window, op)
+    out = [0] * (spatial + 2)
+    out[labels.output_batch] = batch // batch_groups
+    out[labels.output_feature] = kernel_out
+    for i, d in enumerate(labels.output_spatial):
+        out[d] = spatial_out[i]
+    if lhs.dtype != rhs.dtype and declared is None:
+        raise ShapeError(f"convolution operands differ in element type: {lhs.dtype.text} and "
+                         f"{rhs.dtype.text}")
+    dtype = declared.dtype if declared is not None and declared.is_array else lhs.dtype
+    return Shape.array(dtype, tuple(out))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from hlofuse.ir.attrs import ConvDimLabels, Window
 from hlofuse.ir.builder import infer_shape
 from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.limits import Limits, ResourceLimitError, check_limits
 from hlofuse.ir.ops import DECLARED_SHAPE_OPS, AttrType, Op
 from hlofuse.ir.shape_inference import ShapeError
-from hlofuse.ir.shapes import DEFAULT_MAX_BUFFER_BYTES
 
 
 class HloVerifyError(ValueError):
@@ -31,7 +34,8 @@ _TYPE_CHECKS = {
     AttrType.BOOL: lambda v: isinstance(v, bool),
     AttrType.SLICE: lambda v: isinstance(v, tuple),
     AttrType.PADDING: lambda v: isinstance(v, tuple),
-    AttrType.WINDOW: lambda v: v is not None,
+    AttrType.WINDOW: lambda v: isinstance(v, Window),
+    AttrType.DIM_LABELS: lambda v: isinstance(v, ConvDimLabels),
 }
 
 
@@ -39,8 +43,20 @@ _TYPE_CHECKS = {
 _INTERNAL_ATTRS: dict[Op, set[str]] = {Op.CONSTANT: {"literal"}, Op.PARAMETER: {"parameter_number"}}
 
 
-def verify(module: Module, max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> None:
-    """Raise HloVerifyError on the first broken invariant."""
+def verify(module: Module, max_buffer_bytes: int | None = None,
+           limits: Limits | None = None) -> None:
+    """Raise HloVerifyError on the first broken invariant; the resource limits (`limits`,
+    default `Limits.from_env()`; `max_buffer_bytes` overrides its buffer cap) come first."""
+    limits = limits if limits is not None else Limits.from_env()
+    if max_buffer_bytes is not None:
+        limits = dataclasses.replace(limits, max_buffer_bytes=max_buffer_bytes)
+    try:
+        # Buffers are checked per instruction below, with the verifier's own rule name.
+        check_limits(module, dataclasses.replace(limits, max_buffer_bytes=2**63))
+    except ResourceLimitError as e:
+        raise HloVerifyError(str(e), e.instruction, "resource-limit",
+                             e.computation or module.entry.name) from None
+    max_buffer_bytes = limits.max_buffer_bytes
     names: dict[str, str] = {}
     comp_names: set[str] = set()
     known = {id(c) for c in module.computations}
@@ -133,7 +149,9 @@ def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: 
     for leaf in inst.shape.leaves():
         if leaf.byte_size > max_buffer_bytes:
             raise HloVerifyError(f"buffer of {leaf.byte_size} bytes is above the cap of "
-                                 f"{max_buffer_bytes}", inst.name, "buffer-size", comp.name)
+                                 f"{max_buffer_bytes} (max_buffer_bytes; to raise it set "
+                                 "$HLOFUSE_MAX_BUFFER_BYTES or pass limits=Limits("
+                                 "max_buffer_bytes=...))", inst.name, "buffer-size", comp.name)
 
 
 def _verify_no_recursion(module: Module) -> None:

@@ -21,7 +21,7 @@ from hlofuse.ir.ops import Op
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module, without_unreachable
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 
 def inline_call(call: Instruction, operands: tuple[Instruction, ...],

@@ -38,18 +38,18 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.ir.analysis import users
+from hlofuse.analysis.graph import users
+from hlofuse.analysis.reducers import is_identity, reducer_op, regrouping_refusal
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.builder import ComputationBuilder
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
 from hlofuse.ir.shapes import Shape
-from hlofuse.passes.decisions import RewriteLog
-from hlofuse.passes.reducers import combiner, identity_init, regrouping_refusal
+from hlofuse.passes.decision_log import RewriteLog
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 DEFAULT_MAX_PIECES = 8
 
@@ -298,12 +298,12 @@ class _Forwarder:
                                  f"not splitting %{inst.name} over the pieces of "
                                  f"%{original.name}: {reason}", inst)
             return None
-        op = combiner(builder.callee(inst.calls[0]))
+        op = reducer_op(builder.callee(inst.calls[0]))
         assert op is not None  # reduce_refusal checked it
         dims, init = inst.ints("dimensions"), operands[1]
         out_dims = inst.shape.dims
         # Reducing a piece whose reduced dimensions are all 1 wide is op(identity, x) = x.
-        reads_as_is = identity_init(init, op)
+        reads_as_is = is_identity(init, op)
         partials = []
         for piece, size in zip(concat.operands, partition.sizes):
             if not size:

@@ -23,7 +23,7 @@ from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 
 def attr_key(value: object) -> Hashable:

@@ -12,20 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.ir.analysis import post_order
+from hlofuse.analysis.graph import post_order
 from hlofuse.ir.hlo import Computation, Instruction, Module
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import has_side_effect as op_has_side_effect
 from hlofuse.passes.rewrite import rewrite_module, without_unreachable
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 
 def has_side_effect(inst: Instruction) -> bool:
     """XLA's HasSideEffect for the ops hlofuse knows."""
-    if inst.definition.has_side_effect:
-        return True
-    return inst.op is Op.CUSTOM_CALL and bool(inst.attrs.get("custom_call_has_side_effect"))
+    return op_has_side_effect(inst.op, inst.attrs)
 
 
 def live_instructions(comp: Computation) -> set[Instruction]:

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from hlofuse.ir.builder import ComputationBuilder
 from hlofuse.ir.hlo import Computation, Instruction, Module, reachable_computations
-from hlofuse.ir.ops import Op
-
-
-def call_counts(module: Module) -> Counter[int]:
-    """How many instructions call each computation (by id)."""
-    return Counter(id(c) for inst in module.all_instructions() for c in inst.calls)
+from hlofuse.ir.ops import Op, OpKind
 
 
 def with_reachable_computations(module: Module) -> Module:
@@ -29,17 +22,7 @@ def tuple_elements(value: Instruction, builder: ComputationBuilder) -> list[Inst
             for i in range(len(value.shape.elements))]
 
 
-def parameter_users(comp: Computation) -> list[Instruction]:
-    """The instructions that use the computation's (single) parameter."""
-    param = comp.parameters[0]
-    return [i for i in comp.instructions if any(o is param for o in i.operands)]
-
-
-def element_reads(comp: Computation, index: int) -> list[Instruction]:
-    """The get-tuple-elements of the parameter that read tuple element `index`."""
-    return [i for i in parameter_users(comp)
-            if i.op is Op.GET_TUPLE_ELEMENT and i.attrs["index"] == index]
-
-
 def has_control_flow(comp: Computation) -> bool:
-    return any(i.op in (Op.WHILE, Op.CONDITIONAL, Op.CALL) for i in comp.instructions)
+    """Whether `comp` runs a loop, conditional or call (a fusion does not count)."""
+    return any(i.op.definition.kind is OpKind.CONTROL and i.op is not Op.FUSION
+               for i in comp.instructions)

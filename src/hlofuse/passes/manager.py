@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
@@ -25,19 +25,17 @@ from hlofuse.passes.call_inliner import CallInliner
 from hlofuse.passes.concat_forwarding import ConcatForwarding
 from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
+from hlofuse.passes.decision_log import DecisionSink
+from hlofuse.passes.logistic_expander import LogisticExpander
 from hlofuse.passes.rng_expansion import RngExpansion
 from hlofuse.passes.scalarize_state import ScalarizeState
 from hlofuse.passes.simplify import AlgebraicSimplifier
+from hlofuse.passes.trip_count import WhileLoopTripCountAnnotator
 from hlofuse.passes.unroll import LoopUnroll
+from hlofuse.passes.variadic_op_splitter import VariadicOpSplitter
 
 # XLA's HloPassFix gives up after this many rounds (kIterationLimit); so do we, silently.
 FIXED_POINT_LIMIT = 25
-
-
-class DecisionSink(Protocol):
-    """Where passes append their decision records (a list, or fusion's DecisionLog)."""
-
-    def append(self, record: Any, /) -> None: ...
 
 
 @runtime_checkable
@@ -184,7 +182,8 @@ def _split_specs(text: str) -> list[str]:
 
 
 def _parse_knobs(cls: type[Pass], text: str) -> dict[str, object]:
-    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    fields: dict[str, dataclasses.Field[object]] = (
+        {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {})
     out: dict[str, object] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, raw = item.partition("=")
@@ -215,6 +214,7 @@ def _knob_value(pass_name: str, key: str, raw: str, default: object) -> object:
 # The registry of this layer's passes, in the order XLA runs them before fusion, then the
 # rewrites hlofuse adds before fusion. The fusion layer adds its own
 # (hlofuse.fusion.strategies.ALL_PASSES).
-PASSES: tuple[type[Pass], ...] = (CallInliner, AlgebraicSimplifier,
+PASSES: tuple[type[Pass], ...] = (LogisticExpander, CallInliner, AlgebraicSimplifier,
                                   CommonSubexpressionElimination, DeadCodeElimination,
+                                  WhileLoopTripCountAnnotator, VariadicOpSplitter,
                                   RngExpansion, ConcatForwarding, ScalarizeState, LoopUnroll)

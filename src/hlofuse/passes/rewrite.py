@@ -11,10 +11,12 @@ same objects and `changed` is exact.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
+from hlofuse.analysis.call_graph import callee_order
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
+
 
 class RewriteBuilder(ComputationBuilder):
     """The builder a transform gets: `rewritten` maps each original instruction seen so far to
@@ -62,28 +64,6 @@ class _ModuleNames(NameUniquer):
     def unique(self, base: str) -> str:
         self._fill()
         return super().unique(base)
-
-
-def callee_order(module: Module) -> list[Computation]:
-    """All computations of `module`, callees before callers (the entry among them)."""
-    order: list[Computation] = []
-    seen: set[int] = set()
-    for start in module.computations:
-        if id(start) in seen:
-            continue
-        seen.add(id(start))
-        stack: list[tuple[Computation, Iterator[Computation]]] = [
-            (start, iter(list(start.called_computations)))]
-        while stack:
-            comp, callees = stack[-1]
-            callee = next(callees, None)
-            if callee is None:
-                stack.pop()
-                order.append(comp)
-            elif id(callee) not in seen:
-                seen.add(id(callee))
-                stack.append((callee, iter(list(callee.called_computations))))
-    return order
 
 
 def rebuild_computation(computation: Computation, transform: Transform | None,

@@ -28,14 +28,12 @@ from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.dce import has_side_effect
-from hlofuse.passes.decisions import RewriteLog
+from hlofuse.passes.decision_log import RewriteLog
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
-from hlofuse.rnglib import PARITY, threefry2x32_ops
+from hlofuse.rnglib import PARITY, THREEFRY_TARGET, threefry2x32_ops
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
-
-THREEFRY_TARGET = "hlofuse_threefry2x32"
+    from hlofuse.passes.decision_log import DecisionSink
 
 
 def signature_problem(inst: Instruction) -> str | None:

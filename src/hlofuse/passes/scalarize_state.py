@@ -21,7 +21,8 @@ than `max_pieces` pieces (`too-many-pieces`); loops whose body or condition is s
 another loop (`shared-loop-computation`).
 
 XLA has no such pass: its AlgebraicSimplifier does not see a slice through the loop-carried
-tuple (xla-fusion.md section 16, item 4), and the study did this split by hand (its 3.41x step).
+tuple (docs/xla-fusion.md section 16, item 4), and the study did this split by hand (its 3.41x
+step).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.ir.analysis import users
+from hlofuse.analysis.call_graph import call_counts
+from hlofuse.analysis.graph import users
+from hlofuse.analysis.loops import element_reads, parameter_users
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
@@ -43,18 +46,12 @@ from hlofuse.passes.concat_forwarding import (
     slice_along,
     slice_in_piece,
 )
-from hlofuse.passes.decisions import RewriteLog
-from hlofuse.passes.loops import (
-    call_counts,
-    element_reads,
-    parameter_users,
-    tuple_elements,
-    with_reachable_computations,
-)
+from hlofuse.passes.decision_log import RewriteLog
+from hlofuse.passes.loops import tuple_elements, with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +151,9 @@ def _split_loop(loop: Instruction, init: Instruction, cond: Computation, body: C
     packed = {index: body.root.operands[index].operands for index in plans}
     indices: list[list[int]] = []
     shapes: list[Shape] = []
-    for index, element in enumerate(loop.shape.elements):
+    for index, element_shape in enumerate(loop.shape.elements):
         carried = ([_carried(o.shape, plans[index].dim) for o in packed[index]]
-                   if index in plans else [element])
+                   if index in plans else [element_shape])
         indices.append(list(range(len(shapes), len(shapes) + len(carried))))
         shapes.extend(carried)
     state = Shape.tuple_of(shapes)
@@ -176,7 +173,7 @@ def _split_loop(loop: Instruction, init: Instruction, cond: Computation, body: C
     builder.instructions.append(new_loop)
 
     outputs = []
-    for index, element in enumerate(loop.shape.elements):
+    for index, element_shape in enumerate(loop.shape.elements):
         reads = [builder.add(Op.GET_TUPLE_ELEMENT, [new_loop], attrs={"index": i},
                              metadata=loop.metadata) for i in indices[index]]
         if index not in plans:
@@ -188,7 +185,7 @@ def _split_loop(loop: Instruction, init: Instruction, cond: Computation, body: C
                                    attrs={"dimensions": (plans[index].dim,)},
                                    metadata=body.root.operands[index].metadata))
         records.rewrote(where, loop, "state-split",
-                        f"split element {index} ({element.text(False)}) of %{loop.name} into "
+                        f"split element {index} ({element_shape.text(False)}) of %{loop.name} into "
                         f"{len(reads)} loop-carried arrays "
                         f"({', '.join(r.shape.text(False) for r in reads)})",
                         index=index, pieces=len(reads))

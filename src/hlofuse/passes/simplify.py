@@ -44,7 +44,7 @@ from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.rewrite import RewriteBuilder, rewrite_module
 
 if TYPE_CHECKING:
-    from hlofuse.passes.manager import DecisionSink
+    from hlofuse.passes.decision_log import DecisionSink
 
 Rule = Callable[[Instruction, RewriteBuilder], Instruction | None]
 

@@ -22,7 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hlofuse.runtime.program import (
-    Buffer, BufferKind, ConditionalThunk, CopyThunk, KernelThunk, Program, Thunk, WhileThunk)
+    Buffer,
+    BufferKind,
+    ConditionalThunk,
+    CopyThunk,
+    KernelThunk,
+    Program,
+    Thunk,
+    WhileThunk,
+)
 
 ALIGNMENT = 64
 

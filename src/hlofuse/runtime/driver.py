@@ -2,8 +2,11 @@
 
 The driver is one C function that runs the thunk tree: kernels in schedule order, copies,
 while loops and conditionals, so an execution is one call from Python and launching a kernel
-costs a C function call (as XLA's CPU backend once ran its thunks). Identical kernels (the same
-body, e.g. from a computation called twice) share one function.
+costs a C function call (as XLA's CPU backend once ran its thunks). A while loop whose trip
+count is known (XLA's `known_trip_count` backend_config) is a counted loop that never runs
+its condition. Identical kernels (the same body, e.g. from a computation called twice) share
+one function, named after the first kernel's HLO instruction. The driver is built as codegen
+IR (codegen/cir.py) and printed by the language like the kernels.
 """
 
 from __future__ import annotations
@@ -11,13 +14,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hlofuse.codegen import mathlib, templates
-from hlofuse.codegen.c_emitter import EmittedKernel, sanitize
+from hlofuse.codegen import cir, mathlib, templates
+from hlofuse.codegen.cir import Expr, Stmt
+from hlofuse.codegen.kernel_spec import EmittedKernel, sanitize
 from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.naming import Names
 from hlofuse.ir.dtypes import DType
 from hlofuse.runtime.buffers import Assignment
 from hlofuse.runtime.program import (
-    Buffer, BufferKind, ConditionalThunk, CopyThunk, KernelThunk, Program, Thunk, WhileThunk)
+    Buffer,
+    BufferKind,
+    ConditionalThunk,
+    CopyThunk,
+    KernelThunk,
+    Program,
+    Thunk,
+    WhileThunk,
+)
 
 PART_SIZE = 100  # thunks per driver function
 _DOT_TAGS = ("f32", "f64", "u8", "u16", "u32", "u64", "pred")
@@ -27,6 +40,8 @@ LIBRARY_DECLARATIONS = "\n".join(
      for tag in _DOT_TAGS]
     + ["void hlofuse_rt_threefry2x32(const void *, const void *, const void *, const void *, "
        "void *, void *, int64_t);"])
+MATH_HEADER = "hlofuse_math.h"
+_DRIVER_ARGUMENTS = tuple(cir.Var(n) for n in ("params", "outs", "arena", "consts", "prof"))
 
 
 @dataclass(frozen=True)
@@ -40,9 +55,10 @@ class KernelFunction:
 
 @dataclass(frozen=True)
 class ModuleSource:
-    text: str
+    text: str  # what the compiler gets: the header and the math library included whole
     functions: tuple[KernelFunction, ...]
     function_of: Mapping[int, KernelFunction]  # id(kernel thunk) -> its function
+    listing: str = ""  # for reading: the kernels first, the headers included by name
 
 
 def cast_type(parameter_type: str, lang: CLanguage) -> str:
@@ -55,27 +71,45 @@ def module_source(program: Program, emitted: Mapping[int, EmittedKernel],
     functions: dict[str, KernelFunction] = {}
     definitions: list[str] = []
     function_of: dict[int, KernelFunction] = {}
+    names = Names()
     for thunk in program.kernel_thunks():
         kernel = emitted[id(thunk)]
-        key = kernel.definition.split("\n", 2)[2]
+        key = kernel.code
         function = functions.get(key)
         if function is None:
-            function = KernelFunction(f"k{len(functions)}", kernel.parameter_types,
-                                      kernel.comment)
+            name = names.unique(thunk.spec.label)
+            names.reserve(*(f"{name}_part{k}" for k in range(kernel.part_count)))
+            function = KernelFunction(name, kernel.parameter_types, kernel.comment)
             functions[key] = function
             definitions.append(kernel.definition.replace("$name", function.name))
         function_of[id(thunk)] = function
     exports = [_exported(f, lang) for f in functions.values()]
     driver = _Driver(assignment, constant_offsets, function_of, lang)
-    body = driver.thunks(program.thunks, 1)
-    text = (templates.HEADER.substitute(what=what, library_declarations=LIBRARY_DECLARATIONS,
-                                        math_library=mathlib.header_text())
-            + "".join(definitions) + "".join(exports) + templates.DRIVER_SUPPORT
-            + "".join(templates.DRIVER_PART_PROTOTYPE.substitute(name=f"hlofuse_part{k}")
-                      for k in range(len(driver.parts)))
-            + "".join(driver.parts)
-            + templates.DRIVER.substitute(export=lang.export_qualifier, body=body))
-    return ModuleSource(text, tuple(functions.values()), function_of)
+    body = driver.thunks(program.thunks)
+    run = cir.Function(
+        "hlofuse_run", _driver_parameters(), [
+            cir.ExprStmt(cir.Var(lang.ftz_begin)), *body, cir.ExprStmt(cir.Var(lang.ftz_end)),
+            cir.Return(cir.Int(0))],
+        f"{lang.export_qualifier} {lang.small_kernel_attribute}",
+        "Runs the whole module: kernels in schedule order, loops and conditionals in C. It "
+        "only calls, so -O1 is as good as -O3 here and much quicker to compile.", "int")
+    prototypes = "".join(templates.DRIVER_PART_PROTOTYPE.substitute(name=f"hlofuse_part{k}")
+                         for k in range(len(driver.parts)))
+    parts = "".join("\n" + lang.function(part) for part in driver.parts)
+    code = ("".join(definitions) + "".join(exports) + templates.DRIVER_SUPPORT + prototypes
+            + parts + "\n" + lang.function(run))
+    header = templates.HEADER.substitute(what=what, library_declarations=LIBRARY_DECLARATIONS,
+                                         math_library=mathlib.header_text())
+    listing = (f"/* Generated by hlofuse: {what}. The helpers (hlofuse compile --emit c-full "
+               f"prints them) and the math library come first in the compiled file. */\n"
+               f'#include "{MATH_HEADER}"\n' + code)
+    return ModuleSource(header + code, tuple(functions.values()), function_of, listing)
+
+
+def _driver_parameters() -> list[cir.Parameter]:
+    return [cir.Parameter("void *const *", "params"), cir.Parameter("void *const *", "outs"),
+            cir.Parameter("char *", "arena"), cir.Parameter("const char *", "consts"),
+            cir.Parameter("hlofuse_profile *", "prof")]
 
 
 def _exported(function: KernelFunction, lang: CLanguage) -> str:
@@ -92,68 +126,75 @@ class _Driver:
         self.constant_offsets = constant_offsets
         self.function_of = function_of
         self.lang = lang
-        self.parts: list[str] = []
+        self.parts: list[cir.Function] = []
+        self.loops = 0
 
-    def pointer(self, buffer: Buffer) -> str:
+    def pointer(self, buffer: Buffer) -> Expr:
         storage = self.assignment.of(buffer)
         if storage.kind is BufferKind.TEMPORARY:
-            return f"(arena + {storage.offset})"
+            return cir.Binary("+", cir.Var("arena"), cir.Int(storage.offset))
         if storage.kind is BufferKind.PARAMETER:
-            return f"((char *)params[{storage.offset}])"
+            return cir.Cast("char *", cir.load("params", cir.Int(storage.offset)))
         if storage.kind is BufferKind.OUTPUT:
-            return f"((char *)outs[{storage.offset}])"
-        return f"(consts + {self.constant_offsets[storage.offset]})"
+            return cir.Cast("char *", cir.load("outs", cir.Int(storage.offset)))
+        return cir.Binary("+", cir.Var("consts"),
+                          cir.Int(self.constant_offsets[storage.offset]))
 
-    def thunks(self, thunks: list[Thunk], depth: int) -> str:
+    def thunks(self, thunks: list[Thunk]) -> list[Stmt]:
         if len(thunks) <= PART_SIZE:
-            return "".join(self.thunk(t, depth) for t in thunks)
-        calls = []
+            return [s for t in thunks for s in self.thunk(t)]
+        calls: list[Stmt] = []
         for start in range(0, len(thunks), PART_SIZE):
-            name = f"hlofuse_part{len(self.parts)}"
-            self.parts.append("")  # reserve the name: a loop inside may add parts of its own
-            body = "".join(self.thunk(t, 1) for t in thunks[start:start + PART_SIZE])
-            self.parts[int(name[len("hlofuse_part"):])] = templates.DRIVER_PART.substitute(
-                name=name, body=body)
-            calls.append(f"{'  ' * depth}{name}(params, outs, arena, consts, prof);\n")
-        return "".join(calls)
+            k = len(self.parts)
+            name = f"hlofuse_part{k}"
+            # Reserve the slot: a loop inside may add parts of its own.
+            self.parts.append(cir.Function(name, [], []))
+            body = [s for t in thunks[start:start + PART_SIZE] for s in self.thunk(t)]
+            self.parts[k] = cir.Function(
+                name, _driver_parameters(), body,
+                f"{self.lang.part_qualifier} {self.lang.small_kernel_attribute}")
+            calls.append(cir.ExprStmt(cir.Call(name, _DRIVER_ARGUMENTS)))
+        return calls
 
-    def thunk(self, thunk: Thunk, depth: int) -> str:
-        pad = "  " * depth
+    def timed(self, profile_id: int, call: Expr) -> Stmt:
+        return cir.ExprStmt(cir.call("HLOFUSE_TIMED", cir.Int(profile_id), call))
+
+    def thunk(self, thunk: Thunk) -> list[Stmt]:
         if isinstance(thunk, KernelThunk):
             function = self.function_of[id(thunk)]
             buffers = [*thunk.inputs, *thunk.outputs]
-            arguments = ", ".join(f"({cast_type(t, self.lang)}){self.pointer(b)}"
-                                  for t, b in zip(function.parameter_types, buffers))
-            return (f"{pad}HLOFUSE_TIMED({thunk.profile_id}, {function.name}({arguments}));"
-                    f"  /* {_comment_name(thunk)} */\n")
+            arguments = tuple(cir.Cast(cast_type(t, self.lang), self.pointer(b))
+                              for t, b in zip(function.parameter_types, buffers))
+            return [cir.Comment(sanitize(thunk.spec.label)),
+                    self.timed(thunk.profile_id, cir.Call(function.name, arguments))]
         if isinstance(thunk, CopyThunk):
             if id(thunk) in self.assignment.elided or thunk.source.nbytes == 0:
-                return ""
-            return (f"{pad}HLOFUSE_TIMED({thunk.profile_id}, memcpy({self.pointer(thunk.target)}, "
-                    f"{self.pointer(thunk.source)}, {thunk.source.nbytes}));\n")
+                return []
+            copy = cir.call("memcpy", self.pointer(thunk.target), self.pointer(thunk.source),
+                            cir.Int(thunk.source.nbytes))
+            return [self.timed(thunk.profile_id, copy)]
         if isinstance(thunk, WhileThunk):
-            predicate = f"*(const uint8_t *){self.pointer(thunk.predicate)}"
-            return (f"{pad}for (;;) {{\n" + self.thunks(thunk.condition, depth + 1)
-                    + f"{pad}  if (!{predicate}) break;\n"
-                    + self.thunks(thunk.body, depth + 1) + f"{pad}}}\n")
-        return self.conditional(thunk, depth)
+            return [self.while_loop(thunk)]
+        return [self.conditional(thunk)]
 
-    def conditional(self, thunk: ConditionalThunk, depth: int) -> str:
-        pad = "  " * depth
+    def while_loop(self, thunk: WhileThunk) -> Stmt:
+        comment = cir.Comment(f"while {sanitize(thunk.label)}")
+        if thunk.trip_count is not None:
+            # A counted loop: the condition computation is never run.
+            var = f"trip{self.loops}"
+            self.loops += 1
+            return cir.For(var, cir.Int(0), cir.Int(thunk.trip_count),
+                           [comment, *self.thunks(thunk.body)])
+        predicate = cir.Load(cir.Cast("const uint8_t *", self.pointer(thunk.predicate)),
+                             (cir.Int(0),))
+        stop = cir.If(cir.Unary("!", predicate), [cir.Break()])
+        return cir.While(cir.Int(1), [comment, *self.thunks(thunk.condition), stop,
+                                      *self.thunks(thunk.body)])
+
+    def conditional(self, thunk: ConditionalThunk) -> Stmt:
         selector = self.pointer(thunk.selector)
         if thunk.selector.dtype is DType.PRED:
-            return (f"{pad}if (*(const uint8_t *){selector}) {{\n"
-                    + self.thunks(thunk.branches[0], depth + 1) + f"{pad}}} else {{\n"
-                    + self.thunks(thunk.branches[1], depth + 1) + f"{pad}}}\n")
-        out = [f"{pad}switch (*(const int32_t *){selector}) {{\n"]
-        last = len(thunk.branches) - 1
-        for k, branch in enumerate(thunk.branches):
-            label = "default" if k == last else f"case {k}"
-            out.append(f"{pad}  {label}: {{\n" + self.thunks(branch, depth + 2)
-                       + f"{pad}  }} break;\n")
-        out.append(f"{pad}}}\n")
-        return "".join(out)
-
-
-def _comment_name(thunk: KernelThunk) -> str:
-    return sanitize(thunk.spec.label)
+            flag = cir.Load(cir.Cast("const uint8_t *", selector), (cir.Int(0),))
+            return cir.If(flag, self.thunks(thunk.branches[0]), self.thunks(thunk.branches[1]))
+        branch = cir.Load(cir.Cast("const int32_t *", selector), (cir.Int(0),))
+        return cir.Switch(branch, [self.thunks(b) for b in thunk.branches])

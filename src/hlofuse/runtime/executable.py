@@ -19,11 +19,13 @@ from importlib import resources
 
 import numpy as np
 
-from hlofuse.codegen.c_emitter import EmittedKernel, KernelOptions, emit_kernel, sanitize
-from hlofuse.codegen.elemental import UnsupportedInstruction
+from hlofuse.codegen.element import UnsupportedInstruction
+from hlofuse.codegen.kernel import emit_kernel
+from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, sanitize
 from hlofuse.codegen.language import C, CLanguage
 from hlofuse.codegen.whole_loop import whole_loop_in_place
 from hlofuse.ir.hlo import Module
+from hlofuse.ir.ops import FusionKind
 from hlofuse.ir.shapes import Shape
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.manager import gc_paused
@@ -32,11 +34,25 @@ from hlofuse.runtime.driver import KernelFunction, ModuleSource, module_source
 from hlofuse.runtime.plan import ExecutablePlan, KernelInfo, plan_of
 from hlofuse.runtime.profile import KernelProfile, Profile
 from hlofuse.runtime.program import (
-    Buffer, BufferKind, ConditionalThunk, CopyThunk, KernelThunk, Program, Thunk, Tree,
-    WhileThunk, build_program)
+    Buffer,
+    BufferKind,
+    ConditionalThunk,
+    CopyThunk,
+    KernelThunk,
+    Program,
+    Thunk,
+    Tree,
+    WhileThunk,
+    build_program,
+)
 from hlofuse.toolchain.cache import Cache
 from hlofuse.toolchain.compiler import (
-    DEFAULT_FLAGS, Compiler, build_shared_object, cache_key, load_library)
+    DEFAULT_FLAGS,
+    Compiler,
+    build_shared_object,
+    cache_key,
+    load_library,
+)
 
 PROFILE_SAMPLES = 4096  # per kernel: the median is over the last this many calls
 
@@ -52,7 +68,7 @@ class CompileOptions:
     verify: bool = True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def runtime_library(flags: tuple[str, ...] = DEFAULT_FLAGS) -> ctypes.CDLL:
     """The separately compiled library of dot and Threefry, loaded for every module to see."""
     source = resources.files("hlofuse.runtime").joinpath("hlofuse_rt.c").read_text()
@@ -91,7 +107,7 @@ def _generate(module: Module, options: CompileOptions, lang: CLanguage) -> Gener
     # A whole-loop kernel's in-place pairs are known from its spec, so it is emitted once,
     # after buffer assignment; other kernels tell theirs by being emitted.
     emitted = {id(t): emit_kernel(t.spec, lang, options.kernel) for t in thunks
-               if t.spec.kind != "kCustom"}
+               if t.spec.kind != FusionKind.CUSTOM}
     in_place = {id(t): emitted[id(t)].in_place if id(t) in emitted
                 else whole_loop_in_place(t.spec) for t in thunks}
     assignment = assign_buffers(program, in_place)
@@ -346,8 +362,8 @@ class Executable:
         entry = self._entries.get(function.name)
         if entry is None:
             entry = getattr(self._library, f"hlofuse_kernel_{function.name}")
-            entry.argtypes = [ctypes.c_void_p]  # type: ignore[attr-defined]
-            entry.restype = None  # type: ignore[attr-defined]
+            entry.argtypes = [ctypes.c_void_p]
+            entry.restype = None
             self._entries[function.name] = entry
         return entry
 
@@ -387,13 +403,16 @@ class Executable:
                     entry = self._entry(self._function(thunk))
                     pointers = [address(b) for b in (*thunk.inputs, *thunk.outputs)]
                     block = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
-                    timed(thunk.profile_id, lambda: entry(ctypes.addressof(block)))
+                    timed(thunk.profile_id, functools.partial(entry, ctypes.addressof(block)))
                 elif isinstance(thunk, CopyThunk):
                     if id(thunk) in assignment.elided or thunk.source.nbytes == 0:
                         continue
                     target, source = address(thunk.target), address(thunk.source)
                     size = thunk.source.nbytes
-                    timed(thunk.profile_id, lambda: ctypes.memmove(target, source, size))
+                    timed(thunk.profile_id, functools.partial(ctypes.memmove, target, source, size))
+                elif isinstance(thunk, WhileThunk) and thunk.trip_count is not None:
+                    for _ in range(thunk.trip_count):
+                        run(thunk.body)
                 elif isinstance(thunk, WhileThunk):
                     while True:
                         run(thunk.condition)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hlofuse.codegen.c_emitter import kernel_instructions
+from hlofuse.codegen.kernel_spec import kernel_instructions
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
@@ -133,7 +133,7 @@ def _traffic(generated: Generated, thunk: KernelThunk) -> tuple[int, int]:
     storage = generated.assignment
     read = 0
     seen: set[int] = set()
-    for (inst, path), buffer in zip(thunk.spec.inputs, thunk.inputs):
+    for (inst, _path), buffer in zip(thunk.spec.inputs, thunk.inputs):
         if buffer.id in seen:
             continue
         seen.add(buffer.id)

@@ -15,17 +15,18 @@ import dataclasses
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeAlias
 
 import numpy as np
 
-from hlofuse.codegen.c_emitter import KernelSpec
-from hlofuse.codegen.elemental import UnsupportedInstruction
-from hlofuse.ir.analysis import post_order
+from hlofuse.analysis.graph import post_order
+from hlofuse.codegen.element import UnsupportedInstruction
+from hlofuse.codegen.kernel_spec import KernelSpec
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
+from hlofuse.runtime.loop_config import known_trip_count
 
 
 class BufferKind(enum.Enum):
@@ -55,7 +56,7 @@ class Buffer:
         return f"<buffer {self.id} {self.kind.value} {shape} {self.label}>"
 
 
-Tree = Union[Buffer, tuple["Tree", ...], None]
+Tree: TypeAlias = Buffer | tuple["Tree", ...] | None
 
 
 @dataclass(eq=False)
@@ -80,6 +81,7 @@ class WhileThunk:
     condition: list[Thunk]
     predicate: Buffer
     body: list[Thunk]
+    trip_count: int | None = None  # known (backend_config): the condition is never run
 
 
 @dataclass(eq=False)
@@ -89,7 +91,7 @@ class ConditionalThunk:
     branches: list[list[Thunk]]
 
 
-Thunk = Union[KernelThunk, CopyThunk, WhileThunk, ConditionalThunk]
+Thunk: TypeAlias = KernelThunk | CopyThunk | WhileThunk | ConditionalThunk
 
 
 @dataclass
@@ -249,7 +251,7 @@ class ProgramBuilder:
             bound: list[tuple[Instruction, Tree]] = [
                 (p, operands[p.parameter_number]) for p in fused.parameters]
             root = fused.root
-            kind = str(inst.attrs.get("kind", "kLoop"))
+            kind = str(inst.attrs.get("kind", FusionKind.LOOP))
             names = [i.name for i in fused.instructions if i.op is not Op.PARAMETER]
             constants = _array_constants(fused)
         else:
@@ -294,7 +296,8 @@ class ProgramBuilder:
         _hint_in_place(body_thunks, leaves(result), leaves(state))
         self._copy_back(leaves(result), leaves(state), body_thunks)
         assert isinstance(predicate, Buffer)
-        out.append(WhileThunk(inst.name, condition_thunks, predicate, body_thunks))
+        out.append(WhileThunk(inst.name, condition_thunks, predicate, body_thunks,
+                              known_trip_count(inst)))
         return state
 
     def _copy_back(self, results: list[Buffer | None], state: list[Buffer | None],

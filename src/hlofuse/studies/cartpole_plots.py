@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from hlofuse.studies.peers.commands import format_rate
+from hlofuse.studies.formatting import format_rate
 
 if TYPE_CHECKING:
     from matplotlib.axis import Axis

@@ -1,7 +1,7 @@
 """The CartPole study on hlofuse: each step of the study's sequence compiled, checked and timed.
 
 A step is one (program variant, strategy) pair: a preset of hlofuse.envs.cartpole compiled by
-one fusion strategy, named as in shared/design/cartpole.md (baseline, fused-rng,
+one fusion strategy, named as in docs/cartpole.md (baseline, fused-rng,
 relaxed-concat, split-state, unroll10, all), plus `none` (no fusion) for reference and the
 later strategies on the unchanged baseline program. `SEQUENCE` is the whole list; adding a
 strategy or a step is one line there, and a step whose strategy `parse_strategy` does not know
@@ -154,6 +154,12 @@ class StudyConfig:
     steps: int = 200
     repeats: int = 5
     seed: int = 0
+    # A Ray cluster ("local", "local:K" or an address): the timed rollouts then run as
+    # `ray_workers` shards on its actors (hlofuse.distributed), checked against the same shards
+    # run in this process.
+    ray: str | None = None
+    ray_workers: int = 0
+    backend: str = "cpu"  # or "cuda" (nvcc and a GPU), "cuda-emulated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +190,7 @@ class Record:
     checked: bool  # this run's outputs were compared with the reference interpreter
     speedup_vs_baseline: float = 0.0
     cpu_speedup_vs_baseline: float = 0.0  # the same by CPU time
+    workers: int = 1  # Ray actors the timed rollouts ran on (CPU time: theirs, summed)
 
     def rate(self, clock: str) -> float:
         return self.env_steps_per_cpu_s if clock == "cpu" else self.env_steps_per_s
@@ -209,13 +216,14 @@ class Built:
     compile_s: float
 
 
-def build(step: StudyStep, n_envs: int, n_steps: int, seed: int) -> Built:
+def build(step: StudyStep, n_envs: int, n_steps: int, seed: int,
+          backend: str = "cpu") -> Built:
     """Trace the step's program for N and T and compile it with the step's strategy."""
     start = time.perf_counter()
     module = cartpole.trace(step.variant, n_envs, n_steps, seed)
     traced = time.perf_counter()
     try:
-        compiled = compile_module(module, step.strategy, "cpu")
+        compiled = compile_module(module, step.strategy, backend)
     except (CodegenError, ToolchainError) as e:
         first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise StudyError(f"step {step.name} (program {step.program}, strategy {step.strategy}) "
@@ -273,7 +281,11 @@ def measure(step: StudyStep, built: Built, n_envs: int, config: StudyConfig,
     copies = [r for r in profile.rows if r.kind == "copy"]
     kernel_calls = sum(r.calls for r in profile.rows if r.kind != "copy")
     moved = sum(r.bytes_read + r.bytes_written for r in profile.rows)
-    wall, cpu = time_rollouts(compiled, key, config.repeats)
+    if config.ray is not None:
+        # The Ray shards are checked at the smallest N (the interpreter check may be elsewhere).
+        wall, cpu = time_ray_rollouts(step, n_envs, config, check=n_envs == min(config.envs))
+    else:
+        wall, cpu = time_rollouts(compiled, key, config.repeats)
     median, cpu_median = statistics.median(wall), statistics.median(cpu)
     t = config.steps
     assert compiled.executable is not None  # built for the cpu backend
@@ -288,6 +300,7 @@ def measure(step: StudyStep, built: Built, n_envs: int, config: StudyConfig,
         kernels_per_iteration=compiled.kernels_per_iteration(),
         compile_s=built.compile_s, cache_hit=compiled.executable.cache_hit,
         trace_s=built.trace_s, episodes=warm[1], return_sum=warm[2], checked=check is not None,
+        workers=config.ray_workers if config.ray is not None else 1,
     )
 
 
@@ -301,6 +314,41 @@ def time_rollouts(compiled: Compiled, key: np.ndarray,
         compiled.run_flat([key])
         wall.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
+    return wall, cpu
+
+
+def time_ray_rollouts(step: StudyStep, n_envs: int, config: StudyConfig,
+                      check: bool) -> tuple[list[float], list[float]]:
+    """(wall, CPU) seconds of `repeats` rollouts as shards on Ray actors, after one that warms
+    them up (each actor compiles or loads its shard's program). CPU: the actors' run times
+    summed (one thread each). With `check`, the shards must equal the same shards run here."""
+    from hlofuse import distributed
+
+    variant = step.variant
+    if variant.rollout != "scan" or variant.deterministic:
+        raise StudyError(f"step {step.name}: only scan rollouts of a key run on Ray")
+    build = functools.partial(cartpole.scan_rollout, variant)
+    workers = config.ray_workers
+
+    def run() -> distributed.ShardedRollout:
+        return distributed.rollout(build, n_envs, config.steps, workers=workers,
+                                   seed=config.seed, strategy=step.strategy,
+                                   address=config.ray, threads_per_worker=1)
+
+    warm = run()
+    if check:
+        local = distributed.rollout_local(build, n_envs, config.steps, shards=workers,
+                                          seed=config.seed, strategy=step.strategy)
+        for index, (got, want) in enumerate(zip(warm.shards, local.shards)):
+            if not all(np.array_equal(a, b) for a, b in zip(got, want)):
+                raise StudyCheckError(f"step {step.name} at N={n_envs}: shard {index} on Ray "
+                                      "differs from the same shard run in this process")
+    wall: list[float] = []
+    cpu: list[float] = []
+    while len(wall) < MAX_REPEATS and (len(wall) < config.repeats or sum(wall) < MIN_TIMED_S):
+        done = run()
+        wall.append(done.wall_s)
+        cpu.append(sum(r.run_s for r in done.results))
     return wall, cpu
 
 
@@ -323,6 +371,7 @@ def run_study(
     config: StudyConfig,
     on_task: Callable[[str], None] = lambda label: None,
     on_done: Callable[[], None] = lambda: None,
+    on_built: Callable[[StudyStep, Built], None] | None = None,
 ) -> StudyResult:
     """Measure every step at every N (N ascending); raises StudyCheckError on a wrong result."""
     if not any(s.name == BASELINE for s in steps):
@@ -337,12 +386,14 @@ def run_study(
     for step in steps:
         if check_envs not in envs:
             on_task(f"{step.name}: check at N={check_envs}")
-            built = build(step, check_envs, config.steps, config.seed)
+            built = build(step, check_envs, config.steps, config.seed, config.backend)
             got = _outputs(built.compiled.run_flat([random.key(config.seed)]))
             checker.check(step, built, got, n_envs=check_envs, n_steps=config.steps)
         for n in envs:
             on_task(f"{step.name} N={n}")
-            built = build(step, n, config.steps, config.seed)
+            built = build(step, n, config.steps, config.seed, config.backend)
+            if on_built is not None and n == envs[0]:
+                on_built(step, built)
             check = (functools.partial(checker.check, step, built, n_envs=n,
                                        n_steps=config.steps) if n == check_envs else None)
             records.append(measure(step, built, n, config, check))
@@ -371,7 +422,8 @@ def command_line(result: StudyResult) -> str:
     extra = [s.strategy for s in result.steps if s.name not in known_steps()]
     text = (f"hlofuse cartpole --envs {','.join(map(str, config.envs))} --steps {config.steps} "
             f"--repeats {config.repeats} --seed {config.seed} --variants {','.join(names)}")
-    return text + (f" --strategies {','.join(extra)}" if extra else "")
+    text += f" --strategies {','.join(extra)}" if extra else ""
+    return text + (f" --ray {config.ray}" if config.ray is not None else "")
 
 
 def result_json(result: StudyResult) -> dict[str, object]:

@@ -8,25 +8,74 @@ temporary directory inside the cache and renamed into place, so a concurrent rea
 a partial file; an entry whose checksum does not match is treated as missing and rebuilt. The
 directory must belong to the user and not be writable by others, because its contents get
 loaded as code.
+
+Faults: a process killed mid-write leaves at most a `tmp-*` file or directory (never loaded,
+removed once stale) or an object without its checksum (a miss: compiled again). A cache
+directory that cannot be written (read-only, full disk, no permission) is not an error: a
+warning, and the compile goes to a private temporary directory of this process instead
+(`fallback_cache`). The cache is capped (`HLOFUSE_CACHE_MAX_BYTES`, default 2 GiB): after
+each new entry the least recently used entries (by modification time, which a hit renews)
+are removed until the total fits.
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
 import hashlib
 import os
 import shutil
 import stat
 import tempfile
+import threading
+import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 ENTRY_SUFFIXES = (".so", ".sum", ".c", ".plan", ".version")
 TEMPORARY_PREFIX = "tmp-"
+DEFAULT_MAX_BYTES = 2 << 30
+MAX_BYTES_VARIABLE = "HLOFUSE_CACHE_MAX_BYTES"
+# A temporary file or directory older than this belongs to a process that died mid-write.
+STALE_TEMPORARY_S = 3600.0
+# Entries used this recently are kept above the cap: a process may be about to load them.
+IN_USE_S = 60.0
+# errno values that mean "this directory cannot take the entry", not "the program is wrong".
+UNWRITABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM,
+                               errno.EDQUOT, errno.EFBIG})
 
 
 class CacheError(RuntimeError):
     """The cache directory cannot be used safely; the message says why and how to fix it."""
+
+
+class CacheWarning(UserWarning):
+    """The cache could not be written; compiling went to a temporary directory instead."""
+
+
+def is_unwritable(error: OSError) -> bool:
+    """Whether `error` says the cache cannot take a write (full, read-only, not ours)."""
+    return error.errno in UNWRITABLE_ERRNOS
+
+
+def max_bytes() -> int:
+    """The cache's size cap: $HLOFUSE_CACHE_MAX_BYTES (bytes; suffixes K, M, G allowed),
+    else 2 GiB. A value that does not parse is refused with a CacheError naming it."""
+    text = os.environ.get(MAX_BYTES_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    number = text[:-1] if scale != 1 else text
+    try:
+        value = int(number) * scale
+    except ValueError:
+        raise CacheError(f"{MAX_BYTES_VARIABLE}={text!r} is not a size in bytes (e.g. 500M, "
+                         "2G)") from None
+    if value < 0:
+        raise CacheError(f"{MAX_BYTES_VARIABLE}={text!r} must not be negative")
+    return value
 
 
 def default_cache_dir() -> Path:
@@ -45,7 +94,8 @@ def ensure_cache_dir(path: Path | None = None) -> Path:
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
-        raise CacheError(f"cannot create the cache directory {path}: {e.strerror or e}") from None
+        raise _UncreatableCache(f"cannot create the cache directory {path}: "
+                                f"{e.strerror or e}") from None
     info = path.stat()
     if not stat.S_ISDIR(info.st_mode):
         raise CacheError(f"cache path {path} is not a directory")
@@ -59,6 +109,36 @@ def ensure_cache_dir(path: Path | None = None) -> Path:
     return path
 
 
+class _UncreatableCache(CacheError):
+    """The directory could not be made (read-only parent, full disk): a fault, not a setting."""
+
+
+def _writable(root: Path) -> bool:
+    # os.access answers for the real user and is True for root whatever the mode, so the
+    # mode bits are checked too: a directory made read-only is one the user means to keep.
+    mode = stat.S_IMODE(root.stat().st_mode)
+    return os.access(root, os.W_OK | os.X_OK) and bool(mode & stat.S_IWUSR)
+
+
+_fallback_lock = threading.Lock()
+_fallback: Cache | None = None
+
+
+def fallback_cache(reason: str) -> Cache:
+    """This process's private temporary cache (removed at exit), with a warning the first
+    time, naming `reason`."""
+    global _fallback
+    with _fallback_lock:
+        if _fallback is None or not _fallback.root.is_dir():
+            root = Path(tempfile.mkdtemp(prefix="hlofuse-cache-"))
+            atexit.register(shutil.rmtree, root, True)
+            _fallback = Cache(root, fallback=True)
+            warnings.warn(f"{reason}; compiling into the temporary directory {root} instead "
+                          "(nothing is kept for the next run; set HLOFUSE_CACHE_DIR to a "
+                          "writable directory)", CacheWarning, stacklevel=3)
+        return _fallback
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -69,9 +149,28 @@ class Cache:
 
     root: Path
 
+    fallback: bool = False
+
     @staticmethod
     def open(path: Path | None = None) -> Cache:
-        return Cache(ensure_cache_dir(path))
+        """The cache at `path` (default `default_cache_dir()`); one that cannot be created or
+        written gives a CacheWarning and this process's temporary cache. An unsafe one (not
+        ours, writable by others) is still refused: that is a setting to fix, not a fault."""
+        try:
+            root = ensure_cache_dir(path)
+        except _UncreatableCache as e:
+            return fallback_cache(str(e))
+        if not _writable(root):
+            return fallback_cache(f"the cache directory {root} is not writable")
+        return Cache(root)
+
+    def unwritable(self, error: OSError) -> Cache:
+        """After a write to this cache failed with `error` (full disk, read-only): a warning
+        and the temporary cache to write to instead."""
+        if self.fallback:
+            raise error
+        return fallback_cache(f"cannot write to the cache directory {self.root}: "
+                              f"{error.strerror or error}")
 
     def object_path(self, key: str) -> Path:
         return self.root / f"{key}.so"
@@ -88,6 +187,7 @@ class Cache:
         except OSError:
             return None
         if expected == actual:
+            _touch(so)
             return so
         for path in (so, checksum):
             with _ignore_missing():
@@ -104,6 +204,7 @@ class Cache:
             return None
         checksum, newline, payload = data.partition(b"\n")
         if newline and checksum.decode("ascii", "replace") == digest(payload):
+            _touch(path)
             return payload
         with _ignore_missing():
             path.unlink()
@@ -126,12 +227,54 @@ class Cache:
         target = self.object_path(key)
         os.replace(built, target)
         _atomic_write(self.root / f"{key}.sum", (digest(data) + "\n").encode())
+        self.evict(keep=key)
         return target
+
+    def evict(self, limit: int | None = None, keep: str | None = None) -> int:
+        """Remove least recently used entries until the cache holds at most `limit` bytes
+        (default `max_bytes()`), never the entry `keep` nor one used in the last `IN_USE_S`
+        seconds (a compile of this process may be about to load it); stale temporaries of
+        dead processes go first. Returns the bytes removed. Concurrent evictions only race
+        to unlink."""
+        limit = max_bytes() if limit is None else limit
+        now = time.time()
+        groups: dict[str, list[tuple[Path, int, float]]] = {}
+        removed = 0
+        for path in self.entries():
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            if path.name.startswith(TEMPORARY_PREFIX):
+                if now - info.st_mtime > STALE_TEMPORARY_S:
+                    removed += _size(path)
+                    _remove(path)
+                continue
+            groups.setdefault(path.stem, []).append((path, info.st_size, info.st_mtime))
+        total = sum(size for files in groups.values() for _, size, _ in files)
+        if total <= limit:
+            return removed
+        # The oldest use of a group is its newest file: a hit renews the .so or the record.
+        order = sorted(groups, key=lambda k: max(m for _, _, m in groups[k]))
+        for stem in order:
+            if total <= limit:
+                break
+            if stem == keep or now - max(m for _, _, m in groups[stem]) < IN_USE_S:
+                continue
+            for path, size, _ in sorted(groups[stem], key=lambda f: f[0].suffix != ".sum"):
+                _remove(path)  # the checksum first: a half-removed entry is a miss
+                total -= size
+                removed += size
+        return removed
 
     def entries(self) -> Iterator[Path]:
         for path in sorted(self.root.iterdir()):
             if path.suffix in ENTRY_SUFFIXES or path.name.startswith(TEMPORARY_PREFIX):
                 yield path
+
+    def plans(self) -> int:
+        """How many compiled programs (saved plans) the cache holds."""
+        return sum(1 for p in self.entries() if p.suffix == ".plan")
 
     def info(self) -> tuple[int, int]:
         """(number of compiled objects, total bytes of everything hlofuse keeps here)."""
@@ -163,6 +306,27 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def _touch(path: Path) -> None:
+    """Mark an entry used now (for least-recently-used eviction); a read-only cache stays
+    usable, so a failure is ignored."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _remove(path: Path) -> None:
+    """Best effort: eviction never fails a compile (another process may remove it first, or
+    the directory may have become read-only)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def _atomic_write(target: Path, data: bytes) -> None:

@@ -22,8 +22,9 @@ they pass constants explicitly.
 
 The figures are plain numbers keyed by name (`FIGURES`, plus `cache_bytes` when the system
 tells it): the toolchain knows nothing of the cost model. The layer above turns them into
-the cost model's constants (`fusion.cost_model.constants_from_figures`) and hands those to
-priority fusion (`cost_model.set_measured_provider`), so fusion never runs a compiler.
+the cost model's constants (`fusion.cost_model.constants_from_figures`, in
+`compile_cache.strategy_constants`) and passes those to the strategy explicitly
+(`run_strategy(..., constants=)`), so fusion never runs a compiler.
 """
 
 from __future__ import annotations
@@ -320,7 +321,10 @@ def measure(cache_dir: Path | None = None,
     failed = path.with_suffix(".failed")
     if _age(failed) < RETRY_AFTER_S:
         return None
-    workdir = Path(tempfile.mkdtemp(prefix="tmp-probe-", dir=directory))
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="tmp-probe-", dir=directory))
+    except OSError:  # a read-only or full cache: measure without keeping the figures
+        return _probe_uncached(probe)
     try:
         figures = parse_probe_output(probe(workdir), last_level_cache_bytes())
     except ProbeError as e:

@@ -8,6 +8,7 @@ a*b+c as two roundings (GNU C would fuse it into an FMA and differ from the refe
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import hashlib
 import os
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlofuse.toolchain.cache import Cache, CacheError
+from hlofuse.toolchain.cache import Cache, CacheError, is_unwritable
 
 DEFAULT_FLAGS: tuple[str, ...] = (
     "-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-std=gnu11",
@@ -53,7 +54,7 @@ class Compiler:
         return _find_compiler(os.environ.get("CC", ""))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _find_compiler(cc: str) -> Compiler:
     command = shlex.split(cc) if cc.strip() else ["cc"]
     executable = shutil.which(command[0])
@@ -139,6 +140,25 @@ def build_shared_object(source: str, flags: Sequence[str] = DEFAULT_FLAGS,
     found = cache.lookup(key)
     if found is not None:
         return BuildResult(found, key, True, time.perf_counter() - start)
+    try:
+        path = _compile_into(cache, key, source, flags, compiler)
+    except OSError as e:
+        if not is_unwritable(e):
+            raise
+        # A full disk or a read-only cache must not fail the user's program: warn, and
+        # compile into this process's temporary cache.
+        path = _compile_into(cache.unwritable(e), key, source, flags, compiler)
+    return BuildResult(path, key, False, time.perf_counter() - start)
+
+
+_DISK_FULL = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
+def _compile_into(cache: Cache, key: str, source: str, flags: Sequence[str],
+                  compiler: Compiler) -> Path:
+    """Compile `source` and install it in `cache` under `key`. Every file is written under a
+    temporary name and renamed into place, so an interrupted compile (Ctrl-C, a kill) leaves
+    no entry that `lookup` would accept. Raises OSError when the cache cannot be written."""
     source_path = cache.write_source(key, source)
     workdir = cache.temporary_dir()
     try:
@@ -153,12 +173,17 @@ def build_shared_object(source: str, flags: Sequence[str] = DEFAULT_FLAGS,
         except OSError as e:
             raise ToolchainError(f"cannot run {compiler.command[0]}: {e}") from None
         if result.returncode != 0 or not output.exists():
-            raise CompileError(source_path, result.stderr or result.stdout or
-                               f"exit status {result.returncode}")
-        path = cache.install(key, output)
+            message = result.stderr or result.stdout or f"exit status {result.returncode}"
+            # The compiler (or the assembler under it) could not write its output: a fault
+            # of the cache directory, not of the generated code.
+            for text, number in zip(_DISK_FULL, (errno.ENOSPC, errno.EROFS, errno.EDQUOT),
+                                    strict=True):
+                if text in message:
+                    raise OSError(number, text, str(output))
+            raise CompileError(source_path, message)
+        return cache.install(key, output)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return BuildResult(path, key, False, time.perf_counter() - start)
 
 
 def load_library(path: Path, global_symbols: bool = False) -> ctypes.CDLL:
@@ -168,3 +193,42 @@ def load_library(path: Path, global_symbols: bool = False) -> ctypes.CDLL:
         return ctypes.CDLL(str(path), mode=mode)
     except OSError as e:
         raise ToolchainError(f"cannot load {path}: {e}") from None
+
+
+# --- nvcc (the CUDA backend) -------------------------------------------------------------------
+
+class NvccNotFound(ToolchainError):
+    """The CUDA backend was asked for and no nvcc can be found."""
+
+
+def find_nvcc() -> Compiler:
+    """$NVCC, else `nvcc` on the PATH, else /usr/local/cuda/bin/nvcc; the version recorded is
+    nvcc's release line (its first line names no version)."""
+    return _find_nvcc(os.environ.get("NVCC", ""))
+
+
+@functools.cache
+def _find_nvcc(nvcc: str) -> Compiler:
+    candidates = [nvcc] if nvcc.strip() else ["nvcc", "/usr/local/cuda/bin/nvcc"]
+    for candidate in candidates:
+        found = shutil.which(candidate)
+        if found is not None:
+            break
+    else:
+        origin = "$NVCC" if nvcc.strip() else "nvcc"
+        raise NvccNotFound(f"the CUDA backend needs nvcc: {origin} is not on the PATH (install "
+                           "the CUDA toolkit, or set NVCC)")
+    try:
+        result = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolchainError(f"cannot run {found}: {e}") from None
+    lines = [line for line in result.stdout.splitlines() if "release" in line]
+    return Compiler((found,), lines[0].strip() if lines else result.stdout.strip())
+
+
+def nvcc_flags(arch: str, debug: bool = False) -> tuple[str, ...]:
+    """-x cu (the cached source is a .c file); --fmad=false as -ffp-contract=off on the CPU;
+    -ftz=true as the CPU's FTZ/DAZ, which the reference models."""
+    flags = ("-O3", "-std=c++17", "-x", "cu", f"-arch={arch}", "--fmad=false", "-ftz=true",
+             "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden", "-w")
+    return flags + (("-DHLOFUSE_CUDA_DEBUG",) if debug else ())

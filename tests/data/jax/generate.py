@@ -26,10 +26,9 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 # Keep file names in the debug-info tables relative to the repository root so
@@ -214,8 +213,8 @@ def _(rng):
         def loss(p):
             return jnp.mean(jnp.square(_mlp(p, x) - y))
 
-        l, g = jax.value_and_grad(loss)((w1, b1, w2, b2, w3, b3))
-        return (l,) + tuple(g)
+        value, g = jax.value_and_grad(loss)((w1, b1, w2, b2, w3, b3))
+        return (value,) + tuple(g)
 
     return f, [x, y] + params
 
@@ -511,7 +510,8 @@ def _(rng):
     x[:4] = [2.5, -2.5, 0.49999997, -7.99]
     n = rng.integers(-(2**24) - 10, 2**24 + 10, (12,)).astype(i32)
     n[:3] = [2**31 - 1, -(2**31), 16777217]
-    hp = np.array([1.0, 1.0009765625, 1.00048828125, 1.000732421875, 65504.0, 7e-6, 3.14159265, -0.1], f32)
+    hp = np.array([1.0, 1.0009765625, 1.00048828125, 1.000732421875, 65504.0, 7e-6, 3.14159265,
+                   -0.1], f32)
     u = rng.integers(0, 2**32, (6,), dtype=np.uint64).astype(u32)
 
     def f(x, n, hp, u):
@@ -524,7 +524,8 @@ def _(rng):
             hp.astype(jnp.float16).astype(jnp.float32),
             hp.astype(jnp.bfloat16).astype(jnp.float32),
             hp.astype(jnp.float16),
-            lax.bitcast_convert_type((hp * 3.0).astype(jnp.bfloat16), jnp.uint16),  # npz has no bfloat16
+            # npz has no bfloat16
+            lax.bitcast_convert_type((hp * 3.0).astype(jnp.bfloat16), jnp.uint16),
             u.astype(jnp.int32),
             u.astype(jnp.float32),
             n.astype(jnp.uint32),
@@ -541,7 +542,8 @@ def _(rng):
     x = np.array([0.0, -0.0, 1.0, -1.0, 3.4028235e38, 1e-45, np.inf, -np.inf, np.nan], f32)
 
     def f(x):
-        consts = jnp.array([jnp.inf, -jnp.inf, jnp.nan, 0.0, -0.0, 3.4028235e38, 1.17549435e-38], jnp.float32)
+        consts = jnp.array([jnp.inf, -jnp.inf, jnp.nan, 0.0, -0.0, 3.4028235e38, 1.17549435e-38],
+                           jnp.float32)
         return (
             consts,
             x[:7] * consts,
@@ -579,7 +581,7 @@ def _(rng):
     return f, [x]
 
 
-# ---------------------------------------------------------------- CartPole (see /work/shared/design/cartpole.md)
+# ------------------------------------------------------------ CartPole (see docs/cartpole.md)
 
 GRAVITY, MASSCART, MASSPOLE = 9.8, 1.0, 0.1
 TOTAL_MASS = MASSPOLE + MASSCART
@@ -609,7 +611,8 @@ def cartpole_dynamics(state, action):
 @program("cartpole_step", debug=False)
 def _(rng):
     state = rng.uniform(-0.05, 0.05, (16, 4)).astype(f32)
-    state[:3] = [[2.39, 1.0, 0.0, 0.0], [0.0, 0.0, 0.2, 1.0], [-2.3, -5.0, -0.1, -2.0]]  # some finish
+    # some finish
+    state[:3] = [[2.39, 1.0, 0.0, 0.0], [0.0, 0.0, 0.2, 1.0], [-2.3, -5.0, -0.1, -2.0]]
     action = rng.integers(0, 2, (16,)).astype(i32)
 
     def f(state, action):
@@ -638,7 +641,8 @@ def _(rng):
             # repack the state by concatenation, as in the reference workload
             cols = [jnp.where(done, fresh[:, i], new_state[:, i])[:, None] for i in range(4)]
             state = jnp.concatenate(cols, axis=1)
-            return (state, episodes + jnp.sum(done.astype(jnp.int32)), reward_sum + jnp.sum(reward)), None
+            totals = (episodes + jnp.sum(done.astype(jnp.int32)), reward_sum + jnp.sum(reward))
+            return (state, *totals), None
 
         init = (state0, jnp.int32(0), jnp.float32(0.0))
         (state, episodes, reward_sum), _ = lax.scan(body, init, jnp.arange(T, dtype=jnp.int32))
@@ -650,7 +654,8 @@ def _(rng):
 @program("cartpole_rollout_deterministic", debug=False)
 def _(rng):
     state0 = rng.uniform(-0.2, 0.2, (8, 4)).astype(f32)
-    state0[:3] = [[2.3, 1.0, 0.0, 0.0], [-2.2, -1.5, 0.05, 0.0], [0.0, 0.0, 0.19, 0.5]]  # these finish
+    # these finish
+    state0[:3] = [[2.3, 1.0, 0.0, 0.0], [-2.2, -1.5, 0.05, 0.0], [0.0, 0.0, 0.19, 0.5]]
     T = 20
 
     def f(state0):
@@ -706,7 +711,8 @@ def main(check: bool) -> bool:
             )
             with open(os.path.join(HERE, name + ".hlo")) as fh:
                 same_text = fh.read() == text
-            print(f"{name:32s} outputs {'ok' if same else 'DIFFER'}  hlo {'ok' if same_text else 'DIFFER'}")
+            outputs, hlo = ("ok" if same else "DIFFER"), ("ok" if same_text else "DIFFER")
+            print(f"{name:32s} outputs {outputs}  hlo {hlo}")
             ok &= same and same_text
         else:
             with open(os.path.join(HERE, name + ".hlo"), "w") as fh:
@@ -720,5 +726,6 @@ def main(check: bool) -> bool:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--check", action="store_true", help="re-run JAX and compare with the stored files")
+    ap.add_argument("--check", action="store_true",
+                    help="re-run JAX and compare with the stored files")
     sys.exit(0 if main(ap.parse_args().check) else 1)

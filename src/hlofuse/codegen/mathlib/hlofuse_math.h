@@ -554,7 +554,7 @@ HLOFUSE_MATH_FN float hlofuse_logf(float x) {
     int is_regular = (x > 0.0f) & (x < HLOFUSE__INFF);
     float y = (float)hlofuse__log_fcore(hlofuse__sel(is_regular, xd, 1.0));
     float special = hlofuse__self(x == 0.0f, -HLOFUSE__INFF, HLOFUSE__NANF);
-    special = hlofuse__self((x == HLOFUSE__INFF) | (x != x), x, special);
+    special = hlofuse__self((x == HLOFUSE__INFF) | (x != x), x + x, special);
     return hlofuse__self(is_regular, y, special);
 }
 
@@ -568,7 +568,7 @@ HLOFUSE_MATH_FN float hlofuse_log1pf(float x) {
     double safe_u = hlofuse__sel(is_regular, u, 1.0);
     float y = (float)(hlofuse__log_fcore(safe_u) + c / safe_u);
     float special = hlofuse__self(x == -1.0f, -HLOFUSE__INFF, HLOFUSE__NANF);
-    special = hlofuse__self((x == HLOFUSE__INFF) | (x != x), x, special);
+    special = hlofuse__self((x == HLOFUSE__INFF) | (x != x), x + x, special);
     y = hlofuse__self(is_regular, y, special);
     return hlofuse__self(x == 0.0f, hlofuse__with_sign_of_f(0.0f, x), y);
 }
@@ -610,7 +610,8 @@ HLOFUSE_MATH_FN float hlofuse_cosf(float x) {
     double c = hlofuse__cos_fpoly(red.r);
     double y = hlofuse__sel((red.q == 1.0) | (red.q == 3.0), s, c);
     y = hlofuse__sel((red.q == 1.0) | (red.q == 2.0), -y, y);
-    return (float)y;
+    /* a NaN operand comes back quieted with its sign and payload, as XLA's CPU code does */
+    return hlofuse__self(x != x, x + x, (float)y);
 }
 
 /* Whether hlofuse_sinf_small and hlofuse_cosf_small are accurate at x (false for NaN). */
@@ -723,6 +724,7 @@ HLOFUSE_MATH_FN float hlofuse_powf(float x, float y) {
     r = hlofuse__sel((xd < 0.0) & (ax < 0x1p128) & !y_is_int & (hlofuse__abs(yd) < 0x1p128),
                      __builtin_nan(""), r);
     r = hlofuse__sel((ax == 1.0) & (hlofuse__abs(yd) == __builtin_inf()), 1.0, r);
+    r = hlofuse__sel((xd != xd) | (yd != yd), xd + yd, r); /* the NaN operand, x's first */
     r = hlofuse__sel((x == 1.0f) | (y == 0.0f), 1.0, r);
     return (float)r;
 }
@@ -813,7 +815,7 @@ HLOFUSE_MATH_FN float hlofuse_erff(float x) {
     double g = HLOFUSE__MADD(0.5 * t2, b1, 0x1.085a34ab37589p-2 - b2);
     double large = 1.0 - hlofuse__exp_fcore(-(ac * ac)) * g;
     float y = (float)hlofuse__sel(a < 0.84375, small, large);
-    return hlofuse__with_sign_of_f(y, x);
+    return hlofuse__self(x != x, x + x, hlofuse__with_sign_of_f(y, x));
 }
 
 /* ------------------------------------------------------- float64 functions */
@@ -840,7 +842,7 @@ HLOFUSE_MATH_FN double hlofuse_log(double x) {
     double y = hlofuse__log_dcore(hlofuse__sel(is_regular, xs, 1.0),
                                   hlofuse__sel(is_subnormal, -54.0, 0.0));
     double special = hlofuse__sel(x == 0.0, -HLOFUSE__INF, HLOFUSE__NAN);
-    special = hlofuse__sel((x == HLOFUSE__INF) | (x != x), x, special);
+    special = hlofuse__sel((x == HLOFUSE__INF) | (x != x), x + x, special);
     return hlofuse__sel(is_regular, y, special);
 }
 
@@ -851,7 +853,7 @@ HLOFUSE_MATH_FN double hlofuse_log1p(double x) {
     double safe_u = hlofuse__sel(is_regular, u, 1.0);
     double y = hlofuse__log_dcore(safe_u, 0.0) + c / safe_u;
     double special = hlofuse__sel(x == -1.0, -HLOFUSE__INF, HLOFUSE__NAN);
-    special = hlofuse__sel((x == HLOFUSE__INF) | (x != x), x, special);
+    special = hlofuse__sel((x == HLOFUSE__INF) | (x != x), x + x, special);
     y = hlofuse__sel(is_regular, y, special);
     return hlofuse__sel(x == 0.0, hlofuse__with_sign_of(0.0, x), y);
 }

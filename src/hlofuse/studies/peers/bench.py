@@ -185,6 +185,12 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def machine_title(machine: dict[str, object]) -> str:
+    """The machine a result was measured on, in a few words: CPU model and usable cores."""
+    cores = machine.get("usable_cores") or machine.get("cores")
+    return f"{machine.get('cpu', 'unknown CPU')}" + (f", {cores} cores" if cores else "")
+
+
 def machine_description() -> dict[str, object]:
     from hlofuse.toolchain import Compiler, ToolchainError
 
@@ -241,7 +247,8 @@ def write_plot(result: BenchResult, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(10, 6))
     peers = list(dict.fromkeys(r.peer for r in result.records))
-    colors = plt.get_cmap("tab20").colors
+    palette = plt.get_cmap("tab20")  # qualitative: its N entries are distinct colours
+    colors = [palette(i) for i in range(palette.N)]
     markers = "osD^v<>ph*"
     for i, name in enumerate(peers):
         rows = sorted((r for r in result.records if r.peer == name), key=lambda r: r.envs)
@@ -257,7 +264,7 @@ def write_plot(result: BenchResult, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("environments N")
     ax.set_ylabel("env-steps/s")
-    ax.set_title(f"CartPole peers ({result.machine.get('cpu')}, preliminary)", fontsize=10)
+    ax.set_title(f"CartPole peers: measured on {machine_title(result.machine)}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()

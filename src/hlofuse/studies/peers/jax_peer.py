@@ -44,7 +44,7 @@ def use_compilation_cache() -> None:
     directory is set already (JAX_COMPILATION_CACHE_DIR or jax.config)."""
     import jax
 
-    if jax.config.jax_compilation_cache_dir:
+    if jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]  # declared at run time
         return
     from hlofuse.toolchain.cache import CacheError, ensure_cache_dir
 

@@ -1,6 +1,6 @@
 """The CartPole workload every peer runs: constants, the shared random scheme, references.
 
-The dynamics, reset and rollout are fixed in shared/design/cartpole.md. This module fixes
+The dynamics, reset and rollout are fixed in docs/cartpole.md. This module fixes
 what that document leaves open for the peers: which random bits each step uses, so that every
 peer draws exactly the same actions and reset states. The scheme is jax.random's default
 (partitionable Threefry-2x32, 20 rounds), the one hlofuse.envs.cartpole's program uses, so
@@ -142,7 +142,7 @@ def action_from_bits(bits: np.ndarray) -> np.ndarray:
 
 def root_keys(seed: int) -> tuple[Key, Key]:
     """(init_key, steps_key) of a seed."""
-    key = (np.uint32(0), np.uint32(seed & 0xFFFFFFFF))
+    key = (np.asarray(0, np.uint32), np.asarray(seed & 0xFFFFFFFF, np.uint32))
     return split(key)
 
 

@@ -1,0 +1,299 @@
+"""How the environment dimension of a per-environment value moves through each op.
+
+Part of the parallel-loop analysis (parallel_loop.py): given the environment dimension of an
+instruction's state-dependent operands (None for the others), `env_dim` gives the dimension of
+its result that holds the environments, or `Mixed` when the op moves values between
+environments (the op, the refusal's rule id and why). Element-wise ops keep the dimension,
+broadcast and transpose move it, reshape keeps it where the elements before and after it are
+unchanged; slice, pad, reverse, concatenate, dynamic-(update-)slice, reduce and reduce-window
+keep it where they leave that dimension whole.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+
+CROSS_ENV_REDUCE = "whole-loop-cross-env-reduce"
+CROSS_ENV_ACCESS = "whole-loop-cross-env-access"
+
+
+@dataclass(frozen=True, slots=True)
+class Mixed:
+    """A state-dependent value whose elements mix environments: the op that did it, and why."""
+
+    rule: str
+    instruction: Instruction
+    message: str
+
+
+EnvDim = int | Mixed | tuple["EnvDim | None", ...]
+Rule = Callable[[int, Instruction, "list[EnvDim | None]"], EnvDim]
+
+
+def env_dim(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
+    """The environment dimension of `inst`'s result (N = `size` > 1 environments)."""
+    for env in operand_env:
+        if isinstance(env, Mixed):
+            return env
+    if inst.op is Op.TUPLE:
+        return tuple(operand_env)
+    if inst.op is Op.GET_TUPLE_ELEMENT:
+        source = operand_env[0]
+        assert source is not None and not isinstance(source, tuple)
+        return source
+    return _RULES.get(inst.op, _elementwise_env)(size, inst, operand_env)
+
+
+def _single(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> int | Mixed:
+    """The one environment dimension of the state-dependent operands."""
+    dims = {env for env in operand_env if env is not None}
+    if len(dims) != 1:
+        return Mixed(CROSS_ENV_ACCESS, inst,
+                     f"%{inst.name} ({inst.op.text}) combines values whose environments lie "
+                     "along different dimensions")
+    (env,) = dims
+    assert isinstance(env, int)
+    return env
+
+
+def _elementwise_env(size: int, inst: Instruction,
+                     operand_env: list[EnvDim | None]) -> EnvDim:
+    env = _single(size, inst, operand_env)
+    if isinstance(env, Mixed):
+        return env
+    for operand, operand_dim in zip(inst.operands, operand_env):
+        if operand_dim is None:
+            continue
+        if env >= inst.shape.rank or operand.shape.dims[env] != inst.shape.dims[env]:
+            return Mixed(CROSS_ENV_ACCESS, inst,
+                         f"%{inst.name} ({inst.op.text}) reshapes the environment dimension")
+    return env
+
+
+def _broadcast_env(size: int, inst: Instruction,
+                   operand_env: list[EnvDim | None]) -> EnvDim:
+    env = operand_env[0]
+    assert isinstance(env, int)
+    return inst.ints("dimensions")[env]
+
+
+def _transpose_env(size: int, inst: Instruction,
+                   operand_env: list[EnvDim | None]) -> EnvDim:
+    env = operand_env[0]
+    assert isinstance(env, int)
+    return inst.ints("dimensions").index(env)
+
+
+def _reshape_env(size: int, inst: Instruction,
+                 operand_env: list[EnvDim | None]) -> EnvDim:
+    env = operand_env[0]
+    assert isinstance(env, int)
+    source, target = inst.operands[0].shape.dims, inst.shape.dims
+    outer, inner = math.prod(source[:env]), math.prod(source[env + 1:])
+    for d, dim in enumerate(target):
+        # The environments' dimension, with the same elements before and after it (the
+        # products alone would also match around a zero-size dimension).
+        if dim == size and math.prod(target[:d]) == outer and math.prod(target[d + 1:]) == inner:
+            return d
+    return Mixed(CROSS_ENV_ACCESS, inst,
+                 f"%{inst.name} (reshape {list(source)} -> {list(target)}) merges the "
+                 "environment dimension with another one")
+
+
+def _slice_env(size: int, inst: Instruction,
+               operand_env: list[EnvDim | None]) -> EnvDim:
+    env = operand_env[0]
+    assert isinstance(env, int)
+    spec = inst.attrs["slice"]
+    assert isinstance(spec, tuple)
+    part = spec[env]
+    assert isinstance(part, SliceDim)
+    if (part.start, part.limit, part.stride) == (0, size, 1):
+        return env
+    return Mixed(CROSS_ENV_ACCESS, inst,
+                 f"%{inst.name} slices the environments ({part.text()} of {size})")
+
+
+def _pad_env(size: int, inst: Instruction,
+             operand_env: list[EnvDim | None]) -> EnvDim:
+    env = operand_env[0]
+    if operand_env[1] is not None or not isinstance(env, int):
+        return Mixed(CROSS_ENV_ACCESS, inst,
+                     f"%{inst.name} pads with a per-environment value")
+    config = inst.attrs["padding"]
+    assert isinstance(config, tuple)
+    part = config[env]
+    assert isinstance(part, PaddingDim)
+    if (part.low, part.high, part.interior) == (0, 0, 0):
+        return env
+    return Mixed(CROSS_ENV_ACCESS, inst,
+                 f"%{inst.name} pads the environment dimension ({part.text()})")
+
+
+def _reverse_env(size: int, inst: Instruction,
+                 operand_env: list[EnvDim | None]) -> EnvDim:
+    env = operand_env[0]
+    assert isinstance(env, int)
+    if env in inst.ints("dimensions"):
+        return Mixed(CROSS_ENV_ACCESS, inst, f"%{inst.name} reverses the environments")
+    return env
+
+
+def _concatenate_env(size: int, inst: Instruction,
+                     operand_env: list[EnvDim | None]) -> EnvDim:
+    env = _single(size, inst, operand_env)
+    if isinstance(env, Mixed):
+        return env
+    if inst.ints("dimensions")[0] == env:
+        return Mixed(CROSS_ENV_ACCESS, inst,
+                     f"%{inst.name} concatenates along the environment dimension")
+    return env
+
+
+def _dynamic_slice_env(size: int, inst: Instruction,
+                       operand_env: list[EnvDim | None]) -> EnvDim:
+    env = operand_env[0]
+    if not isinstance(env, int) or any(e is not None for e in operand_env[1:]):
+        return Mixed(CROSS_ENV_ACCESS, inst,
+                     f"%{inst.name} slices at a per-environment position")
+    if inst.shape.dims[env] == size:
+        return env
+    return Mixed(CROSS_ENV_ACCESS, inst, f"%{inst.name} slices part of the environments")
+
+
+def _dynamic_update_slice_env(size: int, inst: Instruction,
+                              operand_env: list[EnvDim | None]) -> EnvDim:
+    if any(e is not None for e in operand_env[2:]):
+        return Mixed(CROSS_ENV_ACCESS, inst,
+                     f"%{inst.name} updates at a per-environment position")
+    env = _single(size, inst, operand_env[:2])
+    if isinstance(env, Mixed):
+        return env
+    update = inst.operands[1]
+    if operand_env[1] is not None and update.shape.dims[env] != size:
+        return Mixed(CROSS_ENV_ACCESS, inst,
+                     f"%{inst.name} writes part of the environments with another one's value")
+    return env
+
+
+def _reduce_env(size: int, inst: Instruction,
+                operand_env: list[EnvDim | None]) -> EnvDim:
+    count = len(inst.operands) // 2
+    if any(e is not None for e in operand_env[count:]):
+        return Mixed(CROSS_ENV_REDUCE, inst,
+                     f"%{inst.name} starts its reduction from a per-environment value")
+    env = _single(size, inst, operand_env[:count])
+    if isinstance(env, Mixed):
+        return env
+    reduced = inst.ints("dimensions")
+    if env in reduced:
+        return Mixed(CROSS_ENV_REDUCE, inst,
+                     f"%{inst.name} reduces over the environments and is not an accumulated "
+                     "result (acc <op> reduce(...)) read nowhere else")
+    return env - sum(1 for d in reduced if d < env)
+
+
+def _reduce_window_env(size: int, inst: Instruction,
+                       operand_env: list[EnvDim | None]) -> EnvDim:
+    count = len(inst.operands) // 2
+    env = _single(size, inst, operand_env[:count])
+    if isinstance(env, Mixed):
+        return env
+    window = inst.attrs["window"]
+    assert isinstance(window, Window)
+    trivial = (window.size[env], window.stride[env], window.pad_low[env], window.pad_high[env],
+               window.lhs_dilate[env], window.rhs_dilate[env]) == (1, 1, 0, 0, 1, 1)
+    if trivial and all(e is None for e in operand_env[count:]):
+        return env
+    return Mixed(CROSS_ENV_ACCESS, inst,
+                 f"%{inst.name} has a window over the environment dimension")
+
+
+def _optional_ints(inst: Instruction, name: str) -> tuple[int, ...]:
+    return inst.ints(name) if inst.attrs.get(name) is not None else ()
+
+
+def _index_batch_to_result(inst: Instruction, indices_dim: int, window_dims: tuple[int, ...],
+                           ivd: int, rank: int) -> int:
+    """The result (gather) or update (scatter) dimension that indices' dimension
+    `indices_dim` becomes: batch dimensions keep the indices' order, the index vector's
+    dimension left out."""
+    position = indices_dim - (1 if ivd < indices_dim else 0)
+    return [d for d in range(rank) if d not in window_dims][position]
+
+
+def _gather_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
+    """Per lane when each lane reads its own rows (the operand's lane dimension is an
+    operand batching dimension paired with the indices' lane dimension), or when per-lane
+    indices read a table the same for every lane."""
+    operand_dim, indices_dim = operand_env
+    ivd = inst.attrs["index_vector_dim"]
+    assert isinstance(ivd, int)
+    offset_dims = inst.ints("offset_dims")
+    rank = inst.shape.rank
+    batching = _optional_ints(inst, "operand_batching_dims")
+    indices_batching = _optional_ints(inst, "start_indices_batching_dims")
+    if isinstance(indices_dim, int) and indices_dim != ivd:
+        result = _index_batch_to_result(inst, indices_dim, offset_dims, ivd, rank)
+        if operand_dim is None:
+            return result
+        if (isinstance(operand_dim, int) and operand_dim in batching
+                and indices_batching[batching.index(operand_dim)] == indices_dim):
+            return result
+    return Mixed(CROSS_ENV_ACCESS, inst,
+                 f"%{inst.name} (gather) reads values of other lanes: its lane dimension is "
+                 "not a batching dimension of both operand and indices")
+
+
+def _scatter_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
+    """Per lane when every operand, the indices and the updates pair their lane dimensions
+    as input/indices batching dimensions (each lane scatters into its own rows)."""
+    n = (len(inst.operands) - 1) // 2
+    ivd = inst.attrs["index_vector_dim"]
+    assert isinstance(ivd, int)
+    batching = _optional_ints(inst, "input_batching_dims")
+    indices_batching = _optional_ints(inst, "scatter_indices_batching_dims")
+    window_dims = inst.ints("update_window_dims")
+    operand_dims = {e for e in operand_env[:n] if e is not None}
+    indices_dim = operand_env[n]
+    update_dims = {e for e in operand_env[n + 1:] if e is not None}
+    refusal = Mixed(CROSS_ENV_ACCESS, inst,
+                    f"%{inst.name} (scatter) writes values into other lanes: its lane "
+                    "dimension is not an input batching dimension paired with the indices'")
+    if len(operand_dims) != 1 or not isinstance(indices_dim, int) or len(update_dims) > 1:
+        return refusal
+    (env,) = operand_dims
+    if not isinstance(env, int) or env not in batching:
+        return refusal
+    if any(e is None for e in operand_env[:n]) or indices_batching[batching.index(env)] != \
+            indices_dim:
+        return refusal
+    update_rank = inst.operands[n + 1].shape.rank
+    expected = _index_batch_to_result(inst, indices_dim, window_dims, ivd, update_rank)
+    if update_dims and update_dims != {expected}:
+        return refusal
+    return env
+
+
+_RULES: dict[Op, Rule] = {
+    Op.GATHER: _gather_env,
+    Op.SCATTER: _scatter_env,
+    Op.BITCAST: _reshape_env,
+    Op.BROADCAST: _broadcast_env,
+    Op.CONCATENATE: _concatenate_env,
+    Op.DYNAMIC_SLICE: _dynamic_slice_env,
+    Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice_env,
+    Op.PAD: _pad_env,
+    Op.REDUCE: _reduce_env,
+    Op.REDUCE_WINDOW: _reduce_window_env,
+    Op.RESHAPE: _reshape_env,
+    Op.REVERSE: _reverse_env,
+    Op.SLICE: _slice_env,
+    Op.TRANSPOSE: _transpose_env,
+}

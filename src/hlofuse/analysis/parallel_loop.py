@@ -1,0 +1,575 @@
+"""Whether a while loop runs independently per element of a parallel dimension, and how.
+
+A loop is parallel over a dimension of size N (CartPole: the environments) when its state
+splits into per-environment arrays (leading dimension N: row e is environment e's state) and
+uniform values without that dimension (the step counter, an RNG key), and one iteration
+computes environment e's new state from environment e's old state and uniform values alone,
+while the uniform values, and so the trip count, never depend on per-environment values. Every
+environment can then run the whole loop on its own, which is what whole-loop fusion emits
+(fusion/whole_loop.py decides, codegen/whole_loop.py emits; both read the plan made here).
+
+The analysis, for a candidate N (the most common leading dimension of the state first):
+
+* state dependence: an instruction of the body or condition is state-dependent when it reads
+  a per-environment element, directly or through its operands;
+* the environment dimension of every state-dependent value, propagated forward through the
+  ops' index maps (lane_dims.py). An op that moves values between environments (a
+  slice of part of the environments, a reduction over them, a reshape merging them with
+  another dimension) mixes environments;
+* accumulators: a uniform scalar element updated only as `acc <op> reduce(x, <op>)` with x
+  per-environment, an associative and commutative op and its identity as the reduce's
+  initial value, read nowhere else (CartPole's episode count and return sum). Each
+  environment keeps a partial result; the partials are combined at the end, in a fixed order
+  (for floats the additions are reassociated, so the result differs by rounding only);
+* placement: per-environment outputs and accumulated values are computed per environment
+  ("lane" code), reading state at the environment's own index; the condition, the uniform
+  outputs and the small uniform values lane code reads ("lane inputs": rank-0 values and
+  arrays without an N dimension) are computed once per step ("uniform" code), and must not be
+  state-dependent. A value without state dependence that is large or has an N dimension (the
+  random bits of all environments) is computed per environment, at the index lane code asks
+  for.
+
+A per-environment-looking element that uniform code needs whole (a u32[2] key when N = 2) is
+made uniform and the analysis repeated. With N = 1 every value belongs to the one environment,
+so only the uniform code's independence is checked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from hlofuse.analysis.lane_dims import CROSS_ENV_ACCESS, CROSS_ENV_REDUCE, EnvDim, Mixed, env_dim
+from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, is_identity, reducer_op
+from hlofuse.ir.hlo import Computation, Instruction
+from hlofuse.ir.ops import ELEMENTWISE_OPS, FusionKind, Op, OpKind
+
+# Rule ids of a refusal (the decision log's words).
+STATE_NOT_TUPLE = "whole-loop-state-not-tuple"
+NO_PARALLEL_DIMENSION = "whole-loop-no-parallel-dimension"
+OPAQUE_OP = "whole-loop-opaque-op"
+NESTED_CONTROL_FLOW = "whole-loop-nested-control-flow"
+DATA_DEPENDENT_TRIP_COUNT = "whole-loop-data-dependent-trip-count"
+STATE_TOO_LARGE = "whole-loop-state-too-large"
+
+DEFAULT_MAX_STATE_ELEMENTS_PER_ENV = 64
+DEFAULT_MAX_UNIFORM_ELEMENTS = 64
+# State-free arrays at most this large (without an N dimension) that lane code reads are
+# computed once per step rather than per environment.
+LANE_INPUT_MAX_ELEMENTS = 64
+
+# A whole-loop fusion is a kCustom fusion whose backend_config names this emitter, as XLA's
+# custom fusions name theirs; it also carries the number of lanes per block.
+WHOLE_LOOP_FUSION = "whole_loop"
+MAX_LANES = 256
+
+# Ops lane and uniform code compute element by element (besides the element-wise ones).
+_STRUCTURAL = frozenset({
+    Op.BITCAST, Op.BROADCAST, Op.CONCATENATE, Op.CONSTANT, Op.COPY, Op.DYNAMIC_SLICE,
+    Op.DYNAMIC_UPDATE_SLICE, Op.GATHER, Op.GET_TUPLE_ELEMENT, Op.IOTA, Op.PAD, Op.PARAMETER,
+    Op.REDUCE, Op.REDUCE_WINDOW, Op.RESHAPE, Op.REVERSE, Op.SCATTER, Op.SLICE, Op.TRANSPOSE,
+    Op.TUPLE,
+})
+
+
+def whole_loop_config(lanes: int, plan: LoopPlan | None = None) -> str:
+    """The backend_config text of a whole-loop fusion: the emitter, the lanes per block and
+    the plan's decisions (the parallel dimension's size and the per-environment elements),
+    which code generation applies instead of planning again."""
+    config: dict[str, object] = {"custom_fusion": WHOLE_LOOP_FUSION, "lanes": lanes}
+    if plan is not None:
+        config["size"] = plan.size
+        config["per_env"] = list(plan.per_env)
+    return json.dumps(config, separators=(",", ":"))
+
+
+def block_lanes(lanes: int, size: int) -> int:
+    """Environments per block: `lanes`, or the power of two at or above N when N is smaller
+    (a block of one environment runs scalar code)."""
+    return min(lanes, 1 << max(0, (size - 1).bit_length()))
+
+
+def read_recorded_plan(text: str) -> tuple[int, frozenset[int]] | None:
+    """(size, per-environment elements) recorded in a whole-loop fusion's backend_config,
+    or None when it records none (hand-written HLO with the lanes only)."""
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    size, per_env = config.get("size"), config.get("per_env")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        return None
+    if not isinstance(per_env, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in per_env):
+        return None
+    return size, frozenset(per_env)
+
+
+def apply_recorded_plan(loop: Instruction, size: int, per_env: frozenset[int]
+                        ) -> LoopPlan | Refusal:
+    """The plan of `loop` for decisions fusion recorded: what runs per environment and what
+    once follows from them; sizes were the pass's business, so no limits apply here."""
+    refusal = _check_structure(loop)
+    if refusal is not None:
+        return refusal
+    elements = loop.shape.elements
+    if any(i >= len(elements) or elements[i].rank < 1 or elements[i].dims[0] != size
+           for i in per_env):
+        return Refusal(NO_PARALLEL_DIMENSION, loop,
+                       f"%{loop.name}: the recorded plan names elements without a leading "
+                       f"dimension of {size}")
+    return _Analysis(loop, size, per_env, 1 << 62, 1 << 62).run()
+
+
+def read_whole_loop_config(text: str) -> int | None:
+    """The lanes of a whole-loop fusion's backend_config, or None if it is not one."""
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or config.get("custom_fusion") != WHOLE_LOOP_FUSION:
+        return None
+    lanes = config.get("lanes")
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= MAX_LANES:
+        return None
+    return lanes
+
+
+@dataclass(frozen=True, slots=True)
+class Accumulator:
+    """A uniform scalar element updated as `element <op> reduce(x1) <op> reduce(x2) ...`.
+
+    Each reduce runs `op` over all dimensions of a per-environment value from the op's
+    identity; `combines` are the `op` instructions joining them with the element (several
+    after unrolling), the last one being the element's new value.
+    """
+
+    element: int
+    op: Op
+    reduces: tuple[Instruction, ...]
+    combines: tuple[Instruction, ...]
+
+    @property
+    def operands(self) -> tuple[Instruction, ...]:
+        return tuple(r.operands[0] for r in self.reduces)
+
+    @property
+    def reducer(self) -> Computation:
+        return self.reduces[0].calls[0]
+
+    @property
+    def identity(self) -> Instruction:
+        return self.reduces[0].operands[1]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopPlan:
+    """How to run a parallel loop: which elements are per environment, what runs where."""
+
+    loop: Instruction
+    size: int  # N, the parallel dimension (leading dimension of per-environment elements)
+    per_env: tuple[int, ...]  # tuple elements with one row per environment
+    uniform: tuple[int, ...]  # uniform elements (accumulators excluded)
+    accumulators: tuple[Accumulator, ...]
+    lane: frozenset[int]  # id() of the body instructions computed per environment
+    uniform_code: frozenset[int]  # id() of the body and condition instructions computed once
+    lane_inputs: tuple[Instruction, ...]  # uniform values lane code reads, in body order
+    env_dims: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    dependent: frozenset[int] = frozenset()  # id() of the state-dependent instructions
+
+    @property
+    def condition(self) -> Computation:
+        return self.loop.calls[0]
+
+    @property
+    def body(self) -> Computation:
+        return self.loop.calls[1]
+
+    def elements_per_env(self, element: int) -> int:
+        return self.loop.shape.elements[element].num_elements // self.size
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a loop is not parallel: a rule id, the first offending instruction, a message."""
+
+    rule: str
+    instruction: Instruction
+    message: str
+    figures: Mapping[str, int | str] = field(default_factory=lambda: MappingProxyType({}))
+    # Per-environment elements that uniform code needs whole (candidates to make uniform).
+    demotable: frozenset[int] = frozenset()
+
+
+def plan_parallel_loop(loop: Instruction, *,
+                       max_state_elements_per_env: int = DEFAULT_MAX_STATE_ELEMENTS_PER_ENV,
+                       max_uniform_elements: int = DEFAULT_MAX_UNIFORM_ELEMENTS
+                       ) -> LoopPlan | Refusal:
+    """The loop's plan, or the refusal of the first candidate dimension that fails."""
+    refusal = _check_structure(loop)
+    if refusal is not None:
+        return refusal
+    elements = loop.shape.elements
+    candidates = _candidate_sizes(loop)
+    if not candidates:
+        return Refusal(NO_PARALLEL_DIMENSION, loop,
+                       f"%{loop.name}: no loop state has a leading dimension to run in parallel")
+    first: Refusal | None = None
+    for size in candidates:
+        per_env = {i for i, e in enumerate(elements) if e.rank >= 1 and e.dims[0] == size}
+        while per_env:
+            result = _Analysis(loop, size, frozenset(per_env), max_state_elements_per_env,
+                               max_uniform_elements).run()
+            if isinstance(result, LoopPlan):
+                return result
+            first = first or result
+            if not result.demotable:
+                break
+            per_env -= result.demotable
+    assert first is not None
+    return first
+
+
+def _candidate_sizes(loop: Instruction) -> list[int]:
+    """Leading dimensions of the state, the most common first (then the largest)."""
+    counts = Counter(e.dims[0] for e in loop.shape.elements if e.rank >= 1 and e.dims[0] > 0)
+    return sorted(counts, key=lambda n: (-counts[n], -n))
+
+
+def _check_structure(loop: Instruction) -> Refusal | None:
+    """A tuple of arrays as state, a tuple root, and only ops lane code can compute."""
+    shape = loop.shape
+    if not shape.is_tuple or any(not e.is_array for e in shape.elements):
+        return Refusal(STATE_NOT_TUPLE, loop,
+                       f"%{loop.name}: whole-loop fusion needs a tuple of arrays as loop state, "
+                       f"not {shape.text(False)}")
+    condition, body = loop.calls
+    if body.root.op is not Op.TUPLE:
+        return Refusal(STATE_NOT_TUPLE, body.root,
+                       f"%{loop.name}: its body's root %{body.root.name} is not a tuple")
+    for comp in (condition, body):
+        param = comp.parameters[0]
+        for inst in comp.instructions:
+            if any(o is param for o in inst.operands) and inst.op is not Op.GET_TUPLE_ELEMENT:
+                return Refusal(STATE_NOT_TUPLE, inst,
+                               f"%{loop.name}: %{inst.name} uses the whole loop state, not "
+                               "its elements")
+            refusal = _op_refusal(loop, inst)
+            if refusal is not None:
+                return refusal
+    return None
+
+
+def _op_refusal(loop: Instruction, inst: Instruction) -> Refusal | None:
+    if inst.op is Op.FUSION and inst.attrs.get("kind") == FusionKind.CUSTOM:
+        return Refusal(NESTED_CONTROL_FLOW, inst,
+                       f"%{loop.name}: its body runs %{inst.name}, a loop fused into a kernel "
+                       "of its own whose trip count is not a small constant (only those are "
+                       "unrolled into the lane's kernel)")
+    if inst.op.definition.kind is OpKind.CONTROL:
+        return Refusal(NESTED_CONTROL_FLOW, inst,
+                       f"%{loop.name}: its body runs {inst.op.text} %{inst.name}, which is not "
+                       "a loop with a small constant trip count (the only nested control flow "
+                       "unrolled into the lane's kernel)")
+    if inst.op in ELEMENTWISE_OPS or inst.op in _STRUCTURAL:
+        return None
+    return Refusal(OPAQUE_OP, inst,
+                   f"%{loop.name}: {inst.op.text} %{inst.name} is opaque (a library call or "
+                   "an op without element-wise code); the loop cannot become one kernel")
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+class _Analysis:
+    """One attempt: a size N and a set of per-environment elements."""
+
+    def __init__(self, loop: Instruction, size: int, per_env: frozenset[int],
+                 max_per_env: int, max_uniform: int) -> None:
+        self.loop = loop
+        self.size = size
+        self.per_env = per_env
+        self.max_per_env = max_per_env
+        self.max_uniform = max_uniform
+        self.condition, self.body = loop.calls
+        self.dependent: set[int] = set()  # id() of state-dependent instructions
+        self.env: dict[int, EnvDim] = {}  # id() -> environment dimension (N > 1)
+        self.users: dict[int, list[Instruction]] = {}
+
+    def run(self) -> LoopPlan | Refusal:
+        try:
+            return self._plan()
+        except _Refused as e:
+            return e.refusal
+
+    def refuse(self, rule: str, inst: Instruction, message: str,
+               demotable: Iterable[int] = (), **figures: int | str) -> _Refused:
+        return _Refused(Refusal(rule, inst, f"%{self.loop.name}: {message}",
+                                MappingProxyType(dict(figures)), frozenset(demotable)))
+
+    # --- the plan -----------------------------------------------------------------------
+
+    def _plan(self) -> LoopPlan:
+        self._check_sizes()
+        for comp in (self.condition, self.body):
+            for inst in comp.instructions:
+                for operand in inst.operands:
+                    self.users.setdefault(id(operand), []).append(inst)
+                self._classify(comp, inst)
+        accumulators = self._accumulators()
+        accumulated = {a.element for a in accumulators}
+        uniform = tuple(i for i in range(len(self.loop.shape.elements))
+                        if i not in self.per_env and i not in accumulated)
+        for i in uniform:
+            if self.loop.shape.elements[i].num_elements > self.max_uniform:
+                raise self.refuse(STATE_TOO_LARGE, self.loop,
+                                  f"uniform loop element {i} has "
+                                  f"{self.loop.shape.elements[i].num_elements} elements, over "
+                                  f"{self.max_uniform}", element=i, limit=self.max_uniform)
+        lane, inputs = self._lane_code(accumulators)
+        roots = [(self.condition.root, True)]
+        roots += [(self.body.root.operands[i], False) for i in uniform]
+        roots += [(inst, False) for inst in inputs]
+        uniform_code = self._uniform_code(roots)
+        order = {id(inst): k for k, inst in enumerate(self.body.instructions)}
+        lane_inputs = tuple(sorted(inputs, key=lambda inst: order[id(inst)]))
+        env_dims = {key: value for key, value in self.env.items() if isinstance(value, int)}
+        return LoopPlan(self.loop, self.size, tuple(sorted(self.per_env)), uniform,
+                        tuple(accumulators), frozenset(lane), frozenset(uniform_code),
+                        lane_inputs, MappingProxyType(env_dims), frozenset(self.dependent))
+
+    def _check_sizes(self) -> None:
+        for i in sorted(self.per_env):
+            shape = self.loop.shape.elements[i]
+            per_env = shape.num_elements // self.size
+            if per_env > self.max_per_env:
+                raise self.refuse(STATE_TOO_LARGE, self.loop,
+                                  f"loop element {i} ({shape.text(False)}) holds {per_env} "
+                                  f"values per environment, over {self.max_per_env}",
+                                  element=i, per_env=per_env, limit=self.max_per_env)
+
+    # --- state dependence and environment dimensions ------------------------------------
+
+    def _element_read(self, inst: Instruction) -> int | None:
+        """The loop element `inst` reads from its computation's parameter, if it does."""
+        if inst.op is not Op.GET_TUPLE_ELEMENT or inst.operands[0].op is not Op.PARAMETER:
+            return None
+        index = inst.attrs["index"]
+        assert isinstance(index, int)
+        return index
+
+    def _alias(self, inst: Instruction) -> Instruction:
+        """get-tuple-element of a tuple instruction is that tuple's operand."""
+        while inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.TUPLE:
+            index = inst.attrs["index"]
+            assert isinstance(index, int)
+            inst = inst.operands[0].operands[index]
+        return inst
+
+    def _classify(self, comp: Computation, inst: Instruction) -> None:
+        element = self._element_read(inst)
+        if element is not None:
+            if element in self.per_env:
+                self.dependent.add(id(inst))
+                self.env[id(inst)] = 0
+            return
+        if inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.TUPLE:
+            source = self._alias(inst)
+            if id(source) in self.dependent:
+                self.dependent.add(id(inst))
+                self.env[id(inst)] = self.env.get(id(source), 0)
+            return
+        dependent = [o for o in inst.operands if id(o) in self.dependent]
+        if not dependent:
+            return
+        self.dependent.add(id(inst))
+        if self.size > 1:
+            self.env[id(inst)] = self._env_dim(inst)
+
+    def _operand_env(self, inst: Instruction) -> list[EnvDim | None]:
+        return [self.env.get(id(o)) if id(o) in self.dependent else None
+                for o in inst.operands]
+
+    def _env_dim(self, inst: Instruction) -> EnvDim:
+        return env_dim(self.size, inst, self._operand_env(inst))
+
+    # --- accumulators -------------------------------------------------------------------
+
+    def _accumulators(self) -> list[Accumulator]:
+        out = []
+        for i, shape in enumerate(self.loop.shape.elements):
+            if i in self.per_env or shape.dims:
+                continue
+            found = self._accumulator(i)
+            if found is not None:
+                out.append(found)
+        return out
+
+    def _accumulator(self, element: int) -> Accumulator | None:
+        top = self.body.root.operands[element]
+        op = top.op
+        if op not in ASSOCIATIVE_OPS or sum(1 for o in self.body.root.operands
+                                               if o is top) != 1:
+            return None
+        combines: list[Instruction] = []
+        leaves: list[Instruction] = []
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            if node.op is op and not node.shape.dims and (node is top or len(
+                    self.users.get(id(node), [])) == 1):
+                combines.append(node)
+                stack.extend(node.operands)
+            else:
+                leaves.append(node)
+        reads = [leaf for leaf in leaves if self._element_read(leaf) == element]
+        reduces = [leaf for leaf in leaves if self._element_read(leaf) != element]
+        if len(reads) != 1 or not reduces:
+            return None
+        if not all(self._is_accumulated_reduce(r, op) for r in reduces):
+            return None
+        inside = {id(c) for c in combines}
+        if not all(all(id(u) in inside for u in self.users.get(id(leaf), []))
+                   for leaf in [*leaves, *combines[1:]]):
+            return None
+        if not all(u is self.body.root for u in self.users.get(id(top), [])):
+            return None
+        if any(self._element_read(inst) == element for inst in self.condition.instructions):
+            return None
+        if any(self._element_read(inst) == element and inst is not reads[0]
+               for inst in self.body.instructions):
+            return None
+        if len({id(r) for r in reduces}) != len(reduces):
+            return None
+        combines.reverse()
+        return Accumulator(element, op, tuple(reduces), tuple(combines))
+
+    def _is_accumulated_reduce(self, reduce: Instruction, op: Op) -> bool:
+        if reduce.op is not Op.REDUCE or len(reduce.operands) != 2:
+            return False
+        operand, init = reduce.operands
+        if id(operand) not in self.dependent or id(init) in self.dependent:
+            return False
+        if sorted(reduce.ints("dimensions")) != list(range(operand.shape.rank)):
+            return False
+        return reducer_op(reduce.calls[0]) is op and is_identity(init, op)
+
+    def _only_used_by(self, inst: Instruction, user: Instruction) -> bool:
+        return all(u is user for u in self.users.get(id(inst), []))
+
+    # --- placement ----------------------------------------------------------------------
+
+    def _is_lane_input(self, inst: Instruction) -> bool:
+        """A state-free value lane code reads that is better computed once per step."""
+        shape = inst.shape
+        if not shape.is_array or inst.op in (Op.CONSTANT, Op.IOTA):
+            return False
+        if not shape.dims:
+            return True
+        return shape.num_elements <= LANE_INPUT_MAX_ELEMENTS and self.size not in shape.dims
+
+    def _lane_code(self, accumulators: list[Accumulator]) -> tuple[set[int], list[Instruction]]:
+        roots: list[tuple[Instruction, int | None]] = [
+            (self.body.root.operands[i], i) for i in sorted(self.per_env)]
+        roots += [(x, None) for a in accumulators for x in a.operands]
+        lane: set[int] = set()
+        inputs: dict[int, Instruction] = {}
+        for root, element in roots:
+            if element is not None and id(root) in self.dependent and self.size > 1:
+                env = self.env.get(id(root))
+                if isinstance(env, Mixed):
+                    raise self._refuse_mixed(env)
+                if env != 0:
+                    raise self.refuse(CROSS_ENV_ACCESS, root,
+                                      f"its new element {element} (%{root.name}) holds the "
+                                      f"environments along dimension {env}, not 0")
+            stack = [root]
+            while stack:
+                inst = self._alias(stack.pop())
+                if id(inst) in lane or id(inst) in inputs:
+                    continue
+                if id(inst) in self.dependent:
+                    env = self.env.get(id(inst))
+                    if isinstance(env, Mixed):
+                        raise self._refuse_mixed(env)
+                    lane.add(id(inst))
+                    stack.extend(inst.operands)
+                elif self._element_read(inst) is not None or self._is_lane_input(inst):
+                    inputs[id(inst)] = inst
+                else:
+                    lane.add(id(inst))
+                    stack.extend(inst.operands)
+        return lane, list(inputs.values())
+
+    def _uniform_code(self, roots: list[tuple[Instruction, bool]]) -> set[int]:
+        seen: set[int] = set()
+        for root, in_condition in roots:
+            stack = [root]
+            while stack:
+                inst = stack.pop()
+                if id(inst) in seen:
+                    continue
+                if id(inst) in self.dependent:
+                    raise self._refuse_uniform(inst, in_condition)
+                seen.add(id(inst))
+                if self._element_read(inst) is None:
+                    stack.extend(inst.operands)
+        return seen
+
+    def _refuse_mixed(self, mixed: Mixed) -> _Refused:
+        return self.refuse(mixed.rule, mixed.instruction, mixed.message,
+                           self._demotable(mixed.instruction))
+
+    def _demotable(self, inst: Instruction) -> set[int]:
+        """The per-environment elements behind `inst`, if all could be uniform instead."""
+        reads = self._elements_read(inst)
+        if all(self.loop.shape.elements[i].num_elements <= self.max_uniform for i in reads):
+            return reads
+        return set()
+
+    def _refuse_uniform(self, inst: Instruction, in_condition: bool) -> _Refused:
+        """A value computed once per step that depends on per-environment state."""
+        demotable = self._demotable(inst)
+        env = self.env.get(id(inst))
+        if in_condition:
+            # Name the op that gathers the environments (a reduce, a slice), if there is one.
+            origin = env.instruction if isinstance(env, Mixed) else inst
+            return self.refuse(DATA_DEPENDENT_TRIP_COUNT, origin,
+                               f"its condition reads per-environment state through "
+                               f"%{origin.name} ({origin.op.text}), so the trip count depends "
+                               "on data", demotable)
+        if isinstance(env, Mixed):
+            return self.refuse(env.rule, env.instruction, env.message, demotable)
+        if inst.op is Op.REDUCE:
+            return self.refuse(CROSS_ENV_REDUCE, inst,
+                               f"%{inst.name} reduces over the environments and is not an "
+                               "accumulated sum (acc <op> reduce(...)) read nowhere else",
+                               demotable)
+        return self.refuse(CROSS_ENV_ACCESS, inst,
+                           f"%{inst.name} ({inst.op.text}) is per-environment but is needed "
+                           "whole by uniform code (a loop element without the parallel "
+                           "dimension)", demotable)
+
+    def _elements_read(self, inst: Instruction) -> set[int]:
+        """The per-environment elements a state-dependent value depends on."""
+        out: set[int] = set()
+        seen: set[int] = set()
+        stack = [inst]
+        while stack:
+            current = stack.pop()
+            if id(current) in seen or id(current) not in self.dependent:
+                continue
+            seen.add(id(current))
+            element = self._element_read(current)
+            if element is not None:
+                out.add(element)
+            stack.extend(current.operands)
+        return out

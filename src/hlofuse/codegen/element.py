@@ -1,0 +1,105 @@
+"""Element positions and element values: the vocabulary the emitters share.
+
+An `Index` names one element of an array by its row-major linear index, by per-dimension
+indices, or both (cir expressions). A `Value` is an element's value in register form (a cir
+expression) or a tuple of them for tuple-shaped instructions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from hlofuse.codegen import cir
+from hlofuse.codegen.cir import Expr
+from hlofuse.ir.hlo import Instruction
+
+Value: TypeAlias = Expr | tuple["Value", ...]
+Binding: TypeAlias = Callable[["Index"], Value] | tuple["Binding", ...]
+
+# Reductions over at most this many elements, small dimensions of loop nests, and small arrays
+# of a whole-loop kernel are written out with literal indices instead of a loop.
+UNROLL_ELEMENTS = 16
+
+
+class UnsupportedInstruction(ValueError):
+    """The code generator has no emission for this instruction; the message names it."""
+
+
+class NeedsLoopNest(Exception):
+    """A flat loop cannot supply per-dimension indices; the group must be emitted as a nest."""
+
+    def __init__(self, group: int) -> None:
+        super().__init__(group)
+        self.group = group
+
+
+ZERO = cir.Int(0)
+
+
+@dataclass(frozen=True)
+class Index:
+    """One element position: the row-major linear index, per-dimension indices, or both."""
+
+    dims: tuple[int, ...]
+    linear: Expr | None = None
+    multi: tuple[Expr, ...] | None = None
+    # Set inside a flat loop: per-dimension indices would cost a division per element.
+    flat_group: int | None = None
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """One key per element position, however the index is spelled: a value reached both
+        through the linear index and through per-dimension indices is computed once."""
+        if self.multi is not None:
+            return ("M", *(ZERO if d == 1 else m for m, d in zip(self.multi, self.dims)))
+        assert self.linear is not None
+        wide = [k for k, d in enumerate(self.dims) if d != 1]
+        if len(wide) <= 1:  # the linear index is the one wide dimension's index
+            return ("M", *(self.linear if k in wide else ZERO for k in range(len(self.dims))))
+        return ("L", self.linear)
+
+
+SCALAR = Index((), ZERO, ())
+
+
+def at(dims: tuple[int, ...], *multi: Expr | int) -> Index:
+    """The index of per-dimension components (ints are literals)."""
+    return Index(dims, None, tuple(cir.Int(m) if isinstance(m, int) else m for m in multi), None)
+
+
+def is_scalar_valued(inst: Instruction) -> bool:
+    """Rank-0 results (or tuples of them): the same value at every output position."""
+    leaves = inst.shape.leaves()
+    return bool(leaves) and all(leaf.is_array and not leaf.dims for leaf in leaves)
+
+
+def strides_of(dims: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    stride = 1
+    for d in reversed(dims):
+        out.append(stride)
+        stride *= d
+    return tuple(reversed(out))
+
+
+def expr_of(value: Value) -> Expr:
+    """An array value (not a tuple)."""
+    assert isinstance(value, Expr)
+    return value
+
+
+def pick(value: Value, path: tuple[int, ...]) -> Expr:
+    for k in path:
+        assert isinstance(value, tuple)
+        value = value[k]
+    return expr_of(value)
+
+
+def conjunction(conditions: list[Expr]) -> Expr:
+    """`c0 && c1 && ...` of at least one condition."""
+    total = conditions[0]
+    for c in conditions[1:]:
+        total = cir.Binary("&&", total, c)
+    return total

@@ -1,0 +1,123 @@
+"""What a kernel computes (`KernelSpec`), how it may be emitted, and what emission returns.
+
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hlofuse.codegen.naming import Names, sanitize
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.shapes import Shape
+from hlofuse.rnglib import THREEFRY_TARGET
+
+_KIND_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What one kernel computes.
+
+    `inputs` and `outputs` list the kernel's arguments in order, each as (instruction, tuple
+    path): an input binds that leaf of the instruction's value to a pointer argument; an
+    output stores that leaf of the instruction's value. For a fusion the inputs are its fused
+    parameters (and array constants); for an unfused instruction they are its operands.
+    """
+
+    label: str
+    kind: str
+    inputs: tuple[tuple[Instruction, tuple[int, ...]], ...]
+    outputs: tuple[tuple[Instruction, tuple[int, ...]], ...]
+    instructions: tuple[str, ...] = ()
+    # (output, input) pairs the runtime would like to share a buffer (a loop's new state and
+    # its old value); tried first when the kernel decides what may be updated in place.
+    in_place_hints: tuple[tuple[int, int], ...] = ()
+    # (output, input) pairs that do share a buffer in this call: the kernel then reads the
+    # input through the output's pointer, so every pointer stays `restrict` (no two name the
+    # same memory) and loops still vectorise.
+    aliased: tuple[tuple[int, int], ...] = ()
+    # A fusion's backend_config text: which emitter a kCustom fusion needs (whole_loop.py).
+    backend_config: str = ""
+
+    def argument_names(self, names: Names) -> tuple[list[str], list[str]]:
+        """C names of the input and output pointers, from the instructions they bind."""
+        inputs = [names.unique(_leaf_name(inst, path)) for inst, path in self.inputs]
+        outputs = [names.unique(_leaf_name(inst, path, "out_")) for inst, path in self.outputs]
+        return inputs, outputs
+
+
+def _leaf_name(inst: Instruction, path: tuple[int, ...], prefix: str = "") -> str:
+    suffix = "".join(f"_{k}" for k in path)
+    return f"{prefix}{inst.name}{suffix}"
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    parallel_min_elements: int = 16384
+    small_kernel_elements: int = 2048
+
+
+@dataclass(frozen=True)
+class EmittedKernel:
+    """A kernel's functions with its name left as $name (identical kernels share them)."""
+
+    code: str  # its parallel parts, then the kernel function
+    parameter_types: tuple[str, ...]
+    # (output argument, input argument) pairs whose buffers may be the same one: an in-place
+    # dynamic-update-slice. The kernel copies the input first when they differ.
+    in_place: tuple[tuple[int, int], ...]
+    comment: str
+    is_small: bool
+    kind: str
+    part_count: int = 0  # functions `$name_part<k>` the code holds
+
+    @property
+    def definition(self) -> str:
+        """The code headed by the comment naming the kernel and what it fuses."""
+        return f"\n/* kernel $name ({_KIND_UNSAFE.sub('_', self.kind)}): {self.comment} */\n" \
+            + self.code
+
+
+def leaf_shape(inst: Instruction, path: tuple[int, ...]) -> Shape:
+    shape = inst.shape
+    for k in path:
+        shape = shape.elements[k]
+    return shape
+
+
+def kernel_instructions(spec: KernelSpec) -> list[Instruction]:
+    """Every instruction the kernel computes (operands before users), bound inputs excluded."""
+    bound = {id(inst) for inst, _ in spec.inputs}
+    order: list[Instruction] = []
+    seen: set[int] = set(bound)
+    stack: list[tuple[Instruction, int]] = []
+    for root, _ in spec.outputs:
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack.append((root, 0))
+        while stack:
+            inst, k = stack.pop()
+            if k < len(inst.operands):
+                stack.append((inst, k + 1))
+                operand = inst.operands[k]
+                if id(operand) not in seen:
+                    seen.add(id(operand))
+                    stack.append((operand, 0))
+                continue
+            order.append(inst)
+    return order
+
+
+def kernel_comment(spec: KernelSpec) -> str:
+    """`label: the fused instructions`, sanitised for a C comment."""
+    names = [sanitize(n) for n in (spec.instructions or (spec.label,))]
+    if len(names) > 40:
+        names = names[:40] + [f"and {len(names) - 40} more"]
+    return f"{sanitize(spec.label)}: " + " ".join(names)
+
+
+__all__ = ["THREEFRY_TARGET", "EmittedKernel", "KernelOptions", "KernelSpec", "Names",
+           "kernel_comment", "kernel_instructions", "leaf_shape",
+           "sanitize"]

@@ -1,0 +1,68 @@
+"""Names in generated code: from HLO names, sanitised, unique per function.
+
+An HLO name becomes an identifier of [A-Za-z0-9_] (`fusion.5` is `fusion_5`), so the C reads
+next to the HLO; nothing of the input text reaches the C otherwise. A stem that does not end
+in `_<number>` could name something of C or of the generated header (a keyword, `sin`, `j1`,
+`int64_t`, `hlofuse_...`) and gets the suffix `_h`; a taken name gets `_1`, `_2`, ...
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+
+_COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_IDENTIFIER_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+# XLA's names (`add.3`, `fusion.12`) end in a number: as `add_3` they spell nothing of C, of its
+# libraries (libm's j1 and log10, stdlib's drand48, ...) or of the generated header.
+_NUMBERED = re.compile(r"[A-Za-z0-9_]*[a-z][A-Za-z0-9_]*_[0-9]+")
+MAX_NAME = 48
+
+
+def sanitize(name: str) -> str:
+    """An HLO name as it may appear in a C comment: [A-Za-z0-9_.-] only."""
+    return _COMMENT_UNSAFE.sub("_", name)[:80] or "_"
+
+
+@functools.lru_cache(maxsize=65536)
+def identifier(name: str) -> str:
+    """An HLO name as a C identifier stem that names nothing else in the generated file."""
+    stem = _IDENTIFIER_UNSAFE.sub("_", name)[:MAX_NAME] or "_"
+    if stem[0].isdigit():
+        stem = "_" + stem
+    if stem.startswith("_"):
+        return f"h{stem}"
+    safe = _NUMBERED.fullmatch(stem) is not None and not stem.lower().startswith("hlofuse")
+    return stem if safe else f"{stem}_h"
+
+
+class Names:
+    """The identifiers of one function: HLO-derived ones and numbered temporaries."""
+
+    def __init__(self, reserved: tuple[str, ...] = ()) -> None:
+        self.taken = set(reserved)
+        self._numbers = itertools.count()
+
+    def unique(self, hlo_name: str) -> str:
+        """An identifier from an HLO name."""
+        return self._claim(identifier(hlo_name))
+
+    def fresh(self, prefix: str) -> str:
+        """A numbered temporary (`v12`)."""
+        while True:
+            candidate = f"{prefix}{next(self._numbers)}"
+            if candidate not in self.taken:
+                self.taken.add(candidate)
+                return candidate
+
+    def reserve(self, *names: str) -> None:
+        self.taken.update(names)
+
+    def _claim(self, stem: str) -> str:
+        candidate, k = stem, 1
+        while candidate in self.taken:
+            candidate = f"{stem}_{k}"
+            k += 1
+        self.taken.add(candidate)
+        return candidate

@@ -1,0 +1,242 @@
+"""Reductions at a kernel's root: rows reduced in the reference's order, column reductions.
+
+Root reductions over one domain, and outputs of the input's shape, are computed in one pass
+that keeps the reduced values in rows (XLA's multi-output reduction fusion); the rows are then
+reduced in the reference's order (NumPy's pairwise order for float sums), so results match the
+interpreter bit for bit. Column reductions of other reducers keep a block of accumulators so
+the inner loop runs along contiguous memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+
+from hlofuse.codegen import cir
+from hlofuse.codegen.cir import Expr, Stmt
+from hlofuse.codegen.element import Index
+from hlofuse.codegen.kernel_spec import leaf_shape
+from hlofuse.codegen.loops import LoopEmission, Store
+from hlofuse.codegen.reductions_elemental import (
+    Accumulation,
+    accumulate,
+    accumulation,
+    reduction_order,
+    simple_reducer,
+    start_accumulators,
+)
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+
+Outputs = list[tuple[int, tuple[Instruction, tuple[int, ...]]]]
+COLUMN_BLOCK = 512
+
+
+class ReductionEmission(LoopEmission):
+    """The reduction-writing part of a kernel emitter."""
+
+    arg_pointer: dict[int, str]
+    _temporary: Callable[[DType, int], str]
+    element: Callable[[Instruction, tuple[int, ...]], Callable[[Index], Expr]]
+
+    def _emit_reduction_groups(self, outputs: Outputs, done: set[int]) -> None:
+        """Reduces over the same input shape and dimensions, and outputs of that input shape,
+        in one pass (XLA's multi-output reduction fusion): the shared producers are computed
+        once per input element instead of once per output. A float sum goes this way even
+        alone: its values are stored so they can be summed in the reference's order."""
+        groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[Instruction]] = {}
+        bound = {id(inst) for inst, _ in self.spec.inputs}
+        for _, (inst, _) in outputs:
+            if inst.op is not Op.REDUCE or id(inst) in bound:
+                continue
+            plan = self._plan(inst)
+            if plan.identity is not None and not plan.pairwise:
+                continue
+            key = (inst.operands[0].shape.dims, inst.ints("dimensions"))
+            members = groups.setdefault(key, [])
+            if all(m is not inst for m in members):
+                members.append(inst)
+        for (in_dims, reduced), reduces in groups.items():
+            siblings = [(k, inst, path) for k, (inst, path) in outputs
+                        if k not in done and inst.op is not Op.REDUCE
+                        and leaf_shape(inst, path).dims == in_dims]
+            if len(reduces) == 1 and not siblings and not self._plan(reduces[0]).pairwise:
+                continue
+            targets = {}
+            for r in reduces:
+                for k, (inst, path) in outputs:
+                    if inst is r:
+                        targets[(id(r), path[0] if path else 0)] = self.output_names[k]
+            self._reduction_group(in_dims, reduced, reduces, siblings, targets)
+            done.update(k for k, (inst, _) in outputs if any(inst is r for r in reduces))
+            done.update(k for k, _, _ in siblings)
+
+    def _plan(self, inst: Instruction) -> Accumulation:
+        return accumulation(self.em, inst.calls[0], inst.operands[0].dtype,
+                            len(inst.operands) // 2)
+
+    def _reduction_group(self, in_dims: tuple[int, ...], reduced: tuple[int, ...],
+                         reduces: list[Instruction],
+                         siblings: list[tuple[int, Instruction, tuple[int, ...]]],
+                         targets: dict[tuple[int, int], str]) -> None:
+        """Two loops: the first computes every reduced value and every sibling output element
+        by element (vectorised, split across threads) and keeps the values in rows, one row
+        per result element (the reduced dimensions last, in `dimensions` order); the second
+        reduces each row in the reference's order. `targets` maps (id(reduce), leaf) to the
+        pointer a result goes to."""
+        kept = [d for d in range(len(in_dims)) if d not in reduced]
+        out_dims = tuple(in_dims[d] for d in kept)
+        extent = math.prod(in_dims[d] for d in reduced)
+        rows = math.prod(out_dims)
+        order = kept + list(reduced)
+        natural = order == list(range(len(in_dims)))
+        row_dims = tuple(in_dims[d] for d in order)
+
+        def row_position(index: Index) -> Expr:
+            multi = self.em.multi_of(index)
+            return self.em.linear_of(Index(row_dims, None, tuple(multi[d] for d in order), None))
+
+        stored: list[list[str]] = []
+        stores: list[Store] = []
+        roots: list[Instruction] = []
+        for r in reduces:
+            plan = self._plan(r)
+            pointers = []
+            for x in r.operands[:len(r.operands) // 2]:
+                kept_type = plan.kept_type(x.dtype)
+                pointer = self._temporary(kept_type, rows * extent)
+                pointers.append(pointer)
+                stores.append((self.element(x, ()), pointer, kept_type,
+                               None if natural else row_position))
+                roots.append(x)
+            stored.append(pointers)
+        for k, inst, path in siblings:
+            stores.append((self.element(inst, path), self.output_names[k],
+                           leaf_shape(inst, path).dtype, None))
+            roots.append(inst)
+        self.loop(in_dims, stores, parallel=True, roots=tuple(roots))
+        in_prologue = self.body.hoisting > 0
+        for r, pointers in zip(reduces, stored):
+            stmts: list[Stmt] = []
+            with self.body.section(stmts):
+                self._reduce_rows(r, pointers, out_dims, extent, in_dims, reduced, targets)
+            self._add_section(stmts, False, in_prologue)
+
+    def _reduce_rows(self, r: Instruction, pointers: list[str], out_dims: tuple[int, ...],
+                     extent: int, in_dims: tuple[int, ...], reduced: tuple[int, ...],
+                     targets: dict[tuple[int, int], str]) -> None:
+        """Each result element of `r` from its stored row of `extent` values."""
+        plan = self._plan(r)
+        count = len(r.operands) // 2
+        inits = r.operands[count:]
+        out_index, headers, _ = self._loop_headers(out_dims, False, self.groups, {}, None)
+        self.groups += 1
+        em, body = self.em, self.body
+        with contextlib.ExitStack() as stack:
+            for var, lo, hi in headers:
+                stack.enter_context(body.loop(var, lo, hi))
+            row = em.index_let(cir.mul(em.linear_of(out_index), extent))
+            results: list[Expr]
+            if plan.pairwise and reduction_order(in_dims, reduced) == "pairwise":
+                width = "f64" if r.dtype is DType.F64 else "f32"
+                start = cir.Binary("+", cir.Var(pointers[0]), row)
+                total = body.let("double" if width == "f64" else "float",
+                                 cir.call(f"hlofuse_pairwise_{width}", start, cir.Int(extent)))
+                if plan.unrounded:
+                    total = body.let("float", self.lang.round_to(DType.F16, total))
+                results = em.apply_reducer(r.calls[0], [em.scalar(inits[0])], [total])
+            else:
+                results = self._reduce_row_in_order(r, plan, pointers, row, extent)
+            target = em.linear_of(out_index)
+            for leaf, value in enumerate(results):
+                pointer = targets.get((id(r), leaf))
+                if pointer is not None:
+                    dtype = r.shape.leaves()[leaf].dtype
+                    body.assign(cir.load(pointer, target), self.lang.to_storage(dtype, value))
+
+    def _reduce_row_in_order(self, r: Instruction, plan: Accumulation, pointers: list[str],
+                             row: Expr, extent: int) -> list[Expr]:
+        em, body = self.em, self.body
+        count = len(r.operands) // 2
+        inits = r.operands[count:]
+        accumulators = start_accumulators(em, plan, inits)
+        j = body.fresh("red")
+        how = cir.SEQUENTIAL
+        if plan.simd_op is not None:
+            assert isinstance(accumulators[0], cir.Var)
+            how = cir.Loop(reduction=(plan.simd_op, accumulators[0].name))
+        with body.loop(j, 0, extent, how):
+            position = em.index_let(cir.add(row, cir.Var(j)))
+            kept_type = [plan.kept_type(x.dtype) for x in r.operands[:count]]
+            values = [body.let(self.lang.register_type(t),
+                               self.lang.load(t, cir.Var(p), position))
+                      for t, p in zip(kept_type, pointers)]
+            accumulate(em, r.calls[0], plan, accumulators, values)
+        if plan.identity is None:
+            return accumulators
+        total = accumulators[0]
+        if plan.unrounded:
+            total = body.let("float", self.lang.round_to(DType.F16, total))
+        return em.apply_reducer(r.calls[0], [em.scalar(inits[0])], [total])
+
+    # --- column reductions ----------------------------------------------------------------
+
+    def _column_reduction(self, k: int, inst: Instruction, path: tuple[int, ...]) -> bool:
+        """A reduce whose kept dimensions include the minor ones: accumulate a block of
+        results at a time so the inner loop runs along contiguous memory."""
+        if inst.op is not Op.REDUCE or inst.shape.is_tuple or id(inst) in self.arg_pointer:
+            return False
+        reduced = sorted(inst.ints("dimensions"))
+        in_dims = inst.operands[0].shape.dims
+        kept = [d for d in range(len(in_dims)) if d not in reduced]
+        if not kept or not reduced or max(kept) < min(reduced):
+            return False
+        if reduced != list(range(reduced[0], reduced[-1] + 1)):
+            return False
+        outer = math.prod(in_dims[d] for d in kept if d < reduced[0])
+        extent = math.prod(in_dims[d] for d in reduced)
+        inner = math.prod(in_dims[d] for d in kept if d > reduced[-1])
+        if inner < 8 or extent == 0 or outer * inner == 0:
+            return False
+        if inst.dtype in (DType.F16, DType.BF16) and simple_reducer(inst.calls[0]) is not None:
+            return False  # the reference's summation order shows at this precision
+        if inst.dtype.is_float and simple_reducer(inst.calls[0]) in (Op.ADD, Op.MULTIPLY):
+            return False  # so does its order of float sums and products
+        self._column_loops(inst, self.output_names[k], outer, extent, inner)
+        return True
+
+    def _column_loops(self, inst: Instruction, pointer: str, outer: int, extent: int,
+                      inner: int) -> None:
+        operand, init = inst.operands
+        dtype = inst.dtype
+        in_dims = operand.shape.dims
+        block = COLUMN_BLOCK
+        blocks = -(-inner // block)
+        parallel = outer * extent * inner >= self.options.parallel_min_elements and \
+            outer * blocks > 1
+        em, body, lang = self.em, self.body, self.lang
+        stmts: list[Stmt] = []
+        with body.section(stmts):
+            o, b, r, j = (body.fresh(p) for p in ("o", "b", "red", "j"))
+            vo, vb, vr, vj = (cir.Var(n) for n in (o, b, r, j))
+            outer_how = cir.Loop(parallel=True, collapse=2) if parallel else cir.SEQUENTIAL
+            with body.loop(o, 0, outer, outer_how), body.loop(b, 0, inner, step=block):
+                block_end = cir.Binary("+", vb, cir.Int(block))
+                end = body.let("int64_t", cir.Select(cir.Binary("<", block_end, cir.Int(inner)),
+                                                     block_end, cir.Int(inner)))
+                row = em.index_let(cir.mul(vo, inner))
+                initial = lang.to_storage(dtype, em.scalar(init))
+                with body.loop(j, vb, end):
+                    body.assign(cir.load(pointer, cir.Binary("+", row, vj)), initial)
+                with body.loop(r, 0, extent), body.loop(j, vb, end):
+                    linear = em.index_let(cir.add(cir.mul(cir.add(cir.mul(vo, extent), vr),
+                                                          inner), vj))
+                    x = em.array_value(operand, Index(in_dims, linear, None, None))
+                    element = cir.Binary("+", row, vj)
+                    acc = body.let(lang.register_type(dtype), lang.load(dtype, cir.Var(pointer),
+                                                                        element))
+                    new = em.apply_reducer(inst.calls[0], [acc], [x])[0]
+                    body.assign(cir.load(pointer, element), lang.to_storage(dtype, new))
+        self._add_section(stmts, parallel, False)

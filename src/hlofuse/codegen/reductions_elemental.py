@@ -1,0 +1,276 @@
+"""Element values of reduce and reduce-window: accumulation loops in the reference's order.
+
+A reduce's element is its reduced values accumulated by a loop inside the current scope
+(written out with literal indices when there are at most UNROLL_ELEMENTS of them). How it
+accumulates (`Accumulation`) follows the reference interpreter (NumPy) wherever the order
+shows in the result. Library results (dot, custom-call) are computed whole by the kernel and
+read back here (`materialized`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hlofuse.analysis.reducers import identity, reducer_op
+from hlofuse.codegen import cir
+from hlofuse.codegen.cir import Binary, Expr
+from hlofuse.codegen.element import (
+    UNROLL_ELEMENTS,
+    Index,
+    UnsupportedInstruction,
+    Value,
+    conjunction,
+)
+from hlofuse.ir.attrs import Window
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Computation, Instruction
+from hlofuse.ir.ops import Op
+
+if TYPE_CHECKING:
+    from hlofuse.codegen.elemental import ElementalEmitter
+
+
+def simple_reducer(reducer: Computation) -> Op | None:
+    """The op of a reducer that is one binary op of its two parameters, else None."""
+    return reducer_op(reducer)
+
+
+_SIMD_REDUCTIONS = {Op.ADD: "+", Op.MULTIPLY: "*", Op.AND: "&", Op.OR: "|", Op.XOR: "^"}
+# Float reductions that start from the op's identity and apply the initial value last.
+_FROM_IDENTITY = frozenset({Op.ADD, Op.MULTIPLY, Op.MAXIMUM, Op.MINIMUM})
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """How a reduce accumulates, following the reference (NumPy) where order shows.
+
+    Integer add/mul/and/or/xor are associative: the reduced loop may be vectorised (OpenMP
+    simd reduction). Float sums and products reduce the values from the op's identity and
+    combine the total with the initial value last, as the reference does (`ufunc.reduce`,
+    then `ufunc(init, total)`): f32/f64/f16 sums in NumPy's pairwise order (`pairwise`, needs
+    the values stored: see codegen/reductions.py), f16 sums and products in f32, rounded once.
+    bf16 and max/min reduce in order from the identity; every other reducer runs in order
+    from the initial value. Without -ffast-math nothing is reassociated.
+    """
+
+    ctype: str
+    simd_op: str | None = None
+    identity: Expr | None = None  # start here and apply the initial value last
+    unrounded: bool = False  # f16 sum or product: accumulate in f32, round once
+    pairwise: bool = False  # a float sum: NumPy's pairwise order when rows are contiguous
+    op: Op | None = None  # the reducer's one op, when it is one
+
+    def kept_type(self, dtype: DType) -> DType:
+        """The type reduced values are stored in, to be reduced later."""
+        return DType.F32 if self.unrounded or self.pairwise and dtype is DType.F16 else dtype
+
+
+def accumulation(em: ElementalEmitter, reducer: Computation, dtype: DType,
+                 count: int) -> Accumulation:
+    op = simple_reducer(reducer)
+    ctype = em.lang.register_type(dtype)
+    if count != 1 or op is None:
+        return Accumulation(ctype, op=op)
+    if op in _SIMD_REDUCTIONS and (dtype.is_integer or dtype.is_pred):
+        return Accumulation(ctype, _SIMD_REDUCTIONS[op], op=op)
+    start = identity(op, dtype) if dtype.is_float and op in _FROM_IDENTITY else None
+    if start is not None:
+        start_value = em.lang.literal(dtype, float(start))
+        unrounded = dtype is DType.F16 and op in (Op.ADD, Op.MULTIPLY)
+        pairwise = op is Op.ADD and dtype in (DType.F16, DType.F32, DType.F64)
+        return Accumulation(ctype, None, start_value, unrounded, pairwise, op)
+    return Accumulation(ctype, op=op)
+
+
+def reduction_order(in_dims: tuple[int, ...], dimensions: tuple[int, ...]) -> str:
+    """"pairwise" or "sequential": how the reference sums the rows of this reduce.
+
+    The reference moves the reduced dimensions last (in `dimensions` order) and calls
+    `np.add.reduce(..., axis=-1)`, which sums pairwise when the rows end up contiguous or at
+    unit stride and one element after another otherwise. Only which dimensions exceed one
+    matters, so a tiny array of the same pattern answers the question.
+    """
+    small = tuple(min(d, 2) for d in in_dims)
+    x = np.empty(small, np.float32)
+    kept = [d for d in range(len(in_dims)) if d not in dimensions]
+    moved = np.transpose(x, kept + list(dimensions)).reshape(
+        tuple(small[d] for d in kept) + (-1,))
+    if moved.flags.c_contiguous or moved.strides[-1] == x.itemsize:
+        return "pairwise"
+    return "sequential"
+
+
+def unrounded_step(plan: Accumulation, total: Expr, value: Expr) -> Expr:
+    """An f16 sum or product accumulated in f32 (rounded once at the end)."""
+    return Binary("+" if plan.op is Op.ADD else "*", total, value)
+
+
+def start_accumulators(em: ElementalEmitter, plan: Accumulation,
+                       inits: tuple[Instruction, ...]) -> list[Expr]:
+    """One variable per reduced array, at the identity or the initial value."""
+    out: list[Expr] = []
+    for init in inits:
+        start = plan.identity if plan.identity is not None else em.scalar(init)
+        ctype = "float" if plan.unrounded else em.lang.register_type(init.dtype)
+        out.append(em.body.variable(ctype, "acc", start))
+    return out
+
+
+def accumulate(em: ElementalEmitter, reducer: Computation, plan: Accumulation,
+               accumulators: list[Expr], values: list[Expr]) -> None:
+    """accumulators = reducer(accumulators, values), in place."""
+    if plan.unrounded:
+        em.body.assign(accumulators[0], unrounded_step(plan, accumulators[0], values[0]))
+        return
+    for acc, new in zip(accumulators, em.apply_reducer(reducer, accumulators, values)):
+        em.body.assign(acc, new)
+
+
+def reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
+    count = len(inst.operands) // 2
+    inputs, inits = inst.operands[:count], inst.operands[count:]
+    reduced = inst.ints("dimensions")
+    in_dims = inputs[0].shape.dims
+    reducer = inst.calls[0]
+    plan = accumulation(em, reducer, inputs[0].dtype, count)
+    if plan.pairwise and em.materialize is not None and math.prod(
+            in_dims[d] for d in reduced) >= 8:
+        return materialized(em, inst, index)  # the stored rows are summed pairwise
+    if 0 < math.prod(in_dims[d] for d in reduced) <= UNROLL_ELEMENTS:
+        return _reduce_written_out(em, inst, index, plan)
+    out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
+    accumulators = start_accumulators(em, plan, inits)
+    multi: list[Expr] = [cir.Int(0)] * len(in_dims)
+    for d in range(len(in_dims)):
+        if d not in reduced:
+            multi[d] = next(out_multi)
+    loops: list[tuple[str, int]] = []
+    for d in reduced:  # row-major in `dimensions` order, as the reference walks them
+        if in_dims[d] == 1:
+            continue
+        var = em.body.fresh("red")
+        loops.append((var, in_dims[d]))
+        multi[d] = cir.Var(var)
+    if not any(in_dims[d] == 0 for d in reduced):
+        with contextlib.ExitStack() as stack:
+            for k, (var, size) in enumerate(loops):
+                how = cir.SEQUENTIAL
+                if k == len(loops) - 1 and plan.simd_op is not None and em.simd_reductions:
+                    assert isinstance(accumulators[0], cir.Var)
+                    how = cir.Loop(reduction=(plan.simd_op, accumulators[0].name))
+                stack.enter_context(em.body.loop(var, 0, size, how))
+            input_index = Index(in_dims, None, tuple(multi), None)
+            values = [em.array_value(x, input_index) for x in inputs]
+            accumulate(em, reducer, plan, accumulators, values)
+    return reduced_value(em, reducer, inits, plan, accumulators)
+
+
+def reduced_value(em: ElementalEmitter, reducer: Computation, inits: tuple[Instruction, ...],
+                  plan: Accumulation, accumulators: list[Expr]) -> Value:
+    """The reduce's result from its accumulators: an accumulation started at the reducer's
+    identity combines with the init at the end (rounded first when it ran unrounded)."""
+    if plan.identity is not None:
+        total = accumulators[0]
+        if plan.unrounded:
+            total = em.body.let("float", em.lang.round_to(DType.F16, total))
+        return em.apply_reducer(reducer, [em.scalar(inits[0])], [total])[0]
+    return accumulators[0] if len(accumulators) == 1 else tuple(accumulators)
+
+
+def _reduce_written_out(em: ElementalEmitter, inst: Instruction, index: Index,
+                        plan: Accumulation) -> Value:
+    """A small reduce with a literal index per reduced element instead of a loop, in the
+    loop's order: one output element's values then share their subexpressions (CartPole's
+    any(|state| > limits) over a packed row of four), and an enclosing loop vectorises."""
+    count = len(inst.operands) // 2
+    inputs, inits = inst.operands[:count], inst.operands[count:]
+    reduced = inst.ints("dimensions")
+    in_dims = inputs[0].shape.dims
+    reducer = inst.calls[0]
+    out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
+    base: list[Expr] = [cir.Int(0) if d in reduced else next(out_multi)
+                        for d in range(len(in_dims))]
+    accumulators: list[Expr]
+    if plan.identity is not None:
+        accumulators = [plan.identity]
+    else:
+        accumulators = [em.scalar(init) for init in inits]
+    # Row-major in `dimensions` order, as the reference walks them.
+    for position in itertools.product(*(range(in_dims[d]) for d in reduced)):
+        multi = list(base)
+        for d, p in zip(reduced, position):
+            multi[d] = cir.Int(p)
+        input_index = Index(in_dims, None, tuple(multi), None)
+        values = [em.array_value(x, input_index) for x in inputs]
+        if plan.unrounded:
+            accumulators = [em.body.let("float", unrounded_step(plan, accumulators[0],
+                                                                values[0]))]
+        else:
+            accumulators = em.apply_reducer(reducer, accumulators, values)
+    return reduced_value(em, reducer, inits, plan, accumulators)
+
+
+def reduce_window(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
+    count = len(inst.operands) // 2
+    inputs, inits = inst.operands[:count], inst.operands[count:]
+    window = inst.attrs["window"]
+    assert isinstance(window, Window)
+    in_dims = inputs[0].shape.dims
+    out_multi = em.multi_of(index)
+    accumulators: list[Expr] = [
+        em.body.variable(em.lang.register_type(init.dtype), "acc", em.scalar(init))
+        for init in inits]
+    zero = cir.Int(0)
+    with contextlib.ExitStack() as stack:
+        positions: list[Expr] = []
+        conditions: list[Expr] = []
+        for d, size in enumerate(in_dims):
+            terms: list[Expr | int] = [cir.mul(out_multi[d], window.stride[d])]
+            if window.size[d] > 1:
+                var = em.body.fresh("w")
+                stack.enter_context(em.body.loop(var, 0, window.size[d]))
+                terms.append(cir.mul(cir.Var(var), window.rhs_dilate[d]))
+            terms.append(-window.pad_low[d])
+            position = em.index_let(cir.add(*terms))
+            dilate = window.lhs_dilate[d]
+            padded = window.pad_low[d] > 0 or window.pad_high[d] > 0 or dilate > 1
+            if dilate > 1:
+                conditions += [Binary(">=", position, zero),
+                               Binary("==", cir.mod(position, dilate), zero),
+                               Binary("<", cir.div(position, dilate), cir.Int(size))]
+                position = em.index_let(cir.div(position, dilate))
+            elif padded:
+                conditions += [Binary(">=", position, zero),
+                               Binary("<", position, cir.Int(size))]
+            positions.append(position)
+        input_index = Index(in_dims, None, tuple(positions), None)
+        if conditions:
+            condition = conjunction(conditions)
+            values = [em.branch(x.dtype, condition,
+                                lambda x=x: em.array_value(x, input_index),  # type: ignore[misc]
+                                lambda init=init: em.scalar(init))  # type: ignore[misc]
+                      for x, init in zip(inputs, inits)]
+        else:
+            values = [em.array_value(x, input_index) for x in inputs]
+        updated = em.apply_reducer(inst.calls[0], accumulators, values)
+        for acc, new in zip(accumulators, updated):
+            em.body.assign(acc, new)
+    return accumulators[0] if count == 1 else tuple(accumulators)
+
+
+def materialized(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
+    """Library results (dot, custom-call) are computed whole into temporaries, then read."""
+    if em.materialize is None:
+        raise UnsupportedInstruction(f"%{inst.name}: {inst.op.text} inside this kernel")
+    pointers = em.materialize(inst)
+    leaves = inst.shape.leaves()
+    values = [em.load(leaf.dtype, pointer, Index(leaf.dims, em.linear_of(index), None,
+                                                 index.flat_group))
+              for leaf, pointer in zip(leaves, pointers)]
+    return values[0] if not inst.shape.is_tuple else tuple(values)

@@ -1,0 +1,494 @@
+"""Phase 2 of a whole-loop kernel: blocks of environments, each stepping in simd lane loops.
+
+Environment blocks (`#pragma omp parallel for` over blocks of W lanes) load the block's state
+into local arrays `s[value][lane]` (from the inputs in the first chunk, from the outputs
+after), then for every step of the chunk run a simd loop over the lanes that computes each new
+per-environment value through the elemental emitter (state read at the lane, lane inputs from
+the step's table row, the environment index where an iota asks for it) and writes it back once
+all are computed; accumulated sums collect per lane. Two kinds of work run apart
+(codegen/whole_loop_lanes.py): a select's costly operand that does not depend on the state
+(CartPole's reset draws) in a second lane loop, only for the lanes it is picked in; sin and
+cos of the state with the math library's small-argument forms, the full functions only in a
+step where some lane needs them. One lane (N = 1) is scalar code: plain blocks instead of
+loops, branches instead of selects. Lanes past N (the last block) run on the last
+environment's state and are not stored. At the end of the chunk the block stores its state
+and adds its lanes' partial sums to its own slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Callable, Iterator
+
+from hlofuse.analysis.parallel_loop import Accumulator, LoopPlan
+from hlofuse.codegen import cir, mathlib
+from hlofuse.codegen.body import FunctionBody
+from hlofuse.codegen.cir import Binary, Expr, Stmt
+from hlofuse.codegen.element import SCALAR, UNROLL_ELEMENTS, Index, Value, expr_of, strides_of
+from hlofuse.codegen.elemental import ElementalEmitter
+from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.whole_loop_lanes import Deferred
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape
+
+# Environment-steps below which a chunk runs on the calling thread alone (about a millisecond).
+PARALLEL_MIN_ENV_STEPS = 1 << 17
+L = cir.Var("l")
+B = cir.Var("b")
+E = cir.Var("e")
+
+
+class BlockEmission:
+    """The per-environment half of the whole-loop emitter (codegen/whole_loop.py)."""
+
+    lang: CLanguage
+    body: FunctionBody
+    plan: LoopPlan
+    loop: Instruction
+    init: tuple[Instruction, ...]
+    n: int
+    lanes: int
+    blocks: int
+    env: Expr
+    outputs: list[str]
+    uniform_em: ElementalEmitter
+    lane_em: ElementalEmitter
+    deferred: dict[int, Deferred]
+    small_math: list[tuple[Instruction, mathlib.SmallArgumentForm]]
+
+    def _ctype(self, dtype: DType) -> str:
+        return self.lang.register_type(dtype)
+
+    def _copy_loop(self, count: int, stmt: Callable[[Expr], Stmt]) -> None:
+        """`stmt(q)` for q < count: written out for a few elements, a loop beyond."""
+        if count <= UNROLL_ELEMENTS:
+            for q in range(count):
+                self.body.emit(stmt(cir.Int(q)))
+            return
+        var = self.body.fresh("q")
+        with self.body.loop(var, 0, count):
+            self.body.emit(stmt(cir.Var(var)))
+
+    def _each_element(self, em: ElementalEmitter, inst: Instruction,
+                      stmt: Callable[[Expr, Expr], Stmt]) -> None:
+        """Emit `stmt(position, value)` for every element of `inst`."""
+        dims = inst.shape.dims
+        if inst.shape.num_elements <= UNROLL_ELEMENTS:
+            for q, index in enumerate(element_indices(dims)):
+                self.body.emit(stmt(cir.Int(q), em.array_value(inst, index)))
+            return
+        var = self.body.fresh("q")
+        with self.body.loop(var, 0, inst.shape.num_elements):
+            value = em.array_value(inst, Index(dims, cir.Var(var), None, None))
+            self.body.emit(stmt(cir.Var(var), value))
+
+    def _load_at(self, dtype: DType, pointer: str, row: Expr, q: Expr) -> Expr:
+        return self.lang.load(dtype, cir.Var(pointer), Binary("+", row, q))
+
+    def _shape(self, element: int) -> Shape:
+        return self.loop.shape.elements[element]
+
+    # --- blocks -----------------------------------------------------------------------------
+
+    def _blocks(self) -> None:
+        body = self.body
+        if self.blocks == 1:
+            with body.loop("b", 0, 1):
+                self._block()
+            return
+        # Starting a thread team costs more than a small chunk's work, and far more when the
+        # machine is busy and a thread waits for a core at the barrier.
+        work = Binary(">=", Binary("*", cir.Var("count"), cir.Int(self.n)),
+                      cir.Int(PARALLEL_MIN_ENV_STEPS))
+        region = cir.ParallelRegion([], work)
+        with body.nested(region, region.body):
+            with body.loop("b", 0, self.blocks, cir.Loop(parallel=True)):
+                self._block()
+
+    def _valid_lanes(self) -> Expr:
+        if self.n % self.lanes == 0:
+            return cir.Int(self.lanes)
+        return cir.Select(Binary("==", B, cir.Int(self.blocks - 1)),
+                          cir.Int(self.n % self.lanes), cir.Int(self.lanes))
+
+    def _env_of_lane(self) -> Expr:
+        first = Binary("*", B, cir.Int(self.lanes))
+        if self.n % self.lanes == 0:
+            return Binary("+", first, L)
+        valid = cir.Var("valid")
+        return Binary("+", first, cir.Select(Binary("<", L, valid), L,
+                                             Binary("-", valid, cir.Int(1))))
+
+    def _declare_env(self) -> None:
+        self.body.declare("int64_t", "e", self._env_of_lane(), const=True)
+
+    def _block(self) -> None:
+        body, lanes = self.body, self.lanes
+        body.declare("int", "valid", self._valid_lanes(), const=True)
+        body.emit(cir.ExprStmt(cir.Cast("void", cir.Var("valid"))))
+        for i in self.plan.per_env:
+            body.declare(self._ctype(self._shape(i).dtype), f"s{i}",
+                         dims=(self.plan.elements_per_env(i), lanes))
+        self._load_block()
+        for k, acc in enumerate(self.plan.accumulators):
+            identity = self.lane_em.scalar(acc.identity)
+            body.declare(self._ctype(acc.combines[-1].dtype), f"acc{k}", dims=(lanes,))
+            with body.loop("l", 0, lanes, ctype="int"):
+                body.assign(cir.load(f"acc{k}", L), identity)
+        self._declare_small_argument_values()
+        with body.loop("t", 0, cir.Var("count")):
+            self._lane_step()
+        self._store_block()
+
+    def _load_block(self) -> None:
+        """The block's state: the initial values in the first chunk, the outputs after."""
+        body = self.body
+        with body.if_else(Binary("==", cir.Var("chunk"), cir.Int(0))) as (first, later):
+            with first, body.loop("l", 0, self.lanes, ctype="int"):
+                self._declare_env()
+                for i in self.plan.per_env:
+                    for q, index in enumerate(env_indices(self._shape(i).dims, self.env)):
+                        value = self.uniform_em.array_value(self.init[i], index)
+                        body.assign(cir.load(f"s{i}", cir.Int(q), L), value)
+            with later, body.loop("l", 0, self.lanes, ctype="int"):
+                self._declare_env()
+                for i in self.plan.per_env:
+                    shape = self._shape(i)
+                    per_env = self.plan.elements_per_env(i)
+                    row = Binary("*", E, cir.Int(per_env))
+                    loaded = functools.partial(self._load_at, shape.dtype, self.outputs[i], row)
+                    self._copy_loop(per_env, copy(store_at(f"s{i}", lane=True), loaded))
+
+    def _lane_bindings(self) -> None:
+        em = self.lane_em
+        for k, inst in enumerate(self.plan.lane_inputs):
+            count = max(1, inst.shape.num_elements)
+            if inst.shape.dims:
+                em.bindings[id(inst)] = self._table_reader(inst.dtype, f"tab{k}", count)
+            else:
+                name = f"li{k}"
+                self.body.declare(self._ctype(inst.dtype), name,
+                                  cir.load(f"tab{k}", cir.Var("t")), const=True)
+                em.bindings[id(inst)] = _named(name)
+        for inst in self.plan.body.instructions:
+            element = element_read(inst)
+            if element is None or element not in self.plan.per_env:
+                continue
+            shape = self._shape(element)
+            em.bindings[id(inst)] = self._lane_reader(f"s{element}", shape.dtype, shape.dims, 0)
+
+    def _table_reader(self, dtype: DType, array: str, count: int) -> Callable[[Index], Value]:
+        """Reads of the step's row of a lane-input table."""
+        row = Binary("*", cir.Var("t"), cir.Int(count))
+
+        def read(index: Index) -> Value:
+            position = self.lane_em.linear_of(index)
+            return self.body.let(self._ctype(dtype), cir.load(array, Binary("+", row, position)))
+
+        return read
+
+    def _lane_reader(self, array: str, dtype: DType, dims: tuple[int, ...],
+                     env_dim: int) -> Callable[[Index], Value]:
+        """Reads of a per-environment value kept in `array[position][lane]`: the analysis
+        guarantees the index's environment component is the lane's own environment, so only
+        the position inside the environment's part matters."""
+        rest = dims[:env_dim] + dims[env_dim + 1:]
+
+        def read(index: Index) -> Value:
+            em = self.lane_em
+            position: Expr = cir.Int(0)
+            if rest:
+                multi = em.multi_of(index)
+                multi = multi[:env_dim] + multi[env_dim + 1:]
+                position = em.linear_of(Index(rest, None, multi, None))
+            return self.body.let(self._ctype(dtype), cir.load(array, position, L))
+
+        return read
+
+    def _lane_step(self) -> None:
+        self._lane_bindings()
+        self._small_argument_check()
+        masks = self._declare_masks()
+        self._main_lane_loop(masks)
+        self._deferred_lane_loop(masks)
+
+    @contextlib.contextmanager
+    def _lane_loop(self, how: cir.Loop) -> Iterator[None]:
+        """`for` over the block's lanes. One lane gets a plain block: gcc if-converts a loop of
+        one iteration as if to vectorise it, and so computes the branches of the scalar code
+        (the deferred reset draws) on every step."""
+        if self.lanes == 1:
+            with self.body.braces():
+                self.body.emit(cir.Comment("the one lane"))
+                self.body.declare("int", "l", cir.Int(0), const=True)
+                yield
+            return
+        with self.body.loop("l", 0, self.lanes, how, ctype="int"):
+            yield
+
+    def _main_lane_loop(self, masks: dict[tuple[object, ...], str]) -> None:
+        """Every new per-environment value (a deferred select's other operand in its place, and
+        the select's predicate kept in a mask) and the accumulators."""
+        body, em = self.body, self.lane_em
+        with self._lane_loop(cir.Loop(simd=True)):
+            self._declare_env()
+            stores: list[Stmt] = []
+            stored: set[str] = set()
+            for i in self.plan.per_env:
+                deferred = self.deferred.get(i)
+                value = self.plan.body.root.operands[i] if deferred is None else deferred.kept
+                for q, index in enumerate(env_indices(self._shape(i).dims, self.env)):
+                    stores.append(cir.Assign(cir.load(f"s{i}", cir.Int(q), L),
+                                             em.array_value(value, index)))
+                    if deferred is None:
+                        continue
+                    mask = masks[deferred.mask_key(index)]
+                    if mask not in stored:
+                        stored.add(mask)
+                        predicate = em.array_value(deferred.predicate,
+                                                   deferred.predicate_index(index))
+                        stores.append(cir.Assign(cir.load(mask, L), predicate))
+            for k, acc in enumerate(self.plan.accumulators):
+                self._accumulate(k, acc)
+            for stmt in stores:
+                body.emit(stmt)
+
+    # --- deferred selects -------------------------------------------------------------------
+
+    def _declare_masks(self) -> dict[tuple[object, ...], str]:
+        """One mask array per predicate element of the deferred selects, declared per step."""
+        masks: dict[tuple[object, ...], str] = {}
+        for i, deferred in self.deferred.items():
+            for index in env_indices(self._shape(i).dims, self.env):
+                key = deferred.mask_key(index)
+                if key not in masks:
+                    masks[key] = f"m{len(masks)}"
+                    # 32-bit, as the floats stored beside them: a byte array would make gcc
+                    # vectorise the whole loop at 16 bytes per vector
+                    self.body.declare("int32_t", masks[key], dims=(self.lanes,))
+        return masks
+
+    def _deferred_lane_loop(self, masks: dict[tuple[object, ...], str]) -> None:
+        """The deferred operands, stored only where their select picks them. With several lanes
+        the values are computed outside the `if`: gcc then vectorises the stores as masked
+        stores and runs their computation only when some lane of the block stores (its
+        masked-store sinking); computed inside, if-conversion would refuse the operations that
+        may trap. One lane branches once per mask around the values it stores."""
+        if not self.deferred:
+            return
+        body, em = self.body, self.lane_em
+        groups: dict[Expr, list[tuple[int, int, Instruction, Index]]] = {}
+        for i, deferred in self.deferred.items():
+            for q, index in enumerate(env_indices(self._shape(i).dims, self.env)):
+                mask: Expr = cir.load(masks[deferred.mask_key(index)], L)
+                test = mask if deferred.when else cir.Unary("!", mask)
+                groups.setdefault(test, []).append((i, q, deferred.operand, index))
+        with self._lane_loop(cir.Loop(simd=True)):
+            self._declare_env()
+            for test, stores in groups.items():
+                if self.lanes > 1:
+                    for i, q, operand, index in stores:
+                        value = em.array_value(operand, index)
+                        body.emit(cir.If(test, [cir.Assign(cir.load(f"s{i}", cir.Int(q), L),
+                                                           value)]))
+                    continue
+                with body.if_(test):
+                    for i, q, operand, index in stores:
+                        body.assign(cir.load(f"s{i}", cir.Int(q), L),
+                                    em.array_value(operand, index))
+
+    # --- small-argument math ----------------------------------------------------------------
+
+    def _declare_small_argument_values(self) -> None:
+        """Per block, the arrays the full functions fill in a step where some argument is too
+        large for the small forms (zeroed, so that lane code may read them unconditionally)."""
+        for k, (inst, _) in enumerate(self.small_math):
+            positions = inst.shape.num_elements // self.n
+            self.body.declare(self._ctype(inst.dtype), f"fm{k}", dims=(positions, self.lanes),
+                              zeroed=True)
+
+    def _small_argument_check(self) -> None:
+        """Lane code computes the small-argument math values inline with the small forms,
+        except in a step where some lane's argument is too large for them (a branch the block
+        almost never takes): the full functions then fill `fm<k>[position][lane]` first and
+        lane code reads those. The header's functions hold under DAZ/FTZ as they are, so they
+        are called directly (libm calls get their arguments and results flushed)."""
+        if not self.small_math:
+            return
+        body = self.body
+        large = body.declare("int", "large", cir.Int(0))
+        with self._lane_loop(cir.Loop(reduction=("|", "large"))):
+            self._declare_env()
+            tests: list[Stmt] = []
+            for inst, form in self.small_math:
+                for index in env_indices(inst.shape.dims, self.env):
+                    argument = self.lane_em.array_value(inst.operands[0], index)
+                    test = cir.Assign(large, cir.Unary("!", cir.call(form.guard, argument)), "|=")
+                    if test not in tests:
+                        tests.append(test)
+                        body.emit(test)
+        with body.if_(large), self._lane_loop(cir.Loop(simd=True)):
+            self._declare_env()
+            for k, (inst, form) in enumerate(self.small_math):
+                full = mathlib.lookup(form.name, form.dtype)
+                assert full is not None
+                for q, index in enumerate(env_indices(inst.shape.dims, self.env)):
+                    argument = self.lane_em.array_value(inst.operands[0], index)
+                    body.assign(cir.load(f"fm{k}", cir.Int(q), L), cir.call(full.c_name, argument))
+        for k, (inst, form) in enumerate(self.small_math):
+            self.lane_em.bindings[id(inst)] = self._small_argument_reader(k, inst, form)
+
+    def _small_argument_reader(self, k: int, inst: Instruction,
+                               form: mathlib.SmallArgumentForm) -> Callable[[Index], Value]:
+        full_value = self._lane_reader(f"fm{k}", inst.dtype, inst.shape.dims, 0)
+
+        def read(index: Index) -> Value:
+            argument = self.lane_em.array_value(inst.operands[0], index)
+            chosen = cir.Select(cir.Var("large"), expr_of(full_value(index)),
+                                cir.call(form.c_name, argument))
+            return self.body.let(self._ctype(inst.dtype), chosen)
+
+        return read
+
+    # --- accumulators and the block's end ---------------------------------------------------
+
+    def _accumulate(self, k: int, acc: Accumulator) -> None:
+        total: Expr = cir.load(f"acc{k}", L)
+        for operand in acc.operands:
+            env_dim = self.plan.env_dims.get(id(operand), 0) if self.n > 1 else None
+            total = self._reduce_at_lane(acc, operand, env_dim, total)
+        self.body.assign(cir.load(f"acc{k}", L), total)
+
+    def _reduce_at_lane(self, acc: Accumulator, operand: Instruction, env_dim: int | None,
+                        total: Expr) -> Expr:
+        """`total <op>` every element of the lane's environment's part of `operand`."""
+        em, body = self.lane_em, self.body
+        dims = operand.shape.dims
+        loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
+        if not loops:
+            multi = tuple(self.env if d == env_dim else cir.Int(0) for d in range(len(dims)))
+            value = em.array_value(operand, Index(dims, None, multi, None))
+            return em.apply_reducer(acc.reducer, [total], [value])[0]
+        name = body.variable(self._ctype(operand.dtype), "acc", total)
+        variables = {d: body.fresh("r") for d, _ in loops}
+        multi = tuple(self.env if d == env_dim else
+                      (cir.Var(variables[d]) if d in variables else cir.Int(0))
+                      for d in range(len(dims)))
+        with contextlib.ExitStack() as stack:
+            for d, size in loops:
+                stack.enter_context(body.loop(variables[d], 0, size))
+            value = em.array_value(operand, Index(dims, None, multi, None))
+            body.assign(name, em.apply_reducer(acc.reducer, [name], [value])[0])
+        return name
+
+    def _store_block(self) -> None:
+        body = self.body
+        valid = cir.Var("valid")
+        with body.loop("l", 0, valid, ctype="int"):
+            body.declare("int64_t", "e", Binary("+", Binary("*", B, cir.Int(self.lanes)), L),
+                         const=True)
+            for i in self.plan.per_env:
+                shape = self._shape(i)
+                per_env = self.plan.elements_per_env(i)
+                target = self.outputs[i]
+                row = Binary("*", E, cir.Int(per_env))
+                storage = functools.partial(self.lang.to_storage, shape.dtype)
+                self._copy_loop(per_env, copy(store_at(target, row),
+                                              element_of(f"s{i}", lane=True), storage))
+        for k, acc in enumerate(self.plan.accumulators):
+            partial = body.variable(self._ctype(acc.combines[-1].dtype), "p",
+                                    cir.load(f"part{k}", B))
+            with body.loop("l", 0, valid, ctype="int"):
+                combined = self.lane_em.apply_reducer(acc.reducer, [partial],
+                                                      [cir.load(f"acc{k}", L)])[0]
+                body.assign(partial, combined)
+            body.assign(cir.load(f"part{k}", B), partial)
+
+
+class BranchingEmitter(ElementalEmitter):
+    """Lane code of one lane is scalar: there a select computes only the operand it picks (an
+    environment that did not finish draws no reset values), as the scalar hand-written kernel
+    does. With several lanes both are computed and blended, which is what vectors do."""
+
+    def _compute(self, inst: Instruction, index: Index) -> Value:
+        if inst.op is not Op.SELECT or not inst.shape.dims:
+            return super()._compute(inst, index)
+
+        def at(operand: Instruction) -> Index:
+            return index if operand.shape.dims == inst.shape.dims else SCALAR
+
+        predicate, on_true, on_false = inst.operands
+        condition = self.array_value(predicate, at(predicate))
+        return self.branch(inst.dtype, condition,
+                           lambda: self.array_value(on_true, at(on_true)),
+                           lambda: self.array_value(on_false, at(on_false)))
+
+
+def store_at(array: str, row: Expr | None = None, lane: bool = False
+             ) -> Callable[[Expr, Expr], Stmt]:
+    """`array[row + q]([l]) = value` as a function of (q, value)."""
+    def store(q: Expr, value: Expr) -> Stmt:
+        position = q if row is None else Binary("+", row, q)
+        return cir.Assign(cir.load(array, position, *((L,) if lane else ())), value)
+
+    return store
+
+
+def element_of(array: str, row: Expr | None = None, lane: bool = False
+               ) -> Callable[[Expr], Expr]:
+    """`array[row + q]([l])` as a function of q."""
+    def read(q: Expr) -> Expr:
+        position = q if row is None else Binary("+", row, q)
+        return cir.load(array, position, *((L,) if lane else ()))
+
+    return read
+
+
+def constant(value: Expr) -> Callable[[Expr], Expr]:
+    return lambda q: value
+
+
+def copy(store: Callable[[Expr, Expr], Stmt], source: Callable[[Expr], Expr],
+         convert: Callable[[Expr], Expr] | None = None) -> Callable[[Expr], Stmt]:
+    """The statement copying element q of `source` (converted) through `store`."""
+    def statement(q: Expr) -> Stmt:
+        value = source(q)
+        return store(q, value if convert is None else convert(value))
+
+    return statement
+
+
+def _named(name: str) -> Callable[[Index], Value]:
+    return lambda index: cir.Var(name)
+
+
+def element_read(inst: Instruction) -> int | None:
+    """The loop-state element a get-tuple-element of the loop parameter reads."""
+    if inst.op is not Op.GET_TUPLE_ELEMENT or inst.operands[0].op is not Op.PARAMETER:
+        return None
+    index = inst.attrs["index"]
+    assert isinstance(index, int)
+    return index
+
+
+def element_indices(dims: tuple[int, ...]) -> list[Index]:
+    """Every element of an array of `dims`, as an index of literal components."""
+    if not dims:
+        return [SCALAR]
+    strides = strides_of(dims)
+    out = []
+    for q in range(math.prod(dims)):
+        multi = tuple(cir.Int((q // s) % d) for s, d in zip(strides, dims))
+        out.append(Index(dims, None, multi, None))
+    return out
+
+
+def env_indices(dims: tuple[int, ...], env: Expr) -> list[Index]:
+    """The elements of the lane's environment's row of a per-environment array (the
+    environment component written `env`)."""
+    return [Index(dims, None, (env, *(index.multi or ())), None)
+            for index in element_indices(dims[1:])]

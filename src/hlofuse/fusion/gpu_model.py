@@ -1,0 +1,134 @@
+"""XLA's GPU performance model (`gpu_performance_model.cc`, `gpu_performance_model_base.cc`)
+over a named device description: the time of one kernel launch, as `xla-gpu`'s priority
+fusion asks for it.
+
+What a kernel does is the CPU model's `KernelProfile` (`cost_model.py`: elements read of each
+operand with XLA's operand utilisation, shared reads at one index counted once, operations,
+bytes written, the size of its loop); here it is priced the way XLA prices it on a GPU:
+
+- launch: XLA's `kKernelLaunchOverhead`, 1 us per kernel; free instructions cost nothing;
+- launch dimensions: one thread per element of the largest output, 128 threads per block
+  (`EstimateFusionLaunchDimensions`' estimate);
+- compute (`ComputeTime`, `CalculateEffectiveFlopsPerNs`): flops over
+  `min(blocks, cores) * min(threads per block, FPUs per core) * 2 * clock`; the flops of an
+  element are XLA's cost-analysis figures for its ops (`GpuHloCostAnalysis`: an element-wise op
+  per-op profile, `flops_per_element` below);
+- memory (`ReadTimeWithDRAMHeuristic`, `WriteTime`): each operand's first read of each byte
+  at DRAM bandwidth, re-reads at DRAM bandwidth times 2.5 when the operand fits in L2 and
+  times 8 more when it fits in the L1 of all cores (`kL2CacheSpeedup`, `kL1CacheSpeedup`,
+  2 KiB per core); both limited by the blocks in flight (`AdjustBandwidth`: one 32-byte
+  transaction per clock per block), reads assumed coalesced; writes at DRAM bandwidth;
+- `exec = compute + memory - 0.95 * min(compute, memory)` (`CombineComputeAndMemoryAccessTime`).
+
+The priority of a producer is then XLA's `EstimateRunTimesForPriorityFusion`, computed by the
+priority-fusion queue with these times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from hlofuse.fusion.cost_model import (
+    DEFAULT_CONSTANTS,
+    CostModel,
+    KernelProfile,
+    KernelTime,
+    MachineConstants,
+    read_factor,
+)
+from hlofuse.fusion.gpu_devices import GpuDevice
+from hlofuse.fusion.graph import Node
+from hlofuse.fusion.properties import is_elementwise_op
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.ops import Op
+
+KERNEL_LAUNCH_OVERHEAD = 1e-6  # s, kKernelLaunchOverhead
+L2_CACHE_SPEEDUP = 2.5  # kL2CacheSpeedup
+L1_CACHE_SPEEDUP = 8.0  # kL1CacheSpeedup
+L1_CACHE_SIZE_PER_SM = 2 * 1024  # bytes, kL1CacheSizePerSM
+MEMORY_COMPUTE_PARALLELISM = 0.95  # kMemoryComputeParallelism
+THREADS_PER_BLOCK = 128  # EstimateFusionLaunchDimensions' fallback estimate
+TRANSACTION_BYTES = 32  # per clock per block, AdjustBandwidth
+# Flops per element of an element-wise op (GpuHloCostAnalysis with XLA's measured op profiles,
+# `hlo_op_profiles_data.h`, sm_90: clock cycles per element); ops not in the table cost XLA's
+# default, 3. Data movement (broadcast, slice, concatenate, ...) costs nothing.
+DEFAULT_FLOPS_PER_ELEMENT = 3.0
+_F32 = {Op.ADD: 7, Op.SUBTRACT: 7, Op.MULTIPLY: 3, Op.DIVIDE: 19, Op.ATAN2: 431, Op.CBRT: 178,
+        Op.COSINE: 978, Op.EXPONENTIAL: 79, Op.EXPONENTIAL_MINUS_ONE: 190, Op.LOG: 166,
+        Op.LOG_PLUS_ONE: 229, Op.RSQRT: 75, Op.SINE: 958, Op.SQRT: 75, Op.TANH: 467,
+        Op.POWER: 510}
+_F16 = {Op.ADD: 7, Op.SUBTRACT: 7, Op.MULTIPLY: 7, Op.DIVIDE: 43, Op.ATAN2: 451, Op.CBRT: 201,
+        Op.COSINE: 997, Op.EXPONENTIAL: 102, Op.EXPONENTIAL_MINUS_ONE: 217, Op.LOG: 182,
+        Op.LOG_PLUS_ONE: 245, Op.RSQRT: 95, Op.SINE: 993, Op.SQRT: 95, Op.TANH: 502,
+        Op.POWER: 526}
+_F64 = {Op.ADD: 15, Op.SUBTRACT: 15, Op.MULTIPLY: 15, Op.DIVIDE: 526, Op.ATAN2: 930,
+        Op.CBRT: 586, Op.COSINE: 558, Op.EXPONENTIAL: 376, Op.EXPONENTIAL_MINUS_ONE: 712,
+        Op.LOG: 815, Op.LOG_PLUS_ONE: 1259, Op.RSQRT: 277, Op.SINE: 554, Op.SQRT: 332,
+        Op.TANH: 431, Op.POWER: 2205}
+_INT32 = {Op.DIVIDE: 297, Op.MULTIPLY: 3, Op.POWER: 71}
+_UINT32 = {Op.DIVIDE: 122, Op.MULTIPLY: 3, Op.POWER: 71}
+_INT64 = {Op.DIVIDE: 685, Op.MULTIPLY: 11, Op.POWER: 253}
+_PROFILES: dict[DType, dict[Op, int]] = {
+    DType.F32: _F32, DType.F16: _F16, DType.BF16: _F16, DType.F64: _F64, DType.S32: _INT32,
+    DType.U32: _UINT32, DType.S64: _INT64, DType.U64: _INT64,
+}
+
+
+def flops_per_element(node: Node, constants: MachineConstants | None = None) -> float:
+    """XLA's GPU cost-analysis flops for one element of `node`'s result."""
+    op = node.op
+    if op in (Op.REDUCE, Op.REDUCE_WINDOW):
+        reducer = sum(flops_per_element(n) for n in node.calls[0].nodes
+                      if n.op is not Op.PARAMETER and is_elementwise_op(n))
+        return read_factor(node, 0) * reducer
+    if op is Op.DOT:
+        return 2.0 * read_factor(node, 0)
+    if not is_elementwise_op(node) or op is Op.COPY:
+        return 0.0
+    dtype = node.shape.leaves()[0].dtype if node.shape.is_tuple else node.dtype
+    return float(_PROFILES.get(dtype, {}).get(op, DEFAULT_FLOPS_PER_ELEMENT))
+
+
+class GpuCostModel(CostModel):
+    """`CostModel`'s profiles priced on a GPU; `time` includes the launch overhead."""
+
+    def __init__(self, device: GpuDevice) -> None:
+        super().__init__(dataclasses.replace(DEFAULT_CONSTANTS, source="xla-gpu"))
+        self.op_cost = flops_per_element
+        self.device = device
+
+    def launch(self, profile: KernelProfile) -> tuple[int, int]:
+        """(blocks, threads per block) of the kernel."""
+        threads = max(1, profile.loop_elements)
+        per_block = min(THREADS_PER_BLOCK, threads)
+        return math.ceil(threads / per_block), per_block
+
+    def _bandwidth(self, bandwidth: float, blocks: int) -> float:
+        per_block = self.device.clock_rate_ghz * 1e9 * TRANSACTION_BYTES
+        return min(bandwidth, blocks * per_block)
+
+    def price(self, profile: KernelProfile) -> KernelTime:
+        if profile.is_free:
+            return KernelTime(0.0, 0.0, 0.0, 0.0, False)
+        device = self.device
+        blocks, per_block = self.launch(profile)
+        flops = profile.operations
+        fpus = min(blocks, device.core_count) * min(per_block, device.fpus_per_core)
+        compute = flops / (device.clock_rate_ghz * 2 * fpus * 1e9)
+        dram = self._bandwidth(device.memory_bandwidth, blocks)
+        memory = 0.0
+        for node, count in profile.reads().items():
+            size, item = self._size(node)
+            total = count * item
+            net = min(size, total)
+            rest = device.memory_bandwidth
+            if net < device.l2_cache_size:
+                rest *= L2_CACHE_SPEEDUP
+                if net < L1_CACHE_SIZE_PER_SM * device.core_count:
+                    rest *= L1_CACHE_SPEEDUP
+            memory += net / dram + (total - net) / self._bandwidth(rest, blocks)
+        memory += profile.bytes_written / device.memory_bandwidth
+        exec_time = compute + memory - MEMORY_COMPUTE_PARALLELISM * min(compute, memory)
+        return KernelTime(KERNEL_LAUNCH_OVERHEAD + exec_time, KERNEL_LAUNCH_OVERHEAD, compute,
+                          memory, blocks > 1)

@@ -1,0 +1,200 @@
+"""Multi-output fusion as XLA's GPU compiler runs it today (`multi_output_fusion.cc`), for
+`xla-gpu`: the walk and the fusing of `multi_output.py` (XLA's 2022 pass), with today's rules.
+
+Siblings (`CanFuseSiblings`, `LegalToFuse`): an operand of one element is not worth sharing
+(`IsProfitableOperand`); the two must not depend on each other; their loops must run over
+compatible shapes; a column reduction is not paired with a plain element-wise root (they read
+the shared operand in different orders); two slices of a shared operand of 1 KiB or more that
+do not overlap are not paired; a fusion whose root updates a buffer in place is not paired;
+and the pair fits the kernel budget. Unlike 2022, kernels of different kinds (a loop and a
+reduction) may be paired.
+
+Producer and consumer (`ProducerCandidateIsFusible`): a producer with several users may join
+one consumer as an extra output when the producer is not a multi-output fusion, updates no
+buffer in place, is loop-fusible and does not transpose memory; the consumer can be a fusion
+output; the shapes are compatible; no cycle; the budget and the emitted size allow it; and
+the GPU model (`gpu_model.py`) does not estimate the fused kernel slower than the two
+(`EstimateRunTimesForMultiOutputFusion`: the producer's output is still written).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.gpu_model import GpuCostModel
+from hlofuse.fusion.gpu_priority import merged_not_too_large
+from hlofuse.fusion.graph import Graph, Node
+from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.multi_output import _MultiOutputFuser, is_sibling_candidate
+from hlofuse.fusion.properties import (
+    current_xla_rules,
+    in_place_operands,
+    is_contiguous_reduction,
+    is_effective_scalar,
+    is_fusible_as_multi_output_root,
+    is_loop_fusible,
+    is_physically_transposing,
+    real_hero,
+    reduction_dimensions,
+    shapes_compatible_for_multi_output,
+)
+from hlofuse.fusion.rules import barrier, fits_in_budget, refuse
+from hlofuse.ir.hlo import Module
+from hlofuse.ir.ops import Op
+from hlofuse.passes.decision_log import FusionDecision, Recorder
+
+if TYPE_CHECKING:
+    from hlofuse.passes.decision_log import DecisionSink
+
+PASS_NAME = "gpu-multi-output-fusion"
+SMALL_SHARED_OPERAND_BYTES = 1024  # ParameterSlicesAreNonOverlapping's threshold
+_US = 1e6
+
+
+def _is_column_reduction_hero(node: Node) -> bool:
+    hero = real_hero(node)
+    if not is_contiguous_reduction(hero):
+        return False
+    return not reduction_dimensions(hero.operands[0].shape,
+                                    hero.ints("dimensions")).is_row_reduction
+
+
+def _is_plain_root(node: Node) -> bool:
+    hero = real_hero(node)
+    return not is_contiguous_reduction(hero) and hero.op is not Op.TRANSPOSE
+
+
+def _unique_slice(parent: Node, user: Node) -> Node | None:
+    """FindUniqueSlice: the one slice through which `user` reads `parent`, if any."""
+    if user.op is Op.SLICE:
+        return user
+    if not user.is_fusion:
+        return None
+    found = None
+    for index, operand in enumerate(user.operands):
+        if operand is not parent:
+            continue
+        if found is not None:
+            return None
+        param = user.fused.params[index]
+        if len(param.users) != 1:
+            return None
+        found = _unique_slice(param, next(iter(param.users)))
+        if found is None:
+            return None
+    return found
+
+
+def slices_overlap(a: Node, b: Node, parent: Node) -> bool:
+    """ParameterSlicesAreNonOverlapping, inverted: false only for two disjoint slices of a
+    shared operand of at least 1 KiB."""
+    if parent.shape.is_tuple or parent.shape.byte_size < SMALL_SHARED_OPERAND_BYTES:
+        return True
+    first, second = _unique_slice(parent, a), _unique_slice(parent, b)
+    if first is None or second is None:
+        return True
+    for x, y in zip(first.attrs["slice"], second.attrs["slice"]):  # type: ignore[call-overload]
+        if not (x.start < y.limit and y.start < x.limit):
+            return False
+    return True
+
+
+class _GpuMultiOutputFuser(_MultiOutputFuser):
+    def __init__(self, graph: Graph, recorder: Recorder, model: GpuCostModel) -> None:
+        super().__init__(graph, recorder, relax_concatenate=True)
+        self.model = model
+
+    def fuse_siblings(self, parent: Node) -> bool:
+        if is_effective_scalar(parent.shape):
+            return False  # IsProfitableOperand: one element shared saves nothing
+        return super().fuse_siblings(parent)
+
+    def sibling_decision(self, parent: Node, a: Node, b: Node) -> FusionDecision:
+        names = f"siblings %{a.name} and %{b.name} (both read %{parent.name})"
+        if not is_sibling_candidate(b):
+            return FusionDecision.no("not-multi-output-root",
+                                     f"cannot fuse {names}: %{b.name} cannot be a fusion output")
+        if self.reachability.is_connected(a, b):
+            return FusionDecision.no("siblings-connected", f"cannot fuse {names}: one depends "
+                                     "on the other")
+        if not shapes_compatible_for_multi_output(a, b):
+            return FusionDecision.no("incompatible-shapes", f"cannot fuse {names}: their loops "
+                                     "run over different shapes")
+        if ((_is_column_reduction_hero(a) and _is_plain_root(b))
+                or (_is_column_reduction_hero(b) and _is_plain_root(a))):
+            return FusionDecision.no("column-reduction-sibling", f"cannot fuse {names}: a "
+                                     "column reduction and an element-wise root read the "
+                                     "shared operand in different orders")
+        if not slices_overlap(a, b, parent):
+            return FusionDecision.no("slices-disjoint", f"cannot fuse {names}: they read "
+                                     "disjoint slices of it")
+        for node in (a, b):
+            if node.is_fusion and node.fused_root.op is Op.DYNAMIC_UPDATE_SLICE:
+                return FusionDecision.no("dynamic-update-slice-sibling", f"cannot fuse {names}: "
+                                         f"%{node.name} updates a buffer in place")
+        return fits_in_budget(a, b)
+
+    def consumer_decision(self, producer: Node, consumer: Node) -> FusionDecision:
+        def no(rule: str, reason: str) -> FusionDecision:
+            return refuse(rule, producer, consumer, reason + " (as an extra output)")
+
+        if producer.is_multi_output_fusion:
+            return no("multi-output-producer", "the producer is already a multi-output fusion")
+        if in_place_operands(producer):
+            return no("in-place-conflict", "the producer updates a buffer in place")
+        if not is_loop_fusible(producer):
+            rule, reason = barrier(producer)
+            return no(rule, reason)
+        if is_physically_transposing(producer):
+            return no("transposing-producer", "the producer transposes memory")
+        if not is_fusible_as_multi_output_root(consumer):
+            rule, reason = barrier(consumer)
+            return no(rule if rule != "not-loop-fusible" else "not-multi-output-root", reason)
+        if not shapes_compatible_for_multi_output(consumer, producer):
+            return no("incompatible-shapes", "their loops run over different shapes")
+        for operand in consumer.operands:
+            source = operand
+            if not self.reachability.is_present(source) and source.op is Op.GET_TUPLE_ELEMENT:
+                source = source.operands[0]
+            if source is not producer and self.reachability.is_reachable(producer, source):
+                return refuse("creates-cycle", producer, consumer,
+                              f"%{consumer.name} also reads %{operand.name}, which depends on "
+                              "the producer")
+        decision = fits_in_budget(producer, consumer)
+        if not decision:
+            return decision
+        decision = merged_not_too_large(producer, consumer)
+        if not decision:
+            return decision
+        unfused = self.model.time(producer) + self.model.time(consumer)
+        written = self.model.profile(producer).bytes_written
+        fused = (self.model.fused_time(producer, consumer)
+                 + written / self.model.device.memory_bandwidth)
+        figures = {"unfused_us": round(unfused * _US, 6), "fused_us": round(fused * _US, 6)}
+        if fused > unfused:
+            return refuse("cost-model-loss", producer, consumer, "the GPU model estimates the "
+                          f"multi-output kernel slower ({fused * _US:.3g} us instead of "
+                          f"{unfused * _US:.3g} us)", **figures)
+        return FusionDecision.yes()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMultiOutputFusion:
+    """Sibling and producer-consumer multi-output fusion with XLA's current GPU rules."""
+
+    name: ClassVar[str] = PASS_NAME
+    device: str = DEFAULT_DEVICE
+
+    def __post_init__(self) -> None:
+        device(self.device)
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        with ModuleGraph.from_module(module) as graphs, current_xla_rules():
+            recorder = Recorder(log, self.name)
+            model = GpuCostModel(device(self.device))
+            changed = False
+            for graph in graphs.fusible_graphs():
+                changed |= _GpuMultiOutputFuser(graph, recorder, model).run()
+            return (graphs.to_module(), True) if changed else (module, False)

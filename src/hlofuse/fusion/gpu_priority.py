@@ -1,0 +1,290 @@
+"""Priority fusion as XLA's GPU compiler runs it today (`priority_fusion.cc`): the queue of
+`priority.py`, XLA's GPU legality checks, and XLA's GPU performance model (`gpu_model.py`)
+over a named device description (`gpu_devices.py`).
+
+The queue is the one `priority` uses (a producer joins all its non-bitcast users or none, the
+largest estimated gain first, ties to the later instruction, bitcasts first, incremental
+updates); what differs from our CPU strategy:
+
+- `IsFusible` is XLA's list: element-wise ops, bitcasts that keep the bit width, copies, iotas,
+  constants, reduce, broadcast, concatenate, dynamic-slice and -update-slice, gather, pad,
+  reduce-window, reshape, reverse, scatter, slice, transpose and (non-custom) fusions; dots,
+  custom calls, random-number generators, sorts, control flow and tuples are not.
+- `CanFuseWithNativeEmitter`, in XLA's order: not across the computation's root; both
+  fusible; no fusing into a bitcast; not a producer and a consumer that both hold a
+  reduction over at least 16 elements per output (`both-contain-reduce`); not an epilogue
+  that turns a reduction kernel into a loop kernel (`reduction-epilogue-becomes-loop`);
+  `FusionFitsInBudget` (shared memory, unnested reductions, 96 operands and outputs); the
+  emitted size (`ProducerConsumerMergedTooLarge`); in-place updates stay safe.
+- Priorities are XLA's `EstimateRunTimesForPriorityFusion` with the GPU model: 1 us per
+  launch, so on small arrays fusing nearly always wins and the checks decide.
+- Constants of at most one element are fused, last, into every user that is fusible
+  without asking the model; larger ones stay buffers.
+
+Not modelled, because XLA does them for kernels hlofuse does not form: Triton fusions (softmax
+rewriting, Triton multi-output fusion, both off for these programs or run before priority
+fusion: `compare-xla` shows them as XLA's own) and scatter checks (hlofuse has no scatter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, GpuDevice, device
+from hlofuse.fusion.gpu_model import GpuCostModel
+from hlofuse.fusion.graph import Node
+from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.priority import _PriorityFuser, consumer_not_bitcast
+from hlofuse.fusion.properties import (
+    current_xla_rules,
+    has_side_effect,
+    is_contiguous_reduction,
+    is_effective_scalar,
+    is_elementwise_op,
+    is_input_fusible_reduction,
+)
+from hlofuse.fusion.rules import (
+    OK,
+    barrier,
+    fits_in_budget,
+    in_place_safe,
+    producer_is_not_multi_output,
+    producer_not_root,
+    refuse,
+)
+from hlofuse.ir.hlo import Module
+from hlofuse.ir.ops import FusionKind, Op
+from hlofuse.passes.decision_log import FusionDecision, Recorder
+
+if TYPE_CHECKING:
+    from hlofuse.passes.decision_log import DecisionSink
+
+PASS_NAME = "gpu-priority-fusion"
+BOTH_CONTAIN_REDUCE = "both-contain-reduce"
+REDUCTION_EPILOGUE_LOOP = "reduction-epilogue-becomes-loop"
+SIGNIFICANT_REDUCTION = 16  # elements reduced per output from which a reduce is "significant"
+
+# Non-element-wise ops XLA's elemental emitter fuses (priority_fusion.cc, IsFusible).
+_FUSIBLE_OPS = frozenset({
+    Op.COPY, Op.IOTA, Op.CONSTANT, Op.REDUCE, Op.BROADCAST, Op.CONCATENATE, Op.DYNAMIC_SLICE,
+    Op.DYNAMIC_UPDATE_SLICE, Op.PAD, Op.REDUCE_WINDOW, Op.RESHAPE, Op.REVERSE, Op.SLICE,
+    Op.TRANSPOSE,
+})
+# Ops a kernel walks through to find its hero (FindNonTrivialHero): they keep the index space.
+_INTERMEDIATE = frozenset({Op.BITCAST, Op.RESHAPE, Op.COPY})
+
+
+def gpu_is_fusible(node: Node) -> bool:
+    """XLA's IsFusible for the GPU priority fusion."""
+    if node.op in (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT) or has_side_effect(node):
+        return False
+    if node.is_fusion:
+        return node.kind != FusionKind.CUSTOM
+    if node.op is Op.BITCAST:
+        return node.dtype.bits == node.operands[0].dtype.bits
+    return node.op in _FUSIBLE_OPS or is_elementwise_op(node)
+
+
+def producer_is_fusible(producer: Node, consumer: Node) -> FusionDecision:
+    if gpu_is_fusible(producer):
+        return OK
+    rule, reason = barrier(producer)
+    return refuse(rule, producer, consumer, reason)
+
+
+def consumer_is_fusible(producer: Node, consumer: Node) -> FusionDecision:
+    if gpu_is_fusible(consumer):
+        return OK
+    rule, reason = barrier(consumer)
+    return refuse(rule, producer, consumer, reason)
+
+
+def _significant_reduce(node: Node) -> bool:
+    inner = node.fused.nodes if node.is_fusion else (node,)
+    for inst in inner:
+        if inst.op is Op.REDUCE and inst.shape.is_array:
+            reduced = inst.operands[0].shape.num_elements // max(1, inst.shape.num_elements)
+            if reduced >= SIGNIFICANT_REDUCTION:
+                return True
+    return False
+
+
+def not_both_reductions(producer: Node, consumer: Node) -> FusionDecision:
+    """XLA avoids fusing a reduce into a reduce: its cost model cannot tile them."""
+    if _significant_reduce(producer) and _significant_reduce(consumer):
+        return refuse(BOTH_CONTAIN_REDUCE, producer, consumer, "both the producer and the "
+                      f"consumer contain a reduction of at least {SIGNIFICANT_REDUCTION} "
+                      "elements per output")
+    return OK
+
+
+def _outputs(node: Node) -> list[Node]:
+    if not node.is_fusion:
+        return [node]
+    root = node.fused_root
+    return list(root.operands) if root.op is Op.TUPLE else [root]
+
+
+def _hero_is_reduction(start: Node, outer: Node | None, producer: Node | None) -> bool:
+    """Whether the hero of an output is a tiled reduction: the walk from the output through
+    element-wise ops with one non-scalar operand and through bitcasts, into the producer
+    where the output reads it (`outer` is the fusion `start` lives in, if any)."""
+    node: Node | None = start
+    seen = 0
+    while node is not None and seen < 10000:
+        seen += 1
+        if node.op is Op.PARAMETER and outer is not None and node.parent is outer.fused:
+            node = outer.operands[node.parameter_number]
+            outer = None
+            continue
+        if producer is not None and node is producer:
+            if producer.is_fusion:
+                return any(_hero_is_reduction(o, producer, None) for o in _outputs(producer))
+            node, producer = producer, None
+            continue
+        if node.op is Op.REDUCE:
+            return is_contiguous_reduction(node)
+        if node.op in _INTERMEDIATE or is_elementwise_op(node):
+            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
+            if len(wide) != 1:
+                return False
+            node = wide[0]
+            continue
+        return False
+    return False
+
+
+def reduction_stays_reduction(producer: Node, consumer: Node) -> FusionDecision:
+    """XLA refuses an epilogue that would turn a reduction kernel into a loop kernel."""
+    if not is_input_fusible_reduction(producer):
+        return OK
+    outer = consumer if consumer.is_fusion else None
+    if any(_hero_is_reduction(o, outer, producer) for o in _outputs(consumer)):
+        return OK
+    return refuse(REDUCTION_EPILOGUE_LOOP, producer, consumer, "fusing into the output of a "
+                  "reduction kernel would make it a loop kernel")
+
+
+def fits_budget(producer: Node, consumer: Node) -> FusionDecision:
+    decision = fits_in_budget(consumer, producer, True)
+    if decision:
+        return OK
+    return refuse(decision.rule, producer, consumer, decision.message, **decision.figures)
+
+
+# ProducerConsumerMergedTooLarge (gpu_hlo_cost_analysis.cc): IR size and basic-block splits.
+MAX_IR_SIZE = 10000  # kMaxIRSize
+MAX_BASIC_BLOCK_SPLITS = 10  # kMaxBasicBlockSplitsPerFusion
+# ElementalIrEmitter::OpInvalidatesCache: ops whose code splits basic blocks.
+_SPLITS_BLOCKS = frozenset({Op.CONCATENATE, Op.DOT, Op.DYNAMIC_UPDATE_SLICE, Op.PAD, Op.REDUCE,
+                            Op.REDUCE_WINDOW})
+
+
+def ir_profile(node: Node) -> tuple[float, float, dict[int, float]]:
+    """XLA's IR size and basic-block split count of `node`'s kernel, and how many times each
+    fused parameter is emitted (GpuHloCostAnalysis::FusionCalculateUtilizations): an
+    instruction is emitted once per distinct root of its element-wise uses, and an operand of
+    a non-element-wise instruction becomes a root emitted as often as that instruction."""
+    if not node.is_fusion:
+        return 1.0, float(node.op in _SPLITS_BLOCKS), {}
+    key = (node.fused.version,)
+    cached = node.memo.get("xla_ir_profile")
+    if cached is not None and cached[0] == key:
+        return cached[1]  # type: ignore[return-value]
+    root = node.fused_root
+    root_size: dict[Node, float] = {root: 1.0}
+    use_roots: dict[Node, set[Node]] = {root: {root}}
+    size = splits = 0.0
+    emitted: dict[int, float] = {}
+    for inst in reversed(node.fused.post_order()):
+        times = sum(root_size.get(r, 0.0) for r in use_roots.get(inst, ()))
+        size += times
+        splits += times * (inst.op in _SPLITS_BLOCKS)
+        if inst.op is Op.PARAMETER:
+            emitted[inst.parameter_number] = times
+        passes_roots = (is_elementwise_op(inst)
+                        or inst.op in (Op.TUPLE, Op.GET_TUPLE_ELEMENT))
+        for operand in inst.operands:
+            roots = use_roots.setdefault(operand, set())
+            if passes_roots:
+                roots |= use_roots.get(inst, set())
+            else:
+                roots.add(operand)
+                root_size[operand] = root_size.get(operand, 0.0) + times
+    result = (size, splits, emitted)
+    node.memo["xla_ir_profile"] = (key, result)
+    return result
+
+
+def merged_not_too_large(producer: Node, consumer: Node) -> FusionDecision:
+    """ProducerConsumerMergedTooLarge: the producer's code is emitted as often as the consumer
+    emits the parameter it becomes; every split doubles the estimate."""
+    producer_size, producer_splits, _ = ir_profile(producer)
+    consumer_size, consumer_splits, emitted = ir_profile(consumer)
+    replication = 1.0
+    if consumer.is_fusion:
+        replication = emitted.get(consumer.operands.index(producer), 0.0)
+    splits = replication * producer_splits + consumer_splits
+    if splits > MAX_BASIC_BLOCK_SPLITS:
+        return refuse("merged-too-large", producer, consumer, f"the fused kernel would split "
+                      f"{splits:.0f} basic blocks, over {MAX_BASIC_BLOCK_SPLITS}",
+                      splits=splits, limit=MAX_BASIC_BLOCK_SPLITS)
+    size = (producer_size * replication + consumer_size) * 2.0 ** splits
+    if size > MAX_IR_SIZE:
+        return refuse("merged-too-large", producer, consumer, f"the fused kernel would emit "
+                      f"about {size:.0f} instructions (the producer {replication:.0f} times, "
+                      f"{splits:.0f} block splits), over {MAX_IR_SIZE}", size=size,
+                      emitted=replication, limit=MAX_IR_SIZE)
+    return OK
+
+
+CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
+    producer_not_root, producer_is_fusible, consumer_is_fusible, producer_is_not_multi_output,
+    consumer_not_bitcast, not_both_reductions, reduction_stays_reduction, fits_budget,
+)
+SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (merged_not_too_large,
+                                                                   in_place_safe)
+
+
+class _GpuPriorityFuser(_PriorityFuser):
+    checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = CHECKS
+    size_checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = SIZE_CHECKS
+
+    def constant_decision(self, constant: Node, user: Node) -> FusionDecision:
+        """XLA fuses every constant of at most one element into every fusible user."""
+        elements = constant.shape.num_elements if constant.shape.is_array else 2
+        if elements > 1:
+            return refuse("constant-not-fused", constant, user, f"a constant of {elements} "
+                          "elements stays a buffer", elements=elements)
+        if not gpu_is_fusible(user):
+            rule, reason = barrier(user)
+            return refuse(rule, constant, user, reason)
+        return FusionDecision.yes(f"fuse the constant %{constant.name} into %{user.name} "
+                                  "(small constants are fused last, into every user)")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPriorityFusion:
+    """Fuses producers into all their users, the largest gain XLA's GPU model estimates for
+    `device` first."""
+
+    name: ClassVar[str] = PASS_NAME
+    device: str = DEFAULT_DEVICE
+
+    def __post_init__(self) -> None:
+        device(self.device)  # an unknown name fails here, naming the known ones
+
+    @property
+    def description(self) -> GpuDevice:
+        return device(self.device)
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        with ModuleGraph.from_module(module) as graphs, current_xla_rules():
+            recorder = Recorder(log, self.name)
+            model = GpuCostModel(self.description)
+            changed = False
+            for graph in graphs.fusible_graphs():
+                changed |= _GpuPriorityFuser(graph, model, recorder).run()
+            return (graphs.to_module(), True) if changed else (module, False)

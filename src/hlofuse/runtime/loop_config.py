@@ -1,0 +1,32 @@
+"""A while loop's trip count as XLA's backend_config states it, for the driver.
+
+XLA's WhileLoopBackendConfig carries `{"known_trip_count":{"n":"N"}}` (passes/trip_count.py
+writes it for loops whose count it proves; hand-written HLO may carry it too). The driver then
+runs a counted loop and never evaluates the condition, as XLA's while thunk does.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hlofuse.ir.hlo import Instruction
+
+
+def known_trip_count(inst: Instruction) -> int | None:
+    """The trip count a while instruction's backend_config states, or None."""
+    text = next((raw.text for key, raw in inst.extra if key == "backend_config"), None)
+    if text is None:
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return None
+    known = config.get("known_trip_count") if isinstance(config, dict) else None
+    n = known.get("n") if isinstance(known, dict) else None
+    if isinstance(n, bool) or not isinstance(n, int | str):
+        return None
+    try:
+        count = int(n)
+    except ValueError:
+        return None
+    return count if count >= 0 else None

@@ -1,0 +1,368 @@
+"""Batched simulations written in plain JAX, the way their authors would write them.
+
+Each environment is written from the public description of the task (dynamics, rewards,
+termination), not from any library's code. A rollout is a function of one PRNG key
+(``u32[2]``, as ``jax.random.PRNGKey(seed)`` gives): ``jax.vmap`` over N environments inside
+``lax.scan`` over T steps, random actions from ``jax.random``, and auto-reset written as
+``jnp.where(done, reset_state, next_state)`` where the reset draws fresh random numbers.
+
+    from tests.data.rollouts import programs          # or load this file by path
+    f = programs.ROLLOUTS["acrobot"](n=4096, t=200)   # a plain Python function of a key
+    jax.jit(f)(jax.random.PRNGKey(0))
+
+``generate.py`` exports every rollout at small N and T = 30. JAX is imported here, so
+import this module only where JAX is installed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+Rollout = Callable[[jax.Array], Any]
+State = Any
+
+
+def _batched_rollout(reset: Callable[[jax.Array], State],
+                     step: Callable[[State, jax.Array], tuple[State, jax.Array, jax.Array]],
+                     policy: Callable[[jax.Array, int], jax.Array], n: int, t: int) -> Rollout:
+    """vmap(step) inside scan, with random actions and a random auto-reset per lane."""
+
+    def rollout(key: jax.Array) -> Any:
+        key, init_key = jax.random.split(key)
+        state = jax.vmap(reset)(jax.random.split(init_key, n))
+
+        def body(carry: tuple[State, jax.Array], _: None) -> tuple[Any, Any]:
+            state, key = carry
+            key, action_key, reset_key = jax.random.split(key, 3)
+            actions = policy(action_key, n)
+            next_state, reward, done = jax.vmap(step)(state, actions)
+            fresh = jax.vmap(reset)(jax.random.split(reset_key, n))
+
+            def pick(r: jax.Array, s: jax.Array) -> jax.Array:
+                d = done.reshape(done.shape + (1,) * (s.ndim - 1))
+                return jnp.where(d, r, s)
+
+            state = jax.tree_util.tree_map(pick, fresh, next_state)
+            return (state, key), (reward, done)
+
+        (state, _), (rewards, dones) = lax.scan(body, (state, key), None, length=t)
+        return state, rewards, dones
+
+    return rollout
+
+
+def _discrete(num_actions: int) -> Callable[[jax.Array, int], jax.Array]:
+    def policy(key: jax.Array, n: int) -> jax.Array:
+        return jax.random.randint(key, (n,), 0, num_actions)
+    return policy
+
+
+def _continuous(low: float, high: float) -> Callable[[jax.Array, int], jax.Array]:
+    def policy(key: jax.Array, n: int) -> jax.Array:
+        return jax.random.uniform(key, (n,), minval=low, maxval=high)
+    return policy
+
+
+# --- Acrobot (Sutton 1996; dynamics of Sutton & Barto's book), RK4 -------------------------
+
+ACROBOT_DT = 0.2
+ACROBOT_MAX_STEPS = 500
+
+
+def _acrobot_derivatives(s: jax.Array, torque: jax.Array) -> jax.Array:
+    m1 = m2 = 1.0
+    l1 = 1.0
+    lc1 = lc2 = 0.5
+    i1 = i2 = 1.0
+    g = 9.8
+    theta1, theta2, dtheta1, dtheta2 = s[0], s[1], s[2], s[3]
+    d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * jnp.cos(theta2)) + i1 + i2
+    d2 = m2 * (lc2**2 + l1 * lc2 * jnp.cos(theta2)) + i2
+    phi2 = m2 * lc2 * g * jnp.cos(theta1 + theta2 - jnp.pi / 2)
+    phi1 = (-m2 * l1 * lc2 * dtheta2**2 * jnp.sin(theta2)
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * jnp.sin(theta2)
+            + (m1 * lc1 + m2 * l1) * g * jnp.cos(theta1 - jnp.pi / 2) + phi2)
+    ddtheta2 = ((torque + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1**2 * jnp.sin(theta2) - phi2)
+                / (m2 * lc2**2 + i2 - d2**2 / d1))
+    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    return jnp.stack([dtheta1, dtheta2, ddtheta1, ddtheta2])
+
+
+def _rk4(f: Callable[[jax.Array, jax.Array], jax.Array], y: jax.Array, u: jax.Array,
+         dt: float) -> jax.Array:
+    k1 = f(y, u)
+    k2 = f(y + dt / 2 * k1, u)
+    k3 = f(y + dt / 2 * k2, u)
+    k4 = f(y + dt * k3, u)
+    return y + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
+def _wrap(x: jax.Array, low: float, high: float) -> jax.Array:
+    width = high - low
+    return jnp.mod(x - low, width) + low
+
+
+def make_acrobot(n: int, t: int, max_steps: int = ACROBOT_MAX_STEPS) -> Rollout:
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        return {"s": jax.random.uniform(key, (4,), minval=-0.1, maxval=0.1),
+                "t": jnp.zeros((), jnp.int32)}
+
+    def step(state: dict[str, jax.Array], action: jax.Array) -> tuple[Any, Any, Any]:
+        torque = action.astype(jnp.float32) - 1.0
+        s = _rk4(_acrobot_derivatives, state["s"], torque, ACROBOT_DT)
+        s = jnp.stack([
+            _wrap(s[0], -math.pi, math.pi),
+            _wrap(s[1], -math.pi, math.pi),
+            jnp.clip(s[2], -4 * math.pi, 4 * math.pi),
+            jnp.clip(s[3], -9 * math.pi, 9 * math.pi),
+        ])
+        height = -jnp.cos(s[0]) - jnp.cos(s[1] + s[0])
+        terminal = height > 1.0
+        steps = state["t"] + 1
+        reward = jnp.where(terminal, 0.0, -1.0)
+        done = terminal | (steps >= max_steps)
+        return {"s": s, "t": steps}, reward, done
+
+    return _batched_rollout(reset, step, _discrete(3), n, t)
+
+
+# --- Pendulum (swing-up, continuous torque) ------------------------------------------------
+
+
+def make_pendulum(n: int, t: int, max_steps: int = 200) -> Rollout:
+    max_speed, max_torque, dt, g, m, length = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0
+
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        k1, k2 = jax.random.split(key)
+        return {"theta": jax.random.uniform(k1, minval=-jnp.pi, maxval=jnp.pi),
+                "omega": jax.random.uniform(k2, minval=-1.0, maxval=1.0),
+                "t": jnp.zeros((), jnp.int32)}
+
+    def step(state: dict[str, jax.Array], u: jax.Array) -> tuple[Any, Any, Any]:
+        th, thdot = state["theta"], state["omega"]
+        u = jnp.clip(u, -max_torque, max_torque)
+        normalized = ((th + jnp.pi) % (2 * jnp.pi)) - jnp.pi
+        cost = normalized**2 + 0.1 * thdot**2 + 0.001 * u**2
+        newthdot = thdot + (3 * g / (2 * length) * jnp.sin(th) + 3.0 / (m * length**2) * u) * dt
+        newthdot = jnp.clip(newthdot, -max_speed, max_speed)
+        newth = th + newthdot * dt
+        steps = state["t"] + 1
+        return {"theta": newth, "omega": newthdot, "t": steps}, -cost, steps >= max_steps
+
+    return _batched_rollout(reset, step, _continuous(-2.0, 2.0), n, t)
+
+
+# --- MountainCar (Moore 1990), discrete and continuous ------------------------------------
+
+
+def make_mountain_car(n: int, t: int, max_steps: int = 200) -> Rollout:
+    force, gravity = 0.001, 0.0025
+
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        return {"pos": jax.random.uniform(key, minval=-0.6, maxval=-0.4),
+                "vel": jnp.zeros(()), "t": jnp.zeros((), jnp.int32)}
+
+    def step(state: dict[str, jax.Array], action: jax.Array) -> tuple[Any, Any, Any]:
+        pos, vel = state["pos"], state["vel"]
+        vel = vel + (action - 1).astype(jnp.float32) * force + jnp.cos(3 * pos) * (-gravity)
+        vel = jnp.clip(vel, -0.07, 0.07)
+        pos = jnp.clip(pos + vel, -1.2, 0.6)
+        vel = jnp.where((pos == -1.2) & (vel < 0), 0.0, vel)
+        steps = state["t"] + 1
+        goal = (pos >= 0.5) & (vel >= 0.0)
+        done = goal | (steps >= max_steps)
+        return {"pos": pos, "vel": vel, "t": steps}, jnp.full((), -1.0), done
+
+    return _batched_rollout(reset, step, _discrete(3), n, t)
+
+
+def make_mountain_car_continuous(n: int, t: int, max_steps: int = 999) -> Rollout:
+    power = 0.0015
+
+    def reset(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        # [position, velocity] packed in one vector, as many implementations keep it.
+        return (jnp.stack([jax.random.uniform(key, minval=-0.6, maxval=-0.4), 0.0]),
+                jnp.zeros((), jnp.int32))
+
+    def step(state: tuple[jax.Array, jax.Array], action: jax.Array) -> tuple[Any, Any, Any]:
+        (pos, vel), steps = state[0], state[1] + 1
+        f = jnp.clip(action, -1.0, 1.0)
+        vel = jnp.clip(vel + f * power - 0.0025 * jnp.cos(3 * pos), -0.07, 0.07)
+        pos = jnp.clip(pos + vel, -1.2, 0.6)
+        vel = jnp.where((pos == -1.2) & (vel < 0), 0.0, vel)
+        goal = (pos >= 0.45) & (vel >= 0.0)
+        reward = jnp.where(goal, 100.0, 0.0) - 0.1 * f**2
+        return (jnp.stack([pos, vel]), steps), reward, goal | (steps >= max_steps)
+
+    return _batched_rollout(reset, step, _continuous(-1.0, 1.0), n, t)
+
+
+# --- A MinAtar-style grid game: 10x10 board, integer state, gather and scatter ------------
+
+GRID = 10
+MOVES = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))  # no-op, up, down, left, right
+
+
+def make_grid_forage(n: int, t: int) -> Rollout:
+    """The agent walks a 10x10 board of walls and food; eating food scores and respawns it
+    elsewhere; stepping on a wall or running out of time ends the episode."""
+    moves = jnp.array(MOVES, jnp.int32)
+
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        k_wall, k_food, k_pos = jax.random.split(key, 3)
+        walls = jax.random.bernoulli(k_wall, 0.1, (GRID, GRID)).astype(jnp.int8)
+        food = jax.random.bernoulli(k_food, 0.15, (GRID, GRID)).astype(jnp.int8)
+        pos = jax.random.randint(k_pos, (2,), 0, GRID)
+        walls = walls.at[pos[0], pos[1]].set(0)
+        board = jnp.stack([walls, food * (1 - walls)])  # channels: wall, food
+        return {"board": board, "pos": pos, "score": jnp.zeros((), jnp.int32),
+                "t": jnp.zeros((), jnp.int32), "key": jax.random.fold_in(key, 7)}
+
+    def step(state: dict[str, jax.Array], action: jax.Array) -> tuple[Any, Any, Any]:
+        board, key = state["board"], state["key"]
+        key, spawn_key = jax.random.split(key)
+        pos = jnp.clip(state["pos"] + moves[action], 0, GRID - 1)
+        hit_wall = board[0, pos[0], pos[1]] == 1
+        ate = board[1, pos[0], pos[1]] == 1
+        board = board.at[1, pos[0], pos[1]].set(0)
+        cell = jax.random.randint(spawn_key, (2,), 0, GRID)
+        free = (board[0, cell[0], cell[1]] == 0) & ate
+        board = board.at[1, cell[0], cell[1]].max(free.astype(jnp.int8))
+        steps = state["t"] + 1
+        reward = ate.astype(jnp.int32)
+        done = hit_wall | (steps >= 100)
+        new = {"board": board, "pos": pos, "score": state["score"] + reward, "t": steps,
+               "key": key}
+        return new, reward, done
+
+    return _batched_rollout(reset, step, _discrete(len(MOVES)), n, t)
+
+
+# --- Catch (a ball falls; the paddle on the bottom row must be under it) -------------------
+
+CATCH_ROWS, CATCH_COLS = 10, 5
+
+
+def make_catch(n: int, t: int) -> Rollout:
+    def reset(key: jax.Array) -> jax.Array:
+        ball_x = jax.random.randint(key, (), 0, CATCH_COLS)
+        # [ball_row, ball_col, paddle_col]
+        return jnp.stack([jnp.zeros((), jnp.int32), ball_x, jnp.array(CATCH_COLS // 2)])
+
+    def observe(state: jax.Array) -> jax.Array:
+        board = jnp.zeros((CATCH_ROWS, CATCH_COLS), jnp.float32)
+        board = board.at[state[0], state[1]].set(1.0)
+        return board.at[CATCH_ROWS - 1, state[2]].set(1.0)
+
+    def step(state: jax.Array, action: jax.Array) -> tuple[Any, Any, Any]:
+        paddle = jnp.clip(state[2] + action - 1, 0, CATCH_COLS - 1)
+        ball_row = state[0] + 1
+        done = ball_row == CATCH_ROWS - 1
+        caught = state[1] == paddle
+        reward = jnp.where(done, jnp.where(caught, 1.0, -1.0), 0.0)
+        new = jnp.stack([ball_row, state[1], paddle])
+        # An agent would read the rendered board; its checksum keeps the render alive.
+        reward = reward + 0.0 * observe(new).sum()
+        return new, reward, done
+
+    rollout = _batched_rollout(reset, step, _discrete(3), n, t)
+
+    def with_observation(key: jax.Array) -> Any:
+        state, rewards, dones = rollout(key)
+        return state, jax.vmap(observe)(state), rewards, dones
+
+    return with_observation
+
+
+# --- A Gaussian multi-armed bandit with an epsilon-greedy learner --------------------------
+
+ARMS = 10
+
+
+def make_bandit(n: int, t: int, max_steps: int = 100) -> Rollout:
+    epsilon = 0.1
+
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        return {"means": jax.random.normal(key, (ARMS,)), "q": jnp.zeros((ARMS,)),
+                "count": jnp.zeros((ARMS,), jnp.int32), "t": jnp.zeros((), jnp.int32)}
+
+    def step(state: dict[str, jax.Array], key: jax.Array) -> tuple[Any, Any, Any]:
+        k_explore, k_arm, k_reward = jax.random.split(key, 3)
+        greedy = jnp.argmax(state["q"])
+        random_arm = jax.random.randint(k_arm, (), 0, ARMS)
+        arm = jnp.where(jax.random.uniform(k_explore) < epsilon, random_arm, greedy)
+        mean = jnp.take_along_axis(state["means"], arm[None], axis=0)[0]
+        reward = mean + jax.random.normal(k_reward)
+        count = state["count"].at[arm].add(1)
+        q = state["q"].at[arm].add((reward - state["q"][arm]) / count[arm])
+        steps = state["t"] + 1
+        new = {"means": state["means"], "q": q, "count": count, "t": steps}
+        return new, reward, steps >= max_steps
+
+    def policy(key: jax.Array, n: int) -> jax.Array:
+        return jax.random.split(key, n)  # the learner draws its own numbers
+
+    return _batched_rollout(reset, step, policy, n, t)
+
+
+# --- Particles: springs to an anchor, walls, gravity; fori_loop substeps, a small dot ------
+
+PARTICLES = 8
+SUBSTEPS = 4
+
+
+def make_particles(n: int, t: int) -> Rollout:
+    dt = 0.02
+    stiffness, damping, gravity = 4.0, 0.05, -9.8
+
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        k1, k2 = jax.random.split(key)
+        return {"x": jax.random.uniform(k1, (PARTICLES, 2), minval=-1.0, maxval=1.0),
+                "v": 0.1 * jax.random.normal(k2, (PARTICLES, 2)),
+                "t": jnp.zeros((), jnp.int32)}
+
+    def step(state: dict[str, jax.Array], push: jax.Array) -> tuple[Any, Any, Any]:
+        # The anchor spins: each step rotates the particles' rest frame by the push angle.
+        c, s = jnp.cos(push[0]), jnp.sin(push[0])
+        rotation = jnp.array([[c, -s], [s, c]])
+
+        def substep(_: int, xv: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            x, v = xv
+            anchor = jnp.dot(x, rotation) * 0.5
+            force = -stiffness * (x - anchor) - damping * v
+            force = force + jnp.array([0.0, gravity]) + push[1:][None, :]
+            v = v + dt * force
+            x = x + dt * v
+            bounce = jnp.abs(x) > 2.0
+            v = jnp.where(bounce, -0.8 * v, v)
+            x = jnp.clip(x, -2.0, 2.0)
+            return x, v
+
+        x, v = lax.fori_loop(0, SUBSTEPS, substep, (state["x"], state["v"]))
+        energy = 0.5 * jnp.sum(v * v)
+        steps = state["t"] + 1
+        done = (energy > 50.0) | (steps >= 50)
+        return {"x": x, "v": v, "t": steps}, -energy, done
+
+    def policy(key: jax.Array, n: int) -> jax.Array:
+        return jax.random.normal(key, (n, 3))
+
+    return _batched_rollout(reset, step, policy, n, t)
+
+
+ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
+    "acrobot": make_acrobot,
+    "pendulum": make_pendulum,
+    "mountain_car": make_mountain_car,
+    "mountain_car_continuous": make_mountain_car_continuous,
+    "grid_forage": make_grid_forage,
+    "catch": make_catch,
+    "bandit": make_bandit,
+    "particles": make_particles,
+}

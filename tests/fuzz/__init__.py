@@ -1,0 +1,1 @@
+"""Differential fuzzing of hlofuse against JAX (`make fuzz`, `python -m tests.fuzz`)."""

@@ -1,0 +1,94 @@
+"""xla-gpu against XLA's own GPU compiler on the stored corpus (tests/data/xla_gpu/, no extra
+needed): the agreement rates measured when the corpus was made must not fall, and the
+corpus must cover every JAX corpus program plus the rollouts."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from hlofuse.compare_xla.compare import Comparison, compare_texts, report_text
+
+DATA = Path(__file__).parents[1] / "data" / "xla_gpu"
+JAX_DATA = Path(__file__).parents[1] / "data" / "jax"
+PROGRAMS = sorted(p.name.removesuffix(".before.hlo") for p in DATA.glob("*.before.hlo"))
+ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic", "cartpole_fori_rollout",
+            "pendulum_rollout", "mountain_car_rollout")
+# Measured on the corpus (h100): `hlofuse compare-xla` agrees with XLA on the kernel count of
+# 19 programs and on the grouping of 16 (README, "xla-gpu against XLA itself").
+SAME_COUNT = 19
+SAME_GROUPING = 16
+
+
+@functools.cache
+def comparison(name: str, device: str = "h100") -> Comparison:
+    return compare_texts((DATA / f"{name}.before.hlo").read_text(),
+                         (DATA / f"{name}.{device}.hlo").read_text(), device)
+
+
+def test_the_corpus_covers_the_jax_corpus_and_the_rollouts() -> None:
+    assert {p.stem for p in JAX_DATA.glob("*.hlo")} <= set(PROGRAMS)
+    assert set(ROLLOUTS) <= set(PROGRAMS)
+    manifest = json.loads((DATA / "MANIFEST.json").read_text())
+    assert manifest["jax"] == "0.10.2"
+    for name in ROLLOUTS:
+        assert manifest["programs"][name] == ["a100", "h100", "h200"]
+
+
+@pytest.mark.thorough
+def test_agreement_with_xla_does_not_regress() -> None:
+    results = {name: comparison(name) for name in PROGRAMS}
+    same_count = sorted(n for n, c in results.items() if c.same_count)
+    same_grouping = sorted(n for n, c in results.items() if c.same_grouping)
+    assert len(same_count) >= SAME_COUNT, same_count
+    assert len(same_grouping) >= SAME_GROUPING, same_grouping
+    # A program whose kernels XLA groups as xla-gpu does has the same count too.
+    assert set(same_grouping) <= set(same_count)
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("name", ["cartpole_rollout", "pendulum_rollout",
+                                  "mountain_car_rollout"])
+def test_rollout_kernels_per_step_match_xla(name: str) -> None:
+    result = comparison(name)
+    assert result.same_count
+    per_step = result.xla.per_iteration()
+    assert len(per_step) == 1 and all(n >= 4 for n in per_step.values())
+    assert per_step == result.ours.per_iteration()
+
+
+def test_matching_grouping_is_kernel_by_kernel() -> None:
+    result = comparison("reductions")
+    assert result.same_grouping
+    assert result.first_difference is None
+    assert result.xla.outside_loops() == result.ours.outside_loops() == 9
+    xla_members = sorted(sorted(k.members) for k in result.xla.compared())
+    assert xla_members == sorted(sorted(k.members) for k in result.ours.compared())
+
+
+def test_xla_copies_for_loop_state_are_listed_not_compared() -> None:
+    result = comparison("pendulum_rollout")
+    copies = [k for k in result.xla.kernels if k.copy_insertion]
+    assert copies and all(k.ops == ("copy",) for k in copies)
+    assert all(not k.copy_insertion for k in result.ours.kernels)
+
+
+def test_a_difference_names_both_sides() -> None:
+    result = comparison("cond")
+    assert not result.same_count
+    difference = result.first_difference
+    assert difference is not None
+    assert difference["xla_kernel"] is not None or difference["xla_gpu_kernels"]
+    text = report_text(result)
+    assert "kernel count DIFFERS" in text and "first difference" in text
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("device", ["a100", "h200"])
+def test_other_devices_parse_and_compare(device: str) -> None:
+    result = comparison("cartpole_rollout", device)
+    assert result.strategy == f"xla-gpu+device={device}"
+    assert sum(result.xla.per_iteration().values()) > 0

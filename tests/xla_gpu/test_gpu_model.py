@@ -1,0 +1,134 @@
+"""The device descriptions, XLA's GPU performance model and the GPU fusion rules of xla-gpu."""
+
+from __future__ import annotations
+
+import pytest
+
+from hlofuse.fusion.gpu_devices import DEVICES, UnknownDeviceError, device
+from hlofuse.fusion.gpu_model import KERNEL_LAUNCH_OVERHEAD, GpuCostModel, flops_per_element
+from hlofuse.fusion.gpu_priority import gpu_is_fusible, ir_profile, merged_not_too_large
+from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.strategies import StrategyError, parse_strategy, run_strategy
+from hlofuse.ir.parser import parse_module
+
+ELEMENTWISE = """
+HloModule m
+ENTRY e {
+  x = f32[1048576] parameter(0)
+  s = f32[1048576] sine(x)
+  c = f32[] constant(2)
+  b = f32[1048576] broadcast(c), dimensions={}
+  m = f32[1048576] multiply(s, b)
+  ROOT a = f32[1048576] add(m, x)
+}
+"""
+
+TWO_REDUCTIONS = """
+HloModule m
+add {
+  p = f32[] parameter(0)
+  q = f32[] parameter(1)
+  ROOT r = f32[] add(p, q)
+}
+ENTRY e {
+  x = f32[64,128] parameter(0)
+  z = f32[] constant(0)
+  r1 = f32[64] reduce(x, z), dimensions={1}, to_apply=add
+  b = f32[64,128] broadcast(r1), dimensions={0}
+  d = f32[64,128] subtract(x, b)
+  ROOT r2 = f32[64] reduce(d, z), dimensions={1}, to_apply=add
+}
+"""
+
+
+def test_device_descriptions_carry_the_data_sheet_figures() -> None:
+    assert set(DEVICES) == {"a100", "h100", "h200"}
+    h100, h200, a100 = device("h100"), device("H200"), device("a100")
+    assert (h100.core_count, h100.compute_capability, h100.clock_rate_ghz) == (132, (9, 0), 1.98)
+    assert h100.memory_bandwidth == 3.35232e12 and h200.memory_bandwidth == 4.8e12
+    assert h200.core_count == h100.core_count and h200.l2_cache_size == h100.l2_cache_size
+    assert (a100.core_count, a100.compute_capability, a100.fpus_per_core) == (108, (8, 0), 64)
+    assert "gpu_device_info" in h100.target_config
+    with pytest.raises(UnknownDeviceError, match="known: a100, h100, h200"):
+        device("v100")
+
+
+def test_strategy_names_the_device() -> None:
+    assert parse_strategy("xla-gpu").device == "h100"
+    assert parse_strategy("xla-gpu+device=a100").device == "a100"
+    with pytest.raises(StrategyError, match="unknown GPU"):
+        parse_strategy("xla-gpu+device=tpu")
+
+
+def test_time_is_launch_plus_memory_and_compute_per_device() -> None:
+    module = parse_module(ELEMENTWISE)
+    with ModuleGraph.from_module(module) as graphs:
+        entry = graphs.entry
+        assert entry is not None
+        sine = next(n for n in entry.nodes if n.name == "s")
+        times = {name: GpuCostModel(device(name)).time(sine) for name in DEVICES}
+        # 4 MiB read and 4 MiB written at the device's bandwidth, 958 flops per element.
+        assert all(t > KERNEL_LAUNCH_OVERHEAD for t in times.values())
+        assert times["a100"] > times["h100"] >= times["h200"]
+        assert flops_per_element(sine) == 958.0
+        model = GpuCostModel(device("h100"))
+        fused = model.fused_time(sine, next(n for n in entry.nodes if n.name == "m"))
+        assert fused < model.time(sine) + model.time(next(n for n in entry.nodes
+                                                            if n.name == "m"))
+
+
+def test_xla_gpu_fuses_an_elementwise_chain_into_one_kernel() -> None:
+    result = run_strategy(parse_module(ELEMENTWISE), "xla-gpu")
+    assert len(result.kernels) == 1
+    assert set(result.kernels[0].instructions) >= {"s", "m", "a"}
+
+
+def test_two_significant_reductions_stay_apart() -> None:
+    result = run_strategy(parse_module(TWO_REDUCTIONS), "xla-gpu")
+    assert len(result.kernels) == 2
+    rules = {d.rule for d in result.decisions if d.verdict == "no"}
+    assert rules & {"both-contain-reduce", "reduction-epilogue-becomes-loop"}
+
+
+def test_fusible_ops_are_xlas_list() -> None:
+    module = parse_module(TWO_REDUCTIONS)
+    with ModuleGraph.from_module(module) as graphs:
+        entry = graphs.entry
+        assert entry is not None
+        fusible = {n.name: gpu_is_fusible(n) for n in entry.nodes}
+    assert fusible == {"x": False, "z": True, "r1": True, "b": True, "d": True, "r2": True}
+
+
+def test_ir_size_counts_emissions_through_non_elementwise_users() -> None:
+    module = parse_module(ELEMENTWISE)
+    fused = run_strategy(module, "xla-gpu").module
+    with ModuleGraph.from_module(fused) as graphs:
+        entry = graphs.entry
+        assert entry is not None
+        fusion = next(n for n in entry.nodes if n.is_fusion)
+        size, splits, emitted = ir_profile(fusion)
+        # x (read twice, element-wise: once), sine, constant, broadcast, multiply, add.
+        assert splits == 0 and size == 6 and emitted == {0: 1.0}
+        assert bool(merged_not_too_large(next(iter(fusion.operands)), fusion))
+
+
+def test_a_transpose_of_size_one_dimensions_launches_nothing() -> None:
+    module = parse_module("""
+HloModule m
+ENTRY e {
+  x = f32[1,4] parameter(0)
+  ROOT t = f32[4,1] transpose(x), dimensions={1,0}
+}
+""")
+    result = run_strategy(module, "xla-gpu")
+    assert result.kernels == []
+    assert [d.rule for d in result.decisions if d.pass_name == "transpose-to-bitcast"] == [
+        "transpose-is-bitcast"]
+    kept = run_strategy(parse_module("""
+HloModule m
+ENTRY e {
+  x = f32[2,4] parameter(0)
+  ROOT t = f32[4,2] transpose(x), dimensions={1,0}
+}
+"""), "xla-gpu")
+    assert [k.ops for k in kept.kernels] == [("transpose",)]
