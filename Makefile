@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -m 'not slow'
 
 fast: $(STAMP)
 	$(PY) -m pytest -m '$(FAST_MARKERS)' --no-cc --durations=10

@@ -25,7 +25,8 @@ from hlofuse.studies.peers.bench import (
 from hlofuse.studies.peers.registry import PeerRegistry, default_registry
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from rich.markup import escape
+from rich.table import Table
 
 BENCH_DEFAULT_ENVS = "1,64,1024,16384"
 DEFAULTS = BenchConfig()
@@ -139,7 +140,7 @@ def run_and_report(
             on_done=lambda: progress.advance(task),
         )
     for skip in result.skipped:
-        console.print(f"[yellow]skipped {skip.peer}:[/] {skip.note}")
+        console.print(f"[yellow]skipped {skip.peer}:[/] {escape(skip.note)}")
     for table in results_tables(result):
         console.print(table)
     json_path, plot_path = out / "peers.json", out / "peers.png"
@@ -158,7 +159,7 @@ def results_tables(result: BenchResult) -> tuple[Table, Table]:
 
     envs = sorted({r.envs for r in result.records})
     references = {r.envs: r.reference for r in result.records if r.reference}
-    rates = Table(title="CartPole peers: env-steps/s (preliminary)")
+    rates = Table(title="CartPole peers: env-steps/s")
     ratios = Table(title="ratio to the reference at each N (hlofuse best, else the C kernel)")
     for table in (rates, ratios):
         table.add_column("peer", no_wrap=True)

@@ -269,7 +269,7 @@ def results_table(result: StudyResult, clock: str = "wall") -> Table:
     envs = sorted({r.envs for r in result.records})
     per = "CPU-second" if clock == "cpu" else "second"
     table = Table(title=f"CartPole on hlofuse, T={result.config.steps}: env-steps per {per} and "
-                  "speedup over baseline (preliminary)")
+                  "speedup over baseline")
     table.add_column("step", no_wrap=True)
     table.add_column("strategy", overflow="fold")
     table.add_column("kernels\n/step", justify="right")
