@@ -25,7 +25,8 @@ def test_corpus_cuda_compiles(name: str) -> None:
 
 
 @needs_nvcc
-@pytest.mark.thorough
+# The full nvcc sweeps take minutes: `pytest -m slow` runs them (make test runs QUICK).
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in CORPUS if n not in QUICK])
 def test_every_corpus_program_cuda_compiles(name: str) -> None:
     compile_check(generate_cuda(fused_corpus(name)))
@@ -35,7 +36,7 @@ STEPS = [s for s in SEQUENCE if s.is_default]
 
 
 @needs_nvcc
-@pytest.mark.thorough
+@pytest.mark.slow
 @pytest.mark.parametrize("step", STEPS, ids=[s.name for s in STEPS])
 def test_cartpole_variant_cuda_compiles(step: object) -> None:
     from hlofuse.fusion.strategies import run_strategy
