@@ -20,10 +20,12 @@ def users(computation: Computation) -> dict[Instruction, list[Instruction]]:
     return out
 
 
-def post_order(roots: Iterable[Instruction]) -> list[Instruction]:
-    """Operands before users, reachable from `roots`, without recursion."""
+def post_order(roots: Iterable[Instruction],
+               stop_at: Iterable[Instruction] = ()) -> list[Instruction]:
+    """Operands before users, reachable from `roots`, without recursion. Instructions in
+    `stop_at` are neither listed nor walked through (a kernel's bound inputs)."""
     order: list[Instruction] = []
-    visited: set[int] = set()
+    visited: set[int] = {id(inst) for inst in stop_at}
     for root in roots:
         if id(root) in visited:
             continue

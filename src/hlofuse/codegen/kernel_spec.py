@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hlofuse.analysis.graph import post_order
 from hlofuse.codegen.naming import Names, sanitize
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.shapes import Shape
@@ -88,26 +89,8 @@ def leaf_shape(inst: Instruction, path: tuple[int, ...]) -> Shape:
 
 def kernel_instructions(spec: KernelSpec) -> list[Instruction]:
     """Every instruction the kernel computes (operands before users), bound inputs excluded."""
-    bound = {id(inst) for inst, _ in spec.inputs}
-    order: list[Instruction] = []
-    seen: set[int] = set(bound)
-    stack: list[tuple[Instruction, int]] = []
-    for root, _ in spec.outputs:
-        if id(root) in seen:
-            continue
-        seen.add(id(root))
-        stack.append((root, 0))
-        while stack:
-            inst, k = stack.pop()
-            if k < len(inst.operands):
-                stack.append((inst, k + 1))
-                operand = inst.operands[k]
-                if id(operand) not in seen:
-                    seen.add(id(operand))
-                    stack.append((operand, 0))
-                continue
-            order.append(inst)
-    return order
+    return post_order((root for root, _ in spec.outputs),
+                      stop_at=(inst for inst, _ in spec.inputs))
 
 
 def kernel_comment(spec: KernelSpec) -> str:

@@ -154,14 +154,9 @@ class _GpuMultiOutputFuser(_MultiOutputFuser):
             return no(rule if rule != "not-loop-fusible" else "not-multi-output-root", reason)
         if not shapes_compatible_for_multi_output(consumer, producer):
             return no("incompatible-shapes", "their loops run over different shapes")
-        for operand in consumer.operands:
-            source = operand
-            if not self.reachability.is_present(source) and source.op is Op.GET_TUPLE_ELEMENT:
-                source = source.operands[0]
-            if source is not producer and self.reachability.is_reachable(producer, source):
-                return refuse("creates-cycle", producer, consumer,
-                              f"%{consumer.name} also reads %{operand.name}, which depends on "
-                              "the producer")
+        cycle = self.cycle_refusal(producer, consumer)
+        if cycle is not None:
+            return cycle
         decision = fits_in_budget(producer, consumer)
         if not decision:
             return decision

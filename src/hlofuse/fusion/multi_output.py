@@ -210,10 +210,9 @@ class _MultiOutputFuser:
         self.reachability.update_after_fusion(self.graph, consumer)
         return True
 
-    def consumer_decision(self, producer: Node, consumer: Node) -> FusionDecision:
-        decision = producer_multi_output_fusible(producer, consumer)
-        if not decision:
-            return decision
+    def cycle_refusal(self, producer: Node, consumer: Node) -> FusionDecision | None:
+        """The refusal when another operand of `consumer` depends on `producer` (fusing them
+        would make a cycle), else None."""
         for operand in consumer.operands:
             source = operand
             if not self.reachability.is_present(source) and source.op is Op.GET_TUPLE_ELEMENT:
@@ -222,6 +221,15 @@ class _MultiOutputFuser:
                 return refuse("creates-cycle", producer, consumer,
                               f"%{consumer.name} also reads %{operand.name}, which depends on "
                               "the producer")
+        return None
+
+    def consumer_decision(self, producer: Node, consumer: Node) -> FusionDecision:
+        decision = producer_multi_output_fusible(producer, consumer)
+        if not decision:
+            return decision
+        cycle = self.cycle_refusal(producer, consumer)
+        if cycle is not None:
+            return cycle
         decision = fits_in_budget(producer, consumer)
         if not decision:
             return decision
