@@ -11,7 +11,8 @@ are parameters, constants, tuples, get-tuple-elements, bitcasts and reshapes, wh
 kernel owns.
 
 Counting follows the oracle note: every launch in the entry computation, in called
-computations, and per iteration in while bodies and conditions (nested loops per their own
+computations, and per iteration in while bodies, and in conditions only of loops without a
+known trip count (a counted loop never evaluates its condition; nested loops per their own
 iteration). The copies XLA's copy insertion adds for loop state (copies with no input
 instruction behind them) are listed but not compared: they come after fusion, and hlofuse
 does not insert copies. Same count: equal counts outside loops and per iteration of every

@@ -3,11 +3,11 @@
 
 Siblings (`CanFuseSiblings`, `LegalToFuse`): an operand of one element is not worth sharing
 (`IsProfitableOperand`); the two must not depend on each other; their loops must run over
-compatible shapes; a column reduction is not paired with a plain element-wise root (they read
-the shared operand in different orders); two slices of a shared operand of 1 KiB or more that
-do not overlap are not paired; a fusion whose root updates a buffer in place is not paired;
-and the pair fits the kernel budget. Unlike 2022, kernels of different kinds (a loop and a
-reduction) may be paired.
+compatible shapes (equal, or bitcasts of each other: today's rule); a column reduction is not
+paired with a plain element-wise root (they read the shared operand in different orders); two
+slices of a shared operand of 1 KiB or more that do not overlap are not paired; a fusion whose
+root updates a buffer in place is not paired; and the pair fits the kernel budget. Unlike
+2022, kernels of different kinds (a loop and a reduction) may be paired.
 
 Producer and consumer (`ProducerCandidateIsFusible`): a producer with several users may join
 one consumer as an extra output when the producer is not a multi-output fusion, updates no
@@ -36,6 +36,7 @@ from hlofuse.fusion.properties import (
     is_fusible_as_multi_output_root,
     is_loop_fusible,
     is_physically_transposing,
+    loop_shape,
     real_hero,
     reduction_dimensions,
     shapes_compatible_for_multi_output,
@@ -43,6 +44,7 @@ from hlofuse.fusion.properties import (
 from hlofuse.fusion.rules import barrier, fits_in_budget, refuse
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape, default_layout
 from hlofuse.passes.decision_log import FusionDecision, Recorder
 
 if TYPE_CHECKING:
@@ -51,6 +53,43 @@ if TYPE_CHECKING:
 PASS_NAME = "gpu-multi-output-fusion"
 SMALL_SHARED_OPERAND_BYTES = 1024  # ParameterSlicesAreNonOverlapping's threshold
 _US = 1e6
+
+
+def _physical_dims(shape: Shape) -> tuple[int, ...]:
+    """The dimensions larger than 1, major to minor in memory."""
+    layout = shape.layout if shape.layout is not None else default_layout(shape.rank)
+    return tuple(shape.dims[d] for d in reversed(layout) if shape.dims[d] != 1)
+
+
+def _row_major_apart_from_ones(shape: Shape) -> bool:
+    layout = shape.layout if shape.layout is not None else default_layout(shape.rank)
+    big = [d for d in reversed(layout) if shape.dims[d] != 1]
+    return big == sorted(big)
+
+
+def is_reshape_or_transpose_bitcast(a: Shape, b: Shape) -> bool:
+    """ShapeUtil::IsReshapeOrTransposeBitcast, element types ignored: the same elements in
+    the same memory order, read as a reshape (both row-major apart from dimensions of size 1)
+    or as a transpose (the same dimensions larger than 1, in the same memory order)."""
+    if a.num_elements != b.num_elements:
+        return False
+    if _physical_dims(a) == _physical_dims(b):
+        return True
+    return _row_major_apart_from_ones(a) and _row_major_apart_from_ones(b)
+
+
+def gpu_shapes_compatible(a: Node, b: Node) -> bool:
+    """ShapesCompatibleForMultiOutputFusion today: the heroes' loop shapes are equal
+    (element types ignored), or, when neither is a tuple, bitcasts of each other ("trivially
+    reshapable"). Two reduction heroes keep the shared rule (equal reductions)."""
+    if shapes_compatible_for_multi_output(a, b):
+        return True
+    hero_a, hero_b = real_hero(a), real_hero(b)
+    if is_contiguous_reduction(hero_a) and is_contiguous_reduction(hero_b):
+        return False
+    first, second = loop_shape(hero_a), loop_shape(hero_b)
+    return (first.is_array and second.is_array
+            and is_reshape_or_transpose_bitcast(first, second))
 
 
 def _is_column_reduction_hero(node: Node) -> bool:
@@ -119,7 +158,7 @@ class _GpuMultiOutputFuser(_MultiOutputFuser):
         if self.reachability.is_connected(a, b):
             return FusionDecision.no("siblings-connected", f"cannot fuse {names}: one depends "
                                      "on the other")
-        if not shapes_compatible_for_multi_output(a, b):
+        if not gpu_shapes_compatible(a, b):
             return FusionDecision.no("incompatible-shapes", f"cannot fuse {names}: their loops "
                                      "run over different shapes")
         if ((_is_column_reduction_hero(a) and _is_plain_root(b))
@@ -152,7 +191,7 @@ class _GpuMultiOutputFuser(_MultiOutputFuser):
         if not is_fusible_as_multi_output_root(consumer):
             rule, reason = barrier(consumer)
             return no(rule if rule != "not-loop-fusible" else "not-multi-output-root", reason)
-        if not shapes_compatible_for_multi_output(consumer, producer):
+        if not gpu_shapes_compatible(consumer, producer):
             return no("incompatible-shapes", "their loops run over different shapes")
         cycle = self.cycle_refusal(producer, consumer)
         if cycle is not None:

@@ -19,7 +19,8 @@ A strategy names which passes run and their knobs:
   `Strategy.measures_costs`); `+default_costs` uses the fixed documented ones instead
   (deterministic: tests use it), as does a run given no constants.
 
-- `xla-gpu`: XLA's current GPU pipeline (gpu_compiler.cc, fusion_pipeline.cc): variadic-op
+- `xla-gpu`: XLA's current GPU pipeline (gpu_compiler.cc, fusion_pipeline.cc): XLA's
+  while-loop simplifier and arithmetic identities (`gpu_while_simplify.py`), variadic-op
   splitting, then once priority fusion with XLA's GPU rules and performance model
   (`gpu_priority.py`, `gpu_model.py`) for the device `+device=a100|h100|h200` names (default
   h100), CSE, DCE, multi-output fusion with today's rules (`gpu_multi_output.py`), CSE, DCE;
@@ -59,6 +60,7 @@ from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
 from hlofuse.fusion.gpu_layout import TransposeToBitcast
 from hlofuse.fusion.gpu_multi_output import GpuMultiOutputFusion
 from hlofuse.fusion.gpu_priority import GpuPriorityFusion
+from hlofuse.fusion.gpu_while_simplify import GPU_LOOP_PASSES, GPU_LOOP_SIMPLIFICATION
 from hlofuse.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
 from hlofuse.fusion.instruction_fusion import InstructionFusion
 from hlofuse.fusion.kernels import Kernel, Loop, kernels_per_iteration, list_kernels
@@ -85,7 +87,7 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          HorizontalLoopFusion, HorizontalInputFusion,
                                          PriorityFusion, WholeLoopFusion, TreeReductionRewriter,
                                          GpuPriorityFusion, GpuMultiOutputFusion,
-                                         TransposeToBitcast)
+                                         TransposeToBitcast, *GPU_LOOP_PASSES)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -193,6 +195,8 @@ class Strategy:
         if self.unroll != 1:
             steps.append(LoopUnroll(factor=self.unroll))
             steps.append(FixedPoint(tidy, label="after unrolling"))
+        if self.gpu_priority_fusion:  # XLA's while-loop simplifier (gpu_while_simplify.py)
+            steps.append(FixedPoint(GPU_LOOP_SIMPLIFICATION + tidy, label="while loops"))
         # XLA annotates trip counts last among the loop rewrites (nothing may change a loop
         # afterwards) and splits large reductions after layout assignment, before fusion.
         if self.trip_count:

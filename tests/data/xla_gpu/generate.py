@@ -14,8 +14,10 @@ writes, compiled by XLA for the GPU without one (deviceless, no XLA_FLAGS but th
 * `<name>.<device>.hlo`: XLA's optimised HLO for that device;
 * `<name>.<device>.thunks.txt`: XLA's thunk (launch) sequence.
 
-The rollouts are compiled for a100, h100 and h200; the other programs for h100. `MANIFEST`
-records the jax version and the devices. Tests only read the stored files.
+It also compiles the rollout corpus (`tests/data/rollouts/<env>.gpu.hlo`, JAX's CUDA lowering
+of the batched environments, stored as `rollout_<env>.*`). The rollouts are compiled for a100,
+h100 and h200; the other programs for h100. `MANIFEST` records the jax version and the devices.
+Tests only read the stored files.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from hlofuse.fusion.gpu_devices import TARGET_CONFIGS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 JAX_CORPUS = HERE.parent / "jax" / "generate.py"
+ROLLOUT_CORPUS = HERE.parent / "rollouts"
 ROLLOUT_DEVICES = ("a100", "h100", "h200")
 f32 = np.float32
 
@@ -168,6 +171,24 @@ def programs() -> list[tuple[str, object, list[np.ndarray], tuple[str, ...]]]:
     return found
 
 
+def rollout_corpus() -> dict[str, str]:
+    """The rollout corpus's CUDA lowerings, already HLO text: `rollout_<env>` -> text."""
+    return {f"rollout_{path.name.removesuffix('.gpu.hlo')}": path.read_text()
+            for path in sorted(ROLLOUT_CORPUS.glob("*.gpu.hlo"))}
+
+
+def _store(name: str, lowered: str, devices: tuple[str, ...]) -> None:
+    prepared = prepare_for_xla(lowered, f"{name} (lowered)")
+    for device_name in devices:
+        with tempfile.TemporaryDirectory() as work:
+            before, optimized, thunks = xla_child.compile_hlo_here(
+                prepared, TARGET_CONFIGS[device_name], Path(work))
+        (HERE / f"{name}.before.hlo").write_text(before)
+        (HERE / f"{name}.{device_name}.hlo").write_text(optimized)
+        (HERE / f"{name}.{device_name}.thunks.txt").write_text(thunks)
+        print(f"{name} {device_name}: {optimized.count(' fusion(')} fusions", flush=True)
+
+
 def main(names: list[str]) -> None:
     jax.config.update("jax_hlo_source_file_canonicalization_regex", r"^.*/(?=tests/data/)")
     chosen = [p for p in programs() if not names or p[0] in names]
@@ -177,17 +198,13 @@ def main(names: list[str]) -> None:
     if manifest_path.exists():
         manifest["programs"] = json.loads(manifest_path.read_text()).get("programs", {})
     for name, fn, args, devices in chosen:
-        lowered = xla_child.lower_function_here(fn, args, TARGET_CONFIGS["h100"])
-        prepared = prepare_for_xla(lowered, f"{name} (lowered)")
-        for device_name in devices:
-            with tempfile.TemporaryDirectory() as work:
-                before, optimized, thunks = xla_child.compile_hlo_here(
-                    prepared, TARGET_CONFIGS[device_name], Path(work))
-            (HERE / f"{name}.before.hlo").write_text(before)
-            (HERE / f"{name}.{device_name}.hlo").write_text(optimized)
-            (HERE / f"{name}.{device_name}.thunks.txt").write_text(thunks)
-            print(f"{name} {device_name}: {optimized.count(' fusion(')} fusions", flush=True)
+        _store(name, xla_child.lower_function_here(fn, args, TARGET_CONFIGS["h100"]), devices)
         manifest["programs"][name] = list(devices)  # type: ignore[index]
+    for name, lowered in rollout_corpus().items():
+        if names and name not in names:
+            continue
+        _store(name, lowered, ROLLOUT_DEVICES)
+        manifest["programs"][name] = list(ROLLOUT_DEVICES)  # type: ignore[index]
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
