@@ -31,6 +31,7 @@ from hlofuse.codegen.kernel_spec import (
     leaf_shape,
 )
 from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.linalg import LINALG_OPS, emit_linalg, is_linalg
 from hlofuse.codegen.loops import Part
 from hlofuse.codegen.reductions import Outputs, ReductionEmission
 from hlofuse.codegen.sort import emit_sort, emit_topk
@@ -41,7 +42,7 @@ from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
 
 # Ops computed whole into their outputs (or temporaries) by a routine of their own.
-WHOLE_VALUE_OPS = (Op.DOT, Op.CUSTOM_CALL, Op.SCATTER, Op.SORT, Op.TOPK)
+WHOLE_VALUE_OPS = (Op.DOT, Op.CUSTOM_CALL, Op.SCATTER, Op.SORT, Op.TOPK, *LINALG_OPS)
 
 
 class KernelEmitter(ReductionEmission):
@@ -306,6 +307,9 @@ class KernelEmitter(ReductionEmission):
             return
         if inst.op is Op.TOPK:
             emit_topk(self, inst, targets)
+            return
+        if is_linalg(inst):
+            emit_linalg(self, inst, targets)
             return
         target = inst.attrs.get("custom_call_target")
         if target != THREEFRY_TARGET:

@@ -81,7 +81,9 @@ def barrier(node: Node) -> tuple[str, str]:
     if op is Op.OPT_BARRIER:
         return "optimization-barrier", f"%{node.name} is an optimization barrier"
     if op.definition.kind is OpKind.OPAQUE:
-        return "library-call", f"{op.text} %{node.name} is a library call (cuBLAS in XLA)"
+        # XLA's GPU backend calls cuSOLVER for cholesky, cuBLAS for dot and triangular-solve.
+        library = "cuSOLVER" if op is Op.CHOLESKY else "cuBLAS"
+        return "library-call", f"{op.text} %{node.name} is a library call ({library} in XLA)"
     if op is Op.REDUCE:
         kind = "variadic reduce" if node.shape.is_tuple else "tiled reduction"
         return ("reduction-not-at-root",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hlofuse.ir import elementwise_ref as ref
+from hlofuse.ir import linalg
 from hlofuse.ir import shape_inference as si
 from hlofuse.ir.shapes import Shape
 
@@ -144,6 +145,7 @@ class Op(enum.Enum):
     CALL = "call"
     CBRT = "cbrt"
     CEIL = "ceil"
+    CHOLESKY = "cholesky"
     CLAMP = "clamp"
     CLZ = "count-leading-zeros"
     COMPARE = "compare"
@@ -209,6 +211,7 @@ class Op(enum.Enum):
     TANH = "tanh"
     TOPK = "topk"
     TRANSPOSE = "transpose"
+    TRIANGULAR_SOLVE = "triangular-solve"
     TUPLE = "tuple"
     WHILE = "while"
     XOR = "xor"
@@ -265,6 +268,9 @@ OP_TABLE: dict[Op, OpDef] = {
                    call_attrs=("to_apply",)),
     Op.CBRT: _unary("cbrt", si.elementwise_float, ref.cbrt, cost=_TRANSCENDENTAL, expensive=True),
     Op.CEIL: _unary("ceil", si.elementwise_float, ref.ceil),
+    # Library calls to XLA, like dot: expensive, never loop- or input-fusible (ir/linalg.py).
+    Op.CHOLESKY: OpDef("cholesky", OpKind.OPAQUE, 1, linalg.cholesky, expensive=True,
+                       attrs={"lower": AttrSpec(AttrType.BOOL, required=False)}),
     Op.CLAMP: OpDef("clamp", E, 3, si.clamp, numpy=ref.clamp),
     Op.CLZ: _unary("count-leading-zeros", si.elementwise_int, ref.count_leading_zeros),
     Op.COMPARE: OpDef("compare", E, 2, si.compare, numpy=ref.compare, attrs={
@@ -285,7 +291,7 @@ OP_TABLE: dict[Op, OpDef] = {
     Op.COPY: OpDef("copy", OpKind.INJECTIVE, 1, si.copy, cost=_FREE),
     # XLA's IsExpensive: cosine, sine and tan are cheap for real element types.
     Op.COSINE: _unary("cosine", si.elementwise_float, ref.cosine, cost=_TRANSCENDENTAL),
-    Op.CUSTOM_CALL: OpDef("custom-call", OpKind.OPAQUE, None, si.declared_array,
+    Op.CUSTOM_CALL: OpDef("custom-call", OpKind.OPAQUE, None, linalg.custom_call_shape,
                           side_effect=SideEffect.DECLARED, attrs={
         "custom_call_target": AttrSpec(AttrType.STRING),
         "custom_call_has_side_effect": AttrSpec(AttrType.BOOL, required=False),
@@ -382,6 +388,14 @@ OP_TABLE: dict[Op, OpDef] = {
     Op.TRANSPOSE: OpDef("transpose", OpKind.INJECTIVE, 1, si.transpose, fusibility=_LOOP,
                         cost=_FREE,
                         attrs={"dimensions": _INTS}),
+    Op.TRIANGULAR_SOLVE: OpDef("triangular-solve", OpKind.OPAQUE, 2, linalg.triangular_solve,
+                               expensive=True, attrs={  # in XLA's print order
+        "left_side": AttrSpec(AttrType.BOOL, required=False),
+        "lower": AttrSpec(AttrType.BOOL, required=False),
+        "unit_diagonal": AttrSpec(AttrType.BOOL, required=False),
+        "transpose_a": AttrSpec(AttrType.ENUM, required=False,
+                                choices=linalg.TRANSPOSE_CHOICES),
+    }),
     Op.TUPLE: OpDef("tuple", OpKind.TUPLE, None, si.tuple_, cost=_FREE, buffer_only=True),
     Op.WHILE: OpDef("while", OpKind.CONTROL, 1, si.while_, expensive=True, fusibility=_NEVER,
                     call_attrs=("condition", "body")),

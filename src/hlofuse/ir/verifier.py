@@ -8,6 +8,7 @@ from hlofuse.ir.attrs import ConvDimLabels, Window
 from hlofuse.ir.builder import infer_shape
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.limits import Limits, ResourceLimitError, check_limits
+from hlofuse.ir.linalg import check_call
 from hlofuse.ir.ops import DECLARED_SHAPE_OPS, AttrType, Op
 from hlofuse.ir.shape_inference import ShapeError
 
@@ -146,6 +147,11 @@ def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: 
         raise HloVerifyError(f"shape is {inst.shape.text(False)} but {inst.op.text} of these "
                              f"operands gives {inferred.text(False)}", inst.name, "shape-inference",
                              comp.name)
+    if inst.op is Op.CUSTOM_CALL:
+        try:
+            check_call(inst)  # a library call's backend_config (ir/linalg.py)
+        except ValueError as e:
+            raise HloVerifyError(str(e), inst.name, "custom-call-config", comp.name) from None
     for leaf in inst.shape.leaves():
         if leaf.byte_size > max_buffer_bytes:
             raise HloVerifyError(f"buffer of {leaf.byte_size} bytes is above the cap of "

@@ -18,6 +18,7 @@ from hlofuse.codegen import cir, mathlib, templates
 from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.kernel_spec import EmittedKernel, sanitize
 from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.linalg import LINALG_DECLARATIONS
 from hlofuse.codegen.naming import Names
 from hlofuse.ir.dtypes import DType
 from hlofuse.runtime.buffers import Assignment
@@ -39,7 +40,7 @@ LIBRARY_DECLARATIONS = "\n".join(
      "int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);"
      for tag in _DOT_TAGS]
     + ["void hlofuse_rt_threefry2x32(const void *, const void *, const void *, const void *, "
-       "void *, void *, int64_t);"])
+       "void *, void *, int64_t);", LINALG_DECLARATIONS])
 MATH_HEADER = "hlofuse_math.h"
 _DRIVER_ARGUMENTS = tuple(cir.Var(n) for n in ("params", "outs", "arena", "consts", "prof"))
 

@@ -71,7 +71,9 @@ class CompileOptions:
 @functools.cache
 def runtime_library(flags: tuple[str, ...] = DEFAULT_FLAGS) -> ctypes.CDLL:
     """The separately compiled library of dot and Threefry, loaded for every module to see."""
-    source = resources.files("hlofuse.runtime").joinpath("hlofuse_rt.c").read_text()
+    files = resources.files("hlofuse.runtime")
+    source = files.joinpath("hlofuse_rt.c").read_text()
+    source += "\n" + files.joinpath("hlofuse_linalg.c").read_text()  # codegen/linalg.py
     built = build_shared_object(source, flags)
     return load_library(built.path, global_symbols=True)
 
