@@ -91,7 +91,7 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
 
 
 @pytest.mark.parametrize("rule,body,state,offender", [
-    (pl.CROSS_ENV_REDUCE, """
+    (pl.CROSS_LANE_REDUCE, """
   x = f32[8]{0} get-tuple-element(p), index=1
   zero = f32[] constant(0)
   sum = f32[] reduce(x, zero), dimensions={0}, to_apply=add_f32
@@ -99,7 +99,7 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
   y = f32[8]{0} subtract(x, sums)
   ROOT t = (s32[], f32[8]{0}) tuple(next, y)""", "(s32[], f32[8]{0})", "sum"),
     # The accumulated value is also read by the next step: not a plain accumulator.
-    (pl.CROSS_ENV_REDUCE, """
+    (pl.CROSS_LANE_REDUCE, """
   x = f32[8]{0} get-tuple-element(p), index=1
   acc = f32[] get-tuple-element(p), index=2
   accs = f32[8]{0} broadcast(acc), dimensions={}
@@ -109,24 +109,24 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
   acc1 = f32[] add(acc, sum)
   ROOT t = (s32[], f32[8]{0}, f32[]) tuple(next, y, acc1)""", "(s32[], f32[8]{0}, f32[])", "sum"),
     # An initial value that is not the identity is added once per step, not once.
-    (pl.CROSS_ENV_REDUCE, """
+    (pl.CROSS_LANE_REDUCE, """
   x = f32[8]{0} get-tuple-element(p), index=1
   acc = f32[] get-tuple-element(p), index=2
   seven = f32[] constant(7)
   sum = f32[] reduce(x, seven), dimensions={0}, to_apply=add_f32
   acc1 = f32[] add(acc, sum)
   ROOT t = (s32[], f32[8]{0}, f32[]) tuple(next, x, acc1)""", "(s32[], f32[8]{0}, f32[])", "sum"),
-    (pl.CROSS_ENV_ACCESS, """
+    (pl.CROSS_LANE_ACCESS, """
   x = f32[8]{0} get-tuple-element(p), index=1
   r = f32[8]{0} reverse(x), dimensions={0}
   ROOT t = (s32[], f32[8]{0}) tuple(next, r)""", "(s32[], f32[8]{0})", "r"),
-    (pl.CROSS_ENV_ACCESS, """
+    (pl.CROSS_LANE_ACCESS, """
   x = f32[8,2]{1,0} get-tuple-element(p), index=1
   flat = f32[16]{0} reshape(x)
   back = f32[2,8]{1,0} reshape(flat)
   tr = f32[8,2]{1,0} transpose(back), dimensions={1,0}
   ROOT t = (s32[], f32[8,2]{1,0}) tuple(next, tr)""", "(s32[], f32[8,2]{1,0})", "flat"),
-    (pl.CROSS_ENV_ACCESS, """
+    (pl.CROSS_LANE_ACCESS, """
   x = f32[8]{0} get-tuple-element(p), index=1
   first = f32[1]{0} slice(x), slice={[0:1]}
   f = f32[] reshape(first)
@@ -136,6 +136,10 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
   y = f32[8]{0} custom-call(x), custom_call_target="my_library"
   ROOT t = (s32[], f32[8]{0}) tuple(next, y)""", "(s32[], f32[8]{0})", "y"),
     (pl.OPAQUE_OP, """
+  x = s32[8,8]{1,0} get-tuple-element(p), index=1
+  y = s32[8,8]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (s32[], s32[8,8]{1,0}) tuple(next, y)""", "(s32[], s32[8,8]{1,0})", "y"),
+    (pl.CROSS_LANE_REDUCE, """
   x = f32[8,8]{1,0} get-tuple-element(p), index=1
   y = f32[8,8]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT t = (s32[], f32[8,8]{1,0}) tuple(next, y)""", "(s32[], f32[8,8]{1,0})", "y"),

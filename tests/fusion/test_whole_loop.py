@@ -63,7 +63,7 @@ def test_wraps_the_loop_and_keeps_its_results() -> None:
     (record,) = log.unique()
     assert (record.pass_name, record.verdict, record.rule, record.producer) == (
         "whole-loop-fusion", "fuse", "fusible", "loop")
-    assert record.figures["environments"] == 8 and record.figures["accumulators"] == 1
+    assert record.figures["lanes"] == 8 and record.figures["accumulators"] == 1
     inputs = [np.asarray(0, np.int32), np.linspace(-1, 1, 8, dtype=np.float32),
               np.asarray(0.5, np.float32)]
     expected = flatten_value(evaluate(module, inputs))
@@ -82,13 +82,13 @@ def test_refusal_leaves_the_module_alone() -> None:
     assert not changed and out is module
     (record,) = log.unique()
     assert (record.verdict, record.rule, record.producer, record.consumer) == (
-        "no", "whole-loop-cross-env-reduce", "loop", "sum")
+        "no", "whole-loop-cross-lane-reduce", "loop", "sum")
     assert record.producer_op == "while" and record.consumer_op == "reduce"
 
 
 def test_knobs_are_checked() -> None:
-    with pytest.raises(ValueError, match="lanes must be in 1..256"):
-        WholeLoopFusion(lanes=0)
+    with pytest.raises(ValueError, match=r"lanes must be in 0..256 \(0: chosen per loop\)"):
+        WholeLoopFusion(lanes=-1)
     with pytest.raises(ValueError, match="element limits"):
         WholeLoopFusion(max_uniform_elements=0)
     (p,) = parse_pass_list("whole-loop-fusion{lanes=16,max_state_elements_per_env=4}",
@@ -157,4 +157,4 @@ def test_explain_command_shows_the_kernel(tmp_path: Path, capsys: pytest.Capture
     assert report["whole_loops"][0]["verdict"] == "fuse"
     path.write_text(REDUCING_LOOP)
     assert main(["explain", str(path), "--strategy", "xla+whole_loop"]) == 0
-    assert "refused (whole-loop-cross-env-reduce)" in capsys.readouterr().out
+    assert "refused (whole-loop-cross-lane-reduce)" in capsys.readouterr().out

@@ -85,7 +85,7 @@ def test_rule_literals_in_the_sources_are_catalogued() -> None:
 
 def test_the_scan_sees_rule_literals() -> None:
     literals = _literals()
-    assert {"code-duplication-too-high", "whole-loop-cross-env-access", "slice-forwarded",
+    assert {"code-duplication-too-high", "whole-loop-cross-lane-access", "slice-forwarded",
             "cost-model-loss"} <= literals.keys()
 
 

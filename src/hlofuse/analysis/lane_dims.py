@@ -1,9 +1,9 @@
-"""How the environment dimension of a per-environment value moves through each op.
+"""How the lane dimension of a per-lane value moves through each op.
 
-Part of the parallel-loop analysis (parallel_loop.py): given the environment dimension of an
+Part of the parallel-loop analysis (parallel_loop.py): given the lane dimension of an
 instruction's state-dependent operands (None for the others), `env_dim` gives the dimension of
-its result that holds the environments, or `Mixed` when the op moves values between
-environments (the op, the refusal's rule id and why). Element-wise ops keep the dimension,
+its result that holds the lanes, or `Mixed` when the op moves values between
+lanes (the op, the refusal's rule id and why). Element-wise ops keep the dimension,
 broadcast and transpose move it, reshape keeps it where the elements before and after it are
 unchanged; slice, pad, reverse, concatenate, dynamic-(update-)slice, reduce and reduce-window
 keep it where they leave that dimension whole.
@@ -19,13 +19,13 @@ from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 
-CROSS_ENV_REDUCE = "whole-loop-cross-env-reduce"
-CROSS_ENV_ACCESS = "whole-loop-cross-env-access"
+CROSS_LANE_REDUCE = "whole-loop-cross-lane-reduce"
+CROSS_LANE_ACCESS = "whole-loop-cross-lane-access"
 
 
 @dataclass(frozen=True, slots=True)
 class Mixed:
-    """A state-dependent value whose elements mix environments: the op that did it, and why."""
+    """A state-dependent value whose elements mix lanes: the op that did it, and why."""
 
     rule: str
     instruction: Instruction
@@ -37,7 +37,7 @@ Rule = Callable[[int, Instruction, "list[EnvDim | None]"], EnvDim]
 
 
 def env_dim(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    """The environment dimension of `inst`'s result (N = `size` > 1 environments)."""
+    """The lane dimension of `inst`'s result (N = `size` > 1 lanes)."""
     for env in operand_env:
         if isinstance(env, Mixed):
             return env
@@ -51,11 +51,11 @@ def env_dim(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> E
 
 
 def _single(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> int | Mixed:
-    """The one environment dimension of the state-dependent operands."""
+    """The one lane dimension of the state-dependent operands."""
     dims = {env for env in operand_env if env is not None}
     if len(dims) != 1:
-        return Mixed(CROSS_ENV_ACCESS, inst,
-                     f"%{inst.name} ({inst.op.text}) combines values whose environments lie "
+        return Mixed(CROSS_LANE_ACCESS, inst,
+                     f"%{inst.name} ({inst.op.text}) combines values whose lanes lie "
                      "along different dimensions")
     (env,) = dims
     assert isinstance(env, int)
@@ -71,8 +71,8 @@ def _elementwise_env(size: int, inst: Instruction,
         if operand_dim is None:
             continue
         if env >= inst.shape.rank or operand.shape.dims[env] != inst.shape.dims[env]:
-            return Mixed(CROSS_ENV_ACCESS, inst,
-                         f"%{inst.name} ({inst.op.text}) reshapes the environment dimension")
+            return Mixed(CROSS_LANE_ACCESS, inst,
+                         f"%{inst.name} ({inst.op.text}) reshapes the lane dimension")
     return env
 
 
@@ -97,13 +97,13 @@ def _reshape_env(size: int, inst: Instruction,
     source, target = inst.operands[0].shape.dims, inst.shape.dims
     outer, inner = math.prod(source[:env]), math.prod(source[env + 1:])
     for d, dim in enumerate(target):
-        # The environments' dimension, with the same elements before and after it (the
+        # The lanes' dimension, with the same elements before and after it (the
         # products alone would also match around a zero-size dimension).
         if dim == size and math.prod(target[:d]) == outer and math.prod(target[d + 1:]) == inner:
             return d
-    return Mixed(CROSS_ENV_ACCESS, inst,
+    return Mixed(CROSS_LANE_ACCESS, inst,
                  f"%{inst.name} (reshape {list(source)} -> {list(target)}) merges the "
-                 "environment dimension with another one")
+                 "lane dimension with another one")
 
 
 def _slice_env(size: int, inst: Instruction,
@@ -116,24 +116,24 @@ def _slice_env(size: int, inst: Instruction,
     assert isinstance(part, SliceDim)
     if (part.start, part.limit, part.stride) == (0, size, 1):
         return env
-    return Mixed(CROSS_ENV_ACCESS, inst,
-                 f"%{inst.name} slices the environments ({part.text()} of {size})")
+    return Mixed(CROSS_LANE_ACCESS, inst,
+                 f"%{inst.name} slices the lanes ({part.text()} of {size})")
 
 
 def _pad_env(size: int, inst: Instruction,
              operand_env: list[EnvDim | None]) -> EnvDim:
     env = operand_env[0]
     if operand_env[1] is not None or not isinstance(env, int):
-        return Mixed(CROSS_ENV_ACCESS, inst,
-                     f"%{inst.name} pads with a per-environment value")
+        return Mixed(CROSS_LANE_ACCESS, inst,
+                     f"%{inst.name} pads with a per-lane value")
     config = inst.attrs["padding"]
     assert isinstance(config, tuple)
     part = config[env]
     assert isinstance(part, PaddingDim)
     if (part.low, part.high, part.interior) == (0, 0, 0):
         return env
-    return Mixed(CROSS_ENV_ACCESS, inst,
-                 f"%{inst.name} pads the environment dimension ({part.text()})")
+    return Mixed(CROSS_LANE_ACCESS, inst,
+                 f"%{inst.name} pads the lane dimension ({part.text()})")
 
 
 def _reverse_env(size: int, inst: Instruction,
@@ -141,7 +141,7 @@ def _reverse_env(size: int, inst: Instruction,
     env = operand_env[0]
     assert isinstance(env, int)
     if env in inst.ints("dimensions"):
-        return Mixed(CROSS_ENV_ACCESS, inst, f"%{inst.name} reverses the environments")
+        return Mixed(CROSS_LANE_ACCESS, inst, f"%{inst.name} reverses the lanes")
     return env
 
 
@@ -151,8 +151,8 @@ def _concatenate_env(size: int, inst: Instruction,
     if isinstance(env, Mixed):
         return env
     if inst.ints("dimensions")[0] == env:
-        return Mixed(CROSS_ENV_ACCESS, inst,
-                     f"%{inst.name} concatenates along the environment dimension")
+        return Mixed(CROSS_LANE_ACCESS, inst,
+                     f"%{inst.name} concatenates along the lane dimension")
     return env
 
 
@@ -160,25 +160,25 @@ def _dynamic_slice_env(size: int, inst: Instruction,
                        operand_env: list[EnvDim | None]) -> EnvDim:
     env = operand_env[0]
     if not isinstance(env, int) or any(e is not None for e in operand_env[1:]):
-        return Mixed(CROSS_ENV_ACCESS, inst,
-                     f"%{inst.name} slices at a per-environment position")
+        return Mixed(CROSS_LANE_ACCESS, inst,
+                     f"%{inst.name} slices at a per-lane position")
     if inst.shape.dims[env] == size:
         return env
-    return Mixed(CROSS_ENV_ACCESS, inst, f"%{inst.name} slices part of the environments")
+    return Mixed(CROSS_LANE_ACCESS, inst, f"%{inst.name} slices part of the lanes")
 
 
 def _dynamic_update_slice_env(size: int, inst: Instruction,
                               operand_env: list[EnvDim | None]) -> EnvDim:
     if any(e is not None for e in operand_env[2:]):
-        return Mixed(CROSS_ENV_ACCESS, inst,
-                     f"%{inst.name} updates at a per-environment position")
+        return Mixed(CROSS_LANE_ACCESS, inst,
+                     f"%{inst.name} updates at a per-lane position")
     env = _single(size, inst, operand_env[:2])
     if isinstance(env, Mixed):
         return env
     update = inst.operands[1]
     if operand_env[1] is not None and update.shape.dims[env] != size:
-        return Mixed(CROSS_ENV_ACCESS, inst,
-                     f"%{inst.name} writes part of the environments with another one's value")
+        return Mixed(CROSS_LANE_ACCESS, inst,
+                     f"%{inst.name} writes part of the lanes with another one's value")
     return env
 
 
@@ -186,15 +186,15 @@ def _reduce_env(size: int, inst: Instruction,
                 operand_env: list[EnvDim | None]) -> EnvDim:
     count = len(inst.operands) // 2
     if any(e is not None for e in operand_env[count:]):
-        return Mixed(CROSS_ENV_REDUCE, inst,
-                     f"%{inst.name} starts its reduction from a per-environment value")
+        return Mixed(CROSS_LANE_REDUCE, inst,
+                     f"%{inst.name} starts its reduction from a per-lane value")
     env = _single(size, inst, operand_env[:count])
     if isinstance(env, Mixed):
         return env
     reduced = inst.ints("dimensions")
     if env in reduced:
-        return Mixed(CROSS_ENV_REDUCE, inst,
-                     f"%{inst.name} reduces over the environments and is not an accumulated "
+        return Mixed(CROSS_LANE_REDUCE, inst,
+                     f"%{inst.name} reduces over the lanes and is not an accumulated "
                      "result (acc <op> reduce(...)) read nowhere else")
     return env - sum(1 for d in reduced if d < env)
 
@@ -211,8 +211,8 @@ def _reduce_window_env(size: int, inst: Instruction,
                window.lhs_dilate[env], window.rhs_dilate[env]) == (1, 1, 0, 0, 1, 1)
     if trivial and all(e is None for e in operand_env[count:]):
         return env
-    return Mixed(CROSS_ENV_ACCESS, inst,
-                 f"%{inst.name} has a window over the environment dimension")
+    return Mixed(CROSS_LANE_ACCESS, inst,
+                 f"%{inst.name} has a window over the lane dimension")
 
 
 def _optional_ints(inst: Instruction, name: str) -> tuple[int, ...]:
@@ -246,42 +246,79 @@ def _gather_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) 
         if (isinstance(operand_dim, int) and operand_dim in batching
                 and indices_batching[batching.index(operand_dim)] == indices_dim):
             return result
-    return Mixed(CROSS_ENV_ACCESS, inst,
+    return Mixed(CROSS_LANE_ACCESS, inst,
                  f"%{inst.name} (gather) reads values of other lanes: its lane dimension is "
                  "not a batching dimension of both operand and indices")
 
 
 def _scatter_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
-    """Per lane when every operand, the indices and the updates pair their lane dimensions
-    as input/indices batching dimensions (each lane scatters into its own rows)."""
+    """Per lane when the lanes lie along an input batching dimension paired with the
+    indices' (each lane scatters into its own rows): every state-dependent operand, the
+    indices and the updates hold the lanes where that pairing puts them. Operands that do
+    not depend on the state (a fresh board) are computed per lane at the lane's rows."""
     n = (len(inst.operands) - 1) // 2
     ivd = inst.attrs["index_vector_dim"]
     assert isinstance(ivd, int)
     batching = _optional_ints(inst, "input_batching_dims")
     indices_batching = _optional_ints(inst, "scatter_indices_batching_dims")
     window_dims = inst.ints("update_window_dims")
+    refusal = Mixed(CROSS_LANE_ACCESS, inst,
+                    f"%{inst.name} (scatter) writes values into other lanes: its lane "
+                    "dimension is not an input batching dimension paired with the indices'")
     operand_dims = {e for e in operand_env[:n] if e is not None}
     indices_dim = operand_env[n]
     update_dims = {e for e in operand_env[n + 1:] if e is not None}
-    refusal = Mixed(CROSS_ENV_ACCESS, inst,
-                    f"%{inst.name} (scatter) writes values into other lanes: its lane "
-                    "dimension is not an input batching dimension paired with the indices'")
-    if len(operand_dims) != 1 or not isinstance(indices_dim, int) or len(update_dims) > 1:
+    if len(operand_dims) > 1 or len(update_dims) > 1:
         return refusal
-    (env,) = operand_dims
-    if not isinstance(env, int) or env not in batching:
+    env: EnvDim | None = next(iter(operand_dims)) if operand_dims else None
+    if env is None and isinstance(indices_dim, int) and indices_dim in indices_batching:
+        env = batching[indices_batching.index(indices_dim)]
+    if not isinstance(env, int) or env not in batching or inst.shape.dims[env] != size:
         return refusal
-    if any(e is None for e in operand_env[:n]) or indices_batching[batching.index(env)] != \
-            indices_dim:
+    paired = indices_batching[batching.index(env)]
+    if indices_dim is not None and indices_dim != paired:
         return refusal
     update_rank = inst.operands[n + 1].shape.rank
-    expected = _index_batch_to_result(inst, indices_dim, window_dims, ivd, update_rank)
+    expected = _index_batch_to_result(inst, paired, window_dims, ivd, update_rank)
     if update_dims and update_dims != {expected}:
         return refusal
     return env
 
 
+def _dot_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
+    """Per lane when the lanes lie along a batch dimension of the dependent operands (the
+    same one on both), or along a free dimension of the one dependent operand; never along
+    a contracting dimension (that sums over lanes)."""
+    def ints(name: str) -> tuple[int, ...]:
+        return _optional_ints(inst, name)
+
+    lhs_env, rhs_env = operand_env
+    lhs_batch, rhs_batch = ints("lhs_batch_dims"), ints("rhs_batch_dims")
+    contracting = (ints("lhs_contracting_dims"), ints("rhs_contracting_dims"))
+    if (isinstance(lhs_env, int) and lhs_env in contracting[0]) or \
+            (isinstance(rhs_env, int) and rhs_env in contracting[1]):
+        return Mixed(CROSS_LANE_REDUCE, inst, f"%{inst.name} (dot) sums over the lanes")
+    if isinstance(lhs_env, int) and isinstance(rhs_env, int):
+        if lhs_env in lhs_batch and rhs_env in rhs_batch and \
+                lhs_batch.index(lhs_env) == rhs_batch.index(rhs_env):
+            return lhs_batch.index(lhs_env)
+        return Mixed(CROSS_LANE_ACCESS, inst,
+                     f"%{inst.name} (dot) pairs the lanes of one operand with other lanes of "
+                     "the other")
+    side = 0 if isinstance(lhs_env, int) else 1
+    env = lhs_env if side == 0 else rhs_env
+    assert isinstance(env, int)
+    batch = lhs_batch if side == 0 else rhs_batch
+    if env in batch:
+        return batch.index(env)
+    operand = inst.operands[side]
+    free = [d for d in range(operand.shape.rank) if d not in batch and d not in contracting[side]]
+    lhs_free = inst.operands[0].shape.rank - len(lhs_batch) - len(contracting[0])
+    return len(lhs_batch) + (0 if side == 0 else lhs_free) + free.index(env)
+
+
 _RULES: dict[Op, Rule] = {
+    Op.DOT: _dot_env,
     Op.GATHER: _gather_env,
     Op.SCATTER: _scatter_env,
     Op.BITCAST: _reshape_env,

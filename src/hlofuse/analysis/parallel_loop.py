@@ -1,36 +1,37 @@
 """Whether a while loop runs independently per element of a parallel dimension, and how.
 
-A loop is parallel over a dimension of size N (CartPole: the environments) when its state
-splits into per-environment arrays (leading dimension N: row e is environment e's state) and
+A loop is parallel over a dimension of size N, its lanes (CartPole's environments, a batch),
+when its state splits into per-lane arrays (a dimension of size N at any position: lane e's
+part is index e along it; a `scan`'s stacked outputs `[T, N]` hold it second) and
 uniform values without that dimension (the step counter, an RNG key), and one iteration
-computes environment e's new state from environment e's old state and uniform values alone,
-while the uniform values, and so the trip count, never depend on per-environment values. Every
-environment can then run the whole loop on its own, which is what whole-loop fusion emits
+computes lane e's new state from lane e's old state and uniform values alone,
+while the uniform values, and so the trip count, never depend on per-lane values. Every
+lane can then run the whole loop on its own, which is what whole-loop fusion emits
 (fusion/whole_loop.py decides, codegen/whole_loop.py emits; both read the plan made here).
 
-The analysis, for a candidate N (the most common leading dimension of the state first):
+The analysis, for a candidate N (the dimension most elements of the state have first):
 
 * state dependence: an instruction of the body or condition is state-dependent when it reads
-  a per-environment element, directly or through its operands;
-* the environment dimension of every state-dependent value, propagated forward through the
-  ops' index maps (lane_dims.py). An op that moves values between environments (a
-  slice of part of the environments, a reduction over them, a reshape merging them with
-  another dimension) mixes environments;
+  a per-lane element, directly or through its operands;
+* the lane dimension of every state-dependent value, propagated forward through the
+  ops' index maps (lane_dims.py). An op that moves values between lanes (a
+  slice of part of the lanes, a reduction over them, a reshape merging them with
+  another dimension) mixes lanes;
 * accumulators: a uniform scalar element updated only as `acc <op> reduce(x, <op>)` with x
-  per-environment, an associative and commutative op and its identity as the reduce's
+  per-lane, an associative and commutative op and its identity as the reduce's
   initial value, read nowhere else (CartPole's episode count and return sum). Each
-  environment keeps a partial result; the partials are combined at the end, in a fixed order
+  lane keeps a partial result; the partials are combined at the end, in a fixed order
   (for floats the additions are reassociated, so the result differs by rounding only);
-* placement: per-environment outputs and accumulated values are computed per environment
-  ("lane" code), reading state at the environment's own index; the condition, the uniform
+* placement: per-lane outputs and accumulated values are computed per lane
+  ("lane" code), reading state at the lane's own index; the condition, the uniform
   outputs and the small uniform values lane code reads ("lane inputs": rank-0 values and
   arrays without an N dimension) are computed once per step ("uniform" code), and must not be
   state-dependent. A value without state dependence that is large or has an N dimension (the
-  random bits of all environments) is computed per environment, at the index lane code asks
+  random bits of all lanes) is computed per lane, at the index lane code asks
   for.
 
-A per-environment-looking element that uniform code needs whole (a u32[2] key when N = 2) is
-made uniform and the analysis repeated. With N = 1 every value belongs to the one environment,
+A per-lane-looking element that uniform code needs whole (a u32[2] key when N = 2) is
+made uniform and the analysis repeated. With N = 1 every value belongs to the one lane,
 so only the uniform code's independence is checked.
 """
 
@@ -42,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from hlofuse.analysis.lane_dims import CROSS_ENV_ACCESS, CROSS_ENV_REDUCE, EnvDim, Mixed, env_dim
+from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE, EnvDim, Mixed, env_dim
 from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, is_identity, reducer_op
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import ELEMENTWISE_OPS, FusionKind, Op, OpKind
@@ -58,8 +59,23 @@ STATE_TOO_LARGE = "whole-loop-state-too-large"
 DEFAULT_MAX_STATE_ELEMENTS_PER_ENV = 64
 DEFAULT_MAX_UNIFORM_ELEMENTS = 64
 # State-free arrays at most this large (without an N dimension) that lane code reads are
-# computed once per step rather than per environment.
+# computed once per step rather than per lane.
 LANE_INPUT_MAX_ELEMENTS = 64
+
+# Dots lane code computes element by element (codegen/dot_elemental.py writes the
+# contracting positions out): float, at most this many contracting positions.
+SMALL_DOT_CONTRACTION = 64
+
+
+def is_small_dot(inst: Instruction) -> bool:
+    lhs = inst.operands[0].shape.dims
+    contracting = inst.ints("lhs_contracting_dims") if inst.attrs.get(
+        "lhs_contracting_dims") is not None else ()
+    size = 1
+    for d in contracting:
+        size *= lhs[d]
+    return inst.dtype.is_float and inst.dtype.bits >= 32 and size <= SMALL_DOT_CONTRACTION
+
 
 # A whole-loop fusion is a kCustom fusion whose backend_config names this emitter, as XLA's
 # custom fusions name theirs; it also carries the number of lanes per block.
@@ -77,24 +93,28 @@ _STRUCTURAL = frozenset({
 
 def whole_loop_config(lanes: int, plan: LoopPlan | None = None) -> str:
     """The backend_config text of a whole-loop fusion: the emitter, the lanes per block and
-    the plan's decisions (the parallel dimension's size and the per-environment elements),
+    the plan's decisions (the parallel dimension's size and the per-lane elements),
     which code generation applies instead of planning again."""
     config: dict[str, object] = {"custom_fusion": WHOLE_LOOP_FUSION, "lanes": lanes}
     if plan is not None:
         config["size"] = plan.size
-        config["per_env"] = list(plan.per_env)
+        config["per_env"] = sorted([*plan.per_env, *(s.element for s in plan.streamed)])
+        moved = {str(i): d for i, d in sorted(plan.lane_dims.items()) if d != 0}
+        if moved:
+            config["lane_dims"] = moved
     return json.dumps(config, separators=(",", ":"))
 
 
 def block_lanes(lanes: int, size: int) -> int:
-    """Environments per block: `lanes`, or the power of two at or above N when N is smaller
-    (a block of one environment runs scalar code)."""
+    """Lanes per block: `lanes`, or the power of two at or above N when N is smaller
+    (a block of one lane runs scalar code)."""
     return min(lanes, 1 << max(0, (size - 1).bit_length()))
 
 
-def read_recorded_plan(text: str) -> tuple[int, frozenset[int]] | None:
-    """(size, per-environment elements) recorded in a whole-loop fusion's backend_config,
-    or None when it records none (hand-written HLO with the lanes only)."""
+def read_recorded_plan(text: str) -> tuple[int, dict[int, int]] | None:
+    """(size, per-lane elements with their lane dimensions) recorded in a whole-loop
+    fusion's backend_config, or None when it records none (hand-written HLO with the lanes
+    only)."""
     try:
         config = json.loads(text)
     except ValueError:
@@ -104,26 +124,33 @@ def read_recorded_plan(text: str) -> tuple[int, frozenset[int]] | None:
     size, per_env = config.get("size"), config.get("per_env")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         return None
-    if not isinstance(per_env, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in per_env):
+    if not isinstance(per_env, list) or not all(_is_index(i) for i in per_env):
         return None
-    return size, frozenset(per_env)
+    moved = config.get("lane_dims", {})
+    if not isinstance(moved, dict) or not all(
+            isinstance(k, str) and k.isdigit() and _is_index(d) for k, d in moved.items()):
+        return None
+    return size, {i: moved.get(str(i), 0) for i in per_env}
 
 
-def apply_recorded_plan(loop: Instruction, size: int, per_env: frozenset[int]
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def apply_recorded_plan(loop: Instruction, size: int, lane_dims: Mapping[int, int]
                         ) -> LoopPlan | Refusal:
-    """The plan of `loop` for decisions fusion recorded: what runs per environment and what
-    once follows from them; sizes were the pass's business, so no limits apply here."""
+    """The plan of `loop` for decisions fusion recorded: what runs per lane and what once
+    follows from them; sizes were the pass's business, so no limits apply here."""
     refusal = _check_structure(loop)
     if refusal is not None:
         return refusal
     elements = loop.shape.elements
-    if any(i >= len(elements) or elements[i].rank < 1 or elements[i].dims[0] != size
-           for i in per_env):
+    if any(i >= len(elements) or d >= elements[i].rank or elements[i].dims[d] != size
+           for i, d in lane_dims.items()):
         return Refusal(NO_PARALLEL_DIMENSION, loop,
-                       f"%{loop.name}: the recorded plan names elements without a leading "
-                       f"dimension of {size}")
-    return _Analysis(loop, size, per_env, 1 << 62, 1 << 62).run()
+                       f"%{loop.name}: the recorded plan names elements without a lane "
+                       f"dimension of {size} where it says")
+    return _Analysis(loop, size, dict(lane_dims), 1 << 62, 1 << 62).run()
 
 
 def read_whole_loop_config(text: str) -> int | None:
@@ -144,7 +171,7 @@ def read_whole_loop_config(text: str) -> int | None:
 class Accumulator:
     """A uniform scalar element updated as `element <op> reduce(x1) <op> reduce(x2) ...`.
 
-    Each reduce runs `op` over all dimensions of a per-environment value from the op's
+    Each reduce runs `op` over all dimensions of a per-lane value from the op's
     identity; `combines` are the `op` instructions joining them with the element (several
     after unrolling), the last one being the element's new value.
     """
@@ -168,19 +195,33 @@ class Accumulator:
 
 
 @dataclass(frozen=True, slots=True)
+class Streamed:
+    """A per-lane element the body only writes, one slice per step, at positions that are
+    the same for every lane (a `scan`'s stacked outputs: `ys[i] = y`): lane code writes the
+    slice straight to the output instead of holding the element."""
+
+    element: int
+    update: Instruction  # the dynamic-update-slice writing the element's new value
+    lane_dim: int
+
+
+@dataclass(frozen=True, slots=True)
 class LoopPlan:
-    """How to run a parallel loop: which elements are per environment, what runs where."""
+    """How to run a parallel loop: which elements are per lane, what runs where."""
 
     loop: Instruction
-    size: int  # N, the parallel dimension (leading dimension of per-environment elements)
-    per_env: tuple[int, ...]  # tuple elements with one row per environment
+    size: int  # N, the parallel dimension (the lanes)
+    per_env: tuple[int, ...]  # tuple elements each lane holds its part of through the loop
     uniform: tuple[int, ...]  # uniform elements (accumulators excluded)
     accumulators: tuple[Accumulator, ...]
-    lane: frozenset[int]  # id() of the body instructions computed per environment
+    lane: frozenset[int]  # id() of the body instructions computed per lane
     uniform_code: frozenset[int]  # id() of the body and condition instructions computed once
     lane_inputs: tuple[Instruction, ...]  # uniform values lane code reads, in body order
     env_dims: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
     dependent: frozenset[int] = frozenset()  # id() of the state-dependent instructions
+    # The dimension holding the lanes of each per-lane element (held and streamed).
+    lane_dims: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    streamed: tuple[Streamed, ...] = ()
 
     @property
     def condition(self) -> Computation:
@@ -202,7 +243,7 @@ class Refusal:
     instruction: Instruction
     message: str
     figures: Mapping[str, int | str] = field(default_factory=lambda: MappingProxyType({}))
-    # Per-environment elements that uniform code needs whole (candidates to make uniform).
+    # Per-lane elements that uniform code needs whole (candidates to make uniform).
     demotable: frozenset[int] = frozenset()
 
 
@@ -221,10 +262,12 @@ def plan_parallel_loop(loop: Instruction, *,
                        f"%{loop.name}: no loop state has a leading dimension to run in parallel")
     first: Refusal | None = None
     for size in candidates:
-        per_env = {i for i, e in enumerate(elements) if e.rank >= 1 and e.dims[0] == size}
+        lane_dims = {i: d for i in range(len(elements))
+                     if (d := _lane_dim(loop, i, size)) is not None}
+        per_env = set(lane_dims)
         while per_env:
-            result = _Analysis(loop, size, frozenset(per_env), max_state_elements_per_env,
-                               max_uniform_elements).run()
+            result = _Analysis(loop, size, {i: lane_dims[i] for i in per_env},
+                               max_state_elements_per_env, max_uniform_elements).run()
             if isinstance(result, LoopPlan):
                 return result
             first = first or result
@@ -236,9 +279,30 @@ def plan_parallel_loop(loop: Instruction, *,
 
 
 def _candidate_sizes(loop: Instruction) -> list[int]:
-    """Leading dimensions of the state, the most common first (then the largest)."""
-    counts = Counter(e.dims[0] for e in loop.shape.elements if e.rank >= 1 and e.dims[0] > 0)
-    return sorted(counts, key=lambda n: (-counts[n], -n))
+    """Dimensions of the state, the most common first (elements having it, then as a leading
+    dimension, then the largest)."""
+    elements = [e for e in loop.shape.elements if e.rank >= 1]
+    counts = Counter(n for e in elements for n in set(e.dims) if n > 0)
+    leading = Counter(e.dims[0] for e in elements)
+    return sorted(counts, key=lambda n: (-counts[n], -leading[n], -n))
+
+
+def _lane_dim(loop: Instruction, element: int, size: int) -> int | None:
+    """The dimension of loop element `element` that holds N = `size` lanes: its only
+    dimension of that size; for several, the one the body's update of the element covers
+    whole (a stacked output [T, N] with T = N written a row per step), else the first."""
+    shape = loop.shape.elements[element]
+    positions = [d for d in range(shape.rank) if shape.dims[d] == size]
+    if len(positions) <= 1:
+        return positions[0] if positions else None
+    body = loop.calls[1]
+    value = body.root.operands[element] if body.root.op is Op.TUPLE else None
+    if value is not None and value.op is Op.DYNAMIC_UPDATE_SLICE:
+        update = value.operands[1].shape.dims
+        covered = [d for d in positions if update[d] == size]
+        if covered:
+            return covered[0]
+    return positions[0]
 
 
 def _check_structure(loop: Instruction) -> Refusal | None:
@@ -255,11 +319,14 @@ def _check_structure(loop: Instruction) -> Refusal | None:
     for comp in (condition, body):
         param = comp.parameters[0]
         for inst in comp.instructions:
+            refusal = _op_refusal(loop, inst)
+            # A nested loop is named as such even when it takes the whole state.
+            if refusal is not None and refusal.rule == NESTED_CONTROL_FLOW:
+                return refusal
             if any(o is param for o in inst.operands) and inst.op is not Op.GET_TUPLE_ELEMENT:
                 return Refusal(STATE_NOT_TUPLE, inst,
                                f"%{loop.name}: %{inst.name} uses the whole loop state, not "
                                "its elements")
-            refusal = _op_refusal(loop, inst)
             if refusal is not None:
                 return refusal
     return None
@@ -278,6 +345,8 @@ def _op_refusal(loop: Instruction, inst: Instruction) -> Refusal | None:
                        "unrolled into the lane's kernel)")
     if inst.op in ELEMENTWISE_OPS or inst.op in _STRUCTURAL:
         return None
+    if inst.op is Op.DOT and is_small_dot(inst):
+        return None
     return Refusal(OPAQUE_OP, inst,
                    f"%{loop.name}: {inst.op.text} %{inst.name} is opaque (a library call or "
                    "an op without element-wise code); the loop cannot become one kernel")
@@ -290,18 +359,19 @@ class _Refused(Exception):
 
 
 class _Analysis:
-    """One attempt: a size N and a set of per-environment elements."""
+    """One attempt: a size N and a set of per-lane elements."""
 
-    def __init__(self, loop: Instruction, size: int, per_env: frozenset[int],
+    def __init__(self, loop: Instruction, size: int, lane_dims: dict[int, int],
                  max_per_env: int, max_uniform: int) -> None:
         self.loop = loop
         self.size = size
-        self.per_env = per_env
+        self.lane_dims = lane_dims
+        self.per_env = frozenset(lane_dims)
         self.max_per_env = max_per_env
         self.max_uniform = max_uniform
         self.condition, self.body = loop.calls
         self.dependent: set[int] = set()  # id() of state-dependent instructions
-        self.env: dict[int, EnvDim] = {}  # id() -> environment dimension (N > 1)
+        self.env: dict[int, EnvDim] = {}  # id() -> lane dimension (N > 1)
         self.users: dict[int, list[Instruction]] = {}
 
     def run(self) -> LoopPlan | Refusal:
@@ -318,11 +388,14 @@ class _Analysis:
     # --- the plan -----------------------------------------------------------------------
 
     def _plan(self) -> LoopPlan:
-        self._check_sizes()
         for comp in (self.condition, self.body):
             for inst in comp.instructions:
                 for operand in inst.operands:
                     self.users.setdefault(id(operand), []).append(inst)
+        self.streamed = self._streamed()
+        self._check_sizes()
+        for comp in (self.condition, self.body):
+            for inst in comp.instructions:
                 self._classify(comp, inst)
         accumulators = self._accumulators()
         accumulated = {a.element for a in accumulators}
@@ -342,21 +415,52 @@ class _Analysis:
         order = {id(inst): k for k, inst in enumerate(self.body.instructions)}
         lane_inputs = tuple(sorted(inputs, key=lambda inst: order[id(inst)]))
         env_dims = {key: value for key, value in self.env.items() if isinstance(value, int)}
-        return LoopPlan(self.loop, self.size, tuple(sorted(self.per_env)), uniform,
+        held = tuple(sorted(self.per_env - {s.element for s in self.streamed}))
+        return LoopPlan(self.loop, self.size, held, uniform,
                         tuple(accumulators), frozenset(lane), frozenset(uniform_code),
-                        lane_inputs, MappingProxyType(env_dims), frozenset(self.dependent))
+                        lane_inputs, MappingProxyType(env_dims), frozenset(self.dependent),
+                        MappingProxyType(dict(self.lane_dims)), self.streamed)
+
+    def _streamed(self) -> tuple[Streamed, ...]:
+        """The per-lane elements the body only overwrites a slice of (their old value read by
+        nothing but the dynamic-update-slice that is their new value) and the condition
+        never reads."""
+        out = []
+        root = self.body.root
+        for i in sorted(self.per_env):
+            value = root.operands[i]
+            if value.op is not Op.DYNAMIC_UPDATE_SLICE or self.loop.shape.elements[i].rank < 2:
+                continue
+            if sum(1 for o in root.operands if o is value) != 1 or \
+                    not self._only_used_by(value, root):
+                continue
+            if self._element_read(value.operands[0]) != i:
+                continue
+            reads = [inst for inst in self.body.instructions if self._element_read(inst) == i]
+            if any(not self._only_used_by(r, value) for r in reads):
+                continue
+            if any(self._element_read(inst) == i and self.users.get(id(inst))
+                   for inst in self.condition.instructions):
+                continue
+            if any(o is value.operands[0] for o in value.operands[1:]):
+                continue
+            if value.operands[1].shape.dims[self.lane_dims[i]] != self.size:
+                continue  # a slice of part of the lanes: held, and refused if it mixes lanes
+            out.append(Streamed(i, value, self.lane_dims[i]))
+        return tuple(out)
 
     def _check_sizes(self) -> None:
-        for i in sorted(self.per_env):
+        streamed = {s.element for s in self.streamed}
+        for i in sorted(self.per_env - streamed):
             shape = self.loop.shape.elements[i]
             per_env = shape.num_elements // self.size
             if per_env > self.max_per_env:
                 raise self.refuse(STATE_TOO_LARGE, self.loop,
                                   f"loop element {i} ({shape.text(False)}) holds {per_env} "
-                                  f"values per environment, over {self.max_per_env}",
+                                  f"values per lane, over {self.max_per_env}",
                                   element=i, per_env=per_env, limit=self.max_per_env)
 
-    # --- state dependence and environment dimensions ------------------------------------
+    # --- state dependence and lane dimensions ------------------------------------
 
     def _element_read(self, inst: Instruction) -> int | None:
         """The loop element `inst` reads from its computation's parameter, if it does."""
@@ -379,7 +483,7 @@ class _Analysis:
         if element is not None:
             if element in self.per_env:
                 self.dependent.add(id(inst))
-                self.env[id(inst)] = 0
+                self.env[id(inst)] = self.lane_dims[element]
             return
         if inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.TUPLE:
             source = self._alias(inst)
@@ -477,20 +581,24 @@ class _Analysis:
         return shape.num_elements <= LANE_INPUT_MAX_ELEMENTS and self.size not in shape.dims
 
     def _lane_code(self, accumulators: list[Accumulator]) -> tuple[set[int], list[Instruction]]:
+        streamed = {s.element: s for s in self.streamed}
         roots: list[tuple[Instruction, int | None]] = [
-            (self.body.root.operands[i], i) for i in sorted(self.per_env)]
+            (self.body.root.operands[i], i) for i in sorted(self.per_env - set(streamed))]
         roots += [(x, None) for a in accumulators for x in a.operands]
+        for s in self.streamed:
+            # Lane code computes the written slice and the uniform positions, not the element.
+            self._check_lane_dim(s.update, s.element)
+            for start in s.update.operands[2:]:
+                if id(start) in self.dependent:
+                    raise self.refuse(CROSS_LANE_ACCESS, start,
+                                      f"%{s.update.name} writes element {s.element} at a "
+                                      "per-lane position")
+            roots += [(x, None) for x in s.update.operands[1:]]
         lane: set[int] = set()
         inputs: dict[int, Instruction] = {}
         for root, element in roots:
-            if element is not None and id(root) in self.dependent and self.size > 1:
-                env = self.env.get(id(root))
-                if isinstance(env, Mixed):
-                    raise self._refuse_mixed(env)
-                if env != 0:
-                    raise self.refuse(CROSS_ENV_ACCESS, root,
-                                      f"its new element {element} (%{root.name}) holds the "
-                                      f"environments along dimension {env}, not 0")
+            if element is not None:
+                self._check_lane_dim(root, element)
             stack = [root]
             while stack:
                 inst = self._alias(stack.pop())
@@ -508,6 +616,18 @@ class _Analysis:
                     lane.add(id(inst))
                     stack.extend(inst.operands)
         return lane, list(inputs.values())
+
+    def _check_lane_dim(self, value: Instruction, element: int) -> None:
+        """The new value of a per-lane element holds the lanes where the element does."""
+        if id(value) not in self.dependent or self.size == 1:
+            return
+        env = self.env.get(id(value))
+        if isinstance(env, Mixed):
+            raise self._refuse_mixed(env)
+        if env != self.lane_dims[element]:
+            raise self.refuse(CROSS_LANE_ACCESS, value,
+                              f"its new element {element} (%{value.name}) holds the lanes "
+                              f"along dimension {env}, not {self.lane_dims[element]}")
 
     def _uniform_code(self, roots: list[tuple[Instruction, bool]]) -> set[int]:
         seen: set[int] = set()
@@ -529,37 +649,37 @@ class _Analysis:
                            self._demotable(mixed.instruction))
 
     def _demotable(self, inst: Instruction) -> set[int]:
-        """The per-environment elements behind `inst`, if all could be uniform instead."""
+        """The per-lane elements behind `inst`, if all could be uniform instead."""
         reads = self._elements_read(inst)
         if all(self.loop.shape.elements[i].num_elements <= self.max_uniform for i in reads):
             return reads
         return set()
 
     def _refuse_uniform(self, inst: Instruction, in_condition: bool) -> _Refused:
-        """A value computed once per step that depends on per-environment state."""
+        """A value computed once per step that depends on per-lane state."""
         demotable = self._demotable(inst)
         env = self.env.get(id(inst))
         if in_condition:
-            # Name the op that gathers the environments (a reduce, a slice), if there is one.
+            # Name the op that gathers the lanes (a reduce, a slice), if there is one.
             origin = env.instruction if isinstance(env, Mixed) else inst
             return self.refuse(DATA_DEPENDENT_TRIP_COUNT, origin,
-                               f"its condition reads per-environment state through "
+                               f"its condition reads per-lane state through "
                                f"%{origin.name} ({origin.op.text}), so the trip count depends "
                                "on data", demotable)
         if isinstance(env, Mixed):
             return self.refuse(env.rule, env.instruction, env.message, demotable)
         if inst.op is Op.REDUCE:
-            return self.refuse(CROSS_ENV_REDUCE, inst,
-                               f"%{inst.name} reduces over the environments and is not an "
+            return self.refuse(CROSS_LANE_REDUCE, inst,
+                               f"%{inst.name} reduces over the lanes and is not an "
                                "accumulated sum (acc <op> reduce(...)) read nowhere else",
                                demotable)
-        return self.refuse(CROSS_ENV_ACCESS, inst,
-                           f"%{inst.name} ({inst.op.text}) is per-environment but is needed "
+        return self.refuse(CROSS_LANE_ACCESS, inst,
+                           f"%{inst.name} ({inst.op.text}) is per-lane but is needed "
                            "whole by uniform code (a loop element without the parallel "
                            "dimension)", demotable)
 
     def _elements_read(self, inst: Instruction) -> set[int]:
-        """The per-environment elements a state-dependent value depends on."""
+        """The per-lane elements a state-dependent value depends on."""
         out: set[int] = set()
         seen: set[int] = set()
         stack = [inst]

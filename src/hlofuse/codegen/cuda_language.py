@@ -45,6 +45,7 @@ class CudaLanguage(CLanguage):
     simd: str = ""
     unroll: str = "#pragma unroll {n}"
     no_jump_threading: str = ""
+    whole_loop_attribute: str = ""
 
     def loop_pragmas(self, how: cir.Loop) -> list[str]:
         return [] if how.unroll is None else [self.unroll.format(n=how.unroll)]

@@ -17,6 +17,7 @@ import numpy as np
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
+from hlofuse.codegen.dot_elemental import dot_elemental
 from hlofuse.codegen.element import (
     SCALAR,
     Binding,
@@ -275,6 +276,14 @@ def _call(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
             del em.bindings[id(param)]
 
 
+def _dot(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
+    """The library computes a dot whole where a kernel can materialise it; lane code
+    (whole-loop kernels, which cannot) computes a small one element by element."""
+    if em.materialize is None:
+        return dot_elemental(em, inst, index)
+    return materialized(em, inst, index)
+
+
 STRUCTURAL: dict[Op, Structural] = {
     Op.BITCAST: _reshape,
     Op.BROADCAST: _broadcast,
@@ -282,8 +291,9 @@ STRUCTURAL: dict[Op, Structural] = {
     Op.CONCATENATE: _concatenate,
     Op.CONSTANT: _constant,
     Op.COPY: _same_index,
+    Op.CHOLESKY: materialized,
     Op.CUSTOM_CALL: materialized,
-    Op.DOT: materialized,
+    Op.DOT: _dot,
     Op.DYNAMIC_SLICE: _dynamic_slice,
     Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     Op.GATHER: gather,
@@ -302,6 +312,7 @@ STRUCTURAL: dict[Op, Structural] = {
     Op.SORT: materialized,
     Op.TOPK: materialized,
     Op.TRANSPOSE: _transpose,
+    Op.TRIANGULAR_SOLVE: materialized,
     Op.TUPLE: _tuple,
 }
 

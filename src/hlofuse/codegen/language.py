@@ -85,6 +85,12 @@ class CLanguage:
     # if-conversion gives up and a simd loop stays scalar; every kernel with vector loops
     # turns it off.
     no_jump_threading: str = '__attribute__((optimize("no-thread-jumps")))'
+    # A whole-loop kernel's lane loop is one long simd body: gcc's partial redundancy
+    # elimination (a comparison of a clamped value) and code sinking (a select's operand
+    # moved into a branch) turn selects into branches that if-conversion cannot undo, and
+    # the lanes run one at a time.
+    whole_loop_attribute: str = ('__attribute__((optimize("no-thread-jumps", "no-tree-pre", '
+                                 '"no-tree-sink")))')
     ftz_begin: str = "HLOFUSE_FTZ_BEGIN"
     ftz_end: str = "HLOFUSE_FTZ_END"
 

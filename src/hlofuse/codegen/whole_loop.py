@@ -1,22 +1,22 @@
-"""The kernel of a whole-loop fusion: a while loop run per environment, inside one C function.
+"""The kernel of a whole-loop fusion: a while loop run per lane, inside one C function.
 
 The fusion (fusion/whole_loop.py) holds a while loop that `hlofuse.analysis.parallel_loop`
-found to be independent per environment. The kernel runs it as the hand-written CartPole
+found to be independent per lane. The kernel runs it as the hand-written CartPole
 kernel does, in chunks of at most CHUNK steps:
 
 1. uniform steps (one thread): evaluate the condition from the uniform state and stop when it
-   is false; record the uniform state the per-environment code's uniform values ("lane
+   is false; record the uniform state the per-lane code's uniform values ("lane
    inputs": the step's random key, ...) are computed from; compute the new uniform state and
    commit it. Then, in a loop over the chunk's steps that vectorises (no step depends on
    another there), the lane inputs into a table with one row per step. The uniform state
-   never depends on environments, so this runs once, not once per block.
-2. environment blocks (codegen/whole_loop_blocks.py): blocks of W lanes shared among threads,
-   each running the chunk's steps on its environments' state in simd loops over the lanes.
+   never depends on lanes, so this runs once, not once per block.
+2. lane blocks (codegen/whole_loop_blocks.py): blocks of W lanes shared among threads,
+   each running the chunk's steps on its lanes' state in simd loops over the lanes.
 3. after the last chunk: the uniform state goes to its outputs; each accumulated element is its
    initial value combined with the blocks' partial sums, in block order (deterministic; float
    sums are reassociated compared with the reference, the only difference from it).
 
-Every output may share its initial value's buffer: blocks read only their own environments'
+Every output may share its initial value's buffer: blocks read only their own lanes'
 rows before writing them, and uniform outputs are written after all blocks are done.
 """
 
@@ -68,7 +68,8 @@ MAX_CHUNK = 4096
 MIN_CHUNK = 64
 TABLE_BYTES = 65536
 # Names of the kernel's own variables (HLO-derived names never take them).
-_FIXED = ("e", "b", "l", "t", "count", "chunk", "steps", "finished", "valid", "large")
+_FIXED = ("e", "b", "l", "t", "count", "chunk", "steps", "finished", "valid", "large",
+          "pending")
 
 
 def emit_whole_loop(spec: KernelSpec, lang: CLanguage, options: KernelOptions) -> EmittedKernel:
@@ -135,7 +136,7 @@ class WholeLoopEmitter(BlockEmission):
         self.n = plan.size
         self.lanes = block_lanes(lanes, self.n)
         self.blocks = -(-self.n // self.lanes)
-        # The environment component of lane indices. With one environment it is the literal 0,
+        # The lane component of lane indices. With one lane it is the literal 0,
         # as index maps write it for dimensions of size 1, so equal values share one local.
         self.env: Expr = cir.Var("e") if self.n > 1 else cir.Int(0)
         self.body = FunctionBody()
@@ -243,11 +244,11 @@ class WholeLoopEmitter(BlockEmission):
         types = self.parameter_types()
         names = [*self.inputs, *self.outputs]
         comment = (f"{sanitize(self.spec.label)}: whole loop {sanitize(self.loop.name)}, "
-                   f"{self.n} environments in {self.blocks} blocks of {self.lanes} lanes")
+                   f"{self.n} lanes in {self.blocks} blocks of {self.lanes} lanes")
         function = cir.Function(
             "$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
             self.body.prologue.stmts,
-            f"{self.lang.kernel_qualifier} {self.lang.no_jump_threading}")
+            f"{self.lang.kernel_qualifier} {self.lang.whole_loop_attribute}")
         return EmittedKernel(self.lang.function(function), types, tuple(self.in_place), comment,
                              False, FusionKind.CUSTOM)
 

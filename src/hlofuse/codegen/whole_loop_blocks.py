@@ -1,17 +1,17 @@
-"""Phase 2 of a whole-loop kernel: blocks of environments, each stepping in simd lane loops.
+"""Phase 2 of a whole-loop kernel: blocks of lanes, each stepping in simd lane loops.
 
-Environment blocks (`#pragma omp parallel for` over blocks of W lanes) load the block's state
+Lane blocks (`#pragma omp parallel for` over blocks of W lanes) load the block's state
 into local arrays `s[value][lane]` (from the inputs in the first chunk, from the outputs
 after), then for every step of the chunk run a simd loop over the lanes that computes each new
-per-environment value through the elemental emitter (state read at the lane, lane inputs from
-the step's table row, the environment index where an iota asks for it) and writes it back once
+per-lane value through the elemental emitter (state read at the lane, lane inputs from
+the step's table row, the lane index where an iota asks for it) and writes it back once
 all are computed; accumulated sums collect per lane. Two kinds of work run apart
 (codegen/whole_loop_lanes.py): a select's costly operand that does not depend on the state
 (CartPole's reset draws) in a second lane loop, only for the lanes it is picked in; sin and
 cos of the state with the math library's small-argument forms, the full functions only in a
 step where some lane needs them. One lane (N = 1) is scalar code: plain blocks instead of
 loops, branches instead of selects. Lanes past N (the last block) run on the last
-environment's state and are not stored. At the end of the chunk the block stores its state
+lane's state and are not stored. At the end of the chunk the block stores its state
 and adds its lanes' partial sums to its own slot.
 """
 
@@ -35,7 +35,7 @@ from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 
-# Environment-steps below which a chunk runs on the calling thread alone (about a millisecond).
+# Lane-steps below which a chunk runs on the calling thread alone (about a millisecond).
 PARALLEL_MIN_ENV_STEPS = 1 << 17
 L = cir.Var("l")
 B = cir.Var("b")
@@ -43,7 +43,7 @@ E = cir.Var("e")
 
 
 class BlockEmission:
-    """The per-environment half of the whole-loop emitter (codegen/whole_loop.py)."""
+    """The per-lane half of the whole-loop emitter (codegen/whole_loop.py)."""
 
     lang: CLanguage
     body: FunctionBody
@@ -91,6 +91,28 @@ class BlockEmission:
 
     def _shape(self, element: int) -> Shape:
         return self.loop.shape.elements[element]
+
+    def _lane_dim(self, element: int) -> int:
+        return self.plan.lane_dims.get(element, 0)
+
+    def _lane_indices(self, element: int) -> list[Index]:
+        """The elements of the lane's part of per-lane loop element `element`."""
+        return env_indices(self._shape(element).dims, self.env, self._lane_dim(element))
+
+    def _position(self, element: int, q: Expr) -> Expr:
+        """Where element q of the lane's part of loop element `element` lies in the whole
+        array (row-major, the lanes along the element's lane dimension)."""
+        dims, d = self._shape(element).dims, self._lane_dim(element)
+        inner = math.prod(dims[d + 1:])
+        if d == 0:
+            return Binary("+", Binary("*", E, cir.Int(inner)), q)
+        if isinstance(q, cir.Int):
+            outer, within = divmod(q.value, inner)
+            return Binary("+", cir.Int(outer * self.n * inner + within),
+                          Binary("*", E, cir.Int(inner)))
+        outer_part = Binary("*", Binary("/", q, cir.Int(inner)), cir.Int(self.n * inner))
+        return Binary("+", Binary("+", outer_part, Binary("%", q, cir.Int(inner))),
+                      Binary("*", E, cir.Int(inner)))
 
     # --- blocks -----------------------------------------------------------------------------
 
@@ -151,17 +173,40 @@ class BlockEmission:
             with first, body.loop("l", 0, self.lanes, ctype="int"):
                 self._declare_env()
                 for i in self.plan.per_env:
-                    for q, index in enumerate(env_indices(self._shape(i).dims, self.env)):
+                    for q, index in enumerate(self._lane_indices(i)):
                         value = self.uniform_em.array_value(self.init[i], index)
                         body.assign(cir.load(f"s{i}", cir.Int(q), L), value)
+                self._initial_streamed()
             with later, body.loop("l", 0, self.lanes, ctype="int"):
                 self._declare_env()
                 for i in self.plan.per_env:
                     shape = self._shape(i)
                     per_env = self.plan.elements_per_env(i)
-                    row = Binary("*", E, cir.Int(per_env))
-                    loaded = functools.partial(self._load_at, shape.dtype, self.outputs[i], row)
+                    loaded = functools.partial(self._load_element, shape.dtype, self.outputs[i],
+                                               i)
                     self._copy_loop(per_env, copy(store_at(f"s{i}", lane=True), loaded))
+
+    def _load_element(self, dtype: DType, pointer: str, element: int, q: Expr) -> Expr:
+        return self.lang.load(dtype, cir.Var(pointer), self._position(element, q))
+
+    def _initial_streamed(self) -> None:
+        """A streamed element's output starts as its initial value (the steps overwrite
+        slices of it); the lane copies its own part (lanes past N copy the last lane's)."""
+        for streamed in self.plan.streamed:
+            i = streamed.element
+            shape = self._shape(i)
+            init = self.init[i]
+            dims = shape.dims
+            rest = dims[:streamed.lane_dim] + dims[streamed.lane_dim + 1:]
+            var = self.body.fresh("q")
+            storage = functools.partial(self.lang.to_storage, shape.dtype)
+            with self.body.loop(var, 0, math.prod(rest)):
+                q = cir.Var(var)
+                multi = list(self.uniform_em.multi_of(Index(rest, q, None, None)))
+                multi.insert(streamed.lane_dim, self.env)
+                value = self.uniform_em.array_value(init, Index(dims, None, tuple(multi), None))
+                self.body.assign(cir.load(self.outputs[i], self._position(i, q)),
+                                 storage(expr_of(value)))
 
     def _lane_bindings(self) -> None:
         em = self.lane_em
@@ -179,7 +224,8 @@ class BlockEmission:
             if element is None or element not in self.plan.per_env:
                 continue
             shape = self._shape(element)
-            em.bindings[id(inst)] = self._lane_reader(f"s{element}", shape.dtype, shape.dims, 0)
+            em.bindings[id(inst)] = self._lane_reader(f"s{element}", shape.dtype, shape.dims,
+                                                      self._lane_dim(element))
 
     def _table_reader(self, dtype: DType, array: str, count: int) -> Callable[[Index], Value]:
         """Reads of the step's row of a lane-input table."""
@@ -193,9 +239,9 @@ class BlockEmission:
 
     def _lane_reader(self, array: str, dtype: DType, dims: tuple[int, ...],
                      env_dim: int) -> Callable[[Index], Value]:
-        """Reads of a per-environment value kept in `array[position][lane]`: the analysis
-        guarantees the index's environment component is the lane's own environment, so only
-        the position inside the environment's part matters."""
+        """Reads of a per-lane value kept in `array[position][lane]`: the analysis
+        guarantees the index's lane component is the lane's own lane, so only
+        the position inside the lane's part matters."""
         rest = dims[:env_dim] + dims[env_dim + 1:]
 
         def read(index: Index) -> Value:
@@ -231,7 +277,7 @@ class BlockEmission:
             yield
 
     def _main_lane_loop(self, masks: dict[tuple[object, ...], str]) -> None:
-        """Every new per-environment value (a deferred select's other operand in its place, and
+        """Every new per-lane value (a deferred select's other operand in its place, and
         the select's predicate kept in a mask) and the accumulators."""
         body, em = self.body, self.lane_em
         with self._lane_loop(cir.Loop(simd=True)):
@@ -241,7 +287,7 @@ class BlockEmission:
             for i in self.plan.per_env:
                 deferred = self.deferred.get(i)
                 value = self.plan.body.root.operands[i] if deferred is None else deferred.kept
-                for q, index in enumerate(env_indices(self._shape(i).dims, self.env)):
+                for q, index in enumerate(self._lane_indices(i)):
                     stores.append(cir.Assign(cir.load(f"s{i}", cir.Int(q), L),
                                              em.array_value(value, index)))
                     if deferred is None:
@@ -254,8 +300,33 @@ class BlockEmission:
                         stores.append(cir.Assign(cir.load(mask, L), predicate))
             for k, acc in enumerate(self.plan.accumulators):
                 self._accumulate(k, acc)
+            stores += self._streamed_stores()
             for stmt in stores:
                 body.emit(stmt)
+
+    def _streamed_stores(self) -> list[Stmt]:
+        """The step's slice of each streamed element, stored straight to the output at the
+        dynamic-update-slice's start (clamped as XLA clamps it), the lane's part only."""
+        em = self.lane_em
+        out: list[Stmt] = []
+        for streamed in self.plan.streamed:
+            i, update = streamed.element, streamed.update
+            shape = self._shape(i)
+            written = update.operands[1]
+            starts = em.clamped_starts(update, update.operands[2:], shape.dims,
+                                       written.shape.dims)
+            for index in env_indices(written.shape.dims, self.env, streamed.lane_dim):
+                multi = index.multi
+                assert multi is not None
+                position: Expr = cir.Int(0)
+                for d, size in enumerate(shape.dims):
+                    # The lane dimension's start clamps to 0: the slice covers every lane.
+                    component = multi[d] if d == streamed.lane_dim else \
+                        Binary("+", starts[d], multi[d])
+                    position = Binary("+", Binary("*", position, cir.Int(size)), component)
+                value = self.lang.to_storage(shape.dtype, expr_of(em.array_value(written, index)))
+                out.append(cir.Assign(cir.load(self.outputs[i], position), value))
+        return out
 
     # --- deferred selects -------------------------------------------------------------------
 
@@ -263,7 +334,7 @@ class BlockEmission:
         """One mask array per predicate element of the deferred selects, declared per step."""
         masks: dict[tuple[object, ...], str] = {}
         for i, deferred in self.deferred.items():
-            for index in env_indices(self._shape(i).dims, self.env):
+            for index in self._lane_indices(i):
                 key = deferred.mask_key(index)
                 if key not in masks:
                     masks[key] = f"m{len(masks)}"
@@ -283,23 +354,42 @@ class BlockEmission:
         body, em = self.body, self.lane_em
         groups: dict[Expr, list[tuple[int, int, Instruction, Index]]] = {}
         for i, deferred in self.deferred.items():
-            for q, index in enumerate(env_indices(self._shape(i).dims, self.env)):
+            for q, index in enumerate(self._lane_indices(i)):
                 mask: Expr = cir.load(masks[deferred.mask_key(index)], L)
                 test = mask if deferred.when else cir.Unary("!", mask)
                 groups.setdefault(test, []).append((i, q, deferred.operand, index))
+        if self.lanes > 1:
+            self._deferred_blend(groups)
+            return
         with self._lane_loop(cir.Loop(simd=True)):
             self._declare_env()
             for test, stores in groups.items():
-                if self.lanes > 1:
-                    for i, q, operand, index in stores:
-                        value = em.array_value(operand, index)
-                        body.emit(cir.If(test, [cir.Assign(cir.load(f"s{i}", cir.Int(q), L),
-                                                           value)]))
-                    continue
                 with body.if_(test):
                     for i, q, operand, index in stores:
                         body.assign(cir.load(f"s{i}", cir.Int(q), L),
                                     em.array_value(operand, index))
+
+    def _deferred_blend(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]]
+                        ) -> None:
+        """Several lanes: only in a step where some lane of the block picks a deferred operand,
+        a simd loop computes the operands and blends them in where picked (a select per
+        element, which vectorises whatever the loop holds; masked stores after much
+        computation make gcc's if-conversion give up)."""
+        body, em = self.body, self.lane_em
+        pending = body.declare("int", "pending", cir.Int(0))
+        with self._lane_loop(cir.Loop(reduction=("|", "pending"))):
+            for test in groups:
+                body.assign(pending, test, "|=")
+        with body.if_(pending), self._lane_loop(cir.Loop(simd=True)):
+            self._declare_env()
+            blends = []
+            for test, stores in groups.items():
+                for i, q, operand, index in stores:
+                    target = cir.load(f"s{i}", cir.Int(q), L)
+                    value = cir.Select(test, expr_of(em.array_value(operand, index)), target)
+                    blends.append(cir.Assign(target, value))
+            for stmt in blends:
+                body.emit(stmt)
 
     # --- small-argument math ----------------------------------------------------------------
 
@@ -365,7 +455,7 @@ class BlockEmission:
 
     def _reduce_at_lane(self, acc: Accumulator, operand: Instruction, env_dim: int | None,
                         total: Expr) -> Expr:
-        """`total <op>` every element of the lane's environment's part of `operand`."""
+        """`total <op>` every element of the lane's lane's part of `operand`."""
         em, body = self.lane_em, self.body
         dims = operand.shape.dims
         loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
@@ -395,9 +485,9 @@ class BlockEmission:
                 shape = self._shape(i)
                 per_env = self.plan.elements_per_env(i)
                 target = self.outputs[i]
-                row = Binary("*", E, cir.Int(per_env))
                 storage = functools.partial(self.lang.to_storage, shape.dtype)
-                self._copy_loop(per_env, copy(store_at(target, row),
+                position = functools.partial(self._position, i)
+                self._copy_loop(per_env, copy(_store_through(target, position),
                                               element_of(f"s{i}", lane=True), storage))
         for k, acc in enumerate(self.plan.accumulators):
             partial = body.variable(self._ctype(acc.combines[-1].dtype), "p",
@@ -411,7 +501,7 @@ class BlockEmission:
 
 class BranchingEmitter(ElementalEmitter):
     """Lane code of one lane is scalar: there a select computes only the operand it picks (an
-    environment that did not finish draws no reset values), as the scalar hand-written kernel
+    lane that did not finish draws no reset values), as the scalar hand-written kernel
     does. With several lanes both are computed and blended, which is what vectors do."""
 
     def _compute(self, inst: Instruction, index: Index) -> Value:
@@ -436,6 +526,11 @@ def store_at(array: str, row: Expr | None = None, lane: bool = False
         return cir.Assign(cir.load(array, position, *((L,) if lane else ())), value)
 
     return store
+
+
+def _store_through(array: str, position: Callable[[Expr], Expr]) -> Callable[[Expr, Expr], Stmt]:
+    """`array[position(q)] = value` as a function of (q, value)."""
+    return lambda q, value: cir.Assign(cir.load(array, position(q)), value)
 
 
 def element_of(array: str, row: Expr | None = None, lane: bool = False
@@ -487,8 +582,13 @@ def element_indices(dims: tuple[int, ...]) -> list[Index]:
     return out
 
 
-def env_indices(dims: tuple[int, ...], env: Expr) -> list[Index]:
-    """The elements of the lane's environment's row of a per-environment array (the
-    environment component written `env`)."""
-    return [Index(dims, None, (env, *(index.multi or ())), None)
-            for index in element_indices(dims[1:])]
+def env_indices(dims: tuple[int, ...], env: Expr, lane_dim: int = 0) -> list[Index]:
+    """The elements of the lane's part of a per-lane array whose lanes lie along `lane_dim`
+    (that component written `env`)."""
+    rest = dims[:lane_dim] + dims[lane_dim + 1:]
+    out = []
+    for index in element_indices(rest):
+        multi = list(index.multi or ())
+        multi.insert(lane_dim, env)
+        out.append(Index(dims, None, tuple(multi), None))
+    return out

@@ -3,9 +3,9 @@
 Two choices the whole-loop emitter (codegen/whole_loop.py) makes from the loop's plan, each
 removing work the hand-written CartPole kernel does not do either:
 
-* a deferred select: a per-environment element's new value `select(p, a, b)` where one
+* a deferred select: a per-lane element's new value `select(p, a, b)` where one
   operand is costly and does not depend on the state (CartPole's auto-reset: four Threefry
-  draws, needed only by the environments that just finished). The main lane loop stores the
+  draws, needed only by the lanes that just finished). The main lane loop stores the
   other operand and keeps `p` in a mask; a second lane loop stores the costly one where `p`
   picks it, which gcc runs only when some lane of the block does (masked-store sinking) and
   one lane runs behind a branch;
@@ -41,7 +41,7 @@ _FREE_OPS = frozenset({
 
 @dataclasses.dataclass(frozen=True)
 class Deferred:
-    """A per-environment element's new value `select` whose `operand` (picked where the
+    """A per-lane element's new value `select` whose `operand` (picked where the
     predicate equals `when`) is costly and independent of the state: the main lane loop
     stores `kept`, the deferred lane loop stores `operand` where the select picks it."""
 
@@ -79,7 +79,7 @@ def lane_operations(plan: LoopPlan, inst: Instruction) -> int:
 
 
 def deferred_selects(plan: LoopPlan) -> dict[int, Deferred]:
-    """The per-environment elements whose new value is a select with one costly operand that
+    """The per-lane elements whose new value is a select with one costly operand that
     does not depend on the state, by element."""
     out: dict[int, Deferred] = {}
     for i in plan.per_env:
@@ -98,7 +98,7 @@ def deferred_selects(plan: LoopPlan) -> dict[int, Deferred]:
 def small_argument_math(plan: LoopPlan, max_positions: int
                         ) -> list[tuple[Instruction, mathlib.SmallArgumentForm]]:
     """The state-dependent math instructions of lane code whose function has a small-argument
-    form: environment as leading dimension, at most `max_positions` elements per environment,
+    form: lane as leading dimension, at most `max_positions` elements per lane,
     a cheap operand."""
     out = []
     for inst in plan.body.instructions:

@@ -1,14 +1,14 @@
-"""whole-loop-fusion: a while loop that runs independently per environment becomes one kernel.
+"""whole-loop-fusion: a while loop that runs independently per lane becomes one kernel.
 
-A loop qualifies when its state splits into per-environment arrays (leading dimension N) and
-uniform values, each iteration computes environment e's new state from environment e's old
+A loop qualifies when its state splits into per-lane arrays (leading dimension N) and
+uniform values, each iteration computes lane e's new state from lane e's old
 state and uniform values only, the uniform values and the trip count do not depend on
-per-environment values, and the per-environment state is small (the analysis is
-`hlofuse.analysis.parallel_loop`; cross-environment sums that only accumulate, such as CartPole's
+per-lane values, and the per-lane state is small (the analysis is
+`hlofuse.analysis.parallel_loop`; cross-laneironment sums that only accumulate, such as CartPole's
 episode count, are allowed). Such a loop is wrapped as it is in a fusion of kind kCustom whose
 called computation holds the loop, its operands being the loop's initial values, so the
 interpreter still evaluates it unchanged; the code generator (codegen/whole_loop.py) emits it
-as one kernel: blocks of `lanes` environments split across threads, the time loop inside each
+as one kernel: blocks of `lanes` lanes split across threads, the time loop inside each
 block, the state in block-local arrays, the uniform values computed once per step.
 
 Algorithm: every while of a computation that is not (inside) a fusion is planned; fusions in
@@ -16,7 +16,7 @@ its body and condition (when the pass runs after the fusion passes) are inlined 
 the kernel computes the whole body element by element anyway. A loop that qualifies is
 replaced by the fusion; one that does not is left alone and the refusal is logged with a rule
 id naming the first offending instruction (`whole-loop-opaque-op`,
-`whole-loop-cross-env-reduce`, `whole-loop-cross-env-access`,
+`whole-loop-cross-lane-reduce`, `whole-loop-cross-lane-access`,
 `whole-loop-data-dependent-trip-count`, `whole-loop-state-too-large`,
 `whole-loop-nested-control-flow`, `whole-loop-state-not-tuple`,
 `whole-loop-no-parallel-dimension`).
@@ -30,6 +30,7 @@ CartPole kernel of the peers benchmark is what this reproduces.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
@@ -50,6 +51,7 @@ from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.passes.decision_log import FUSIBLE, DecisionRecord, Figure, Verdict
 from hlofuse.passes.loops import with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.simplify import simplify_computation
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -69,17 +71,17 @@ def fusion_reachable(module: Module) -> set[int]:
 
 @dataclass(frozen=True, slots=True)
 class WholeLoopFusion:
-    """Wraps every loop that is parallel over environments into one kCustom fusion."""
+    """Wraps every loop that is parallel over lanes into one kCustom fusion."""
 
     name: ClassVar[str] = "whole-loop-fusion"
-    lanes: int = 16
+    lanes: int = 0  # lanes per block; 0 chooses per loop (`default_lanes`)
     max_state_elements_per_env: int = 64
     max_uniform_elements: int = 64
 
     def __post_init__(self) -> None:
-        if not 1 <= self.lanes <= MAX_LANES:
-            raise ValueError(f"whole-loop-fusion: lanes must be in 1..{MAX_LANES}, got "
-                             f"{self.lanes}")
+        if not 0 <= self.lanes <= MAX_LANES:
+            raise ValueError(f"whole-loop-fusion: lanes must be in 0..{MAX_LANES} (0: chosen "
+                             f"per loop), got {self.lanes}")
         if self.max_state_elements_per_env < 1 or self.max_uniform_elements < 1:
             raise ValueError("whole-loop-fusion: the element limits must be positive")
 
@@ -88,6 +90,8 @@ class WholeLoopFusion:
         computation_names = NameUniquer()
         for computation in module.computations:
             computation_names.reserve(computation.name)
+        callers = Counter(id(c) for inst in module.all_instructions() for c in inst.calls)
+        shared = {key for key, count in callers.items() if count > 1}
 
         def transform_for(comp: Computation) -> Transform | None:
             if id(comp) in skipped or not any(i.op is Op.WHILE for i in comp.instructions):
@@ -97,7 +101,8 @@ class WholeLoopFusion:
                           builder: RewriteBuilder) -> Instruction | None:
                 if inst.op is not Op.WHILE:
                     return None
-                return self._loop(comp, inst, operands, builder, log, computation_names)
+                return self._loop(comp, inst, operands, builder, log, computation_names,
+                                  shared)
 
             return transform
 
@@ -108,12 +113,11 @@ class WholeLoopFusion:
 
     def _loop(self, comp: Computation, inst: Instruction, operands: tuple[Instruction, ...],
               builder: RewriteBuilder, log: DecisionSink | None,
-              computation_names: NameUniquer) -> Instruction | None:
+              computation_names: NameUniquer, shared: set[int]) -> Instruction | None:
         calls = tuple(builder.callee(c) for c in inst.calls)
-        loop = dataclasses.replace(inst, operands=operands, calls=calls)
-        if any(i.op in (Op.FUSION, Op.WHILE) for c in calls for i in c.instructions):
-            loop = dataclasses.replace(loop, calls=tuple(_unfused(c, builder.names)
-                                                         for c in calls))
+        loop = dataclasses.replace(inst, operands=operands, calls=tuple(
+            _unfused(c, builder.names, computation_names, id(original) in shared)
+            for c, original in zip(calls, inst.calls)))
         plan = plan_parallel_loop(loop, max_state_elements_per_env=self.max_state_elements_per_env,
                                   max_uniform_elements=self.max_uniform_elements)
         if isinstance(plan, Refusal):
@@ -121,7 +125,7 @@ class WholeLoopFusion:
             return None
         fusion = self._wrap(loop, builder, computation_names.unique("whole_loop_computation"),
                             plan)
-        _log_fusion(log, comp, inst, fusion, plan, self.lanes)
+        _log_fusion(log, comp, inst, fusion, plan, self.lanes or default_lanes(plan))
         return fusion
 
     def _wrap(self, loop: Instruction, builder: RewriteBuilder, name: str,
@@ -142,21 +146,61 @@ class WholeLoopFusion:
         fused = inner.build()
         return builder.add(Op.FUSION, values, attrs={"kind": FusionKind.CUSTOM}, calls=[fused],
                            shape=loop.shape, metadata=loop.metadata,
-                           extra=[("backend_config", RawAttr(whole_loop_config(self.lanes, plan)))])
+                           extra=[("backend_config", RawAttr(whole_loop_config(
+                               self.lanes or default_lanes(plan), plan)))])
 
 
-def _unfused(comp: Computation, names: NameUniquer) -> Computation:
+def default_lanes(plan: LoopPlan) -> int:
+    """Lanes per block: 16, or 32 when lane code computes 8-bit values (predicates). gcc
+    vectorises a lane loop with as many lanes per vector as the narrowest type fits in 32
+    bytes; with fewer lanes in the block than that it falls back to 16-byte vectors, and
+    the floats beside the predicates run four to a vector."""
+    narrowest = min((inst.dtype.bits for inst in plan.body.instructions
+                     if id(inst) in plan.lane and inst.shape.is_array), default=32)
+    return 32 if narrowest <= 8 else 16
+
+
+def _unfused(comp: Computation, names: NameUniquer, computation_names: NameUniquer,
+             shared: bool) -> Computation:
     """`comp` with every fusion replaced by the instructions of its fused computation, and
     every nested loop with a constant trip count (the same for every lane: JAX's CPU Threefry
     rounds, a `fori_loop` integrator) replaced by its iterations, so that the lane's kernel
     runs it as straight-line code (XLA's WhileLoopUnroller limits: at most
     NESTED_MAX_TRIP_COUNT iterations and NESTED_MAX_INSTRUCTIONS instructions in all)."""
-    if not any(i.op in (Op.FUSION, Op.WHILE) for i in comp.instructions):
+    flat = comp
+    if any(i.op in (Op.FUSION, Op.WHILE) for i in comp.instructions):
+        builder = ComputationBuilder(comp.name, names)
+        root = _flattened(comp, tuple(comp.parameters), builder, top=True)
+        flat = Computation(comp.name, tuple(builder.instructions), root,
+                           tuple(comp.parameters))
+    # The unrolled iterations' counters are constants now, and so is what they index (the
+    # Threefry rotation distances): folded, lane code shifts by literals (rotates), and
+    # fewer values are computed once per step and handed to the lanes.
+    simplified = simplify_computation(flat, names,
+                                      max_broadcast_elements=FOLDED_BROADCAST_ELEMENTS)
+    if simplified is comp:
         return comp
-    builder = ComputationBuilder(comp.name, names)
-    root = _flattened(comp, tuple(comp.parameters), builder, top=True)
-    params = tuple(comp.parameters)
-    return Computation(comp.name, tuple(builder.instructions), root, params)
+    if not shared:
+        return simplified
+    # Loops may share a computation (JAX's Threefry rounds): each copy gets names of its own.
+    return _renamed(simplified, computation_names.unique(comp.name), names)
+
+
+def _renamed(comp: Computation, name: str, names: NameUniquer) -> Computation:
+    copies: dict[int, Instruction] = {}
+    instructions = []
+    for inst in comp.instructions:
+        copy = dataclasses.replace(inst, name=names.unique(inst.name),
+                                   operands=tuple(copies[id(o)] for o in inst.operands))
+        copies[id(inst)] = copy
+        instructions.append(copy)
+    return Computation(name, tuple(instructions), copies[id(comp.root)],
+                       tuple(copies[id(p)] for p in comp.parameters))
+
+
+# Small broadcasts of constants fold too: a value computed once per step from them would be
+# handed to every lane through a table (`randint`'s span, a u32[1] of the key's shape).
+FOLDED_BROADCAST_ELEMENTS = 64
 
 
 NESTED_MAX_TRIP_COUNT = 64
@@ -234,11 +278,11 @@ def _log_fusion(log: DecisionSink | None, comp: Computation, loop: Instruction,
         return
     accumulated = [a.element for a in plan.accumulators]
     block = block_lanes(lanes, plan.size)
-    message = (f"%{loop.name} runs as one kernel %{fusion.name}: {plan.size} environments in "
-               f"blocks of {block}, per-environment elements {list(plan.per_env)}, uniform "
+    message = (f"%{loop.name} runs as one kernel %{fusion.name}: {plan.size} lanes in "
+               f"blocks of {block}, per-lane elements {list(plan.per_env)}, uniform "
                f"{list(plan.uniform)}" + (f", accumulated {accumulated}" if accumulated else ""))
     figures: dict[str, Figure] = {
-        "environments": plan.size, "lanes": block, "per_env_elements": len(plan.per_env),
+        "lanes": plan.size, "block_lanes": block, "per_lane_elements": len(plan.per_env),
         "uniform_elements": len(plan.uniform), "accumulators": len(plan.accumulators),
         "lane_instructions": len(plan.lane), "uniform_instructions": len(plan.uniform_code),
     }

@@ -43,6 +43,9 @@ TRIP_COUNT = "while-loop-trip-count-annotator"
 TREE_REDUCTION = "tree-reduction-rewriter"
 LOGISTIC = "logistic-expander"
 VARIADIC_SPLITTER = "variadic-op-splitter"
+WHILE_SIMPLIFIER = "while-loop-simplifier"
+ARITHMETIC_IDENTITIES = "arithmetic-identities"
+_WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
 # Rules every vertical fusion pass applies through the shared legality checks (rules.py).
 _VERTICAL = (INSTRUCTION_FUSION, FUSION_MERGER, MULTI_OUTPUT, PRIORITY, GPU_PRIORITY,
@@ -236,23 +239,23 @@ CATALOGUE: tuple[Rule, ...] = (
           f"{_PRIORITY}: GpuPriorityFusion::CanFuseWithNativeEmitter"),
     # --- whole-loop fusion (analysis/parallel_loop.py, analysis/lane_dims.py) ----------
     _rule("whole-loop-state-not-tuple", WHOLE_LOOP,
-          "the loop state is not a tuple the analysis can split per environment", OURS),
+          "the loop state is not a tuple the analysis can split per lane", OURS),
     _rule("whole-loop-no-parallel-dimension", WHOLE_LOOP,
-          "no leading dimension of the state is shared by the loop's per-environment values",
+          "no leading dimension of the state is shared by the loop's per-lane values",
           OURS),
     _rule("whole-loop-opaque-op", WHOLE_LOOP,
-          "the loop runs an op the whole-loop kernel cannot emit per environment", OURS),
+          "the loop runs an op the whole-loop kernel cannot emit per lane", OURS),
     _rule("whole-loop-nested-control-flow", WHOLE_LOOP,
           "the loop holds a conditional, or a loop without a small constant trip count "
           "(those are unrolled into the lane's kernel)", OURS),
     _rule("whole-loop-data-dependent-trip-count", WHOLE_LOOP,
-          "the condition depends on per-environment values", OURS),
+          "the condition depends on per-lane values", OURS),
     _rule("whole-loop-state-too-large", WHOLE_LOOP,
-          "one environment's state is over the per-lane limit", OURS),
-    _rule("whole-loop-cross-env-reduce", WHOLE_LOOP,
-          "a reduction over the environments that is not an accumulator", OURS),
-    _rule("whole-loop-cross-env-access", WHOLE_LOOP,
-          "an op moves values between environments (slice, reshape, ...)", OURS),
+          "one lane's state is over the per-lane limit", OURS),
+    _rule("whole-loop-cross-lane-reduce", WHOLE_LOOP,
+          "a reduction over the lanes that is not an accumulator", OURS),
+    _rule("whole-loop-cross-lane-access", WHOLE_LOOP,
+          "an op moves values between lanes (slice, reshape, ...)", OURS),
     # --- rewrites before fusion ---------------------------------------------------------
     _rule("threefry-expanded", RNG_EXPANSION,
           "the Threefry custom call became element-wise u32 HLO (as JAX's non-GPU lowering)",
@@ -332,6 +335,23 @@ CATALOGUE: tuple[Rule, ...] = (
     _rule("concatenate-split", VARIADIC_SPLITTER,
           "a concatenate of too many operands became a tree of smaller ones",
           "xla/service/gpu/variadic_op_splitter.cc: SplitConcatenate"),
+    # --- xla-gpu's loop simplification before fusion ---------------------------------------
+    _rule("repeated-state", WHILE_SIMPLIFIER,
+          "loop elements that start as one instruction and pass through are read as one",
+          f"{_WHILE_SIMPLIFIER_CC}: TryRemoveRepeatedWhileTupleIndices"),
+    _rule("dead-state", WHILE_SIMPLIFIER,
+          "loop elements that nothing else, not the condition and nothing after the loop "
+          "reads were dropped", f"{_WHILE_SIMPLIFIER_CC}: TryRemoveDeadWhileParams"),
+    _rule("constant-state", WHILE_SIMPLIFIER,
+          "scalar loop elements that stay the constant they start as were replaced by it",
+          f"{_WHILE_SIMPLIFIER_CC}: TryPropagateConstant"),
+    _rule("merged-induction-variables", WHILE_SIMPLIFIER,
+          "integer loop elements advanced by a constant are computed from one trip counter",
+          f"{_WHILE_SIMPLIFIER_CC}: TryMergeInductionVariables"),
+    _rule("identity-operand", ARITHMETIC_IDENTITIES,
+          "A + 0 and A * 1 became A",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleAdd/HandleMultiply"),
 )
 
 RULES: dict[str, Rule] = {rule.id: rule for rule in CATALOGUE}

@@ -36,12 +36,13 @@ import numpy as np
 
 from hlofuse.interpreter import Interpreter
 from hlofuse.ir.attrs import SliceDim
+from hlofuse.ir.builder import NameUniquer
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op, OpKind
 from hlofuse.ir.shapes import Shape, default_layout
 from hlofuse.passes.dce import has_side_effect
-from hlofuse.passes.rewrite import RewriteBuilder, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, Transform, rebuild_computation, rewrite_module
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -260,10 +261,14 @@ def never_true_compare(inst: Instruction, builder: RewriteBuilder) -> Instructio
 _FOLDABLE_KINDS = (OpKind.ELEMENTWISE, OpKind.INJECTIVE, OpKind.REDUCTION)
 
 
-def make_constant_folding(max_elements: int) -> Rule:
+def make_constant_folding(max_elements: int, max_broadcast_elements: int = 0) -> Rule:
+    """Evaluates an instruction of constants. Broadcasts stay (XLA leaves them, so that a
+    large splat is not materialised) unless at most `max_broadcast_elements` large."""
     def fold_constants(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
-        if (inst.definition.kind not in _FOLDABLE_KINDS or inst.op is Op.BROADCAST
-                or not inst.operands or has_side_effect(inst)):
+        if (inst.definition.kind not in _FOLDABLE_KINDS or not inst.operands
+                or has_side_effect(inst)):
+            return None
+        if inst.op is Op.BROADCAST and inst.shape.num_elements > max_broadcast_elements:
             return None
         if not all(o.op is Op.CONSTANT for o in inst.operands):
             return None
@@ -296,20 +301,36 @@ class AlgebraicSimplifier:
     max_folded_elements: int = DEFAULT_MAX_FOLDED_ELEMENTS
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        rules = STRUCTURAL_RULES + (make_constant_folding(self.max_folded_elements),)
-
-        def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                      builder: RewriteBuilder) -> Instruction | None:
-            current = inst if _same(operands, inst.operands) else _with_operands(inst, operands)
-            replaced = False
-            for _ in range(_MAX_REWRITES_PER_INSTRUCTION):
-                result = _first_rewrite(rules, current, builder)
-                if result is None:
-                    break
-                current, replaced = result, True
-            return current if replaced else None
-
+        transform = _simplifying(self.max_folded_elements)
         return rewrite_module(module, lambda comp: transform)
+
+
+def simplify_computation(comp: Computation, names: NameUniquer,
+                         max_folded_elements: int = DEFAULT_MAX_FOLDED_ELEMENTS,
+                         max_broadcast_elements: int = 0) -> Computation:
+    """`comp` simplified on its own (a computation built inside a pass, such as a loop body
+    whose nested loops were unrolled: their counters and round constants fold)."""
+    transform = _simplifying(max_folded_elements, max_broadcast_elements)
+    simplified, _ = rebuild_computation(comp, transform, names, {})
+    return simplified
+
+
+def _simplifying(max_folded_elements: int, max_broadcast_elements: int = 0) -> Transform:
+    rules = STRUCTURAL_RULES + (make_constant_folding(max_folded_elements,
+                                                      max_broadcast_elements),)
+
+    def transform(inst: Instruction, operands: tuple[Instruction, ...],
+                  builder: RewriteBuilder) -> Instruction | None:
+        current = inst if _same(operands, inst.operands) else _with_operands(inst, operands)
+        replaced = False
+        for _ in range(_MAX_REWRITES_PER_INSTRUCTION):
+            result = _first_rewrite(rules, current, builder)
+            if result is None:
+                break
+            current, replaced = result, True
+        return current if replaced else None
+
+    return transform
 
 
 def _first_rewrite(rules: tuple[Rule, ...], inst: Instruction,

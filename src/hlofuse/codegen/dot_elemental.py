@@ -1,0 +1,81 @@
+"""A small dot computed element by element, where no library call can run (inside a
+whole-loop kernel's lane code: a particle's force matrix times its state, per lane).
+
+Element (batch, lhs free, rhs free) of the result is the sum over the contracting positions
+of lhs * rhs, accumulated from zero in ascending order of the contracting index with one
+rounding per add and per multiply, as the runtime's dot routine (hlofuse_rt_dot) does; the
+positions are written out, so the lane loop holds no inner loop and stays a simd loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING
+
+from hlofuse.analysis.parallel_loop import is_small_dot
+from hlofuse.codegen import cir
+from hlofuse.codegen.cir import Binary, Expr
+from hlofuse.codegen.element import Index, UnsupportedInstruction, Value
+from hlofuse.ir.hlo import Instruction
+
+if TYPE_CHECKING:
+    from hlofuse.codegen.elemental import ElementalEmitter
+
+def dot_dimensions(inst: Instruction) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                tuple[int, ...], tuple[int, ...]]:
+    """(lhs batch, lhs contracting, rhs batch, rhs contracting) dimensions of a dot."""
+    def ints(name: str) -> tuple[int, ...]:
+        return inst.ints(name) if inst.attrs.get(name) is not None else ()
+
+    return (ints("lhs_batch_dims"), ints("lhs_contracting_dims"), ints("rhs_batch_dims"),
+            ints("rhs_contracting_dims"))
+
+
+def contraction_size(inst: Instruction) -> int:
+    lhs = inst.operands[0].shape.dims
+    _, contracting, _, _ = dot_dimensions(inst)
+    return math.prod(lhs[d] for d in contracting)
+
+
+def operand_index(dims: tuple[int, ...], batch: tuple[int, ...], contracting: tuple[int, ...],
+                  batch_parts: tuple[Expr, ...], free_parts: tuple[Expr, ...],
+                  position: tuple[int, ...]) -> Index:
+    """The index into a dot operand for the result's batch and free components and the
+    contracting position."""
+    free = iter(free_parts)
+    multi: list[Expr] = []
+    for d in range(len(dims)):
+        if d in batch:
+            multi.append(batch_parts[batch.index(d)])
+        elif d in contracting:
+            multi.append(cir.Int(position[contracting.index(d)]))
+        else:
+            multi.append(next(free))
+    return Index(dims, None, tuple(multi), None)
+
+
+def dot_elemental(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
+    if not is_small_dot(inst):
+        raise UnsupportedInstruction(
+            f"%{inst.name}: a dot of {contraction_size(inst)} contracting positions of "
+            f"{inst.dtype.value} is computed by the library, not element by element")
+    lhs, rhs = inst.operands
+    lhs_batch, lhs_contracting, rhs_batch, rhs_contracting = dot_dimensions(inst)
+    multi = em.multi_of(index)
+    n_batch = len(lhs_batch)
+    n_lhs_free = lhs.shape.rank - n_batch - len(lhs_contracting)
+    batch_parts = tuple(multi[:n_batch])
+    lhs_free = tuple(multi[n_batch:n_batch + n_lhs_free])
+    rhs_free = tuple(multi[n_batch + n_lhs_free:])
+    ctype = em.lang.register_type(inst.dtype)
+    sizes = [lhs.shape.dims[d] for d in lhs_contracting]
+    total: Expr = em.lang.literal(inst.dtype, 0)
+    for position in itertools.product(*(range(s) for s in sizes)):
+        a = em.array_value(lhs, operand_index(lhs.shape.dims, lhs_batch, lhs_contracting,
+                                              batch_parts, lhs_free, position))
+        b = em.array_value(rhs, operand_index(rhs.shape.dims, rhs_batch, rhs_contracting,
+                                              batch_parts, rhs_free, position))
+        product = em.body.let(ctype, Binary("*", a, b))
+        total = em.body.let(ctype, Binary("+", total, product))
+    return total

@@ -1,0 +1,170 @@
+"""Whole-loop kernels whose per-lane elements hold the lanes along any dimension, and whose
+stacked outputs (a `scan`'s ys: one slice written per step at a uniform position) are written
+straight to the output: planned as such, and equal to the interpreter when compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hlofuse.analysis import parallel_loop as pl
+from hlofuse.ir.hlo import Instruction, Module
+from hlofuse.ir.ops import Op
+from hlofuse.ir.parser import parse_module
+
+from tests.analysis.test_parallel_loop import loop_text
+from tests.codegen.test_whole_loop import assert_compiled_matches, whole_loop
+
+pytestmark = pytest.mark.needs_cc
+
+
+def the_loop(module: Module) -> Instruction:
+    return next(i for i in module.entry.instructions if i.op is Op.WHILE)
+
+
+def stacked(n: int, t: int, steps: int) -> Module:
+    """x[N] <- x * 0.5 + i per step; ys[T, N] row i <- x (a scan's stacked output), flags
+    [T, N] row i <- x > 1; `steps` iterations (rows past them keep their initial value)."""
+    state = f"(s32[], f32[{n}]{{0}}, f32[{t},{n}]{{1,0}}, pred[{t},{n}]{{1,0}})"
+    return parse_module(loop_text(f"""
+  x = f32[{n}]{{0}} get-tuple-element(p), index=1
+  ys = f32[{t},{n}]{{1,0}} get-tuple-element(p), index=2
+  flags = pred[{t},{n}]{{1,0}} get-tuple-element(p), index=3
+  half = f32[] constant(0.5)
+  halves = f32[{n}]{{0}} broadcast(half), dimensions={{}}
+  fi = f32[] convert(i)
+  fis = f32[{n}]{{0}} broadcast(fi), dimensions={{}}
+  scaled = f32[{n}]{{0}} multiply(x, halves)
+  xnew = f32[{n}]{{0}} add(scaled, fis)
+  row = f32[1,{n}]{{1,0}} reshape(xnew)
+  zero = s32[] constant(0)
+  ys2 = f32[{t},{n}]{{1,0}} dynamic-update-slice(ys, row, i, zero)
+  onef = f32[] constant(1)
+  ones = f32[{n}]{{0}} broadcast(onef), dimensions={{}}
+  big = pred[{n}]{{0}} compare(xnew, ones), direction=GT
+  flag_row = pred[1,{n}]{{1,0}} reshape(big)
+  flags2 = pred[{t},{n}]{{1,0}} dynamic-update-slice(flags, flag_row, i, zero)
+  ROOT r = {state} tuple(next, xnew, ys2, flags2)""", state, condition=f"""
+  ci = s32[] get-tuple-element(cp), index=0
+  limit = s32[] constant({steps})
+  ROOT lt = pred[] compare(ci, limit), direction=LT"""))
+
+
+def stacked_inputs(n: int, t: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(n * 100 + t)
+    return [np.asarray(0, np.int32), rng.standard_normal(n).astype(np.float32),
+            rng.standard_normal((t, n)).astype(np.float32), rng.random((t, n)) < 0.5]
+
+
+@pytest.mark.parametrize("n,t,steps", [
+    (37, 12, 12),  # 37 lanes: blocks of 8 and a tail of 5
+    (16, 16, 16),  # T = N: the lanes are the dimension the row covers whole
+    (8, 20, 7),  # fewer steps than rows: the rest keeps the initial value
+    (1, 5, 5),  # one lane
+])
+def test_stacked_outputs_are_streamed_and_match(n: int, t: int, steps: int) -> None:
+    module = stacked(n, t, steps)
+    plan = pl.plan_parallel_loop(the_loop(module))
+    assert isinstance(plan, pl.LoopPlan), plan
+    assert [s.element for s in plan.streamed] == [2, 3]
+    assert all(s.lane_dim == 1 for s in plan.streamed)
+    assert plan.per_env == (1,)
+    fused = whole_loop(module, lanes=8)
+    assert_compiled_matches(fused, stacked_inputs(n, t), module)
+
+
+def test_a_stacked_output_read_by_the_step_is_held_not_streamed() -> None:
+    """Reading the element (here: the row of the step) makes it state the lane holds; with
+    T = 100 values per lane, over the limit, the refusal names the size."""
+    n, t = 8, 100
+    state = f"(s32[], f32[{n}]{{0}}, f32[{t},{n}]{{1,0}})"
+    module = parse_module(loop_text(f"""
+  x = f32[{n}]{{0}} get-tuple-element(p), index=1
+  ys = f32[{t},{n}]{{1,0}} get-tuple-element(p), index=2
+  zero = s32[] constant(0)
+  prev = f32[1,{n}]{{1,0}} dynamic-slice(ys, i, zero), dynamic_slice_sizes={{1,{n}}}
+  xrow = f32[1,{n}]{{1,0}} reshape(x)
+  row = f32[1,{n}]{{1,0}} multiply(prev, xrow)
+  ys2 = f32[{t},{n}]{{1,0}} dynamic-update-slice(ys, row, i, zero)
+  ROOT r = {state} tuple(next, x, ys2)""", state))
+    plan = pl.plan_parallel_loop(the_loop(module))
+    assert isinstance(plan, pl.Refusal)
+    assert plan.rule == pl.STATE_TOO_LARGE
+    assert "100 values per" in plan.message
+    planned = pl.plan_parallel_loop(the_loop(module), max_state_elements_per_env=100)
+    assert isinstance(planned, pl.LoopPlan) and planned.per_env == (1, 2)
+    assert planned.streamed == ()
+
+
+def test_lanes_along_the_second_dimension() -> None:
+    """State f32[3, N] (a struct of arrays): each lane holds a column."""
+    n = 21
+    state = f"(s32[], f32[3,{n}]{{1,0}}, f32[{n}]{{0}})"
+    module = parse_module(loop_text(f"""
+  xs = f32[3,{n}]{{1,0}} get-tuple-element(p), index=1
+  w = f32[{n}]{{0}} get-tuple-element(p), index=2
+  top = f32[1,{n}]{{1,0}} slice(xs), slice={{[0:1], [0:{n}]}}
+  topv = f32[{n}]{{0}} reshape(top)
+  wb = f32[3,{n}]{{1,0}} broadcast(w), dimensions={{1}}
+  rolled = f32[3,{n}]{{1,0}} reverse(xs), dimensions={{0}}
+  mixed = f32[3,{n}]{{1,0}} multiply(rolled, wb)
+  c = f32[] constant(0.25)
+  cs = f32[3,{n}]{{1,0}} broadcast(c), dimensions={{}}
+  xsnew = f32[3,{n}]{{1,0}} add(mixed, cs)
+  wnew = f32[{n}]{{0}} add(w, topv)
+  ROOT r = {state} tuple(next, xsnew, wnew)""", state))
+    plan = pl.plan_parallel_loop(the_loop(module))
+    assert isinstance(plan, pl.LoopPlan), plan
+    assert dict(plan.lane_dims) == {1: 1, 2: 0}
+    fused = whole_loop(module, lanes=4)
+    rng = np.random.default_rng(3)
+    inputs = [np.asarray(0, np.int32), rng.standard_normal((3, n)).astype(np.float32),
+              rng.standard_normal(n).astype(np.float32) * 0.5]
+    assert_compiled_matches(fused, inputs, module, float_accumulators=False)
+
+
+def test_the_recorded_plan_keeps_the_lane_dimensions() -> None:
+    module = stacked(8, 12, 12)
+    fused = whole_loop(module, lanes=4)
+    fusion = next(i for i in fused.entry.instructions if i.op is Op.FUSION)
+    config = next(raw.text for key, raw in fusion.extra if key == "backend_config")
+    assert pl.read_recorded_plan(config) == (8, {1: 0, 2: 1, 3: 1})
+
+
+@pytest.mark.parametrize("n", [1, 19])
+def test_small_dots_run_in_lane_code(n: int) -> None:
+    """A per-lane matrix times the lane's vector (batch dimension 0 on both sides) and the
+    lanes' rows times one uniform matrix (lanes along the lhs free dimension): lane code
+    computes both element by element; the loop is one kernel, equal to the interpreter
+    (same accumulation order as the library dot)."""
+    state = f"(s32[], f32[{n},3]{{1,0}}, f32[{n},3,3]{{2,1,0}})"
+    module = parse_module(loop_text(f"""
+  x = f32[{n},3]{{1,0}} get-tuple-element(p), index=1
+  m = f32[{n},3,3]{{2,1,0}} get-tuple-element(p), index=2
+  mx = f32[{n},3]{{1,0}} dot(m, x), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, \
+rhs_batch_dims={{0}}, rhs_contracting_dims={{1}}
+  w = f32[3,3]{{1,0}} constant({{{{0.5, 0.25, 0}}, {{0, 0.5, 0.25}}, {{0.25, 0, 0.5}}}})
+  xw = f32[{n},3]{{1,0}} dot(mx, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT r = {state} tuple(next, xw, m)""", state))
+    plan = pl.plan_parallel_loop(the_loop(module))
+    assert isinstance(plan, pl.LoopPlan), plan
+    fused = whole_loop(module, lanes=8)
+    rng = np.random.default_rng(n)
+    inputs = [np.asarray(0, np.int32), rng.standard_normal((n, 3)).astype(np.float32),
+              rng.standard_normal((n, 3, 3)).astype(np.float32) * 0.7]
+    assert_compiled_matches(fused, inputs, module)
+
+
+def test_a_dot_over_the_lanes_is_refused() -> None:
+    """x . x sums over the lanes (x kept per lane: the uniform limit is below its size)."""
+    n = 8
+    state = f"(s32[], f32[{n}]{{0}}, f32[{n}]{{0}})"
+    module = parse_module(loop_text(f"""
+  x = f32[{n}]{{0}} get-tuple-element(p), index=1
+  xx = f32[] dot(x, x), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  sb = f32[{n}]{{0}} broadcast(xx), dimensions={{}}
+  y = f32[{n}]{{0}} add(x, sb)
+  ROOT r = {state} tuple(next, y, x)""", state))
+    plan = pl.plan_parallel_loop(the_loop(module), max_uniform_elements=4)
+    assert isinstance(plan, pl.Refusal)
+    assert plan.rule == "whole-loop-cross-lane-reduce" and "dot" in plan.message
