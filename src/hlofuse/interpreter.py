@@ -6,7 +6,11 @@ evaluated on whole arrays at once (their instructions are element-wise over scal
 the reduced extent is a Python loop.
 
 Element-wise float32/float64 arithmetic treats denormal inputs as zero and flushes denormal
-results to zero (DAZ/FTZ), as XLA's CPU backend runs: `log(1e-45)` is -inf, as in JAX.
+results to zero (DAZ/FTZ), as XLA's CPU backend runs: `log(1e-45)` is -inf, as in JAX. The
+exceptions are XLA's too: moves and sign-bit operations keep a denormal, maximum(x, x) is x
+unflushed, pow reads its operands as the C library's pow does under DAZ
+(`ir/elementwise_ref.power`), and remainder (the C library's fmod) flushes only its divisor.
+maximum and minimum order -0 below +0.
 """
 
 from __future__ import annotations
@@ -119,6 +123,13 @@ class Interpreter:
 # Moves and sign-bit operations (negate and abs flip or clear one bit, in XLA's CPU code and
 # ours) leave a denormal as it is.
 _NO_FLUSH = frozenset({Op.SELECT, Op.BITCAST_CONVERT, Op.NEGATE, Op.ABS})
+# XLA's CPU pow is the C library's, which reads its operands' bits rather than through DAZ;
+# ir/elementwise_ref.power models how (its result is flushed as any other).
+_UNFLUSHED_OPERANDS = _NO_FLUSH | {Op.POWER}
+# XLA's CPU remainder is the C library's fmod: exact integer work on the dividend and the
+# result, which stay unflushed; only the divisor meets a floating-point comparison with zero,
+# so a denormal divisor reads as zero (NaN).
+_EXACT_RESULT = _NO_FLUSH | {Op.REMAINDER}
 # bf16 is computed in f32 registers, where its denormals are f32 denormals; f16's are normal
 # f32 numbers there, so f16 is never flushed.
 _FLUSHED_TYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(DType.BF16.numpy))
@@ -148,10 +159,9 @@ def _elementwise(inst: Instruction, operands: list[Value]) -> np.ndarray:
     raw = arrays = [np.asarray(o) for o in operands]
     if inst.op in (Op.MAXIMUM, Op.MINIMUM) and inst.operands[0] is inst.operands[1]:
         return raw[0]  # XLA's CPU compiler turns max(x, x) into x: nothing flushed
-    if inst.op not in _NO_FLUSH:
-        # Not quite XLA for pow: its CPU pow reads its operands unflushed (pow(1e-40, 0.5) is
-        # 2.6e-23, pow(-1e-40, 0.5) NaN, pow(-0, -1e-40) inf); the compiled code flushes
-        # them, and the two agree (tests/fuzz/corpus/wrong-none-seed235, -seed453).
+    if inst.op is Op.REMAINDER:
+        arrays = [arrays[0], flush_denormals(arrays[1])]
+    elif inst.op not in _UNFLUSHED_OPERANDS:
         arrays = [flush_denormals(a) for a in arrays]
     if inst.op is Op.COMPARE:
         result = fn(*arrays, direction=inst.attrs["direction"], kind=inst.attrs.get("type"))
@@ -161,8 +171,9 @@ def _elementwise(inst: Instruction, operands: list[Value]) -> np.ndarray:
         result = fn(*arrays)
     result = np.asarray(result).astype(inst.dtype.numpy, copy=False)
     if inst.op in _SIGNED_ZERO_RULES and _is_float(result.dtype):
-        result = _zero_signs(inst.op, result, arrays)
-    return result if inst.op in _NO_FLUSH else flush_denormals(result)
+        # NumPy gives 0-d operands back as scalars (clamp(x, x, x) of f32[] crashed, seed 1675).
+        result = np.asarray(_zero_signs(inst.op, result, arrays))
+    return result if inst.op in _EXACT_RESULT else flush_denormals(result)
 
 
 def _is_float(dtype: np.dtype) -> bool:
@@ -527,6 +538,12 @@ _HANDLERS: dict[Op, Handler] = {
 from hlofuse.interpreter_indexing import HANDLERS as _INDEXING_HANDLERS  # noqa: E402
 
 _HANDLERS.update(_INDEXING_HANDLERS)  # gather, scatter, sort, ...: defined over the helpers above
+
+from hlofuse.interpreter_linalg import CUSTOM_CALLS as _LINALG_CALLS  # noqa: E402
+from hlofuse.interpreter_linalg import HANDLERS as _LINALG_HANDLERS  # noqa: E402
+
+_HANDLERS.update(_LINALG_HANDLERS)  # cholesky, triangular-solve
+CUSTOM_CALL_TARGETS.update(_LINALG_CALLS)  # LAPACK and cuSOLVER calls JAX emits (ir/linalg.py)
 
 # Ops that are neither element-wise nor handled above; the completeness test lists them.
 UNSUPPORTED_OPS = frozenset({Op.PARAMETER, Op.RNG_BIT_GENERATOR})

@@ -352,6 +352,32 @@ def test_f32_atan2_error_within_bound(harness: Harness, ftz: bool) -> None:
     assert err.max() <= function.max_ulp, _worst(err, y) + f" x={x[np.argmax(err)]!r}"
 
 
+@pytest.mark.parametrize("ftz", [False, True], ids=["ieee", "ftz-daz"])
+def test_f32_fmod_is_exact(harness: Harness, ftz: bool) -> None:
+    """Bit for bit libm's fmodf over magnitudes from denormal to huge, and quotients near
+    integers (where the double division may round the wrong way)."""
+    function = mathlib.lookup("fmod", DType.F32)
+    assert function is not None
+    rng = np.random.default_rng(29)
+    n = 400_000
+    x = (rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-149, 128, n))).astype(np.float32)
+    y = (rng.choice([-1.0, 1.0], n) * np.exp2(rng.uniform(-149, 128, n))).astype(np.float32)
+    q = rng.integers(1, 1 << 30, n).astype(np.float64)
+    near_y = (rng.uniform(0.5, 8.0, n)).astype(np.float32)
+    near_x = (q * near_y * (1 + rng.choice([-1, 0, 1], n) * 2.0**-24)).astype(np.float32)
+    x, y = np.concatenate([x, near_x]), np.concatenate([y, near_y])
+    if ftz:  # the kernels run under DAZ: operands arrive flushed
+        tiny = np.finfo(np.float32).tiny
+        x = np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
+        y = np.where(np.abs(y) < tiny, np.copysign(np.float32(0), y), y).astype(np.float32)
+    with np.errstate(all="ignore"):
+        expected = np.fmod(x, y)
+    got = harness(function, x, y, ftz=ftz)
+    # A denormal remainder is not flushed under FTZ either: libm's fmodf works on integers, and
+    # XLA's CPU remainder is that fmodf (tests/codegen/test_xla_denormal_semantics.py).
+    assert_same_values(got, expected)
+
+
 # ------------------------------------------------------------------ small-argument forms
 
 SMALL = mathlib.SMALL_ARGUMENT_FORMS
@@ -592,6 +618,12 @@ SPECIAL_VALUES: list[tuple[str, tuple[float, ...], float]] = [
     ("atan2", (-INF, -5.0), -PI / 2), ("atan2", (1.0, INF), 0.0), ("atan2", (-1.0, INF), -0.0),
     ("atan2", (1.0, -INF), PI), ("atan2", (-1.0, -INF), -PI), ("atan2", (NAN, 1.0), NAN),
     ("atan2", (1.0, NAN), NAN),
+    # fmod, C99 F.9.7.1: the sign of x, exact
+    ("fmod", (0.0, 1.0), 0.0), ("fmod", (-0.0, 1.0), -0.0), ("fmod", (INF, 1.0), NAN),
+    ("fmod", (1.0, 0.0), NAN), ("fmod", (1.0, INF), 1.0), ("fmod", (-1.0, -INF), -1.0),
+    ("fmod", (INF, INF), NAN), ("fmod", (NAN, 1.0), NAN), ("fmod", (1.0, NAN), NAN),
+    ("fmod", (-7.0, 3.0), -1.0), ("fmod", (7.0, -3.0), 1.0), ("fmod", (-6.0, 3.0), -0.0),
+    ("fmod", (3.0e38, 3.0e-37), float(np.fmod(np.float32(3.0e38), np.float32(3.0e-37)))),
 ]
 
 

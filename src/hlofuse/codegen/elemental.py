@@ -30,7 +30,7 @@ from hlofuse.codegen.element import (
     is_scalar_valued,
     strides_of,
 )
-from hlofuse.codegen.elementwise import ELEMENTWISE
+from hlofuse.codegen.elementwise import ELEMENTWISE, bitcast_joined, bitcast_piece
 from hlofuse.codegen.index_maps import NOT_ELEMENTAL, STRUCTURAL
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType
@@ -181,15 +181,43 @@ class ElementalEmitter:
         if handler is None:
             raise UnsupportedInstruction(f"%{inst.name}: no C code for {inst.op.text}")
         if inst.op is Op.BITCAST_CONVERT and inst.operands[0].dtype.bits != inst.dtype.bits:
-            raise UnsupportedInstruction(
-                f"%{inst.name}: bitcast-convert that changes the element width has no C code "
-                "yet (the reference interpreter evaluates it: backend='interpreter')")
+            expr = self._bitcast_resized(inst, index)
+            return self.body.let(self.lang.register_type(inst.dtype), expr, hlo_name=inst.name)
         operands = []
         for operand in inst.operands:
             operand_index = index if operand.shape.dims == inst.shape.dims else SCALAR
             operands.append(self.array_value(operand, operand_index))
         expr = handler(self.lang, inst, operands)
         return self.body.let(self.lang.register_type(inst.dtype), expr, hlo_name=inst.name)
+
+    def _bitcast_resized(self, inst: Instruction, index: Index) -> Expr:
+        """A bitcast-convert between widths (little-endian, as XLA's CPU backend): a narrower
+        result's last index picks a piece of one operand element, a wider result joins the
+        operand elements along the operand's last dimension."""
+        operand = inst.operands[0]
+        source, target, dims = operand.dtype, inst.dtype, operand.shape.dims
+        if source.bits > target.bits:
+            ratio = source.bits // target.bits
+            if index.multi is not None:
+                whole = Index(dims, None, index.multi[:-1], None)
+                piece = index.multi[-1]
+            else:
+                linear = self.linear_of(index)
+                whole = Index(dims, self.index_let(cir.div(linear, ratio)), None,
+                              index.flat_group)
+                piece = self.index_let(cir.mod(linear, ratio))
+            value = self.array_value(operand, whole)
+            return bitcast_piece(self.lang, source, target, value, piece)
+        ratio = target.bits // source.bits
+        pieces: list[Expr] = []
+        for k in range(ratio):
+            if index.multi is not None:
+                part = Index(dims, None, (*index.multi, cir.Int(k)), None)
+            else:
+                at = self.index_let(cir.add(cir.mul(self.linear_of(index), ratio), k))
+                part = Index(dims, at, None, index.flat_group)
+            pieces.append(self.array_value(operand, part))
+        return bitcast_joined(self.lang, source, target, pieces)
 
     def load(self, dtype: DType, pointer: Expr, index: Index) -> Expr:
         return self.body.let(self.lang.register_type(dtype),

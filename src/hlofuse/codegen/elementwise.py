@@ -83,22 +83,53 @@ def _divide(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
 
 
 def _remainder(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+    # XLA's CPU remainder is the C library's fmod, exact on the dividend and the result (no
+    # flush); its divisor meets a comparison with zero, so a denormal one reads as zero.
     if inst.dtype.is_float:
-        return lang.round_to(inst.dtype, lang.call_math("fmod", inst.dtype, x[0], x[1]))
+        fmod = call(lang.math("fmod", inst.dtype), x[0], _flushed(inst.dtype, x[1]))
+        return lang.round_to(inst.dtype, fmod)
     return call(f"hlofuse_rem_{lang.type_tag(inst.dtype)}", x[0], x[1])
 
 
 def _power(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
-    if inst.dtype.is_float:
+    """XLA's CPU pow is the C library's pow run under DAZ: its operands are not flushed, but
+    glibc reads a subnormal base as +-2^-150 (f32, and bf16 in f32 registers) or +-2^-1075
+    (f64); the result is flushed (codegen/mathlib/hlofuse_math.h, hlofuse_pow_cpuf). f16
+    values are normal numbers in f32 registers, so f16 is plain pow in f64, rounded once."""
+    dtype = inst.dtype
+    if dtype is DType.F16:
         return _float_function2("pow")(lang, inst, x)
-    return call(f"hlofuse_pow_{lang.type_tag(inst.dtype)}", x[0], x[1])
+    if dtype in (DType.F32, DType.BF16):
+        return lang.round_to(dtype, call("hlofuse_daz_f", call("hlofuse_pow_cpuf", x[0], x[1])))
+    if dtype is DType.F64:
+        pow_ = lang.math("pow", DType.F64)
+        scaled = Binary("*", call(pow_, call("hlofuse_pow_cpu_base", x[0]), x[1]),
+                        call(pow_, lang.literal(DType.F64, 2.0**-75), x[1]))
+        plain = call(pow_, x[0], x[1])
+        return call("hlofuse_daz_d", Select(call("hlofuse_is_subnormal", x[0]), scaled, plain))
+    return call(f"hlofuse_pow_{lang.type_tag(dtype)}", x[0], x[1])
+
+
+def _flushed(dtype: DType, x: Expr) -> Expr:
+    """`x` as XLA's CPU code reads it under DAZ: a subnormal is a zero of its sign (f16 has no
+    subnormals in f32 registers)."""
+    if dtype is DType.F64:
+        return call("hlofuse_daz_d", x)
+    if dtype in (DType.F32, DType.BF16):
+        return call("hlofuse_daz_f", x)
+    return x
 
 
 def _extremum(is_max: bool) -> Handler:
+    """XLA's maximum and minimum: NaN wins, -0 < +0, operands read flushed (templates.HEADER,
+    hlofuse_max_f); max(x, x) is x itself, unflushed, since LLVM folds it so."""
+
     def emit(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
         dtype = inst.dtype
         if dtype.is_pred:
             return Binary("|" if is_max else "&", x[0], x[1])
+        if inst.op in (Op.MAXIMUM, Op.MINIMUM) and inst.operands[0] is inst.operands[1]:
+            return x[0]
         if dtype.is_float:
             which = "max" if is_max else "min"
             suffix = "d" if dtype is DType.F64 else "f"
@@ -136,9 +167,11 @@ def _sign(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
     ctype = lang.register_type(dtype)
     zero = cir.Int(0)
     if dtype.is_float:
+        # XLA: copysign(x != 0, x) under DAZ, NaN kept: a subnormal gives a zero of its sign.
         one = lang.literal(dtype, 1)
-        return Select(Binary(">", x[0], zero), one,
-                      Select(Binary("<", x[0], zero), Unary("-", one), x[0]))
+        flushed = _flushed(dtype, x[0])
+        return Select(Binary(">", flushed, zero), one,
+                      Select(Binary("<", flushed, zero), Unary("-", one), flushed))
     if dtype.is_unsigned_int:
         return Cast(ctype, Binary("!=", x[0], zero))
     return Cast(ctype, Binary("-", Binary(">", x[0], zero), Binary("<", x[0], zero)))
@@ -279,22 +312,53 @@ def _convert(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
     return convert_expression(lang, _operand_dtype(inst), inst.dtype, x[0])
 
 
-def _bitcast_convert(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
-    source, target = _operand_dtype(inst), inst.dtype
-    bits: Expr = Cast(lang.unsigned_type(source), lang.to_storage(source, x[0]))
-    if source.is_float and source.bits >= 32:
-        bits = call(f"hlofuse_f{source.bits}_bits", x[0])
-    if target is DType.PRED:
+def bits_of(lang: CLanguage, dtype: DType, x: Expr) -> Expr:
+    """The bits of a register-form value, in the unsigned type of its width."""
+    if dtype.is_float and dtype.bits >= 32:
+        return call(f"hlofuse_f{dtype.bits}_bits", x)
+    return Cast(lang.unsigned_type(dtype), lang.to_storage(dtype, x))
+
+
+def from_bits(lang: CLanguage, dtype: DType, bits: Expr) -> Expr:
+    """The register-form value of `dtype` whose bits (of its width, unsigned) are `bits`."""
+    if dtype is DType.PRED:
         return Cast("uint8_t", Binary("!=", bits, cir.Int(0)))
-    if target is DType.F32:
+    if dtype is DType.F32:
         return call("hlofuse_f32_from_bits", bits)
-    if target is DType.F64:
+    if dtype is DType.F64:
         return call("hlofuse_f64_from_bits", bits)
-    if target is DType.F16:
+    if dtype is DType.F16:
         return call("hlofuse_f16_to_f32", bits)
-    if target is DType.BF16:
+    if dtype is DType.BF16:
         return call("hlofuse_bf16_to_f32", bits)
-    return Cast(lang.storage_type(target), bits)
+    return Cast(lang.storage_type(dtype), bits)
+
+
+def _bitcast_convert(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+    """Equal widths; a width change reads several operand elements or part of one
+    (ElementalEmitter, bitcast_piece and bitcast_joined)."""
+    return from_bits(lang, inst.dtype, bits_of(lang, _operand_dtype(inst), x[0]))
+
+
+def bitcast_piece(lang: CLanguage, source: DType, target: DType, x: Expr, k: Expr) -> Expr:
+    """Piece `k` (little-endian: 0 the least significant) of `x`'s bits as a `target`."""
+    shift = cir.mul(k, target.bits) if not cir.is_zero(k) else None
+    wide = Cast(lang.wrap_type(source), bits_of(lang, source, x))
+    shifted = wide if shift is None else Binary(">>", wide, shift)
+    return from_bits(lang, target, Cast(lang.unsigned_type(target), shifted))
+
+
+def bitcast_joined(lang: CLanguage, source: DType, target: DType, pieces: list[Expr]) -> Expr:
+    """A `target` whose bits are the `source` values `pieces`, the first least significant."""
+    wide = lang.wrap_type(target)
+    joined: Expr | None = None
+    for k, piece in enumerate(pieces):
+        part: Expr = Cast(wide, bits_of(lang, source, piece))
+        if k:
+            part = Binary("<<", part, cir.Int(k * source.bits))
+        joined = part if joined is None else Binary("|", joined, part)
+    assert joined is not None
+    return from_bits(lang, target, Cast(lang.unsigned_type(target), joined))
 
 
 ELEMENTWISE: dict[Op, Handler] = {

@@ -12,7 +12,7 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 
 # (exponent bits, mantissa bits, total bits) of the register forms bits are taken from.
-_LAYOUT = {DType.F32: (8, 23, 32), DType.F64: (11, 52, 64)}
+_LAYOUT = {DType.F16: (5, 10, 16), DType.F32: (8, 23, 32), DType.F64: (11, 52, 64)}
 
 
 def _u(value: int, bits: int) -> Expr:
@@ -30,10 +30,13 @@ def reduce_precision(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
             mantissa_bits, 7)
     if register not in _LAYOUT:
         raise UnsupportedInstruction(
-            f"%{inst.name}: reduce-precision of {dtype.text} has no C code (f32, f64, bf16)")
+            f"%{inst.name}: reduce-precision of {dtype.text} has no C code (f16, f32, f64, "
+            "bf16)")
     src_exponent, src_mantissa, total = _LAYOUT[register]
     value = x[0]
-    bits: Expr = cir.call(f"hlofuse_f{total}_bits", value)
+    # An f16 register holds an f16 value exactly: its bits are its storage form.
+    bits: Expr = (cir.call("hlofuse_f32_to_f16", value) if register is DType.F16
+                  else cir.call(f"hlofuse_f{total}_bits", value))
     if mantissa_bits < src_mantissa:
         shift = src_mantissa - mantissa_bits
         last_bit = 1 << shift
@@ -55,7 +58,8 @@ def reduce_precision(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
         bits = Select(overflow, Binary("|", signed_zero, _u(exponent_mask, total)),
                       Select(underflow, signed_zero, bits))
         bits = Cast(f"uint{total}_t", bits)
-    result: Expr = cir.call(f"hlofuse_f{total}_from_bits", bits)
+    result: Expr = (cir.call("hlofuse_f16_to_f32", bits) if register is DType.F16
+                    else cir.call(f"hlofuse_f{total}_from_bits", bits))
     is_nan = Binary("!=", value, value)
     kept = value if mantissa_bits > 0 else lang.literal(register, float("nan"))
     result = Select(is_nan, kept, result)

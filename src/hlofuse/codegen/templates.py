@@ -154,11 +154,20 @@ HLOFUSE_PAIRWISE(hlofuse_pairwise_f64, double)
 static inline float hlofuse_round_f16(float x) { return hlofuse_f16_to_f32(hlofuse_f32_to_f16(x)); }
 static inline float hlofuse_round_bf16(float x) { return hlofuse_bf16_to_f32(hlofuse_f32_to_bf16(x)); }
 
-/* maximum/minimum propagate NaN (the first operand wins ties, as NumPy's scalar loop). */
-static inline float hlofuse_max_f(float a, float b) { return (a != a || a >= b) ? a : b; }
-static inline float hlofuse_min_f(float a, float b) { return (a != a || a <= b) ? a : b; }
-static inline double hlofuse_max_d(double a, double b) { return (a != a || a >= b) ? a : b; }
-static inline double hlofuse_min_d(double a, double b) { return (a != a || a <= b) ? a : b; }
+/* XLA's maximum/minimum (llvm.maximum/minimum, run under DAZ): operands read flushed, a NaN
+   operand wins (the first NaN), -0 < +0. Equal values differ in bits only as +-0: the AND (OR)
+   of their bits gives max (min) of the zeros. Masks, not branches, so that loops vectorise. */
+#define HLOFUSE_EXTREMUM(NAME, T, U, BITS, FROM_BITS, DAZ, CMP, TIE) \
+static inline T NAME(T a, T b) { \
+  a = DAZ(a); b = DAZ(b); \
+  U ua = BITS(a), ub = BITS(b); \
+  U ma = (U)0 - (U)((a != a) | (a CMP b)); \
+  U mb = ~ma & ((U)0 - (U)((b != b) | (b CMP a))); \
+  return FROM_BITS((ua & ma) | (ub & mb) | ((ua TIE ub) & ~(ma | mb))); }
+HLOFUSE_EXTREMUM(hlofuse_max_f, float, uint32_t, hlofuse_f32_bits, hlofuse_f32_from_bits, hlofuse_daz_f, >, &)
+HLOFUSE_EXTREMUM(hlofuse_min_f, float, uint32_t, hlofuse_f32_bits, hlofuse_f32_from_bits, hlofuse_daz_f, <, |)
+HLOFUSE_EXTREMUM(hlofuse_max_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_from_bits, hlofuse_daz_d, >, &)
+HLOFUSE_EXTREMUM(hlofuse_min_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_from_bits, hlofuse_daz_d, <, |)
 
 /* XLA's total order: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (of flushed values). */
 static inline int32_t hlofuse_total_key_f(float x) {

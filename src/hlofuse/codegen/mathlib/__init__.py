@@ -39,7 +39,12 @@ reference for float32, long double for float64), with and without FTZ/DAZ.
 
 The functions do not depend on the FTZ/DAZ bits: under DAZ a subnormal float input
 reads as a signed zero (as it would for any instruction), under FTZ a subnormal result
-flushes to zero.
+flushes to zero. pow and fmod are the exceptions, as the C library's are (they read bits with
+integer operations): hlofuse_powf and hlofuse_fmodf read their operands exactly, and
+hlofuse_fmodf writes a subnormal remainder unflushed. XLA's CPU code calls the C library's
+powf under DAZ, where glibc reads a subnormal base as +-2^-150: `hlofuse_pow_cpuf` computes
+that (and `hlofuse_is_subnormal`, `hlofuse_pow_cpu_base` let a caller of the C library's
+float64 pow do the same), so that compiled kernels give XLA's answers.
 
 `SMALL_ARGUMENT_FORMS` lists faster forms accurate only for small arguments (sin and cos
 in float arithmetic, without a large-argument path),
@@ -123,6 +128,7 @@ FUNCTIONS: tuple[MathFunction, ...] = (
     _f32("pow", 0.51, arity=2),
     _f32("atan2", 0.51, arity=2),
     _f32("erf", 0.51),
+    _f32("fmod", 0.0, arity=2),
     _f64("sin", 1.0, note=_TRIG_LIMIT),
     _f64("cos", 1.0, note=_TRIG_LIMIT),
     _f64("tan", 2.5, note=_TRIG_LIMIT),

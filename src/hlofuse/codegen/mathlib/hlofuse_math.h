@@ -22,7 +22,9 @@
  *
  * Nothing here depends on the FTZ/DAZ bits: with DAZ a subnormal float input
  * reads as a signed zero, with FTZ a subnormal result is flushed, as the hardware
- * would do for the same operation.
+ * would do for the same operation. pow is the exception: it reads its operands
+ * exactly whatever DAZ says (as a C library's pow does), and hlofuse_pow_cpuf
+ * reads them as XLA's CPU code does (see there).
  *
  * Error-free steps rely only on exact products, Sterbenz subtractions and TwoSum,
  * so they hold whether or not the compiler contracts a*b+c into fma.
@@ -707,26 +709,70 @@ HLOFUSE_MATH_FN double hlofuse__log_nonneg(double a) {
     return hlofuse__sel(is_regular, y, special);
 }
 
-/* pow with the C99 special cases (Annex F.9.4.4). |x|^y = exp(y log|x|) with the
- * logarithm to double accuracy: |y log|x|| < 110 wherever the float result is
- * neither 0 nor inf, so its absolute error stays below 2^-44. */
-HLOFUSE_MATH_FN float hlofuse_powf(float x, float y) {
-    double xd = x, yd = y;
+/* x widened to double exactly whatever DAZ says: under DAZ the conversion instruction
+ * reads a subnormal as zero, so a subnormal's significand goes through an integer. */
+HLOFUSE_MATH_FN double hlofuse__widen_exactf(float x) {
+    uint32_t b = hlofuse__bits32(x);
+    double subnormal = (double)(int32_t)(b & 0x7fffffu) * 0x1p-149;
+    double r = hlofuse__sel((b & 0x7f800000u) == 0u, subnormal, (double)x);
+    return hlofuse__from_bits64(hlofuse__bits64(r) | ((uint64_t)(b >> 31) << 63));
+}
+
+/* pow of two doubles holding float values, rounded to float, with the C99 special cases
+ * (Annex F.9.4.4). |x|^y = exp(y log|x|) with the logarithm to double accuracy:
+ * |y log|x|| < 110 wherever the float result is neither 0 nor inf, so its absolute error
+ * stays below 2^-44. Every test reads the doubles, never the floats (DAZ would flush). */
+HLOFUSE_MATH_FN float hlofuse__powf_of(double xd, double yd) {
     double ax = hlofuse__abs(xd);
     double t = yd * hlofuse__log_nonneg(ax);
     t = hlofuse__sel(t > 90.0, 90.0, t);
     double m = hlofuse__exp_fcore(hlofuse__sel(t < -160.0, -160.0, t));
     int y_is_int = HLOFUSE__RINT(yd) == yd;
     int y_is_odd = y_is_int & (HLOFUSE__RINT(0.5 * yd) != 0.5 * yd);
-    int x_is_neg = (hlofuse__bits32(x) >> 31) != 0;
+    int x_is_neg = (hlofuse__bits64(xd) >> 63) != 0;
     double r = hlofuse__sel(x_is_neg & y_is_odd, -m, m);
-    /* a negative finite base with a finite non-integer exponent has no real power */
+    /* a negative finite base with a finite non-integer exponent has no real power: the
+     * invalid operation's NaN, negative as x86 makes it (and the C library's pow returns) */
     r = hlofuse__sel((xd < 0.0) & (ax < 0x1p128) & !y_is_int & (hlofuse__abs(yd) < 0x1p128),
-                     __builtin_nan(""), r);
+                     -__builtin_nan(""), r);
     r = hlofuse__sel((ax == 1.0) & (hlofuse__abs(yd) == __builtin_inf()), 1.0, r);
     r = hlofuse__sel((xd != xd) | (yd != yd), xd + yd, r); /* the NaN operand, x's first */
-    r = hlofuse__sel((x == 1.0f) | (y == 0.0f), 1.0, r);
+    r = hlofuse__sel((xd == 1.0) | (yd == 0.0), 1.0, r);
     return (float)r;
+}
+
+/* pow with the C99 special cases, reading both operands exactly (DAZ or not). */
+HLOFUSE_MATH_FN float hlofuse_powf(float x, float y) {
+    return hlofuse__powf_of(hlofuse__widen_exactf(x), hlofuse__widen_exactf(y));
+}
+
+/* pow as XLA's CPU code computes it: it calls the C library's powf under DAZ, and glibc's
+ * powf normalises a subnormal base by multiplying it by 2^23, which DAZ flushes to zero, so
+ * every subnormal base reads as +-2^-150 (its sign still decides the special cases). The
+ * exponent is read exactly: its bits decide the special cases, and a subnormal exponent
+ * contributes nothing to the magnitude either way. The result is not flushed here. */
+HLOFUSE_MATH_FN float hlofuse_pow_cpuf(float x, float y) {
+    uint32_t b = hlofuse__bits32(x);
+    int subnormal = ((b & 0x7f800000u) == 0u) & ((b & 0x7fffffu) != 0u);
+    double read_as = hlofuse__from_bits64(((uint64_t)(b >> 31) << 63) | 0x3690000000000000ull);
+    double xd = hlofuse__sel(subnormal, read_as, hlofuse__widen_exactf(x)); /* +-2^-150 */
+    return hlofuse__powf_of(xd, hlofuse__widen_exactf(y));
+}
+
+/* The float64 counterpart for a caller with the C library's pow: glibc's pow multiplies a
+ * subnormal base by 2^52 likewise, so it reads as +-2^-1075, which no double holds;
+ * pow(+-2^-1075, y) = pow(+-2^-1000, y) * pow(2^-75, y), and the first factor overflows or
+ * underflows only where the whole does. hlofuse_is_subnormal picks that form,
+ * hlofuse_pow_cpu_base gives +-2^-1000 for a subnormal and x otherwise. */
+HLOFUSE_MATH_FN int hlofuse_is_subnormal(double x) {
+    uint64_t b = hlofuse__bits64(x);
+    return ((b & 0x7ff0000000000000ull) == 0u) & ((b & 0x000fffffffffffffull) != 0u);
+}
+
+HLOFUSE_MATH_FN double hlofuse_pow_cpu_base(double x) {
+    uint64_t b = hlofuse__bits64(x);
+    uint64_t base = (b & 0x8000000000000000ull) | 0x0170000000000000ull; /* +-2^-1000 */
+    return hlofuse__from_bits64(hlofuse_is_subnormal(x) ? base : b);
 }
 
 /* atan2 with the C99 special cases: with a = min(|x|,|y|) / max(|x|,|y|) in [0, 1],
@@ -971,5 +1017,59 @@ HLOFUSE_MATH_FN double hlofuse_tan(double x) {
     double y = hlofuse__sel(is_odd, -c, s) / hlofuse__sel(is_odd, s, c);
     return hlofuse__sel(ax < HLOFUSE__TRIG_LIMIT, hlofuse__with_sign_of(y, x), HLOFUSE__NAN);
 }
+
+/* fmodf(x, y), exact, without a branch or a loop (libm's fmodf is a call in every simd
+ * loop). The remainder of x modulo b * 2^(28k) is a float-precision value for every k, and
+ * one step of long division from k + 1 to k has a quotient below 2^28, so in double the
+ * product q * b * 2^(28k) and the difference are exact; a quotient off by one (the double
+ * division rounds) is corrected by one add or subtract, exact as well. Ten steps cover
+ * every pair of floats (|x| / |y| < 2^277). NaN, y = 0 and infinite x give NaN as fmodf
+ * does; infinite y gives x. Like the C library's fmodf (integer work), it reads its operands
+ * and writes its result exactly whatever DAZ and FTZ say: XLA's CPU remainder is that fmodf,
+ * and a denormal dividend or remainder comes back unflushed there. */
+/* One step of the long division: a = a mod (b * 2^k), from a < b * 2^(k + 28). The
+ * steps are written out: gcc vectorises no loop that holds an inner loop. */
+#define HLOFUSE__FMOD_STEP(k)                                                           \
+    do {                                                                                \
+        double bk_ = b * 0x1p##k;                                                       \
+        double v_ = a * (inverse * 0x1p-##k);                                           \
+        double q_ = HLOFUSE__RINT(v_);                                                  \
+        q_ = hlofuse__sel(q_ > v_, q_ - 1.0, q_); /* trunc: gcc 12 vectorises rint */   \
+        double r_ = a - q_ * bk_;                                                       \
+        r_ = hlofuse__sel(r_ < 0.0, r_ + bk_, r_);                                      \
+        a = hlofuse__sel(r_ >= bk_, r_ - bk_, r_);                                      \
+    } while (0)
+
+/* A non-negative double holding a float value, narrowed exactly whatever FTZ says: a float
+ * denormal's significand goes through an integer. */
+HLOFUSE_MATH_FN float hlofuse__narrow_exactf(double a) {
+    int denormal = a < 0x1p-126;
+    uint32_t significand = (uint32_t)(int32_t)(hlofuse__sel(denormal, a, 0.0) * 0x1p149);
+    return hlofuse__self(denormal, hlofuse__from_bits32(significand), (float)a);
+}
+
+HLOFUSE_MATH_FN float hlofuse_fmodf(float x, float y) {
+    double a = hlofuse__abs(hlofuse__widen_exactf(x));
+    double b = hlofuse__abs(hlofuse__widen_exactf(y));
+    double inverse = 1.0 / b;
+    HLOFUSE__FMOD_STEP(252);
+    HLOFUSE__FMOD_STEP(224);
+    HLOFUSE__FMOD_STEP(196);
+    HLOFUSE__FMOD_STEP(168);
+    HLOFUSE__FMOD_STEP(140);
+    HLOFUSE__FMOD_STEP(112);
+    HLOFUSE__FMOD_STEP(84);
+    HLOFUSE__FMOD_STEP(56);
+    HLOFUSE__FMOD_STEP(28);
+    HLOFUSE__FMOD_STEP(0);
+    float result = hlofuse__with_sign_of_f(hlofuse__narrow_exactf(a), x);
+    int finite_x = hlofuse__abs(hlofuse__widen_exactf(x)) < HLOFUSE__INF;
+    float special = hlofuse__self((b == HLOFUSE__INF) & finite_x, x, (x * y) / (x * y));
+    special = hlofuse__self(y != y, y + y, special);
+    special = hlofuse__self(x != x, x + x, special);
+    return hlofuse__self((b > 0.0) & (b < HLOFUSE__INF) & finite_x, result, special);
+}
+
+#undef HLOFUSE__FMOD_STEP
 
 #endif /* HLOFUSE_MATH_H */
