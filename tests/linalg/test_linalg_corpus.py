@@ -169,11 +169,23 @@ def _executable(request: pytest.FixtureRequest, key: tuple[str, str, str]) -> Ex
     return _BUILT[key]
 
 
+def _in_default_tier(stem: str, form: str, strategy: str) -> bool:
+    """`make test` compiles each program's f32 batched case under max (and its CPU lowering
+    under xla too) and its f64 single-matrix CPU case under max: every custom call and
+    opcode in both precisions, at a quarter of the compile time. -m slow runs every case."""
+    if stem.endswith(".f32.batch"):
+        return strategy == "max" or (strategy == "xla" and form == "cpu")
+    if stem.endswith(".f64.one"):
+        return strategy == "max" and form == "cpu"
+    return False
+
+
 def _compiled_cases() -> list[object]:
     cases: list[object] = []
     for stem, form in CASES:
         for strategy in STRATEGIES:
-            marks = [pytest.mark.thorough if strategy in DEFAULT_STRATEGIES else pytest.mark.slow]
+            default = strategy in DEFAULT_STRATEGIES and _in_default_tier(stem, form, strategy)
+            marks = [pytest.mark.thorough if default else pytest.mark.slow]
             cases.append(pytest.param(stem, form, strategy, marks=marks,
                                       id=f"{stem}.{form}-{strategy}"))
     return cases

@@ -212,9 +212,15 @@ def test_xla_gpu_keeps_the_results_of_the_jax_corpus(name: str) -> None:
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
 
 
+# Two rollouts (a Threefry-heavy one and one with gather/scatter) in `make test`, all of them
+# with -m slow: the interpreter runs each in seconds.
+_QUICK_ROLLOUTS = {"pendulum", "catch"}
+
+
 @pytest.mark.thorough
-@pytest.mark.parametrize("env", sorted(p.name.removesuffix(".gpu.hlo")
-                                       for p in ROLLOUT_DATA.glob("*.gpu.hlo")))
+@pytest.mark.parametrize("env", [
+    pytest.param(env, marks=() if env in _QUICK_ROLLOUTS else (pytest.mark.slow,))
+    for env in sorted(p.name.removesuffix(".gpu.hlo") for p in ROLLOUT_DATA.glob("*.gpu.hlo"))])
 def test_xla_gpu_keeps_the_results_of_the_rollout_corpus(env: str) -> None:
     """The rollout corpus (as XLA was given it) through xla-gpu computes what the reference
     interpreter computes on it."""
