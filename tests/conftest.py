@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,6 +39,24 @@ def assert_matches(actual: list[np.ndarray], expected: list[np.ndarray], where: 
                                        err_msg=f"{where} out{i}")
         else:
             np.testing.assert_array_equal(a, e, err_msg=f"{where} out{i}")
+
+
+def compiled_once(request: pytest.FixtureRequest, built: dict[tuple[str, ...], Any],
+                  key: tuple[str, ...], params: tuple[str, ...],
+                  prepare: Callable[..., Any]) -> Any:
+    """The executable for `key` (the values of `params`): on first use, every selected test
+    of the calling test module is compiled at once, two compilers at a time, into `built`."""
+    from hlofuse.runtime import compile_many
+
+    if key not in built:
+        wanted = [tuple(item.callspec.params[p] for p in params)
+                  for item in request.session.items
+                  if item.module is request.module and hasattr(item, "callspec")
+                  and all(p in item.callspec.params for p in params)]
+        wanted = [w for w in wanted if w not in built]
+        for w, executable in zip(wanted, compile_many([prepare(*w) for w in wanted])):
+            built[w] = executable
+    return built[key]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -23,7 +23,9 @@ from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
-from hlofuse.runtime import Executable, compile_many
+from hlofuse.runtime import Executable
+
+from tests.conftest import compiled_once
 
 DATA = Path(__file__).parent.parent / "data" / "linalg"
 STEMS = sorted(p.name[: -len(".npz")] for p in DATA.glob("*.npz"))
@@ -34,7 +36,7 @@ CASES = [(stem, form) for stem in STEMS for form in (*FORMS, "tpu")
          if (DATA / f"{stem}.{form}.hlo").exists()]
 STRATEGIES = ("none", "xla", "priority", "max")
 DEFAULT_STRATEGIES = ("xla", "max")
-_BUILT: dict[tuple[str, str, str], Executable] = {}
+_BUILT: dict[tuple[str, ...], Executable] = {}
 
 
 def load(stem: str, form: str) -> tuple[Module, list[np.ndarray], list[np.ndarray], float]:
@@ -156,17 +158,9 @@ def _prepare(stem: str, form: str, strategy: str) -> Module:
 
 
 def _executable(request: pytest.FixtureRequest, key: tuple[str, str, str]) -> Executable:
-    """Compiled once for every selected test of this file, two compilers at a time."""
-    if key not in _BUILT:
-        wanted = [(item.callspec.params["stem"], item.callspec.params["form"],
-                   item.callspec.params["strategy"])
-                  for item in request.session.items
-                  if item.module is request.module and hasattr(item, "callspec")
-                  and "strategy" in item.callspec.params]
-        wanted = [w for w in wanted if w not in _BUILT]
-        for w, built in zip(wanted, compile_many([_prepare(*w) for w in wanted])):
-            _BUILT[w] = built
-    return _BUILT[key]
+    executable: Executable = compiled_once(request, _BUILT, key,
+                                           ("stem", "form", "strategy"), _prepare)
+    return executable
 
 
 def _in_default_tier(stem: str, form: str, strategy: str) -> bool:

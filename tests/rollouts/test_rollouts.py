@@ -16,7 +16,9 @@ from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
-from hlofuse.runtime import Executable, compile_many
+from hlofuse.runtime import Executable
+
+from tests.conftest import compiled_once
 
 ROLLOUT_DIR = Path(__file__).parent.parent / "data" / "rollouts"
 NAMES = sorted(p.name.split(".")[0] for p in ROLLOUT_DIR.glob("*.cpu.hlo"))
@@ -26,7 +28,7 @@ STRATEGIES = ("none", "xla", "priority", "max")
 DEFAULT_STRATEGIES = ("xla", "max")
 # Rollouts whose programs index with gather/scatter.
 USES_GATHER_SCATTER = {"bandit", "catch", "grid_forage"}
-_BUILT: dict[tuple[str, str, str], Executable] = {}
+_BUILT: dict[tuple[str, ...], Executable] = {}
 
 
 def load(name: str, form: str) -> tuple[Module, list[np.ndarray], list[np.ndarray]]:
@@ -99,17 +101,9 @@ def _prepare(name: str, form: str, strategy: str) -> Module:
 
 
 def _executable(request: pytest.FixtureRequest, key: tuple[str, str, str]) -> Executable:
-    """Compiled once for every selected test of this file, two compilers at a time."""
-    if key not in _BUILT:
-        wanted = [(item.callspec.params["name"], item.callspec.params["form"],
-                   item.callspec.params["strategy"])
-                  for item in request.session.items
-                  if item.module is request.module and hasattr(item, "callspec")
-                  and "strategy" in item.callspec.params]
-        wanted = [w for w in wanted if w not in _BUILT]
-        for w, built in zip(wanted, compile_many([_prepare(*w) for w in wanted])):
-            _BUILT[w] = built
-    return _BUILT[key]
+    executable: Executable = compiled_once(request, _BUILT, key,
+                                           ("name", "form", "strategy"), _prepare)
+    return executable
 
 
 def _compiled_cases() -> list[object]:

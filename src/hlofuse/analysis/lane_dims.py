@@ -289,12 +289,9 @@ def _dot_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> 
     """Per lane when the lanes lie along a batch dimension of the dependent operands (the
     same one on both), or along a free dimension of the one dependent operand; never along
     a contracting dimension (that sums over lanes)."""
-    def ints(name: str) -> tuple[int, ...]:
-        return _optional_ints(inst, name)
-
     lhs_env, rhs_env = operand_env
-    lhs_batch, rhs_batch = ints("lhs_batch_dims"), ints("rhs_batch_dims")
-    contracting = (ints("lhs_contracting_dims"), ints("rhs_contracting_dims"))
+    lhs_batch, rhs_batch = inst.ints("lhs_batch_dims"), inst.ints("rhs_batch_dims")
+    contracting = (inst.ints("lhs_contracting_dims"), inst.ints("rhs_contracting_dims"))
     if (isinstance(lhs_env, int) and lhs_env in contracting[0]) or \
             (isinstance(rhs_env, int) and rhs_env in contracting[1]):
         return Mixed(CROSS_LANE_REDUCE, inst, f"%{inst.name} (dot) sums over the lanes")

@@ -38,6 +38,7 @@ so only the uniform code's independence is checked.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,14 +68,15 @@ LANE_INPUT_MAX_ELEMENTS = 64
 SMALL_DOT_CONTRACTION = 64
 
 
-def is_small_dot(inst: Instruction) -> bool:
+def contraction_size(inst: Instruction) -> int:
+    """The number of contracting positions summed for one element of a dot."""
     lhs = inst.operands[0].shape.dims
-    contracting = inst.ints("lhs_contracting_dims") if inst.attrs.get(
-        "lhs_contracting_dims") is not None else ()
-    size = 1
-    for d in contracting:
-        size *= lhs[d]
-    return inst.dtype.is_float and inst.dtype.bits >= 32 and size <= SMALL_DOT_CONTRACTION
+    return math.prod(lhs[d] for d in inst.ints("lhs_contracting_dims"))
+
+
+def is_small_dot(inst: Instruction) -> bool:
+    return (inst.dtype.is_float and inst.dtype.bits >= 32
+            and contraction_size(inst) <= SMALL_DOT_CONTRACTION)
 
 
 # A whole-loop fusion is a kCustom fusion whose backend_config names this emitter, as XLA's

@@ -10,10 +10,9 @@ positions are written out, so the lane loop holds no inner loop and stays a simd
 from __future__ import annotations
 
 import itertools
-import math
 from typing import TYPE_CHECKING
 
-from hlofuse.analysis.parallel_loop import is_small_dot
+from hlofuse.analysis.parallel_loop import contraction_size, is_small_dot
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.element import Index, UnsupportedInstruction, Value
@@ -21,22 +20,6 @@ from hlofuse.ir.hlo import Instruction
 
 if TYPE_CHECKING:
     from hlofuse.codegen.elemental import ElementalEmitter
-
-def dot_dimensions(inst: Instruction) -> tuple[tuple[int, ...], tuple[int, ...],
-                                                tuple[int, ...], tuple[int, ...]]:
-    """(lhs batch, lhs contracting, rhs batch, rhs contracting) dimensions of a dot."""
-    def ints(name: str) -> tuple[int, ...]:
-        return inst.ints(name) if inst.attrs.get(name) is not None else ()
-
-    return (ints("lhs_batch_dims"), ints("lhs_contracting_dims"), ints("rhs_batch_dims"),
-            ints("rhs_contracting_dims"))
-
-
-def contraction_size(inst: Instruction) -> int:
-    lhs = inst.operands[0].shape.dims
-    _, contracting, _, _ = dot_dimensions(inst)
-    return math.prod(lhs[d] for d in contracting)
-
 
 def operand_index(dims: tuple[int, ...], batch: tuple[int, ...], contracting: tuple[int, ...],
                   batch_parts: tuple[Expr, ...], free_parts: tuple[Expr, ...],
@@ -61,7 +44,8 @@ def dot_elemental(em: ElementalEmitter, inst: Instruction, index: Index) -> Valu
             f"%{inst.name}: a dot of {contraction_size(inst)} contracting positions of "
             f"{inst.dtype.value} is computed by the library, not element by element")
     lhs, rhs = inst.operands
-    lhs_batch, lhs_contracting, rhs_batch, rhs_contracting = dot_dimensions(inst)
+    lhs_batch, lhs_contracting = inst.ints("lhs_batch_dims"), inst.ints("lhs_contracting_dims")
+    rhs_batch, rhs_contracting = inst.ints("rhs_batch_dims"), inst.ints("rhs_contracting_dims")
     multi = em.multi_of(index)
     n_batch = len(lhs_batch)
     n_lhs_free = lhs.shape.rank - n_batch - len(lhs_contracting)

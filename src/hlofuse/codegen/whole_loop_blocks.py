@@ -318,12 +318,10 @@ class BlockEmission:
             for index in env_indices(written.shape.dims, self.env, streamed.lane_dim):
                 multi = index.multi
                 assert multi is not None
-                position: Expr = cir.Int(0)
-                for d, size in enumerate(shape.dims):
-                    # The lane dimension's start clamps to 0: the slice covers every lane.
-                    component = multi[d] if d == streamed.lane_dim else \
-                        Binary("+", starts[d], multi[d])
-                    position = Binary("+", Binary("*", position, cir.Int(size)), component)
+                # The lane dimension's start clamps to 0: the slice covers every lane.
+                at = tuple(m if d == streamed.lane_dim else Binary("+", starts[d], m)
+                           for d, m in enumerate(multi))
+                position = em.linear_of(Index(shape.dims, None, at, None))
                 value = self.lang.to_storage(shape.dtype, expr_of(em.array_value(written, index)))
                 out.append(cir.Assign(cir.load(self.outputs[i], position), value))
         return out

@@ -48,6 +48,7 @@ from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import FusionKind, Op
+from hlofuse.passes.call_inliner import inline_computation
 from hlofuse.passes.decision_log import FUSIBLE, DecisionRecord, Figure, Verdict
 from hlofuse.passes.loops import with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
@@ -183,19 +184,11 @@ def _unfused(comp: Computation, names: NameUniquer, computation_names: NameUniqu
     if not shared:
         return simplified
     # Loops may share a computation (JAX's Threefry rounds): each copy gets names of its own.
-    return _renamed(simplified, computation_names.unique(comp.name), names)
-
-
-def _renamed(comp: Computation, name: str, names: NameUniquer) -> Computation:
-    copies: dict[int, Instruction] = {}
-    instructions = []
-    for inst in comp.instructions:
-        copy = dataclasses.replace(inst, name=names.unique(inst.name),
-                                   operands=tuple(copies[id(o)] for o in inst.operands))
-        copies[id(inst)] = copy
-        instructions.append(copy)
-    return Computation(name, tuple(instructions), copies[id(comp.root)],
-                       tuple(copies[id(p)] for p in comp.parameters))
+    builder = ComputationBuilder(computation_names.unique(comp.name), names)
+    params = tuple(builder.parameter(p.parameter_number, p.shape, names.unique(p.name))
+                   for p in simplified.parameters)
+    root = inline_computation(simplified, params, builder, keep_names=False)
+    return builder.build(root)
 
 
 # Small broadcasts of constants fold too: a value computed once per step from them would be
