@@ -75,8 +75,8 @@ def test_stacked_outputs_are_streamed_and_match(n: int, t: int, steps: int) -> N
 
 def test_a_stacked_output_read_by_the_step_is_held_not_streamed() -> None:
     """Reading the element (here: the row of the step) makes it state the lane holds; with
-    T = 100 values per lane, over the limit, the refusal names the size."""
-    n, t = 8, 100
+    T = 2000 values per lane, over the limit, the refusal names the size."""
+    n, t = 8, 2000
     state = f"(s32[], f32[{n}]{{0}}, f32[{t},{n}]{{1,0}})"
     module = parse_module(loop_text(f"""
   x = f32[{n}]{{0}} get-tuple-element(p), index=1
@@ -90,8 +90,8 @@ def test_a_stacked_output_read_by_the_step_is_held_not_streamed() -> None:
     plan = pl.plan_parallel_loop(the_loop(module))
     assert isinstance(plan, pl.Refusal)
     assert plan.rule == pl.STATE_TOO_LARGE
-    assert "100 values per" in plan.message
-    planned = pl.plan_parallel_loop(the_loop(module), max_state_elements_per_env=100)
+    assert "2000 values per" in plan.message
+    planned = pl.plan_parallel_loop(the_loop(module), max_state_elements_per_env=2000)
     assert isinstance(planned, pl.LoopPlan) and planned.per_env == (1, 2)
     assert planned.streamed == ()
 
@@ -168,3 +168,72 @@ def test_a_dot_over_the_lanes_is_refused() -> None:
     plan = pl.plan_parallel_loop(the_loop(module), max_uniform_elements=4)
     assert isinstance(plan, pl.Refusal)
     assert plan.rule == "whole-loop-cross-lane-reduce" and "dot" in plan.message
+
+
+def scratch_board(n: int) -> Module:
+    """A per-lane s8[2,8,8] board (128 values per lane, computed in loops over the lane's
+    scratch area): each step marks the agent's cell and moves the agent; a lane whose agent
+    reaches column 7 resets its board to a pattern that takes many operations to compute
+    (a deferred select whose predicate is one value per lane)."""
+    board = f"s8[{n},2,8,8]{{3,2,1,0}}"
+    state = f"(s32[], {board}, s32[{n}]{{0}})"
+    ops = "\n".join(f"  h{k + 1} = s32[{n},2,8,8]{{3,2,1,0}} {op}(h{k}, c{k})"
+                    for k, op in enumerate(["multiply", "add", "xor", "multiply", "add",
+                                            "xor", "multiply", "add", "xor", "multiply",
+                                            "add", "xor", "multiply", "add", "xor",
+                                            "multiply", "add", "xor"]))
+    consts = "\n".join(f"  k{k} = s32[] constant({(k * 7919 + 13) % 251 + 3})\n"
+                       f"  c{k} = s32[{n},2,8,8]{{3,2,1,0}} broadcast(k{k}), dimensions={{}}"
+                       for k in range(18))
+    return parse_module(loop_text(f"""
+  bd = {board} get-tuple-element(p), index=1
+  col = s32[{n}]{{0}} get-tuple-element(p), index=2
+  cols = s32[{n},2,8,8]{{3,2,1,0}} broadcast(col), dimensions={{0}}
+  cell = s32[{n},2,8,8]{{3,2,1,0}} iota(), iota_dimension=3
+  row = s32[{n},2,8,8]{{3,2,1,0}} iota(), iota_dimension=2
+  here = pred[{n},2,8,8]{{3,2,1,0}} compare(cell, cols), direction=EQ
+  ones8 = s8[] constant(1)
+  ones = {board} broadcast(ones8), dimensions={{}}
+  marked = {board} add(bd, ones)
+  stepped = {board} select(here, marked, bd)
+  onei = s32[] constant(1)
+  onesi = s32[{n}]{{0}} broadcast(onei), dimensions={{}}
+  moved = s32[{n}]{{0}} add(col, onesi)
+  seven = s32[] constant(7)
+  sevens = s32[{n}]{{0}} broadcast(seven), dimensions={{}}
+  done = pred[{n}]{{0}} compare(moved, sevens), direction=GE
+  zeroi = s32[] constant(0)
+  zeros = s32[{n}]{{0}} broadcast(zeroi), dimensions={{}}
+  colnew = s32[{n}]{{0}} select(done, zeros, moved)
+  lane = s32[{n},2,8,8]{{3,2,1,0}} iota(), iota_dimension=0
+  steps = s32[{n},2,8,8]{{3,2,1,0}} broadcast(i), dimensions={{}}
+  h0a = s32[{n},2,8,8]{{3,2,1,0}} add(lane, steps)
+  h0b = s32[{n},2,8,8]{{3,2,1,0}} multiply(h0a, row)
+  h0 = s32[{n},2,8,8]{{3,2,1,0}} add(h0b, cell)
+{consts}
+{ops}
+  mask3 = s32[] constant(3)
+  masks = s32[{n},2,8,8]{{3,2,1,0}} broadcast(mask3), dimensions={{}}
+  small = s32[{n},2,8,8]{{3,2,1,0}} and(h18, masks)
+  fresh = {board} convert(small)
+  dones = pred[{n},2,8,8]{{3,2,1,0}} broadcast(done), dimensions={{0}}
+  bdnew = {board} select(dones, fresh, stepped)
+  ROOT r = {state} tuple(next, bdnew, colnew)""", state, condition="""
+  ci = s32[] get-tuple-element(cp), index=0
+  limit = s32[] constant(23)
+  ROOT lt = pred[] compare(ci, limit), direction=LT"""))
+
+
+@pytest.mark.parametrize("n,lanes", [(37, 8), (1, 1)])
+def test_large_per_lane_state_runs_in_the_lanes_scratch_area(n: int, lanes: int) -> None:
+    module = scratch_board(n)
+    plan = pl.plan_parallel_loop(the_loop(module))
+    assert isinstance(plan, pl.LoopPlan), plan
+    assert plan.per_env == (1, 2) and plan.elements_per_env(1) == 128
+    fused = whole_loop(module, lanes=lanes)
+    rng = np.random.default_rng(n)
+    inputs = [np.asarray(0, np.int32),
+              rng.integers(-3, 4, (n, 2, 8, 8)).astype(np.int8),
+              rng.integers(0, 7, n).astype(np.int32)]
+    board, _ = assert_compiled_matches(fused, inputs, module)[1:]
+    assert (board != inputs[1]).any()

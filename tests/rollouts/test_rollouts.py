@@ -53,7 +53,7 @@ def assert_close_to_jax(actual: list[np.ndarray], expected: list[np.ndarray], wh
 
 def test_corpus_has_the_issues_programs() -> None:
     assert set(NAMES) >= {"acrobot", "pendulum", "mountain_car", "mountain_car_continuous",
-                          "grid_forage", "catch", "bandit", "particles"}
+                          "grid_forage", "catch", "bandit", "particles", "rigid_body"}
     for name in NAMES:
         for form in FORMS:
             assert (ROLLOUT_DIR / f"{name}.{form}.hlo").exists()
@@ -129,12 +129,12 @@ def test_compiled_matches_jax(request: pytest.FixtureRequest, name: str, form: s
                         f"{name}.{form} ({strategy})")
 
 
-# Under `max` the time loop of these runs as one kernel (the CPU lowering's nested Threefry
-# loops unrolled into it, per-lane gathers, scatters and small dots computed per element, the
-# stacked outputs written a row per step); grid_forage is refused (state too large per lane),
-# with the rule named in the closing note of issue 12.
-WHOLE_LOOP_KERNEL = {"acrobot", "bandit", "catch", "mountain_car", "mountain_car_continuous",
-                     "particles", "pendulum"}
+# Under `max` the time loop of every corpus rollout runs as one kernel (the CPU lowering's
+# nested Threefry loops unrolled into it, per-lane gathers, scatters, small dots and the rigid
+# body's Cholesky factorisation and solves computed per element, grid_forage's 200-value
+# board in loops over the lane's scratch area, the stacked outputs written a row per step).
+WHOLE_LOOP_KERNEL = {"acrobot", "bandit", "catch", "grid_forage", "mountain_car",
+                     "mountain_car_continuous", "particles", "pendulum", "rigid_body"}
 
 
 @pytest.mark.thorough

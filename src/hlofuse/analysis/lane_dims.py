@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hlofuse.analysis.lane_linalg import batch_rank, lane_linalg_routine
 from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
@@ -45,7 +46,13 @@ def env_dim(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> E
         return tuple(operand_env)
     if inst.op is Op.GET_TUPLE_ELEMENT:
         source = operand_env[0]
-        assert source is not None and not isinstance(source, tuple)
+        assert source is not None
+        if isinstance(source, tuple):
+            position = inst.attrs["index"]
+            assert isinstance(position, int)
+            picked = source[position]
+            assert picked is not None
+            return picked
         return source
     return _RULES.get(inst.op, _elementwise_env)(size, inst, operand_env)
 
@@ -246,6 +253,11 @@ def _gather_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) 
         if (isinstance(operand_dim, int) and operand_dim in batching
                 and indices_batching[batching.index(operand_dim)] == indices_dim):
             return result
+    if indices_dim is None and isinstance(operand_dim, int):
+        window = _whole_window_dim(inst, operand_dim, "slice_sizes", "collapsed_slice_dims",
+                                   batching, offset_dims)
+        if window is not None:
+            return window
     return Mixed(CROSS_LANE_ACCESS, inst,
                  f"%{inst.name} (gather) reads values of other lanes: its lane dimension is "
                  "not a batching dimension of both operand and indices")
@@ -270,6 +282,11 @@ def _scatter_env(size: int, inst: Instruction, operand_env: list[EnvDim | None])
     update_dims = {e for e in operand_env[n + 1:] if e is not None}
     if len(operand_dims) > 1 or len(update_dims) > 1:
         return refusal
+    if indices_dim is None:
+        whole = _whole_window_scatter(size, inst, operand_dims, update_dims, batching,
+                                      window_dims)
+        if whole is not None:
+            return whole
     env: EnvDim | None = next(iter(operand_dims)) if operand_dims else None
     if env is None and isinstance(indices_dim, int) and indices_dim in indices_batching:
         env = batching[indices_batching.index(indices_dim)]
@@ -282,6 +299,49 @@ def _scatter_env(size: int, inst: Instruction, operand_env: list[EnvDim | None])
     expected = _index_batch_to_result(inst, paired, window_dims, ivd, update_rank)
     if update_dims and update_dims != {expected}:
         return refusal
+    return env
+
+
+def _whole_window_dim(inst: Instruction, operand_dim: int, sizes_attr: str,
+                      dropped_attr: str, batching: tuple[int, ...],
+                      window_dims: tuple[int, ...]) -> int | None:
+    """Where the window of a gather (or scatter) with the same start for every lane puts the
+    operand's lane dimension, when the window covers that dimension whole: the start along
+    it is then 0 (gather clamps it there; a scatter skips a window it would push out), so
+    each lane reads (writes) only its own elements. None otherwise."""
+    dims = inst.operands[0].shape.dims
+    dropped = set(inst.ints(dropped_attr)) | set(batching)
+    if operand_dim in dropped:
+        return None
+    if sizes_attr and inst.ints(sizes_attr)[operand_dim] != dims[operand_dim]:
+        return None
+    kept = [d for d in range(len(dims)) if d not in dropped]
+    return window_dims[kept.index(operand_dim)]
+
+
+def _whole_window_scatter(size: int, inst: Instruction, operand_dims: set[EnvDim],
+                          update_dims: set[EnvDim], batching: tuple[int, ...],
+                          window_dims: tuple[int, ...]) -> int | None:
+    """A scatter at the same position in every lane whose update windows span the
+    operand's lane dimension whole: each lane writes its own elements."""
+    env = next(iter(operand_dims), None)
+    if env is None:  # a table the same in every lane (an iota) gets per-lane updates
+        update_dim = next(iter(update_dims), None)
+        if not isinstance(update_dim, int) or update_dim not in window_dims:
+            return None
+        dropped = set(inst.ints("inserted_window_dims")) | set(batching)
+        kept = [d for d in range(inst.operands[0].shape.rank) if d not in dropped]
+        env = kept[window_dims.index(update_dim)]
+    assert isinstance(env, int)
+    if inst.operands[0].shape.dims[env] != size:
+        return None
+    update_dim = _whole_window_dim(inst, env, "", "inserted_window_dims", batching,
+                                   window_dims)
+    if update_dim is None:
+        return None
+    updates = inst.operands[(len(inst.operands) + 1) // 2]
+    if updates.shape.dims[update_dim] != size or (update_dims and update_dims != {update_dim}):
+        return None
     return env
 
 
@@ -314,7 +374,33 @@ def _dot_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> 
     return len(lhs_batch) + (0 if side == 0 else lhs_free) + free.index(env)
 
 
+def _matrices_env(size: int, inst: Instruction, operand_env: list[EnvDim | None]) -> EnvDim:
+    """A factorisation or solve of batched matrices (the two minor dimensions) is per lane
+    when the lanes lie along one batch dimension, the same in every dependent operand; each
+    result (a tuple's leaves: the factor, pivots, LAPACK's info) holds them there too."""
+    env = _single(size, inst, operand_env)
+    if isinstance(env, Mixed):
+        return env
+    if env >= batch_rank(inst):
+        return Mixed(CROSS_LANE_ACCESS, inst,
+                     f"%{inst.name} ({inst.op.text}) works on matrices whose rows or columns "
+                     "are the lanes")
+    if inst.shape.is_tuple:
+        return tuple(env for _ in inst.shape.elements)
+    return env
+
+
+def _custom_call_env(size: int, inst: Instruction,
+                     operand_env: list[EnvDim | None]) -> EnvDim:
+    if lane_linalg_routine(inst) is not None:
+        return _matrices_env(size, inst, operand_env)
+    return _elementwise_env(size, inst, operand_env)
+
+
 _RULES: dict[Op, Rule] = {
+    Op.CHOLESKY: _matrices_env,
+    Op.CUSTOM_CALL: _custom_call_env,
+    Op.TRIANGULAR_SOLVE: _matrices_env,
     Op.DOT: _dot_env,
     Op.GATHER: _gather_env,
     Op.SCATTER: _scatter_env,

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE, EnvDim, Mixed, env_dim
+from hlofuse.analysis.lane_linalg import is_lane_linalg
 from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, is_identity, reducer_op
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import ELEMENTWISE_OPS, FusionKind, Op, OpKind
@@ -57,7 +58,10 @@ NESTED_CONTROL_FLOW = "whole-loop-nested-control-flow"
 DATA_DEPENDENT_TRIP_COUNT = "whole-loop-data-dependent-trip-count"
 STATE_TOO_LARGE = "whole-loop-state-too-large"
 
-DEFAULT_MAX_STATE_ELEMENTS_PER_ENV = 64
+# Per-lane values of one loop element: small ones are written out position by position in
+# lane code, larger ones are computed in loops over the lane's scratch area (both live in
+# the block's local arrays, so this bounds their size: 1024 values x 32 lanes x 8 bytes).
+DEFAULT_MAX_STATE_ELEMENTS_PER_ENV = 1024
 DEFAULT_MAX_UNIFORM_ELEMENTS = 64
 # State-free arrays at most this large (without an N dimension) that lane code reads are
 # computed once per step rather than per lane.
@@ -348,6 +352,8 @@ def _op_refusal(loop: Instruction, inst: Instruction) -> Refusal | None:
     if inst.op in ELEMENTWISE_OPS or inst.op in _STRUCTURAL:
         return None
     if inst.op is Op.DOT and is_small_dot(inst):
+        return None
+    if is_lane_linalg(inst):
         return None
     return Refusal(OPAQUE_OP, inst,
                    f"%{loop.name}: {inst.op.text} %{inst.name} is opaque (a library call or "

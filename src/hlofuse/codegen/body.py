@@ -209,6 +209,16 @@ class FunctionBody:
             self.hoisting -= 1
 
     @contextlib.contextmanager
+    def captured_scope(self) -> Iterator[Scope]:
+        """As `captured`, yielding the scope: its statements and the values it cached."""
+        scope = Scope([])
+        self.scopes.append(scope)
+        try:
+            yield scope
+        finally:
+            self.scopes.pop()
+
+    @contextlib.contextmanager
     def captured(self) -> Iterator[list[Stmt]]:
         """A cache scope whose statements go to a separate list (to decide if-else vs ?:)."""
         stmts: list[Stmt] = []

@@ -33,6 +33,7 @@ from hlofuse.codegen.element import (
 from hlofuse.codegen.elementwise import ELEMENTWISE, bitcast_joined, bitcast_piece
 from hlofuse.codegen.index_maps import NOT_ELEMENTAL, STRUCTURAL
 from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.licm import LoadCheck, is_speculable
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op, OpKind
@@ -52,6 +53,11 @@ class ElementalEmitter:
         self.materialize = materialize
         # Inside a simd loop a reduction's own loop gets no simd pragma.
         self.simd_reductions = simd_reductions
+        # Reductions over at most this many elements are written out (no loop).
+        self.unrolled_reduction = UNROLL_ELEMENTS
+        # Set where a branch costs more than computing both sides (vectorised lane code):
+        # the loads both sides may run without their condition.
+        self.speculable_load: LoadCheck | None = None
         self._no_hoist = 0
         self._scalar_valued: dict[int, bool] = {}
         # Loop variables with a known range [lo, hi): a concatenate read where the range lies
@@ -227,13 +233,23 @@ class ElementalEmitter:
 
     def branch(self, dtype: DType, condition: Expr, then: Callable[[], Expr],
                otherwise: Callable[[], Expr]) -> Expr:
-        """A value chosen by `condition`; each side is computed only where it is selected."""
-        with self.body.captured() as then_stmts:
+        """A value chosen by `condition`; each side is computed only where it is selected
+        (or both, then selected, where `speculable_load` says that is harmless)."""
+        with self.body.captured_scope() as then_scope:
             then_value = then()
-        with self.body.captured() as else_stmts:
+        with self.body.captured_scope() as else_scope:
             else_value = otherwise()
+        then_stmts, else_stmts = then_scope.stmts, else_scope.stmts
         ctype = self.lang.register_type(dtype)
         if not then_stmts and not else_stmts:
+            return self.body.let(ctype, Select(condition, then_value, else_value))
+        load_ok = self.speculable_load
+        if load_ok is not None and is_speculable(then_stmts + else_stmts, load_ok):
+            for stmt in then_stmts + else_stmts:
+                self.body.emit(stmt)
+            # what both sides computed now holds here too (the next branch reuses it)
+            self.body.scope.cache.update(then_scope.cache)
+            self.body.scope.cache.update(else_scope.cache)
             return self.body.let(ctype, Select(condition, then_value, else_value))
         name = self.body.fresh("v")
         self.body.assigned_once.add(name)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hlofuse.analysis.lane_linalg import lane_linalg_routine
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.dot_elemental import dot_elemental
@@ -29,6 +30,7 @@ from hlofuse.codegen.element import (
 )
 from hlofuse.codegen.elementwise import convert_expression
 from hlofuse.codegen.gather_scatter import gather, map_, scatter
+from hlofuse.codegen.linalg_elemental import linalg_elemental, linalg_leaf_elemental
 from hlofuse.codegen.reductions_elemental import materialized, reduce, reduce_window
 from hlofuse.ir.attrs import PaddingDim, SliceDim
 from hlofuse.ir.dtypes import DType
@@ -238,6 +240,8 @@ def _get_tuple_element(em: ElementalEmitter, inst: Instruction, index: Index) ->
     assert isinstance(position, int)
     if source.op is Op.TUPLE:
         return em.value(source.operands[position], index)
+    if em.materialize is None and lane_linalg_routine(source) is not None:
+        return linalg_leaf_elemental(em, source, position, index)
     binding = em.bindings.get(id(source))
     if isinstance(binding, tuple):
         return em.apply_binding(binding[position], index)
@@ -284,6 +288,14 @@ def _dot(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     return materialized(em, inst, index)
 
 
+def _linalg(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
+    """The library computes a factorisation or solve whole where a kernel can materialise
+    it; lane code computes a small one per batch position."""
+    if em.materialize is None and lane_linalg_routine(inst) is not None:
+        return linalg_elemental(em, inst, index)
+    return materialized(em, inst, index)
+
+
 STRUCTURAL: dict[Op, Structural] = {
     Op.BITCAST: _reshape,
     Op.BROADCAST: _broadcast,
@@ -291,8 +303,8 @@ STRUCTURAL: dict[Op, Structural] = {
     Op.CONCATENATE: _concatenate,
     Op.CONSTANT: _constant,
     Op.COPY: _same_index,
-    Op.CHOLESKY: materialized,
-    Op.CUSTOM_CALL: materialized,
+    Op.CHOLESKY: _linalg,
+    Op.CUSTOM_CALL: _linalg,
     Op.DOT: _dot,
     Op.DYNAMIC_SLICE: _dynamic_slice,
     Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
@@ -312,7 +324,7 @@ STRUCTURAL: dict[Op, Structural] = {
     Op.SORT: materialized,
     Op.TOPK: materialized,
     Op.TRANSPOSE: _transpose,
-    Op.TRIANGULAR_SOLVE: materialized,
+    Op.TRIANGULAR_SOLVE: _linalg,
     Op.TUPLE: _tuple,
 }
 

@@ -21,7 +21,6 @@ from hlofuse.analysis.reducers import identity, reducer_op
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.element import (
-    UNROLL_ELEMENTS,
     Index,
     UnsupportedInstruction,
     Value,
@@ -142,7 +141,7 @@ def reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     if plan.pairwise and em.materialize is not None and math.prod(
             in_dims[d] for d in reduced) >= 8:
         return materialized(em, inst, index)  # the stored rows are summed pairwise
-    if 0 < math.prod(in_dims[d] for d in reduced) <= UNROLL_ELEMENTS:
+    if 0 < math.prod(in_dims[d] for d in reduced) <= em.unrolled_reduction:
         return _reduce_written_out(em, inst, index, plan)
     out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
     accumulators = start_accumulators(em, plan, inits)

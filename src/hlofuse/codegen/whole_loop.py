@@ -48,6 +48,8 @@ from hlofuse.codegen.kernel_spec import (
 )
 from hlofuse.codegen.language import CLanguage
 from hlofuse.codegen.whole_loop_blocks import (
+    LANE_UNROLLED_REDUCTION,
+    LOOPED_ELEMENTS,
     BlockEmission,
     BranchingEmitter,
     constant,
@@ -152,6 +154,11 @@ class WholeLoopEmitter(BlockEmission):
         lane_emitter = ElementalEmitter if self.lanes > 1 else BranchingEmitter
         # No simd pragma for a reduction's loop inside the simd loop over lanes.
         self.lane_em = lane_emitter(lang, self.body, dict(constants), simd_reductions=False)
+        # A loop inside lane code keeps gcc from vectorising the loop over the lanes, and so
+        # may a branch: several lanes compute both sides of one where that is harmless.
+        self.lane_em.unrolled_reduction = LANE_UNROLLED_REDUCTION
+        if self.lanes > 1:
+            self.lane_em.speculable_load = self.speculable_lane_load
         # Lane inputs are computed after the uniform steps of a chunk, from the uniform state
         # each step recorded, in a loop over the steps the compiler vectorises.
         self.table_em = ElementalEmitter(lang, self.body, dict(constants), simd_reductions=False)
@@ -160,7 +167,9 @@ class WholeLoopEmitter(BlockEmission):
         self.table_em._no_hoist = 1
         self.recorded = self._recorded_uniform()
         self.chunk = self._chunk_steps()
-        self.deferred = deferred_selects(plan)
+        # A looped element's positions share one mask: its select must pick per lane.
+        self.deferred = {i: d for i, d in deferred_selects(plan).items()
+                         if d.per_lane or plan.elements_per_env(i) <= LOOPED_ELEMENTS}
         self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
 
     def _reserve_names(self) -> None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 
 from hlofuse.analysis.parallel_loop import Accumulator, LoopPlan
 from hlofuse.codegen import cir, mathlib
@@ -29,12 +30,22 @@ from hlofuse.codegen.cir import Binary, Expr, Stmt
 from hlofuse.codegen.element import SCALAR, UNROLL_ELEMENTS, Index, Value, expr_of, strides_of
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.language import CLanguage
-from hlofuse.codegen.whole_loop_lanes import Deferred
+from hlofuse.codegen.licm import hoist_invariants, index_range
+from hlofuse.codegen.whole_loop_lanes import Deferred, math_lane_dim
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 
+# A per-lane element of more positions than this is computed in a loop over its positions
+# into the block's scratch area (`n<i>[position][lane]`), not written out position by position.
+LOOPED_ELEMENTS = 64
+# Reductions in lane code over at most this many elements are written out, as the lane's
+# accumulated sums are: a loop inside the loop over the lanes keeps it from vectorising.
+LANE_UNROLLED_REDUCTION = 64
+# A per-lane element read at a computed position is a select over its positions when it
+# has at most this many (the index is in range: lane code clamps it as XLA does).
+LANE_SELECTED_READ = 32
 # Lane-steps below which a chunk runs on the calling thread alone (about a millisecond).
 PARALLEL_MIN_ENV_STEPS = 1 << 17
 L = cir.Var("l")
@@ -99,6 +110,33 @@ class BlockEmission:
         """The elements of the lane's part of per-lane loop element `element`."""
         return env_indices(self._shape(element).dims, self.env, self._lane_dim(element))
 
+    def _looped(self, element: int) -> bool:
+        return self.plan.elements_per_env(element) > LOOPED_ELEMENTS
+
+    def _lane_index_at(self, element: int, q: Expr) -> Index:
+        """Element q (an expression: the position loop's variable) of the lane's part of loop
+        element `element`."""
+        dims, d = self._shape(element).dims, self._lane_dim(element)
+        rest = dims[:d] + dims[d + 1:]
+        multi: list[Expr] = []
+        for size, stride in zip(rest, strides_of(rest)):
+            multi.append(cir.Int(0) if size == 1 else cir.mod(cir.div(q, stride), size))
+        multi.insert(d, self.env)
+        return Index(dims, None, tuple(multi), None)
+
+    @contextlib.contextmanager
+    def _positions(self, element: int) -> Iterator[tuple[Expr, Index]]:
+        """A loop over the positions of the lane's part of a looped element; what every
+        position computes alike moves in front of it."""
+        var = self.body.fresh("q")
+        with self.body.loop(var, 0, self.plan.elements_per_env(element)):
+            yield cir.Var(var), self._lane_index_at(element, cir.Var(var))
+        stmts = self.body.scope.stmts
+        loop = stmts.pop()
+        assert isinstance(loop, cir.For)
+        stmts += hoist_invariants(loop, _read_only_in_steps)
+        stmts.append(loop)
+
     def _position(self, element: int, q: Expr) -> Expr:
         """Where element q of the lane's part of loop element `element` lies in the whole
         array (row-major, the lanes along the element's lane dimension)."""
@@ -113,6 +151,33 @@ class BlockEmission:
         outer_part = Binary("*", Binary("/", q, cir.Int(inner)), cir.Int(self.n * inner))
         return Binary("+", Binary("+", outer_part, Binary("%", q, cir.Int(inner))),
                       Binary("*", E, cir.Int(inner)))
+
+    def speculable_lane_load(self, load: cir.Load, defined: Mapping[str, Expr]) -> bool:
+        """A load lane code may run without its condition: the block's state at a position
+        known to lie in the lane's part (`s<i>[q][l]`, q a literal or a clamp), or the
+        step's row of a lane-input table (`tab<k>[t * count + q]`)."""
+        if not isinstance(load.array, cir.Var):
+            return False
+        name = load.array.name
+        if re.fullmatch(r"s\d+", name) and len(load.indices) == 2:
+            element = int(name[1:])
+            bounds = index_range(load.indices[0], defined)
+            return element in self.plan.per_env and bounds is not None and \
+                0 <= bounds[0] and bounds[1] < self.plan.elements_per_env(element) and \
+                load.indices[1] == L
+        if re.fullmatch(r"tab\d+", name) and len(load.indices) == 1:
+            k = int(name[3:])
+            if k >= len(self.plan.lane_inputs):
+                return False
+            count = max(1, self.plan.lane_inputs[k].shape.num_elements)
+            row = Binary("*", cir.Var("t"), cir.Int(count))
+            index = load.indices[0]
+            if index == row:
+                return True
+            if isinstance(index, Binary) and index.op == "+" and index.left == row:
+                bounds = index_range(index.right, defined)
+                return bounds is not None and 0 <= bounds[0] and bounds[1] < count
+        return False
 
     # --- blocks -----------------------------------------------------------------------------
 
@@ -155,6 +220,9 @@ class BlockEmission:
         for i in self.plan.per_env:
             body.declare(self._ctype(self._shape(i).dtype), f"s{i}",
                          dims=(self.plan.elements_per_env(i), lanes))
+            if self._looped(i):  # the step's new values, until every value is computed
+                body.declare(self._ctype(self._shape(i).dtype), f"n{i}",
+                             dims=(self.plan.elements_per_env(i), lanes))
         self._load_block()
         for k, acc in enumerate(self.plan.accumulators):
             identity = self.lane_em.scalar(acc.identity)
@@ -173,9 +241,14 @@ class BlockEmission:
             with first, body.loop("l", 0, self.lanes, ctype="int"):
                 self._declare_env()
                 for i in self.plan.per_env:
-                    for q, index in enumerate(self._lane_indices(i)):
+                    if self._looped(i):
+                        with self._positions(i) as (q, index):
+                            value = self.uniform_em.array_value(self.init[i], index)
+                            body.assign(cir.load(f"s{i}", q, L), value)
+                        continue
+                    for k, index in enumerate(self._lane_indices(i)):
                         value = self.uniform_em.array_value(self.init[i], index)
-                        body.assign(cir.load(f"s{i}", cir.Int(q), L), value)
+                        body.assign(cir.load(f"s{i}", cir.Int(k), L), value)
                 self._initial_streamed()
             with later, body.loop("l", 0, self.lanes, ctype="int"):
                 self._declare_env()
@@ -243,6 +316,7 @@ class BlockEmission:
         guarantees the index's lane component is the lane's own lane, so only
         the position inside the lane's part matters."""
         rest = dims[:env_dim] + dims[env_dim + 1:]
+        count = math.prod(rest)
 
         def read(index: Index) -> Value:
             em = self.lane_em
@@ -251,7 +325,15 @@ class BlockEmission:
                 multi = em.multi_of(index)
                 multi = multi[:env_dim] + multi[env_dim + 1:]
                 position = em.linear_of(Index(rest, None, multi, None))
-            return self.body.let(self._ctype(dtype), cir.load(array, position, L))
+            if isinstance(position, cir.Int) or count > LANE_SELECTED_READ or self.lanes == 1:
+                return self.body.let(self._ctype(dtype), cir.load(array, position, L))
+            # A computed position: each lane reads another row, which gcc will not gather
+            # from the block's arrays; a select over the rows keeps the lane loop a vector.
+            value: Expr = cir.load(array, cir.Int(count - 1), L)
+            for q in reversed(range(count - 1)):
+                value = cir.Select(Binary("==", position, cir.Int(q)),
+                                   cir.load(array, cir.Int(q), L), value)
+            return self.body.let(self._ctype(dtype), value)
 
         return read
 
@@ -284,9 +366,20 @@ class BlockEmission:
             self._declare_env()
             stores: list[Stmt] = []
             stored: set[str] = set()
+            looped = [i for i in self.plan.per_env if self._looped(i)]
             for i in self.plan.per_env:
                 deferred = self.deferred.get(i)
                 value = self.plan.body.root.operands[i] if deferred is None else deferred.kept
+                if i in looped:
+                    if deferred is not None:
+                        mask = masks[deferred.mask_key(self._lane_index_at(i, cir.Int(0)))]
+                        if mask not in stored:
+                            stored.add(mask)
+                            predicate = em.array_value(deferred.predicate,
+                                                       deferred.predicate_index(
+                                                           self._lane_index_at(i, cir.Int(0))))
+                            stores.append(cir.Assign(cir.load(mask, L), predicate))
+                    continue
                 for q, index in enumerate(self._lane_indices(i)):
                     stores.append(cir.Assign(cir.load(f"s{i}", cir.Int(q), L),
                                              em.array_value(value, index)))
@@ -301,8 +394,17 @@ class BlockEmission:
             for k, acc in enumerate(self.plan.accumulators):
                 self._accumulate(k, acc)
             stores += self._streamed_stores()
+            # Looped elements read the old state: computed before any store, then copied.
+            for i in looped:
+                deferred = self.deferred.get(i)
+                value = self.plan.body.root.operands[i] if deferred is None else deferred.kept
+                with self._positions(i) as (qv, index):
+                    body.assign(cir.load(f"n{i}", qv, L), em.array_value(value, index))
             for stmt in stores:
                 body.emit(stmt)
+            for i in looped:
+                with self._positions(i) as (qv, _):
+                    body.assign(cir.load(f"s{i}", qv, L), cir.load(f"n{i}", qv, L))
 
     def _streamed_stores(self) -> list[Stmt]:
         """The step's slice of each streamed element, stored straight to the output at the
@@ -352,10 +454,25 @@ class BlockEmission:
         body, em = self.body, self.lane_em
         groups: dict[Expr, list[tuple[int, int, Instruction, Index]]] = {}
         for i, deferred in self.deferred.items():
-            for q, index in enumerate(self._lane_indices(i)):
+            if self._looped(i):
+                # one entry for the whole element, its positions looped over (q = -1)
+                index = self._lane_index_at(i, cir.Int(0))
                 mask: Expr = cir.load(masks[deferred.mask_key(index)], L)
                 test = mask if deferred.when else cir.Unary("!", mask)
+                groups.setdefault(test, []).append((i, -1, deferred.operand, index))
+                continue
+            for q, index in enumerate(self._lane_indices(i)):
+                mask = cir.load(masks[deferred.mask_key(index)], L)
+                test = mask if deferred.when else cir.Unary("!", mask)
                 groups.setdefault(test, []).append((i, q, deferred.operand, index))
+        looped = {test: [x for x in stores if x[1] < 0] for test, stores in groups.items()}
+        groups = {test: [x for x in stores if x[1] >= 0] for test, stores in groups.items()}
+        looped = {test: stores for test, stores in looped.items() if stores}
+        groups = {test: stores for test, stores in groups.items() if stores}
+        if looped:
+            self._deferred_looped(looped)
+        if not groups:
+            return
         if self.lanes > 1:
             self._deferred_blend(groups)
             return
@@ -366,6 +483,20 @@ class BlockEmission:
                     for i, q, operand, index in stores:
                         body.assign(cir.load(f"s{i}", cir.Int(q), L),
                                     em.array_value(operand, index))
+
+    def _deferred_looped(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]]
+                         ) -> None:
+        """Looped elements' deferred operands, lane by lane and only in the lanes that pick
+        them: their position loops keep the lane loop from vectorising, so a blend would
+        compute every lane of the block for the few that reset."""
+        body, em = self.body, self.lane_em
+        with self._lane_loop(cir.SEQUENTIAL):
+            self._declare_env()
+            for test, stores in groups.items():
+                with body.if_(test):
+                    for i, _, operand, _ in stores:
+                        with self._positions(i) as (qv, at):
+                            body.assign(cir.load(f"s{i}", qv, L), em.array_value(operand, at))
 
     def _deferred_blend(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]]
                         ) -> None:
@@ -413,7 +544,7 @@ class BlockEmission:
             self._declare_env()
             tests: list[Stmt] = []
             for inst, form in self.small_math:
-                for index in env_indices(inst.shape.dims, self.env):
+                for index in env_indices(inst.shape.dims, self.env, self._math_lane_dim(inst)):
                     argument = self.lane_em.array_value(inst.operands[0], index)
                     test = cir.Assign(large, cir.Unary("!", cir.call(form.guard, argument)), "|=")
                     if test not in tests:
@@ -424,15 +555,22 @@ class BlockEmission:
             for k, (inst, form) in enumerate(self.small_math):
                 full = mathlib.lookup(form.name, form.dtype)
                 assert full is not None
-                for q, index in enumerate(env_indices(inst.shape.dims, self.env)):
+                lane_dim = self._math_lane_dim(inst)
+                for q, index in enumerate(env_indices(inst.shape.dims, self.env, lane_dim)):
                     argument = self.lane_em.array_value(inst.operands[0], index)
                     body.assign(cir.load(f"fm{k}", cir.Int(q), L), cir.call(full.c_name, argument))
         for k, (inst, form) in enumerate(self.small_math):
             self.lane_em.bindings[id(inst)] = self._small_argument_reader(k, inst, form)
 
+    def _math_lane_dim(self, inst: Instruction) -> int:
+        lane_dim = math_lane_dim(self.plan, inst)
+        assert lane_dim is not None
+        return lane_dim
+
     def _small_argument_reader(self, k: int, inst: Instruction,
                                form: mathlib.SmallArgumentForm) -> Callable[[Index], Value]:
-        full_value = self._lane_reader(f"fm{k}", inst.dtype, inst.shape.dims, 0)
+        full_value = self._lane_reader(f"fm{k}", inst.dtype, inst.shape.dims,
+                                       self._math_lane_dim(inst))
 
         def read(index: Index) -> Value:
             argument = self.lane_em.array_value(inst.operands[0], index)
@@ -457,10 +595,13 @@ class BlockEmission:
         em, body = self.lane_em, self.body
         dims = operand.shape.dims
         loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
-        if not loops:
-            multi = tuple(self.env if d == env_dim else cir.Int(0) for d in range(len(dims)))
-            value = em.array_value(operand, Index(dims, None, multi, None))
-            return em.apply_reducer(acc.reducer, [total], [value])[0]
+        if math.prod(size for _, size in loops) <= LANE_UNROLLED_REDUCTION:
+            # written out in the loops' order: row-major over the lane's positions
+            for index in env_indices(dims, self.env, env_dim or 0) if env_dim is not None \
+                    else element_indices(dims):
+                value = em.array_value(operand, index)
+                total = em.apply_reducer(acc.reducer, [total], [value])[0]
+            return total
         name = body.variable(self._ctype(operand.dtype), "acc", total)
         variables = {d: body.fresh("r") for d, _ in loops}
         multi = tuple(self.env if d == env_dim else
@@ -553,6 +694,15 @@ def copy(store: Callable[[Expr, Expr], Stmt], source: Callable[[Expr], Expr],
         return store(q, value if convert is None else convert(value))
 
     return statement
+
+
+def _read_only_in_steps(array: str) -> bool:
+    """Arrays lane code reads at positions valid in every step: the step's lane-input tables,
+    the block's state and the full-function math values (`tab<k>`, `s<i>`, `fm<k>`)."""
+    return _READ_ONLY.fullmatch(array) is not None
+
+
+_READ_ONLY = re.compile(r"(tab|s|fm)\d+")
 
 
 def _named(name: str) -> Callable[[Index], Value]:

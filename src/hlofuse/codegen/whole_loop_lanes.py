@@ -49,6 +49,9 @@ class Deferred:
     operand: Instruction
     kept: Instruction
     when: bool
+    # The predicate is the same at every position of a lane (the auto-reset's `done`
+    # broadcast over the lane's state): one mask per lane.
+    per_lane: bool = False
 
     @property
     def predicate(self) -> Instruction:
@@ -59,6 +62,8 @@ class Deferred:
         return index if self.predicate.shape.dims == self.select.shape.dims else SCALAR
 
     def mask_key(self, index: Index) -> tuple[object, ...]:
+        if self.per_lane:
+            return (id(self.predicate),)
         return (id(self.predicate), *self.predicate_index(index).key)
 
 
@@ -90,28 +95,45 @@ def deferred_selects(plan: LoopPlan) -> dict[int, Deferred]:
         for operand, kept, when in ((on_true, on_false, True), (on_false, on_true, False)):
             if id(operand) in plan.dependent or lane_operations(plan, operand) < DEFER_MIN_OPS:
                 continue
-            out[i] = Deferred(value, operand, kept, when)
+            out[i] = Deferred(value, operand, kept, when, _is_per_lane(plan, value.operands[0]))
             break
     return out
+
+
+def _is_per_lane(plan: LoopPlan, predicate: Instruction) -> bool:
+    """Whether a predicate is one value per lane broadcast over the lane's positions."""
+    if not predicate.shape.dims:
+        return True
+    if predicate.op is not Op.BROADCAST:
+        return False
+    return predicate.operands[0].shape.num_elements == plan.size
 
 
 def small_argument_math(plan: LoopPlan, max_positions: int
                         ) -> list[tuple[Instruction, mathlib.SmallArgumentForm]]:
     """The state-dependent math instructions of lane code whose function has a small-argument
-    form: lane as leading dimension, at most `max_positions` elements per lane,
-    a cheap operand."""
+    form: at most `max_positions` elements per lane, a cheap operand."""
     out = []
     for inst in plan.body.instructions:
         name = _MATH_NAMES.get(inst.op)
         form = None if name is None else mathlib.small_argument_form(name, inst.dtype)
         if form is None or id(inst) not in plan.dependent or id(inst) not in plan.lane:
             continue
-        dims = inst.shape.dims
-        if not dims or dims[0] != plan.size or inst.shape.num_elements // plan.size > \
-                max_positions:
-            continue
-        if plan.size > 1 and plan.env_dims.get(id(inst)) != 0:
+        lane_dim = math_lane_dim(plan, inst)
+        if lane_dim is None or inst.shape.num_elements // plan.size > max_positions:
             continue
         if lane_operations(plan, inst.operands[0]) <= SMALL_ARGUMENT_MAX_OPERAND_OPS:
             out.append((inst, form))
     return out
+
+
+def math_lane_dim(plan: LoopPlan, inst: Instruction) -> int | None:
+    """The dimension of a per-lane math instruction that holds the lanes (the leading one of
+    a single lane), None when that is not a whole dimension of N."""
+    dims = inst.shape.dims
+    if plan.size == 1:
+        return 0 if dims and dims[0] == 1 else None
+    env = plan.env_dims.get(id(inst))
+    if not isinstance(env, int) or env >= len(dims) or dims[env] != plan.size:
+        return None
+    return env

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.analysis.loops import NotCounted, counted_loop
 from hlofuse.analysis.parallel_loop import (
+    DEFAULT_MAX_STATE_ELEMENTS_PER_ENV,
+    DEFAULT_MAX_UNIFORM_ELEMENTS,
     MAX_LANES,
     LoopPlan,
     Refusal,
@@ -76,8 +78,8 @@ class WholeLoopFusion:
 
     name: ClassVar[str] = "whole-loop-fusion"
     lanes: int = 0  # lanes per block; 0 chooses per loop (`default_lanes`)
-    max_state_elements_per_env: int = 64
-    max_uniform_elements: int = 64
+    max_state_elements_per_env: int = DEFAULT_MAX_STATE_ELEMENTS_PER_ENV
+    max_uniform_elements: int = DEFAULT_MAX_UNIFORM_ELEMENTS
 
     def __post_init__(self) -> None:
         if not 0 <= self.lanes <= MAX_LANES:

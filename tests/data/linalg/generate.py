@@ -104,6 +104,29 @@ def rigid_body_rollout(q: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array
     return q, v
 
 
+def implicit_rollout(x: jax.Array) -> jax.Array:
+    """Backward Euler on a nonlinear oscillator chain: each step linearises the dynamics at
+    the state (a Jacobian that is not symmetric) and solves (I - h J) dx = h f(x) with
+    `jnp.linalg.solve` (LU with partial pivoting), 25 steps, as a stiff integrator does."""
+    n = x.shape[-1]
+    eye = jnp.eye(n, dtype=x.dtype)
+    shift = jnp.roll(eye, 1, axis=-1)  # couples each coordinate to the next
+    h = 0.1
+
+    def step(x: jax.Array, _: None) -> tuple[jax.Array, None]:
+        f = -x + 0.8 * jnp.tanh(x) @ shift.T
+        jac = -eye + 0.8 * (1.0 - jnp.tanh(x) ** 2)[..., None, :] * shift
+        dx = jnp.linalg.solve(eye - h * jac, h * f[..., None])[..., 0]
+        return x + dx, None
+
+    x, _ = jax.lax.scan(step, x, None, length=25)
+    return x
+
+
+def states(n: int) -> Maker:
+    return lambda rng, batch, dt: [rng.standard_normal((*batch, n)).astype(dt)]
+
+
 def bodies(n: int) -> Maker:
     return lambda rng, batch, dt: [rng.standard_normal((*batch, n)).astype(dt),
                                    np.zeros((*batch, n), dt)]
@@ -111,6 +134,7 @@ def bodies(n: int) -> Maker:
 
 PROGRAMS: dict[str, tuple[Callable[..., object], Maker]] = {
     "rollout_rigid_body": (rigid_body_rollout, bodies(5)),
+    "rollout_implicit": (implicit_rollout, states(4)),
     "cholesky": (jnp.linalg.cholesky, spd(5)),
     "cholesky_indefinite": (jnp.linalg.cholesky, indefinite(4)),
     "solve": (jnp.linalg.solve, system(5, 3)),

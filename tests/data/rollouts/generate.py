@@ -49,6 +49,7 @@ EXPORT_OPTIONS: dict[str, dict[str, int]] = {
     "mountain_car": {"max_steps": 20},
     "mountain_car_continuous": {"max_steps": 14},
     "bandit": {"max_steps": 12},
+    "rigid_body": {"max_steps": 15},
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 from jax import lax
 
 Rollout = Callable[[jax.Array], Any]
@@ -356,6 +357,46 @@ def make_particles(n: int, t: int) -> Rollout:
     return _batched_rollout(reset, step, policy, n, t)
 
 
+# --- A chain of rigid links in generalised coordinates, a mass-matrix solve per step ----------
+
+LINKS = 5
+
+
+def make_rigid_body(n: int, t: int, max_steps: int = 200) -> Rollout:
+    """A planar chain of LINKS links hanging from a pivot, in joint angles q. Each step builds
+    the configuration-dependent mass matrix M(q) = diag(inertia) + J(q)^T J(q) (J: the tip's
+    horizontal lever arms, cumulative sums of the links' cosines), factorises it and solves
+    M a = torque - damping - gravity for the joint accelerations, then integrates by
+    semi-implicit Euler. Random torques at every joint; an episode ends when a joint swings
+    past 2.5 rad or after max_steps."""
+    dt, damping, gravity = 0.02, 0.2, 3.0
+    inertia = 1.0 + 0.25 * jnp.arange(LINKS, dtype=jnp.float32)
+    prefix = jnp.tril(jnp.ones((LINKS, LINKS), jnp.float32))  # arm of link i: links <= i
+
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        return {"q": jax.random.uniform(key, (LINKS,), minval=-0.3, maxval=0.3),
+                "v": jnp.zeros((LINKS,), jnp.float32), "t": jnp.zeros((), jnp.int32)}
+
+    def step(state: dict[str, jax.Array], torque: jax.Array) -> tuple[Any, Any, Any]:
+        q, v = state["q"], state["v"]
+        absolute = prefix @ q  # each link's angle from the vertical
+        arms = prefix.T @ jnp.cos(absolute)  # d(tip x)/dq_j: the links from j to the tip
+        mass = jnp.diag(inertia) + jnp.outer(arms, arms)
+        bias = damping * v + gravity * (prefix.T @ jnp.sin(absolute))
+        acc = jsl.cho_solve(jsl.cho_factor(mass, lower=True), torque - bias)
+        v = v + dt * acc
+        q = q + dt * v
+        steps = state["t"] + 1
+        done = jnp.any(jnp.abs(q) > 2.5) | (steps >= max_steps)
+        reward = -jnp.sum(q * q) - 0.01 * jnp.sum(torque * torque)
+        return {"q": q, "v": v, "t": steps}, reward, done
+
+    def policy(key: jax.Array, n: int) -> jax.Array:
+        return 2.0 * jax.random.normal(key, (n, LINKS))
+
+    return _batched_rollout(reset, step, policy, n, t)
+
+
 ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "acrobot": make_acrobot,
     "pendulum": make_pendulum,
@@ -365,4 +406,5 @@ ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "catch": make_catch,
     "bandit": make_bandit,
     "particles": make_particles,
+    "rigid_body": make_rigid_body,
 }

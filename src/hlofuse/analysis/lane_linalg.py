@@ -1,0 +1,63 @@
+"""Which factorisations and solves a whole-loop kernel's lane code computes itself, one small
+matrix per batch position (codegen/linalg_elemental.py writes them out), instead of calling
+the library: what the parallel-loop analysis accepts, and how much work it unrolls."""
+
+from __future__ import annotations
+
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.linalg import Routine, linalg_call
+from hlofuse.ir.ops import Op
+
+# Factorisations and solves lane code computes with the matrix written out
+# (codegen/linalg_elemental.py): f32 or f64, at most this many multiply-adds per matrix.
+LANE_LINALG_MAX_WORK = 2048
+
+
+def lane_linalg_routine(inst: Instruction) -> Routine | None:
+    """The routine of a factorisation or solve lane code can compute, one matrix per batch
+    position (the `cholesky` and `triangular-solve` opcodes, the potrf, trsm and getrf calls
+    and the pivots-to-permutation call); None for the others."""
+    if inst.op is Op.CHOLESKY:
+        return Routine.POTRF
+    if inst.op is Op.TRIANGULAR_SOLVE:
+        return Routine.TRSM
+    call = linalg_call(inst) if inst.op is Op.CUSTOM_CALL else None
+    if call is not None and call.routine in _LANE_ROUTINES:
+        return call.routine
+    return None
+
+
+_LANE_ROUTINES = (Routine.POTRF, Routine.TRSM, Routine.GETRF, Routine.PIVOTS_TO_PERMUTATION)
+
+
+def batch_rank(inst: Instruction) -> int:
+    """The leading (batch) dimensions of a linear-algebra instruction's first operand: all but
+    the matrix's two (the pivots' one, for the permutation)."""
+    minor = 1 if lane_linalg_routine(inst) is Routine.PIVOTS_TO_PERMUTATION else 2
+    return inst.operands[0].shape.rank - minor
+
+
+def lane_linalg_work(inst: Instruction) -> int | None:
+    """The multiply-adds (or selects) of one matrix of a factorisation or solve that lane code
+    can compute (None for any other instruction)."""
+    routine = lane_linalg_routine(inst)
+    if routine is None:
+        return None
+    a = inst.operands[0].shape
+    if routine is Routine.PIVOTS_TO_PERMUTATION:
+        return a.dims[-1] * inst.shape.dims[-1]
+    if a.dtype not in (DType.F32, DType.F64):
+        return None
+    m, n = a.dims[-2:]
+    if routine is Routine.POTRF:
+        return n * n * n // 6 + n * n
+    if routine is Routine.GETRF:
+        return m * n * min(m, n)
+    b = inst.operands[1].shape.dims
+    return n * b[-1] * b[-2]
+
+
+def is_lane_linalg(inst: Instruction) -> bool:
+    work = lane_linalg_work(inst)
+    return work is not None and work <= LANE_LINALG_MAX_WORK
