@@ -3,8 +3,9 @@
 #   1. every corpus program through the CUDA backend against JAX's recorded outputs;
 #   2. the CartPole study on the GPU at N = 1024, 16384, 262144 (checked against the reference
 #      interpreter at the smallest N, as the CPU study is);
-#   3. the peers bench (JAX on the GPU where jax[cuda] is installed).
-# Writes results/gpu/*.json. Budget: 120 + 140 + 35 s of timeouts.
+#   3. the peers bench: the hand-written CUDA kernel against the C kernel and hlofuse max on
+#      the CPU (and JAX on the GPU where jax[cuda] is installed).
+# Writes results/gpu/*.json. Budget: 120 + 140 + 50 s of timeouts.
 # Needs nvcc (CUDA 12 or later) and a driver; ARCH picks the target (default: the device's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,13 +33,17 @@ timeout 140 "$HLOFUSE" cartpole --backend cuda --envs 1024,16384,262144 --steps 
   --repeats 3 --variants baseline,fused-rng,split-state,unroll10,all,max \
   --out "$OUT" || echo "gpu_check: the study did not finish (see above)"
 
-echo "== 3/3 peers (JAX on the GPU where installed)"
+echo "== 3/3 peers: the hand-written CUDA kernel (studies/peers/cartpole_kernel.cu), the C"
+echo "   kernel and hlofuse max on the CPU, and JAX's scan where it sees the GPU"
+# The study's `max` row on the GPU (step 2) is the figure to compare with `cuda` here.
+peers=cuda,c,hlofuse-max
 if "$PY" -c "import jax; assert jax.devices('gpu')" >/dev/null 2>&1; then
-  timeout 35 "$HLOFUSE" bench peers --envs 1024,16384 --budget 1 --out "$OUT" \
-    || echo "gpu_check: peers did not finish"
+  peers="$peers,jax-scan-split-u10"
 else
-  echo "gpu_check: no JAX with a GPU; peers skipped"
+  echo "gpu_check: no JAX with a GPU; the JAX peer is left out"
 fi
+HLOFUSE_CUDA_ARCH="$ARCH" timeout 50 "$HLOFUSE" bench peers --envs 1024,16384 \
+  --budget 1 --peers "$peers" --out "$OUT" || echo "gpu_check: peers did not finish"
 
 # The model's prediction needs no GPU (hlofuse cartpole --predict a100|h100 --envs 16384 on
 # any machine); it is left out here to keep the check under five minutes.

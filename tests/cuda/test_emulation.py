@@ -94,3 +94,20 @@ def test_debug_build_checks_every_launch() -> None:
     executable = compile_cuda(fused_corpus("fori_loop"), emulate=True, debug=True)
     assert "HLOFUSE_AFTER_LAUNCH(hlo)" in executable.source()
     assert_matches(flatten_value(executable(*inputs)), expected, "fori_loop (debug)")
+
+
+@pytest.mark.needs_cc
+def test_profile_times_each_launch_with_cuda_events() -> None:
+    """The per-kernel profile records a pair of CUDA events around each launch and copy (in
+    the emulation, events read a host clock): every kernel of the loop body is counted once
+    per trip and run, with a positive time, and the kernels' time fits in the wall time."""
+    _, inputs, expected = load_corpus_case("fori_loop")
+    executable = compile_cuda(fused_corpus("fori_loop"), emulate=True)
+    assert "cudaEventRecord(hlofuse_profile_events[0]" in executable.source()
+    profile = executable.profile(*inputs, repeat=3)
+    called = [r for r in profile.rows if r.calls]
+    assert called and profile.runs == 3
+    assert all(r.calls % 3 == 0 and r.total_s > 0 for r in called)
+    assert max(r.calls for r in called) > 3  # the loop body's kernels: once per trip
+    assert 0 < profile.kernel_s <= profile.wall_s
+    assert_matches(flatten_value(executable(*inputs)), expected, "fori_loop (after profiling)")

@@ -15,7 +15,7 @@ from hlofuse.toolchain.compiler import NvccNotFound, _find_nvcc, find_nvcc
 from tests.conftest import CORPUS
 from tests.cuda.conftest import fused_corpus, needs_nvcc
 
-QUICK = ["layer_norm", "cond", "random_uniform", "dynamic_slice_update", "argmax"]
+QUICK = ["layer_norm", "cond", "random_uniform", "dynamic_slice_update", "argmax", "reductions"]
 
 
 @needs_nvcc

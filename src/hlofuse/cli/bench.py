@@ -25,8 +25,7 @@ from hlofuse.studies.peers.bench import (
 from hlofuse.studies.peers.registry import PeerRegistry, default_registry
 
 if TYPE_CHECKING:
-    from rich.markup import escape
-from rich.table import Table
+    from rich.table import Table
 
 BENCH_DEFAULT_ENVS = "1,64,1024,16384"
 DEFAULTS = BenchConfig()
@@ -120,6 +119,7 @@ def run_and_report(
     registry: PeerRegistry, selected: list[str], config: BenchConfig, out: Path
 ) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console()

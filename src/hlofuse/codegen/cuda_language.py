@@ -11,9 +11,11 @@ marked `parallel` becomes a grid-stride loop.
 
 A kernel is launched over a grid only when that is correct without a grid-wide barrier:
 its body is declarations of values (no memory of its own, no stores) and parallel regions
-(or one library call). A whole-loop kernel gets a grid of its own kind (`_whole_loop_grid`).
-Every other kernel (a sequence of loops, temporaries) is launched on one thread, where the
-same code runs in order: correct, slow, and named as such by `launch_threads` returning 1.
+(or one library call). A whole-loop kernel gets a grid of its own kind (`_whole_loop_grid`),
+and reduction kernels are written for warps and blocks by codegen/cuda_reductions.py, which
+declares their grid through `grid_function`. Every other kernel (a sequence of loops,
+temporaries, the reductions that module leaves) is launched on one thread, where the same
+code runs in order: correct, slow, and named as such by `launch_threads` returning 1.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from dataclasses import dataclass
 from hlofuse.codegen import cir
 from hlofuse.codegen.language import CLanguage
 
-# The name of the constant a kernel's text declares: how many threads its grid has.
+# The names of the constants a kernel's text declares: how many threads its grid has, and
+# how many of them make a block.
 THREADS_SUFFIX = "_threads"
+BLOCK_SUFFIX = "_block"
+DEFAULT_BLOCK = 256
 _FUNCTION_START = re.compile(r"^static (inline )?", re.MULTILINE)
 
 
@@ -73,11 +78,15 @@ class CudaLanguage(CLanguage):
         if whole_loop is not None:
             globals_text, body, threads = whole_loop
             f = cir.Function(f.name, f.parameters, body, f.qualifier, f.comment, f.returns)
-            return (globals_text + f"static const int64_t {f.name}{THREADS_SUFFIX} = "
-                    f"{threads};\n" + super().function(f))
-        constant = (f"static const int64_t {f.name}{THREADS_SUFFIX} = "
-                    f"{launch_threads(f.body)};\n")
-        return constant + super().function(f)
+            return globals_text + self.grid_function(f, threads, DEFAULT_BLOCK)
+        return self.grid_function(f, launch_threads(f.body), DEFAULT_BLOCK)
+
+    def grid_function(self, f: cir.Function, threads: int, block: int) -> str:
+        """A kernel with the grid it is launched over: `threads` in all, at most `block` to
+        a block (kernels that exchange values through a block or warp rely on its size)."""
+        return (f"static const int64_t {f.name}{THREADS_SUFFIX} = {threads};\n"
+                f"static const int {f.name}{BLOCK_SUFFIX} = {block};\n"
+                + super().function(f))
 
 
 def launch_threads(body: list[cir.Stmt]) -> int:
@@ -94,7 +103,7 @@ def launch_threads(body: list[cir.Stmt]) -> int:
         if isinstance(s, cir.ParallelRegion) or s in calls:
             continue
         if isinstance(s, cir.Declare) and not s.dims and s.init is not None \
-                and not _allocates(s.init):
+                and not allocates(s.init):
             continue
         if isinstance(s, cir.ExprStmt) and isinstance(s.expr, cir.Cast) \
                 and s.expr.ctype == "void":
@@ -139,7 +148,7 @@ def _whole_loop_grid(f: cir.Function) -> tuple[str, list[cir.Stmt], int] | None:
     out: list[cir.Stmt] = []
     for s in body[:end]:
         if isinstance(s, cir.Declare) and s.name.startswith("part") and s.init is not None \
-                and _allocates(s.init):
+                and allocates(s.init):
             count = _allocation_count(s.init)
             if count is None:
                 return None
@@ -194,10 +203,11 @@ def _stores_into(s: cir.Stmt, arrays: set[str]) -> bool:
             and len(s.target.indices) == 1)
 
 
-def _allocates(e: cir.Expr) -> bool:
+def allocates(e: cir.Expr) -> bool:
+    """Whether `e` calls malloc or calloc (memory of a kernel's own)."""
     if isinstance(e, cir.Call) and e.function in ("malloc", "calloc"):
         return True
-    return any(_allocates(c) for c in _children(e))
+    return any(allocates(c) for c in _children(e))
 
 
 def _children(e: cir.Expr) -> list[cir.Expr]:

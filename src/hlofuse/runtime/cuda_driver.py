@@ -15,7 +15,12 @@ from importlib import resources
 
 from hlofuse.codegen import cir, mathlib, templates
 from hlofuse.codegen.cir import Expr, Stmt
-from hlofuse.codegen.cuda_language import THREADS_SUFFIX, CudaLanguage, device_header
+from hlofuse.codegen.cuda_language import (
+    BLOCK_SUFFIX,
+    THREADS_SUFFIX,
+    CudaLanguage,
+    device_header,
+)
 from hlofuse.codegen.kernel_spec import EmittedKernel, sanitize
 from hlofuse.codegen.naming import Names
 from hlofuse.ir.dtypes import DType
@@ -60,7 +65,8 @@ def module_source(program: Program, emitted: Mapping[int, EmittedKernel],
         if function is None:
             name = names.unique(thunk.spec.label)
             names.reserve(*(f"{name}_part{k}" for k in range(kernel.part_count)),
-                          f"{name}{THREADS_SUFFIX}", f"{name}_global", f"{name}_launch")
+                          f"{name}{THREADS_SUFFIX}", f"{name}{BLOCK_SUFFIX}", f"{name}_global",
+                          f"{name}_launch")
             function = KernelFunction(name, kernel.parameter_types, kernel.comment)
             functions[kernel.code] = function
             definitions.append(kernel.definition.replace("$name", function.name))
@@ -96,7 +102,7 @@ def _launcher(function: KernelFunction) -> str:
             f"static void {name}_launch(const char *hlo{''.join(', ' + p for p in params)}) {{\n"
             f"  int64_t blocks;\n  int block;\n"
             f"  if (hlofuse_failed) return;\n"
-            f"  hlofuse_grid({name}{THREADS_SUFFIX}, &blocks, &block);\n"
+            f"  hlofuse_grid({name}{THREADS_SUFFIX}, {name}{BLOCK_SUFFIX}, &blocks, &block);\n"
             f"  HLOFUSE_LAUNCH({name}_global, blocks, block{''.join(', p' + str(k) for k in range(len(params)))});\n"  # noqa: E501
             f"  HLOFUSE_AFTER_LAUNCH(hlo);\n}}\n\n")
 

@@ -16,9 +16,10 @@ import json
 import time
 
 from hlofuse.codegen.cuda_language import CUDA, CudaLanguage
+from hlofuse.codegen.cuda_reductions import emit_cuda_reduction
 from hlofuse.codegen.element import UnsupportedInstruction
 from hlofuse.codegen.kernel import emit_kernel
-from hlofuse.codegen.kernel_spec import KernelOptions, sanitize
+from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, KernelSpec, sanitize
 from hlofuse.codegen.whole_loop import whole_loop_in_place
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import FusionKind
@@ -77,7 +78,7 @@ def _generate(module: Module, lang: CudaLanguage, options: KernelOptions) -> Gen
         if thunk.spec.kind == FusionKind.CUSTOM:
             thunk.spec = dataclasses.replace(thunk.spec,
                                              backend_config=one_lane(thunk.spec.backend_config))
-    emitted = {id(t): emit_kernel(t.spec, lang, options) for t in thunks
+    emitted = {id(t): _emit(t.spec, lang, options) for t in thunks
                if t.spec.kind != FusionKind.CUSTOM}
     in_place = {id(t): emitted[id(t)].in_place if id(t) in emitted
                 else whole_loop_in_place(t.spec) for t in thunks}
@@ -88,11 +89,21 @@ def _generate(module: Module, lang: CudaLanguage, options: KernelOptions) -> Gen
         if shared:
             thunk.spec = dataclasses.replace(thunk.spec, aliased=shared)
         if shared or id(thunk) not in emitted:
-            emitted[id(thunk)] = emit_kernel(thunk.spec, lang, options)
+            emitted[id(thunk)] = _emit(thunk.spec, lang, options)
     pool, offsets = _constant_pool(program)
     source = module_source(program, emitted, assignment, offsets, lang,
                            f"module {sanitize(module.name)}", int(pool.nbytes))
     return Generated(module, program, emitted, assignment, pool, offsets, source)
+
+
+def _emit(spec: KernelSpec, lang: CudaLanguage, options: KernelOptions) -> EmittedKernel:
+    """A reduction kernel as a grid of warps or blocks where codegen/cuda_reductions.py takes
+    it; every other kernel from the CPU's emitters, printed by the CUDA table."""
+    if spec.kind != FusionKind.CUSTOM:
+        grid = emit_cuda_reduction(spec, lang, options)
+        if grid is not None:
+            return grid
+    return emit_kernel(spec, lang, options)
 
 
 def one_lane(backend_config: str) -> str:

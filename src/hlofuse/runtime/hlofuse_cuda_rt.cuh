@@ -8,6 +8,31 @@
 /* The global thread index and the grid's size: a parallel part's share is one element. */
 #define HLOFUSE_THREAD ((int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x)
 #define HLOFUSE_THREADS ((int64_t)gridDim.x * (int64_t)blockDim.x)
+/* Reduction kernels (codegen/cuda_reductions.py): lanes, warps and blocks. */
+#define HLOFUSE_LANE ((int64_t)(threadIdx.x % 32u))
+#define HLOFUSE_WARP_IN_BLOCK ((int64_t)(threadIdx.x / 32u))
+#define HLOFUSE_WARP (HLOFUSE_THREAD / 32)
+#define HLOFUSE_WARPS (HLOFUSE_THREADS / 32)
+#define HLOFUSE_BLOCK ((int64_t)blockIdx.x)
+#define HLOFUSE_BLOCKS ((int64_t)gridDim.x)
+#define HLOFUSE_BLOCK_THREAD ((int64_t)threadIdx.x)
+
+/* __shfl_down_sync of any value of up to 8 bytes (integers narrower than 32 bits and pred
+   included, which CUDA's overloads do not take): its bits move as a 32- or 64-bit word. */
+template <typename T> static __device__ inline T hlofuse_shfl_down(T v, int offset, int width) {
+  if (sizeof(T) <= 4) {
+    unsigned int bits = 0;
+    memcpy(&bits, &v, sizeof(T));
+    bits = __shfl_down_sync(0xffffffffu, bits, (unsigned)offset, width);
+    memcpy(&v, &bits, sizeof(T));
+  } else {
+    unsigned long long bits = 0;
+    memcpy(&bits, &v, sizeof(T));
+    bits = __shfl_down_sync(0xffffffffu, bits, (unsigned)offset, width);
+    memcpy(&v, &bits, sizeof(T));
+  }
+  return v;
+}
 
 /* Whether the calling thread is the grid's last to get here: every thread's stores are made
    visible before it takes its ticket; the last resets the counter for the next launch. */
@@ -101,8 +126,10 @@ static void hlofuse_fail(const char *what, const char *where, cudaError_t e) {
 #define HLOFUSE_AFTER_LAUNCH(HLO) HLOFUSE_CUDA_CHECK(cudaGetLastError(), HLO)
 #endif
 
-static void hlofuse_grid(int64_t threads, int64_t *blocks, int *block) {
-  *block = threads < 256 ? (int)(threads > 0 ? threads : 1) : 256;
+/* `threads` in blocks of at most `most` (a kernel that exchanges values through a block or a
+   warp declares a grid that is a multiple of its block, or of 32, so every warp is whole). */
+static void hlofuse_grid(int64_t threads, int most, int64_t *blocks, int *block) {
+  *block = threads < most ? (int)(threads > 0 ? threads : 1) : most;
   int64_t b = (threads + *block - 1) / *block;
   *blocks = b < 1 ? 1 : (b > 2147483647 ? 2147483647 : b);
 }
@@ -134,24 +161,34 @@ typedef struct {
   double *totals;
   double *samples;
   int64_t capacity;
-  double started;
+  double started;  /* unused here: CUDA events time the kernels */
 } hlofuse_profile;
 
-static double hlofuse_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+/* A profiled run times every kernel and copy with a pair of CUDA events recorded around it on
+   the default stream (device time, without the host's launch overhead), and waits for the
+   second one, so each is timed alone. */
+static cudaEvent_t hlofuse_profile_events[2];
 
-/* A profiled run synchronises around every kernel and copy, so each is timed alone. */
 static void hlofuse_start(hlofuse_profile *p) {
-  cudaDeviceSynchronize();
-  p->started = hlofuse_now();
+  (void)p;
+  if (hlofuse_failed) return;
+  if (!hlofuse_profile_events[0]) {
+    HLOFUSE_CUDA_CHECK(cudaEventCreate(&hlofuse_profile_events[0]), "profile");
+    HLOFUSE_CUDA_CHECK(cudaEventCreate(&hlofuse_profile_events[1]), "profile");
+    if (hlofuse_failed) return;
+  }
+  HLOFUSE_CUDA_CHECK(cudaEventRecord(hlofuse_profile_events[0], 0), "profile");
 }
 
 static void hlofuse_stop(hlofuse_profile *p, int64_t id) {
-  cudaDeviceSynchronize();
-  double seconds = hlofuse_now() - p->started;
+  float ms = 0.0f;
+  if (hlofuse_failed) return;
+  HLOFUSE_CUDA_CHECK(cudaEventRecord(hlofuse_profile_events[1], 0), "profile");
+  HLOFUSE_CUDA_CHECK(cudaEventSynchronize(hlofuse_profile_events[1]), "profile");
+  HLOFUSE_CUDA_CHECK(cudaEventElapsedTime(&ms, hlofuse_profile_events[0],
+                                          hlofuse_profile_events[1]), "profile");
+  if (hlofuse_failed) return;
+  const double seconds = 1e-3 * (double)ms;
   int64_t n = p->counts[id]++;
   p->totals[id] += seconds;
   p->samples[id * p->capacity + n % p->capacity] = seconds;

@@ -86,6 +86,7 @@ def default_registry() -> PeerRegistry:
     """Every built-in peer, then hlofuse's compiled rollout where it exists."""
     from hlofuse.studies.peers import (
         c_peer,
+        cuda_peer,
         gymnasium_peer,
         hlofuse_peer,
         jax_peer,
@@ -94,7 +95,7 @@ def default_registry() -> PeerRegistry:
     )
 
     registry = PeerRegistry()
-    for module in (numpy_peer, gymnasium_peer, jax_peer, torch_peer, c_peer):
+    for module in (numpy_peer, gymnasium_peer, jax_peer, torch_peer, c_peer, cuda_peer):
         for peer in module.peers():
             registry.register_peer(peer)
     note = hlofuse_peer.register_hlofuse_peers(registry)

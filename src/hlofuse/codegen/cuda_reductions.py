@@ -1,0 +1,464 @@
+"""Reduction kernels for the CUDA target, shaped after XLA's GPU reduction emitters.
+
+A kernel whose outputs are all reduces of one input shape over the same dimensions (one
+reduce, or several: XLA's multi-output reduction fusion), or element-wise functions of such
+reduces (XLA's reduction epilogue: `neg(sum(x) / n)`), is seen as `[outer, extent, inner]`:
+the reduced dimensions contiguous in the middle (size-1 dimensions ignored).
+
+- Row reduction (`inner` = 1, the reduced dimensions minor-most): a warp per row when the row
+  is short, a block per row when it is long. Each thread accumulates a strided slice of the
+  row, then the warp combines its 32 partial values with `__shfl_down_sync`; a block also
+  passes the warps' totals through shared memory to its first warp, which combines them the
+  same way.
+- Column reduction (kept dimensions after the reduced ones): a tile of 32 columns per block;
+  lane x of warp y accumulates column x over the rows y, y + 8, ...; the 8 x 32 partial values
+  are transposed through shared memory, so each group of 8 consecutive lanes holds one
+  column's partial values and combines them with shuffles of width 8.
+
+XLA's row and column emitters (RowReductionFusion, ColumnReductionFusion with a 32-column
+tile) are the model; simpler here: the column tile is 8 warps tall (XLA's: 32 x 32 threads),
+short rows are not packed several to a warp, loads are not vectorised.
+
+The initial value is applied last (`init op total`), as the reference does. A reducer that
+is one op with an identity (add, multiply, min, max, and, or, xor) starts every thread at the
+identity; any other (variadic ones such as argmax included) starts each thread empty, with a
+flag, so lanes that saw no element drop out of the tree. Operands are f32, f64, integers or
+pred; float sums differ from the sequential order in the last bits. Anything else (f16/bf16,
+non-contiguous reduced dimensions, a reduction that needs a temporary, outputs of other
+shapes in the same kernel) returns None: the caller emits the CPU's loops, on one thread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hlofuse.analysis.reducers import identity, reducer_op
+from hlofuse.codegen import cir
+from hlofuse.codegen.cir import Expr, Stmt
+from hlofuse.codegen.cuda_language import CudaLanguage, allocates
+from hlofuse.codegen.element import (
+    Index,
+    NeedsLoopNest,
+    UnsupportedInstruction,
+    Value,
+    pick,
+)
+from hlofuse.codegen.kernel import KernelEmitter
+from hlofuse.codegen.kernel_spec import (
+    EmittedKernel,
+    KernelOptions,
+    KernelSpec,
+    kernel_comment,
+    leaf_shape,
+)
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op, OpKind
+
+WARP = 32
+BLOCK = 256  # threads per block: 8 warps
+WARPS_PER_BLOCK = BLOCK // WARP
+# Rows at least this long get a block each; shorter ones a warp each.
+BLOCK_PER_ROW_EXTENT = 2048
+_TYPES = frozenset({DType.F32, DType.F64, DType.PRED, DType.S8, DType.S16, DType.S32, DType.S64,
+                    DType.U8, DType.U16, DType.U32, DType.U64})
+
+
+@dataclass(frozen=True)
+class ReductionLayout:
+    """The reduces of a kernel as `[outer, extent, inner]` and the kind of kernel chosen."""
+
+    heroes: tuple[Instruction, ...]  # the reduces, each once
+    # (output argument, a reduce or its epilogue, the leaf of a variadic reduce's result)
+    outputs: tuple[tuple[int, Instruction, tuple[int, ...]], ...]
+    in_dims: tuple[int, ...]
+    outer: int
+    extent: int
+    inner: int
+
+    @property
+    def kind(self) -> str:
+        if self.inner > 1:
+            return "column"
+        return "block-row" if self.extent >= BLOCK_PER_ROW_EXTENT else "warp-row"
+
+    @property
+    def threads(self) -> int:
+        """The grid: a warp per row, a block per row, or a block per tile of 32 columns."""
+        if self.kind == "warp-row":
+            return max(self.outer, 1) * WARP
+        if self.kind == "block-row":
+            return max(self.outer, 1) * BLOCK
+        return self.outer * -(-self.inner // WARP) * BLOCK
+
+
+def _heroes(inst: Instruction, dims: tuple[int, ...], bound: set[int],
+            found: list[Instruction], seen: dict[int, bool], reach: dict[int, bool]) -> bool:
+    """Adds the reduces `inst` is computed from through element-wise ops of shape `dims`
+    (XLA's reduction epilogue) to `found`; False when a reduce is reached another way.
+    `seen` and `reach` remember instructions already answered (a fused computation is a
+    DAG: without them the walk is exponential in its depth)."""
+    known = seen.get(id(inst))
+    if known is not None:
+        return known
+    if id(inst) in bound:
+        answer = True
+    elif inst.op is Op.REDUCE:
+        answer = not inst.shape.is_tuple and inst.shape.dims == dims
+        if answer and all(h is not inst for h in found):
+            found.append(inst)
+    elif inst.definition.kind is OpKind.ELEMENTWISE and inst.op is not Op.MAP \
+            and inst.shape.dims == dims:
+        answer = all(_heroes(o, dims, bound, found, seen, reach) for o in inst.operands)
+    else:
+        answer = not _reaches_reduce(inst, bound, reach)
+    seen[id(inst)] = answer
+    return answer
+
+
+def _reaches_reduce(inst: Instruction, bound: set[int], seen: dict[int, bool]) -> bool:
+    known = seen.get(id(inst))
+    if known is not None:
+        return known
+    answer = id(inst) not in bound and (
+        inst.op is Op.REDUCE or any(_reaches_reduce(o, bound, seen) for o in inst.operands))
+    seen[id(inst)] = answer
+    return answer
+
+
+def reduction_layout(spec: KernelSpec) -> ReductionLayout | None:
+    """How the kernel's reduces map onto a grid, or None when this emitter does not take it."""
+    if not spec.outputs:
+        return None
+    bound = {id(inst) for inst, _ in spec.inputs}
+    heroes: list[Instruction] = []
+    outputs: list[tuple[int, Instruction, tuple[int, ...]]] = []
+    reach: dict[int, bool] = {}
+    for k, (inst, path) in enumerate(spec.outputs):
+        if id(inst) in bound:
+            return None
+        if inst.op is Op.REDUCE and inst.shape.is_tuple and len(path) == 1:
+            if all(h is not inst for h in heroes):
+                heroes.append(inst)  # one result of a variadic reduce (argmax's value, index)
+        elif path or inst.shape.is_tuple \
+                or not _heroes(inst, inst.shape.dims, bound, heroes, {}, reach) \
+                or not _reaches_reduce(inst, bound, reach):
+            return None  # not computed from the reduces element by element
+        outputs.append((k, inst, path))
+    if not heroes:
+        return None
+    key = (heroes[0].operands[0].shape.dims, tuple(sorted(heroes[0].ints("dimensions"))))
+    for hero in heroes:
+        count = len(hero.operands) // 2
+        if any(x.dtype not in _TYPES for x in hero.operands[:count]):
+            return None
+        if any(x.shape.dims != key[0] for x in hero.operands[:count]):
+            return None
+        if (hero.operands[0].shape.dims, tuple(sorted(hero.ints("dimensions")))) != key:
+            return None
+    in_dims, reduced = key
+    pattern = "".join("r" if d in reduced else "k" for d in range(len(in_dims))
+                      if in_dims[d] != 1)
+    first = pattern.find("r")
+    if first < 0 or "k" in pattern[first:pattern.rfind("r")]:
+        return None  # nothing reduced, or the reduced dimensions are not contiguous
+    big = [d for d in range(len(in_dims)) if in_dims[d] != 1]
+    head = big[first]
+    tail = big[pattern.rfind("r")]
+    outer = math.prod(in_dims[:head])
+    extent = math.prod(in_dims[head:tail + 1])
+    inner = math.prod(in_dims[tail + 1:])
+    if outer * extent * inner == 0:
+        return None
+    return ReductionLayout(tuple(heroes), tuple(outputs), in_dims, outer, extent, inner)
+
+
+def emit_cuda_reduction(spec: KernelSpec, lang: CudaLanguage,
+                        options: KernelOptions) -> EmittedKernel | None:
+    """The kernel as a grid of warps or blocks, or None (see the module's docstring)."""
+    layout = reduction_layout(spec)
+    if layout is None:
+        return None
+    try:
+        return _ReductionKernel(spec, lang, options, set(), layout).emit_grid()
+    except (NeedsLoopNest, UnsupportedInstruction):
+        return None
+
+
+class _ReductionKernel(KernelEmitter):
+    def __init__(self, spec: KernelSpec, lang: CudaLanguage, options: KernelOptions,
+                 nest_groups: set[int], layout: ReductionLayout) -> None:
+        super().__init__(spec, lang, options, nest_groups)
+        self.cuda = lang
+        self.layout = layout
+
+    def emit_grid(self) -> EmittedKernel | None:
+        stmts: list[Stmt] = []
+        with self.body.section(stmts):
+            kind = self.layout.kind
+            if kind == "warp-row":
+                self._warp_rows()
+            elif kind == "block-row":
+                self._block_rows()
+            else:
+                self._column_tiles()
+        prologue = self.body.prologue.stmts
+        if self.parts or self.epilogue or not all(_plain_declaration(s) for s in prologue):
+            return None  # a temporary or a loop outside the grid: the one-thread kernel
+        types = self.parameter_types()
+        names = [*self.input_names, *self.output_names]
+        function = cir.Function("$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
+                                [*prologue, *stmts], self.lang.kernel_qualifier)
+        code = self.cuda.grid_function(function, self.layout.threads, BLOCK)
+        comment = f"{kernel_comment(self.spec)}; CUDA {kind} reduction"
+        return EmittedKernel(code, types, (), comment, False, self.spec.kind, 0)
+
+    # --- pieces ---------------------------------------------------------------------------
+
+    def _start(self) -> list[_State]:
+        """Each reduce's accumulators: at its op's identity, or empty (a flag says whether
+        they hold a value yet) for a reducer without one (variadic, argmax)."""
+        out = []
+        for r in self.layout.heroes:
+            start = _identity(self.cuda, r)
+            if start is not None:
+                out.append(_State([self.body.variable(self.lang.register_type(r.dtype), "acc",
+                                                      start)], None))
+                continue
+            values = [self.body.variable(self.lang.register_type(t), "acc",
+                                         self.lang.literal(t, 0)) for t in _types(r)]
+            out.append(_State(values, self.body.variable("int", "has", cir.Int(0))))
+        return out
+
+    def _combine(self, r: Instruction, state: _State, others: list[Expr],
+                 other_has: Expr | None) -> None:
+        """state = reducer(state, others); `other_has` None: the others are values."""
+        em, body = self.em, self.body
+        new = em.apply_reducer(r.calls[0], list(state.values), others)
+        if state.has is None:
+            body.assign(state.values[0], new[0])
+            return
+        # Copies first: the reducer's results may read accumulators assigned below.
+        frozen = [body.variable(self.lang.register_type(t), "new", e)
+                  for t, e in zip(_types(r), new)]
+        for value, combined, other in zip(state.values, frozen, others):
+            pick: Expr = cir.Select(state.has, combined, other)
+            if other_has is not None:
+                pick = cir.Select(other_has, pick, value)
+            body.assign(value, pick)
+        body.assign(state.has, cir.Int(1) if other_has is None
+                    else cir.Binary("|", state.has, other_has))
+
+    def _accumulate(self, states: list[_State], linear: Expr) -> None:
+        index = Index(self.layout.in_dims, self.em.index_let(linear), None, None)
+        for state, r in zip(states, self.layout.heroes):
+            xs = [self.em.array_value(x, index) for x in r.operands[:len(r.operands) // 2]]
+            self._combine(r, state, xs, None)
+
+    def _shuffle(self, states: list[_State], width: int) -> None:
+        """Each group of `width` lanes combines its values into its first lane."""
+        offset = width // 2
+        while offset:
+            for state, r in zip(states, self.layout.heroes):
+                others = [self._shuffled(self.lang.register_type(t), v, offset, width)
+                          for t, v in zip(_types(r), state.values)]
+                other_has = None if state.has is None else \
+                    self._shuffled("int", state.has, offset, width)
+                self._combine(r, state, others, other_has)
+            offset //= 2
+
+    def _shuffled(self, ctype: str, value: Expr, offset: int, width: int) -> Expr:
+        return self.body.let(ctype, cir.call("hlofuse_shfl_down", value, cir.Int(offset),
+                                             cir.Int(width)))
+
+    def _store(self, states: list[_State], position: Expr) -> None:
+        """Each reduce's result is `init op total` (the init alone when it reduced nothing);
+        an output computed from reduces (XLA's reduction epilogue) reads them at its own
+        position, computed here, not hoisted."""
+        em, body = self.em, self.body
+        for state, r in zip(states, self.layout.heroes):
+            count = len(r.operands) // 2
+            inits = [em.scalar(i) for i in r.operands[count:]]
+            results = em.apply_reducer(r.calls[0], inits, list(state.values))
+            values = []
+            for t, init, result in zip(_types(r), inits, results):
+                chosen = result if state.has is None else cir.Select(state.has, result, init)
+                values.append(body.let(self.lang.register_type(t), chosen))
+            em.bindings[id(r)] = _constant(values[0]) if not r.shape.is_tuple \
+                else tuple(_constant(v) for v in values)
+        em._no_hoist += 1
+        try:
+            for k, inst, path in self.layout.outputs:
+                dims = leaf_shape(inst, path)
+                value = pick(em.value(inst, Index(dims.dims, position, None, None)), path)
+                if not isinstance(value, Expr):
+                    raise UnsupportedInstruction(f"%{inst.name}: expected an array value")
+                body.assign(cir.load(self.output_names[k], position),
+                            self.lang.to_storage(dims.dtype, value))
+        finally:
+            em._no_hoist -= 1
+
+    def _shared(self, r: Instruction, count: int, state: _State) -> _State:
+        """Shared arrays of `count` for each accumulator (and flag) of a reduce."""
+        def array(ctype: str) -> cir.Var:
+            name = self.body.fresh("shared")
+            self.body.declare(f"__shared__ {ctype}", name, dims=(count,))
+            return cir.Var(name)
+
+        values = [array(self.lang.register_type(t)) for t in _types(r)]
+        return _State(values, None if state.has is None else array("int"))
+
+    def _publish(self, states: list[_State], shared: list[_State], at: Expr) -> None:
+        for state, arrays in zip(states, shared):
+            for value, array in zip(state.values, arrays.values):
+                self.body.assign(cir.Load(array, (at,)), value)
+            if state.has is not None and arrays.has is not None:
+                self.body.assign(cir.Load(arrays.has, (at,)), state.has)
+
+    def _gather(self, shared: list[_State], at: Expr, valid: Expr | None) -> list[_State]:
+        """New accumulators read from shared memory at `at` (empty where not `valid`)."""
+        out = []
+        for arrays, r in zip(shared, self.layout.heroes):
+            start = _identity(self.cuda, r)
+            values = []
+            for t, array in zip(_types(r), arrays.values):
+                read: Expr = cir.Load(array, (at,))
+                if valid is not None:
+                    read = cir.Select(valid, read, start if start is not None
+                                      else self.lang.literal(t, 0))
+                values.append(self.body.variable(self.lang.register_type(t), "acc", read))
+            has = None
+            if arrays.has is not None:
+                flag: Expr = cir.Load(arrays.has, (at,))
+                if valid is not None:
+                    flag = cir.Select(valid, flag, cir.Int(0))
+                has = self.body.variable("int", "has", flag)
+            out.append(_State(values, has))
+        return out
+
+    def _grid_stride(self, start: str, stride: str) -> tuple[cir.Var, Stmt]:
+        """`v = start; while (v < count) { ...; v += stride; }`: the loop and its step."""
+        var = self.body.variable("int64_t", "unit", cir.Var(start))
+        return var, cir.Assign(var, cir.Var(stride), "+=")
+
+    # --- the three kernels ---------------------------------------------------------------
+
+    def _warp_rows(self) -> None:
+        body, layout = self.body, self.layout
+        lane = body.let("int64_t", cir.Var("HLOFUSE_LANE"), "lane")
+        row, step = self._grid_stride("HLOFUSE_WARP", "HLOFUSE_WARPS")
+        with body.while_(cir.Binary("<", row, cir.Int(layout.outer))):
+            accumulators = self._start()
+            j = body.fresh("j")
+            with body.loop(j, lane, layout.extent, step=WARP):
+                self._accumulate(accumulators, cir.add(cir.mul(row, layout.extent), cir.Var(j)))
+            self._shuffle(accumulators, WARP)
+            with body.if_(cir.Binary("==", lane, cir.Int(0))):
+                self._store(accumulators, row)
+            body.emit(step)
+
+    def _block_rows(self) -> None:
+        body, layout = self.body, self.layout
+        lane = body.let("int64_t", cir.Var("HLOFUSE_LANE"), "lane")
+        warp = body.let("int64_t", cir.Var("HLOFUSE_WARP_IN_BLOCK"), "warp")
+        row, step = self._grid_stride("HLOFUSE_BLOCK", "HLOFUSE_BLOCKS")
+        shared: list[_State] | None = None
+        with body.while_(cir.Binary("<", row, cir.Int(layout.outer))):
+            states = self._start()
+            if shared is None:
+                with body.hoisted():
+                    shared = [self._shared(r, WARPS_PER_BLOCK, state)
+                              for r, state in zip(layout.heroes, states)]
+            j = body.fresh("j")
+            with body.loop(j, cir.Var("HLOFUSE_BLOCK_THREAD"), layout.extent, step=BLOCK):
+                self._accumulate(states, cir.add(cir.mul(row, layout.extent), cir.Var(j)))
+            self._shuffle(states, WARP)
+            with body.if_(cir.Binary("==", lane, cir.Int(0))):
+                self._publish(states, shared, warp)
+            body.call("__syncthreads")
+            with body.if_(cir.Binary("==", warp, cir.Int(0))):
+                totals = self._gather(shared, lane,
+                                      cir.Binary("<", lane, cir.Int(WARPS_PER_BLOCK)))
+                self._shuffle(totals, WARP)
+                with body.if_(cir.Binary("==", lane, cir.Int(0))):
+                    self._store(totals, row)
+            body.call("__syncthreads")  # the totals are read before the next row writes them
+            body.emit(step)
+
+    def _column_tiles(self) -> None:
+        body, layout = self.body, self.layout
+        tiles_per_outer = -(-layout.inner // WARP)
+        pitch = WARP + 1  # a padded row: the transposed reads hit 32 different banks
+        lane = body.let("int64_t", cir.Var("HLOFUSE_LANE"), "lane")
+        warp = body.let("int64_t", cir.Var("HLOFUSE_WARP_IN_BLOCK"), "warp")
+        tiles = layout.outer * tiles_per_outer
+        tile, step = self._grid_stride("HLOFUSE_BLOCK", "HLOFUSE_BLOCKS")
+        shared: list[_State] | None = None
+        with body.while_(cir.Binary("<", tile, cir.Int(tiles))):
+            o = body.let("int64_t", cir.Binary("/", tile, cir.Int(tiles_per_outer)), "o")
+            first = body.let("int64_t", cir.mul(cir.Binary("%", tile, cir.Int(tiles_per_outer)),
+                                                WARP), "first")
+            column = body.let("int64_t", cir.add(first, lane), "column")
+            states = self._start()
+            if shared is None:
+                with body.hoisted():
+                    shared = [self._shared(r, WARPS_PER_BLOCK * pitch, state)
+                              for r, state in zip(layout.heroes, states)]
+            with body.if_(cir.Binary("<", column, cir.Int(layout.inner))):
+                r = body.fresh("r")
+                with body.loop(r, warp, layout.extent, step=WARPS_PER_BLOCK):
+                    row = cir.add(cir.mul(o, layout.extent), cir.Var(r))
+                    self._accumulate(states, cir.add(cir.mul(row, layout.inner), column))
+            self._publish(states, shared, cir.add(cir.mul(warp, pitch), lane))
+            body.call("__syncthreads")
+            # Transposed: lanes 8c .. 8c + 7 hold column c's partial values.
+            thread = cir.Var("HLOFUSE_BLOCK_THREAD")
+            mine = body.let("int64_t", cir.Binary("/", thread, cir.Int(WARPS_PER_BLOCK)), "c")
+            part = body.let("int64_t", cir.Binary("%", thread, cir.Int(WARPS_PER_BLOCK)), "p")
+            totals = self._gather(shared, cir.add(cir.mul(part, pitch), mine), None)
+            self._shuffle(totals, WARPS_PER_BLOCK)
+            out_column = cir.add(first, mine)
+            last = cir.Binary("&&", cir.Binary("==", part, cir.Int(0)),
+                              cir.Binary("<", out_column, cir.Int(layout.inner)))
+            with body.if_(last):
+                self._store(totals, cir.add(cir.mul(o, layout.inner), out_column))
+            body.call("__syncthreads")  # the tile is read before the next one overwrites it
+            body.emit(step)
+
+
+@dataclass(frozen=True)
+class _State:
+    """A reduce's accumulators (one per operand) and, for a reducer without an identity,
+    the flag saying whether they hold a value yet (None: they start at the identity)."""
+
+    values: list[cir.Var]
+    has: cir.Var | None
+
+
+def _types(r: Instruction) -> list[DType]:
+    return [x.dtype for x in r.operands[:len(r.operands) // 2]]
+
+
+def _identity(lang: CudaLanguage, r: Instruction) -> Expr | None:
+    """The identity of a one-operand reduce's op, as a literal; None without one."""
+    if len(r.operands) != 2:
+        return None
+    op = reducer_op(r.calls[0])
+    value = None if op is None else identity(op, r.dtype)
+    return None if value is None else lang.literal(r.dtype, value.item())
+
+
+def _constant(value: Expr) -> Callable[[Index], Value]:
+    """A binding whose every element is `value` (a reduce's result at the store's position)."""
+    return lambda index: value
+
+
+def _plain_declaration(s: Stmt) -> bool:
+    """A value declared once (no memory of its own): every thread may compute it."""
+    if isinstance(s, cir.Declare):
+        return (not s.dims or s.ctype.startswith("__shared__")) and (
+            s.init is None or not allocates(s.init))
+    return isinstance(s, cir.ExprStmt) and isinstance(s.expr, cir.Cast) \
+        and s.expr.ctype == "void"
