@@ -69,8 +69,14 @@ def solve_inputs(left: bool, n: int = N, dtype: type = np.float32) -> list[np.nd
     return [np.asarray(0, np.int32), a.astype(dtype), b.astype(dtype)]
 
 
-@pytest.mark.parametrize("left,lower,transpose,unit",
-                         list(itertools.product([True, False], repeat=4)))
+# Each attribute both ways in the default tier; every combination with -m slow.
+_DEFAULT_SOLVES = {(True, True, False, False), (True, False, True, True),
+                   (False, True, True, False), (False, False, False, True)}
+
+
+@pytest.mark.parametrize("left,lower,transpose,unit", [
+    pytest.param(*combo, marks=() if combo in _DEFAULT_SOLVES else pytest.mark.slow)
+    for combo in itertools.product([True, False], repeat=4)])
 def test_triangular_solve_in_lane_code_is_one_kernel_equal_to_the_library(
         left: bool, lower: bool, transpose: bool, unit: bool) -> None:
     module = solve_module(left, lower, transpose, unit)

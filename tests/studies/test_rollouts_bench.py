@@ -37,3 +37,29 @@ def test_unknown_program_is_named() -> None:
     config = RolloutsConfig(lanes=8, steps=4, corpus=CORPUS, names=("nope",))
     with pytest.raises(KeyError, match="no rollout named nope"):
         run_rollouts(config, progress=lambda line: None)
+
+
+@pytest.mark.slow  # a subprocess that exports and compiles a rollout three times (~30 s)
+@pytest.mark.needs_cc
+def test_threads_option_limits_both_libraries(tmp_path: Path) -> None:
+    """`--threads 1` in a fresh process: OpenMP and XLA's CPU client get one thread each, and
+    the JSON records it."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "XLA_FLAGS")}
+    code = ("import os, sys; from hlofuse.cli import main; rc = main(sys.argv[1:]); "
+            "print('OMP', os.environ['OMP_NUM_THREADS']); print('XLA', os.environ['XLA_FLAGS']);"
+            " sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code, "bench", "rollouts", "--threads", "1",
+                          "--lanes", "8", "--steps", "3", "--repeats", "1", "--programs",
+                          "catch", "--corpus", str(CORPUS), "--out", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "OMP 1" in out.stdout
+    assert "intra_op_parallelism_threads=1" in out.stdout
+    assert "--xla_cpu_multi_thread_eigen=false" in out.stdout
+    data = json.loads((tmp_path / "rollouts.json").read_text())
+    assert data["config"]["threads"] == 1

@@ -80,6 +80,9 @@ def add_bench_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     r.add_argument("--programs", default="", help="comma-separated names (default: all)")
     r.add_argument("--corpus", default="tests/data/rollouts",
                    help="folder of the corpus' programs.py (default tests/data/rollouts)")
+    r.add_argument("--threads", type=int, default=0,
+                   help="threads for both JAX (XLA's CPU thread pool) and hlofuse (OpenMP); "
+                   "default: each library's own default")
     r.add_argument("--out", default="results", help="output folder (default results/)")
     r.set_defaults(handler=cmd_bench_rollouts)
 
@@ -184,6 +187,7 @@ def results_tables(result: BenchResult) -> tuple[Table, Table]:
 def cmd_bench_rollouts(args: argparse.Namespace) -> int:
     from hlofuse.studies.rollouts_bench import (
         RolloutsConfig,
+        limit_threads,
         run_rollouts,
         table_rows,
     )
@@ -194,7 +198,11 @@ def cmd_bench_rollouts(args: argparse.Namespace) -> int:
     check_positive(args.steps, "--steps")
     check_positive(args.repeats, "--repeats")
     names = tuple(n.strip() for n in args.programs.split(",") if n.strip())
-    config = RolloutsConfig(args.lanes, args.steps, args.repeats, Path(args.corpus), names)
+    if args.threads:
+        check_positive(args.threads, "--threads")
+        limit_threads(args.threads)
+    config = RolloutsConfig(args.lanes, args.steps, args.repeats, Path(args.corpus), names,
+                            threads=args.threads or None)
     try:
         result = run_rollouts(config)
     except FileNotFoundError as e:

@@ -39,6 +39,19 @@ class RolloutsConfig:
     corpus: Path = Path("tests/data/rollouts")
     names: tuple[str, ...] = ()  # empty: every program
     strategies: tuple[str, ...] = STRATEGIES
+    threads: int | None = None  # set by limit_threads before JAX and OpenMP start
+
+
+def limit_threads(threads: int) -> None:
+    """Run JAX's CPU client and hlofuse's kernels on `threads` threads each: a comparison
+    that does not depend on how each library schedules threads on a busy machine. Works only
+    before JAX is imported and before the first compiled kernel loads (the command line)."""
+    if "jax" in sys.modules:
+        raise RuntimeError("limit_threads: JAX is already imported; its thread pool is fixed")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = (f"{flags} --xla_cpu_multi_thread_eigen={str(threads > 1).lower()}"
+                               f" intra_op_parallelism_threads={threads}").strip()
 
 
 @dataclass
@@ -154,7 +167,8 @@ def run_rollouts(config: RolloutsConfig, progress: Callable[[str], None] = print
         raise KeyError(f"no rollout named {', '.join(unknown)} (the corpus has "
                        f"{', '.join(sorted(programs.ROLLOUTS))})")
     result = RolloutsResult({"lanes": config.lanes, "steps": config.steps,
-                             "repeats": config.repeats, "programs": list(names),
+                             "repeats": config.repeats, "threads": config.threads,
+                             "programs": list(names),
                              "strategies": list(config.strategies)})
     key = jax.random.PRNGKey(0)
     key_array = np.asarray(key)
