@@ -1,19 +1,28 @@
 """Reduction kernels for the CUDA target, shaped after XLA's GPU reduction emitters.
 
-A kernel whose outputs are all reduces of one input shape over the same dimensions (one
-reduce, or several: XLA's multi-output reduction fusion), or element-wise functions of such
-reduces (XLA's reduction epilogue: `neg(sum(x) / n)`), is seen as `[outer, extent, inner]`:
-the reduced dimensions contiguous in the middle (size-1 dimensions ignored).
+A kernel whose outputs are reduces of one input shape over the same dimensions (one reduce,
+or several: XLA's multi-output reduction fusion), element-wise functions of such reduces
+(XLA's reduction epilogue: `neg(sum(x) / n)`), and outputs of the reduce input's shape (the
+fusion's side outputs, written by the thread that reads the element) is classified as XLA's
+GetReductionKindAndContiguousComponents does, after dropping size-1 dimensions and merging
+adjacent dimensions of one kind:
 
-- Row reduction (`inner` = 1, the reduced dimensions minor-most): a warp per row when the row
-  is short, a block per row when it is long. Each thread accumulates a strided slice of the
-  row, then the warp combines its 32 partial values with `__shfl_down_sync`; a block also
-  passes the warps' totals through shared memory to its first warp, which combines them the
-  same way.
-- Column reduction (kept dimensions after the reduced ones): a tile of 32 columns per block;
-  lane x of warp y accumulates column x over the rows y, y + 8, ...; the 8 x 32 partial values
-  are transposed through shared memory, so each group of 8 consecutive lanes holds one
-  column's partial values and combines them with shuffles of width 8.
+- Row reduction (`[major, outer, extent]`: the reduced dimensions minor-most, or XLA's
+  batched (R, K, R) with `major` reduced rows before the kept ones): a warp per row when the
+  row is short, a block per row when it is long. Each thread accumulates a strided slice of
+  each of the row's `major` segments, then the warp combines its 32 partial values with
+  `__shfl_down_sync`; a block also passes the warps' totals through shared memory to its
+  first warp, which combines them the same way.
+- Column reduction (`[outer, extent, inner]`, kept dimensions after the reduced ones): a tile
+  of 32 columns per block; lane x of warp y accumulates column x over the rows y, y + 8, ...;
+  the 8 x 32 partial values are transposed through shared memory, so each group of 8
+  consecutive lanes holds one column's partial values and combines them with shuffles of
+  width 8.
+- Elemental: reduced dimensions where neither they nor the kept ones are contiguous
+  (`{0, 2}` of a rank-4 array), or a reduction XLA's IsUnnestedReductionFasterThanElemental
+  leaves to the loop emitter (rows shorter than a warp, short narrow columns): one thread per
+  output element reduces its elements in order (XLA's ReductionSplitter, which first splits
+  a non-contiguous reduce into two, is a pass: not done here).
 
 XLA's row and column emitters (RowReductionFusion, ColumnReductionFusion with a 32-column
 tile) are the model; simpler here: the column tile is 8 warps tall (XLA's: 32 x 32 threads),
@@ -22,17 +31,23 @@ short rows are not packed several to a warp, loads are not vectorised.
 The initial value is applied last (`init op total`), as the reference does. A reducer that
 is one op with an identity (add, multiply, min, max, and, or, xor) starts every thread at the
 identity; any other (variadic ones such as argmax included) starts each thread empty, with a
-flag, so lanes that saw no element drop out of the tree. Operands are f32, f64, integers or
-pred; float sums differ from the sequential order in the last bits. Anything else (f16/bf16,
-non-contiguous reduced dimensions, a reduction that needs a temporary, outputs of other
-shapes in the same kernel) returns None: the caller emits the CPU's loops, on one thread.
+flag, so lanes that saw no element drop out of the tree. f16 and bf16 reduce as XLA compiles
+them for sm_80 (our target): the reducer in the reduce's own type, rounded after every
+application, unless XLA's GpuFloatSupport sends the reduce through FloatNormalization to f32
+(a bf16 reducer with add, multiply or subtract: those need Hopper); then a one-op bf16 add or
+multiply accumulates in f32 and rounds once. Anything else (a bf16 reducer of several ops
+that would be normalised, a kernel that still needs a temporary or a loop nest) returns
+None: the caller emits the CPU's loops, on one thread. A kernel that holds reduces but whose
+outputs are not reduces element by element (a broadcast or concatenate of sums: XLA's loop
+emitter) gets a thread per output element computing the reduces it reads in order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hlofuse.analysis.reducers import identity, reducer_op
 from hlofuse.codegen import cir
@@ -62,13 +77,18 @@ BLOCK = 256  # threads per block: 8 warps
 WARPS_PER_BLOCK = BLOCK // WARP
 # Rows at least this long get a block each; shorter ones a warp each.
 BLOCK_PER_ROW_EXTENT = 2048
-_TYPES = frozenset({DType.F32, DType.F64, DType.PRED, DType.S8, DType.S16, DType.S32, DType.S64,
-                    DType.U8, DType.U16, DType.U32, DType.U64})
+_TYPES = frozenset({DType.F16, DType.BF16, DType.F32, DType.F64, DType.PRED, DType.S8,
+                    DType.S16, DType.S32, DType.S64, DType.U8, DType.U16, DType.U32, DType.U64})
 
 
 @dataclass(frozen=True)
 class ReductionLayout:
-    """The reduces of a kernel as `[outer, extent, inner]` and the kind of kernel chosen."""
+    """The reduces of a kernel as XLA's ReductionDimensions and the kind of kernel chosen.
+
+    Row (and batched row): `[major, outer, extent]` with `inner` = 1, the reduced elements of
+    a row `major` x `extent` (XLA's (R, K, R)); column: `[outer, extent, inner]`, `major` = 1.
+    `elemental` (XLA's loop emitter for a reduction not from or to contiguous dimensions, or
+    one too small for the tiled emitters): one thread per output element."""
 
     heroes: tuple[Instruction, ...]  # the reduces, each once
     # (output argument, a reduce or its epilogue, the leaf of a variadic reduce's result)
@@ -77,16 +97,28 @@ class ReductionLayout:
     outer: int
     extent: int
     inner: int
+    major: int = 1
+    elemental: bool = False
+    reduced: tuple[int, ...] = ()  # the reduced dimensions (every kind)
+    # (output argument, an instruction of the input's shape): XLA's side outputs of a
+    # multi-output reduction fusion, written where the reduction reads the element
+    side: tuple[tuple[int, Instruction], ...] = ()
 
     @property
     def kind(self) -> str:
+        if self.elemental:
+            return "elemental"
         if self.inner > 1:
             return "column"
-        return "block-row" if self.extent >= BLOCK_PER_ROW_EXTENT else "warp-row"
+        return "block-row" if self.major * self.extent >= BLOCK_PER_ROW_EXTENT else "warp-row"
 
     @property
     def threads(self) -> int:
-        """The grid: a warp per row, a block per row, or a block per tile of 32 columns."""
+        """The grid: a warp per row, a block per row, a block per tile of 32 columns, or a
+        thread per output element."""
+        if self.kind == "elemental":
+            kept = math.prod(d for k, d in enumerate(self.in_dims) if k not in self.reduced)
+            return max(kept, 1)
         if self.kind == "warp-row":
             return max(self.outer, 1) * WARP
         if self.kind == "block-row":
@@ -135,6 +167,7 @@ def reduction_layout(spec: KernelSpec) -> ReductionLayout | None:
     bound = {id(inst) for inst, _ in spec.inputs}
     heroes: list[Instruction] = []
     outputs: list[tuple[int, Instruction, tuple[int, ...]]] = []
+    side: list[tuple[int, Instruction]] = []
     reach: dict[int, bool] = {}
     for k, (inst, path) in enumerate(spec.outputs):
         if id(inst) in bound:
@@ -142,9 +175,11 @@ def reduction_layout(spec: KernelSpec) -> ReductionLayout | None:
         if inst.op is Op.REDUCE and inst.shape.is_tuple and len(path) == 1:
             if all(h is not inst for h in heroes):
                 heroes.append(inst)  # one result of a variadic reduce (argmax's value, index)
+        elif not path and not inst.shape.is_tuple and not _reaches_reduce(inst, bound, reach):
+            side.append((k, inst))  # checked below: the reduction input's shape
+            continue
         elif path or inst.shape.is_tuple \
-                or not _heroes(inst, inst.shape.dims, bound, heroes, {}, reach) \
-                or not _reaches_reduce(inst, bound, reach):
+                or not _heroes(inst, inst.shape.dims, bound, heroes, {}, reach):
             return None  # not computed from the reduces element by element
         outputs.append((k, inst, path))
     if not heroes:
@@ -154,37 +189,151 @@ def reduction_layout(spec: KernelSpec) -> ReductionLayout | None:
         count = len(hero.operands) // 2
         if any(x.dtype not in _TYPES for x in hero.operands[:count]):
             return None
+        if any(x.dtype in (DType.F16, DType.BF16) for x in hero.operands[:count]) \
+                and _low_precision_plan(hero) is None:
+            return None
         if any(x.shape.dims != key[0] for x in hero.operands[:count]):
             return None
         if (hero.operands[0].shape.dims, tuple(sorted(hero.ints("dimensions")))) != key:
             return None
     in_dims, reduced = key
-    pattern = "".join("r" if d in reduced else "k" for d in range(len(in_dims))
-                      if in_dims[d] != 1)
-    first = pattern.find("r")
-    if first < 0 or "k" in pattern[first:pattern.rfind("r")]:
-        return None  # nothing reduced, or the reduced dimensions are not contiguous
-    big = [d for d in range(len(in_dims)) if in_dims[d] != 1]
-    head = big[first]
-    tail = big[pattern.rfind("r")]
-    outer = math.prod(in_dims[:head])
-    extent = math.prod(in_dims[head:tail + 1])
-    inner = math.prod(in_dims[tail + 1:])
-    if outer * extent * inner == 0:
+    if any(inst.shape.dims != in_dims for _, inst in side):
+        return None  # an output of a third shape: XLA would not fuse it here either
+    if math.prod(in_dims) == 0:
         return None
-    return ReductionLayout(tuple(heroes), tuple(outputs), in_dims, outer, extent, inner)
+    # XLA's GetReductionKindAndContiguousComponents on the dimensions left after dropping
+    # size-1 ones (adjacent dimensions of one kind merge, as its ReductionDimensionGrouper).
+    groups: list[tuple[str, int]] = []
+    for d, size in enumerate(in_dims):
+        if size == 1:
+            continue
+        tag = "r" if d in reduced else "k"
+        if groups and groups[-1][0] == tag:
+            groups[-1] = (tag, groups[-1][1] * size)
+        else:
+            groups.append((tag, size))
+    pattern = "".join(tag for tag, _ in groups)
+    sizes = [size for _, size in groups]
+    base = ReductionLayout(tuple(heroes), tuple(outputs), in_dims, 1, 1, 1,
+                           reduced=reduced, side=tuple(side))
+    if "r" not in pattern:
+        return None  # nothing reduced: a copy, the loop emitter's
+    if pattern in ("r", "kr"):
+        layout = replace(base, outer=math.prod(sizes[:-1]), extent=sizes[-1])
+    elif pattern in ("rk", "krk"):
+        layout = replace(base, outer=math.prod(sizes[:-2]), extent=sizes[-2], inner=sizes[-1])
+    elif pattern == "rkr":  # XLA's batched row reduction
+        layout = replace(base, major=sizes[0], outer=sizes[1], extent=sizes[2])
+    else:  # neither the kept nor the reduced dimensions contiguous
+        layout = replace(base, elemental=True)
+    if not layout.elemental and not _tiled_is_faster(layout):
+        layout = replace(base, elemental=True)
+    return layout
+
+
+def _tiled_is_faster(layout: ReductionLayout) -> bool:
+    """XLA's IsUnnestedReductionFasterThanElemental (2022, as the fusion passes ask it): a row
+    shorter than a warp or a short, narrow column is reduced by one thread per output
+    element. (Today's XLA also tiles rows whose length divides 32, packing several rows into
+    a warp; ours packs none.)"""
+    if layout.inner == 1:
+        return layout.extent >= WARP
+    rows, columns = layout.extent, layout.inner
+    return not (rows < WARP or (rows < 2 * WARP and columns < WARP)
+                or (rows < 4 * WARP and columns < 8) or (rows < 8 * WARP and columns < 3))
+
+
+def _low_precision_plan(r: Instruction) -> str | None:
+    """How an f16/bf16 reduce accumulates on sm_80, our target, as XLA compiles it there.
+
+    XLA's GpuFloatSupport keeps a reduce in its low-precision type only when every op of its
+    reducer is supported in that type: f16 everywhere, bf16 max/min/compare/select from
+    Ampere on but bf16 add/multiply/subtract only from Hopper. Otherwise FloatNormalization
+    computes the reduce in f32 and converts the result once. "native": the reducer as
+    written, rounded after every application; "f32": a one-op add or multiply reducer
+    accumulated in f32 and rounded once; None: a bf16 reducer of several ops that would be
+    normalised to f32 (not done here: the one-thread kernel)."""
+    if all(x.dtype is not DType.BF16 for x in r.operands):
+        return "native"
+    arithmetic = {Op.ADD, Op.MULTIPLY, Op.SUBTRACT}
+    if not any(i.op in arithmetic for i in r.calls[0].instructions):
+        return "native"
+    if len(r.operands) == 2 and reducer_op(r.calls[0]) in (Op.ADD, Op.MULTIPLY):
+        return "f32"
+    return None
 
 
 def emit_cuda_reduction(spec: KernelSpec, lang: CudaLanguage,
                         options: KernelOptions) -> EmittedKernel | None:
-    """The kernel as a grid of warps or blocks, or None (see the module's docstring)."""
+    """The kernel as a grid (warps, blocks, column tiles, or a thread per output element for
+    the elemental and loop kernels), or None (see the module's docstring)."""
     layout = reduction_layout(spec)
-    if layout is None:
-        return None
     try:
+        if layout is None:
+            return _LoopKernel(spec, lang, options, set()).emit_grid() \
+                if _loop_with_reduce(spec) else None
         return _ReductionKernel(spec, lang, options, set(), layout).emit_grid()
     except (NeedsLoopNest, UnsupportedInstruction):
         return None
+
+
+def _loop_with_reduce(spec: KernelSpec) -> bool:
+    """A kernel XLA gives its loop emitter although it holds a reduce: the outputs are not
+    reduces or functions of them element by element (a broadcast of a sum, a concatenate of
+    sums). Each output element then computes the reduces it reads itself."""
+    bound = {id(inst) for inst, _ in spec.inputs}
+    if not spec.outputs or spec.aliased or any(id(inst) in bound for inst, _ in spec.outputs):
+        return False  # an in-place update: the CPU's emitter orders its reads and writes
+    reach: dict[int, bool] = {}
+    return any(_reaches_reduce(inst, bound, reach) for inst, _ in spec.outputs)
+
+
+def _store_output(kernel: KernelEmitter, output: int, inst: Instruction,
+                  path: tuple[int, ...], position: Expr) -> None:
+    """Output `output` (leaf `path` of `inst`) at the linear `position`, in storage form."""
+    shape = leaf_shape(inst, path)
+    value = pick(kernel.em.value(inst, Index(shape.dims, position, None, None)), path)
+    if not isinstance(value, Expr):
+        raise UnsupportedInstruction(f"%{inst.name}: expected an array value")
+    kernel.body.assign(cir.load(kernel.output_names[output], position),
+                       kernel.lang.to_storage(shape.dtype, value))
+
+
+class _LoopKernel(KernelEmitter):
+    """XLA's loop emitter: a thread per output element; a reduce it reads is computed in
+    order where it is read (XLA's elemental reduce), never into a temporary."""
+
+    def emit_grid(self) -> EmittedKernel | None:
+        em, body = self.em, self.body
+        em.materialize = None  # no stored rows for a pairwise sum: the elemental loop
+        # Outputs of several shapes (slices of one concatenate) share the largest one's grid.
+        count = max(leaf_shape(inst, path).num_elements for inst, path in self.spec.outputs)
+        stmts: list[Stmt] = []
+        with body.section(stmts):
+            out = body.variable("int64_t", "unit", cir.Var("HLOFUSE_THREAD"))
+            with body.while_(cir.Binary("<", out, cir.Int(count))):
+                em._no_hoist += 1
+                try:
+                    for k, (inst, path) in enumerate(self.spec.outputs):
+                        shape = leaf_shape(inst, path)
+                        guard = body.if_(cir.Binary("<", out, cir.Int(shape.num_elements))) \
+                            if shape.num_elements < count else contextlib.nullcontext()
+                        with guard:
+                            _store_output(self, k, inst, path, out)
+                finally:
+                    em._no_hoist -= 1
+                body.emit(cir.Assign(out, cir.Var("HLOFUSE_THREADS"), "+="))
+        prologue = body.prologue.stmts
+        if self.parts or self.epilogue or not all(_plain_declaration(s) for s in prologue):
+            return None
+        types = self.parameter_types()
+        names = [*self.input_names, *self.output_names]
+        function = cir.Function("$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
+                                [*prologue, *stmts], self.lang.kernel_qualifier)
+        assert isinstance(self.lang, CudaLanguage)
+        code = self.lang.grid_function(function, max(count, 1), BLOCK)
+        comment = f"{kernel_comment(self.spec)}; CUDA loop kernel with elemental reduces"
+        return EmittedKernel(code, types, (), comment, False, self.spec.kind, 0)
 
 
 class _ReductionKernel(KernelEmitter):
@@ -198,7 +347,9 @@ class _ReductionKernel(KernelEmitter):
         stmts: list[Stmt] = []
         with self.body.section(stmts):
             kind = self.layout.kind
-            if kind == "warp-row":
+            if kind == "elemental":
+                self._elemental()
+            elif kind == "warp-row":
                 self._warp_rows()
             elif kind == "block-row":
                 self._block_rows()
@@ -236,7 +387,10 @@ class _ReductionKernel(KernelEmitter):
                  other_has: Expr | None) -> None:
         """state = reducer(state, others); `other_has` None: the others are values."""
         em, body = self.em, self.body
-        new = em.apply_reducer(r.calls[0], list(state.values), others)
+        if _low_precision_plan(r) == "f32":
+            new: list[Expr] = [_wide_step(r, state.values[0], others[0])]
+        else:
+            new = em.apply_reducer(r.calls[0], list(state.values), others)
         if state.has is None:
             body.assign(state.values[0], new[0])
             return
@@ -252,10 +406,26 @@ class _ReductionKernel(KernelEmitter):
                     else cir.Binary("|", state.has, other_has))
 
     def _accumulate(self, states: list[_State], linear: Expr) -> None:
-        index = Index(self.layout.in_dims, self.em.index_let(linear), None, None)
+        """Each reduce takes the element at `linear`; side outputs are written there (every
+        kind of kernel reads each input element exactly once)."""
+        em = self.em
+        position = em.index_let(linear)
+        index = Index(self.layout.in_dims, position, None, None)
         for state, r in zip(states, self.layout.heroes):
-            xs = [self.em.array_value(x, index) for x in r.operands[:len(r.operands) // 2]]
+            xs = [em.array_value(x, index) for x in r.operands[:len(r.operands) // 2]]
             self._combine(r, state, xs, None)
+        if not self.layout.side:
+            return
+        em._no_hoist += 1
+        try:
+            for k, inst in self.layout.side:
+                value = em.value(inst, index)
+                if not isinstance(value, Expr):
+                    raise UnsupportedInstruction(f"%{inst.name}: expected an array value")
+                self.body.assign(cir.load(self.output_names[k], position),
+                                 self.lang.to_storage(inst.dtype, value))
+        finally:
+            em._no_hoist -= 1
 
     def _shuffle(self, states: list[_State], width: int) -> None:
         """Each group of `width` lanes combines its values into its first lane."""
@@ -281,7 +451,11 @@ class _ReductionKernel(KernelEmitter):
         for state, r in zip(states, self.layout.heroes):
             count = len(r.operands) // 2
             inits = [em.scalar(i) for i in r.operands[count:]]
-            results = em.apply_reducer(r.calls[0], inits, list(state.values))
+            if _low_precision_plan(r) == "f32":  # rounded once, as the convert after it
+                results = [self.lang.round_to(r.dtype, _wide_step(r, inits[0],
+                                                                  state.values[0]))]
+            else:
+                results = em.apply_reducer(r.calls[0], inits, list(state.values))
             values = []
             for t, init, result in zip(_types(r), inits, results):
                 chosen = result if state.has is None else cir.Select(state.has, result, init)
@@ -291,12 +465,7 @@ class _ReductionKernel(KernelEmitter):
         em._no_hoist += 1
         try:
             for k, inst, path in self.layout.outputs:
-                dims = leaf_shape(inst, path)
-                value = pick(em.value(inst, Index(dims.dims, position, None, None)), path)
-                if not isinstance(value, Expr):
-                    raise UnsupportedInstruction(f"%{inst.name}: expected an array value")
-                body.assign(cir.load(self.output_names[k], position),
-                            self.lang.to_storage(dims.dtype, value))
+                _store_output(self, k, inst, path, position)
         finally:
             em._no_hoist -= 1
 
@@ -343,7 +512,54 @@ class _ReductionKernel(KernelEmitter):
         var = self.body.variable("int64_t", "unit", cir.Var(start))
         return var, cir.Assign(var, cir.Var(stride), "+=")
 
-    # --- the three kernels ---------------------------------------------------------------
+    def _row_elements(self, states: list[_State], row: Expr, first: Expr, stride: int) -> None:
+        """A thread's share of a row: elements first, first + stride, ... of each of the
+        row's `major` segments (one segment unless it is XLA's batched row reduction)."""
+        body, layout = self.body, self.layout
+        j = body.fresh("j")
+        if layout.major == 1:
+            with body.loop(j, first, layout.extent, step=stride):
+                self._accumulate(states, cir.add(cir.mul(row, layout.extent), cir.Var(j)))
+            return
+        z = body.fresh("z")
+        with body.loop(z, 0, layout.major):
+            segment = cir.add(cir.mul(cir.Var(z), layout.outer), row)
+            with body.loop(j, first, layout.extent, step=stride):
+                self._accumulate(states, cir.add(cir.mul(segment, layout.extent), cir.Var(j)))
+
+    # --- the kernels ---------------------------------------------------------------------
+
+    def _elemental(self) -> None:
+        """XLA's loop emitter for a reduce: a thread per output element reduces it in order."""
+        body, layout = self.body, self.layout
+        dims = layout.in_dims
+        strides = [math.prod(dims[d + 1:]) for d in range(len(dims))]
+        kept = [d for d in range(len(dims)) if d not in layout.reduced]
+        count = math.prod(dims[d] for d in kept)
+        out, step = self._grid_stride("HLOFUSE_THREAD", "HLOFUSE_THREADS")
+        with body.while_(cir.Binary("<", out, cir.Int(count))):
+            base: Expr = cir.Int(0)
+            rest: Expr = out
+            wide = [d for d in kept if dims[d] != 1]
+            for d in reversed(wide):
+                coordinate = rest if d == wide[0] else \
+                    body.let("int64_t", cir.Binary("%", rest, cir.Int(dims[d])), "c")
+                if d != wide[0]:
+                    rest = body.let("int64_t", cir.Binary("/", rest, cir.Int(dims[d])), "rest")
+                base = cir.add(base, cir.mul(coordinate, strides[d]))
+            start = body.let("int64_t", base, "base")
+            states = self._start()
+            loops = [d for d in layout.reduced if dims[d] != 1]
+            with contextlib.ExitStack() as nest:
+                linear: Expr = start
+                for d in loops:
+                    v = body.fresh("r")
+                    nest.enter_context(body.loop(v, 0, dims[d]))
+                    linear = cir.add(linear, cir.mul(cir.Var(v), strides[d]))
+                self._accumulate(states, linear)
+            self._store(states, out)
+            body.emit(step)
+
 
     def _warp_rows(self) -> None:
         body, layout = self.body, self.layout
@@ -351,9 +567,7 @@ class _ReductionKernel(KernelEmitter):
         row, step = self._grid_stride("HLOFUSE_WARP", "HLOFUSE_WARPS")
         with body.while_(cir.Binary("<", row, cir.Int(layout.outer))):
             accumulators = self._start()
-            j = body.fresh("j")
-            with body.loop(j, lane, layout.extent, step=WARP):
-                self._accumulate(accumulators, cir.add(cir.mul(row, layout.extent), cir.Var(j)))
+            self._row_elements(accumulators, row, lane, WARP)
             self._shuffle(accumulators, WARP)
             with body.if_(cir.Binary("==", lane, cir.Int(0))):
                 self._store(accumulators, row)
@@ -371,9 +585,7 @@ class _ReductionKernel(KernelEmitter):
                 with body.hoisted():
                     shared = [self._shared(r, WARPS_PER_BLOCK, state)
                               for r, state in zip(layout.heroes, states)]
-            j = body.fresh("j")
-            with body.loop(j, cir.Var("HLOFUSE_BLOCK_THREAD"), layout.extent, step=BLOCK):
-                self._accumulate(states, cir.add(cir.mul(row, layout.extent), cir.Var(j)))
+            self._row_elements(states, row, cir.Var("HLOFUSE_BLOCK_THREAD"), BLOCK)
             self._shuffle(states, WARP)
             with body.if_(cir.Binary("==", lane, cir.Int(0))):
                 self._publish(states, shared, warp)
@@ -435,6 +647,11 @@ class _State:
 
     values: list[cir.Var]
     has: cir.Var | None
+
+
+def _wide_step(r: Instruction, total: Expr, value: Expr) -> Expr:
+    """One step of a bf16 add or multiply reduce accumulated in f32 (FloatNormalization)."""
+    return cir.Binary("+" if reducer_op(r.calls[0]) is Op.ADD else "*", total, value)
 
 
 def _types(r: Instruction) -> list[DType]:
