@@ -88,9 +88,12 @@ class CLanguage:
     # A whole-loop kernel's lane loop is one long simd body: gcc's partial redundancy
     # elimination (a comparison of a clamped value) and code sinking (a select's operand
     # moved into a branch) turn selects into branches that if-conversion cannot undo, and
-    # the lanes run one at a time.
+    # the lanes run one at a time. Register allocation takes most of such a function's
+    # compile time; one allocation region with the priority colouring cuts it by 20-35 %
+    # with the same speed (measured on the particles, rigid-body and acrobot rollouts).
     whole_loop_attribute: str = ('__attribute__((optimize("no-thread-jumps", "no-tree-pre", '
-                                 '"no-tree-sink")))')
+                                 '"no-tree-sink", "ira-region=one", '
+                                 '"ira-algorithm=priority")))')
     ftz_begin: str = "HLOFUSE_FTZ_BEGIN"
     ftz_end: str = "HLOFUSE_FTZ_END"
 
