@@ -21,15 +21,17 @@ PACKAGE = Path(hlofuse.__file__).parent
 # and rnglib (Threefry as NumPy and as a sequence of HLO ops, shared by the front end and rng
 # expansion).
 REFERENCE = ("hlofuse.interpreter", "hlofuse.interpreter_indexing", "hlofuse.rnglib",
-             "hlofuse.interpreter_linalg", "hlofuse.linalg_reference")
+             "hlofuse.interpreter_linalg", "hlofuse.linalg_reference", "hlofuse.interpreter_dot")
 
 # layer -> the hlofuse modules it may import besides its own. A name covers its submodules.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "hlofuse.ir": (),
     "hlofuse.rnglib": ("hlofuse.ir",),
     "hlofuse.interpreter": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.interpreter_indexing",
-                            "hlofuse.rnglib", "hlofuse.interpreter_linalg"),
+                            "hlofuse.rnglib", "hlofuse.interpreter_linalg",
+                            "hlofuse.interpreter_dot"),
     "hlofuse.interpreter_indexing": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.interpreter"),
+    "hlofuse.interpreter_dot": ("hlofuse.ir", "hlofuse.interpreter"),
     # Linear algebra: NumPy routines of their own, read by the interpreter (issue 17).
     "hlofuse.linalg_reference": (),
     "hlofuse.interpreter_linalg": ("hlofuse.ir", "hlofuse.linalg_reference"),

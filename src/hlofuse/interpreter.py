@@ -9,13 +9,13 @@ Element-wise float32/float64 arithmetic treats denormal inputs as zero and flush
 results to zero (DAZ/FTZ), as XLA's CPU backend runs: `log(1e-45)` is -inf, as in JAX. The
 exceptions are XLA's too: moves and sign-bit operations keep a denormal, maximum(x, x) is x
 unflushed, pow reads its operands as the C library's pow does under DAZ
-(`ir/elementwise_ref.power`), and remainder (the C library's fmod) flushes only its divisor.
+(`ir/elementwise_ref.power`), remainder (the C library's fmod) flushes only its divisor, and
+convert between bf16 and f32 (bit work) flushes nothing.
 maximum and minimum order -0 below +0.
 """
 
 from __future__ import annotations
 
-import string
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
@@ -133,6 +133,10 @@ _EXACT_RESULT = _NO_FLUSH | {Op.REMAINDER}
 # bf16 is computed in f32 registers, where its denormals are f32 denormals; f16's are normal
 # f32 numbers there, so f16 is never flushed.
 _FLUSHED_TYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(DType.BF16.numpy))
+# XLA's CPU convert between bf16 and f32 is integer work on the bits (bf16 -> f32 a shift,
+# f32 -> bf16 rounding away the low half), so a denormal passes unflushed (fuzz seed 3667).
+_BIT_CONVERTS = frozenset({(np.dtype(DType.BF16.numpy), np.dtype(np.float32)),
+                           (np.dtype(np.float32), np.dtype(DType.BF16.numpy))})
 _SMALLEST_NORMAL = {np.dtype(np.float32): float(np.finfo(np.float32).tiny),
                     np.dtype(np.float64): float(np.finfo(np.float64).tiny),
                     np.dtype(DType.BF16.numpy): 2.0**-126}
@@ -159,9 +163,11 @@ def _elementwise(inst: Instruction, operands: list[Value]) -> np.ndarray:
     raw = arrays = [np.asarray(o) for o in operands]
     if inst.op in (Op.MAXIMUM, Op.MINIMUM) and inst.operands[0] is inst.operands[1]:
         return raw[0]  # XLA's CPU compiler turns max(x, x) into x: nothing flushed
+    bit_convert = inst.op is Op.CONVERT and (raw[0].dtype, np.dtype(inst.dtype.numpy)) in \
+        _BIT_CONVERTS
     if inst.op is Op.REMAINDER:
         arrays = [arrays[0], flush_denormals(arrays[1])]
-    elif inst.op not in _UNFLUSHED_OPERANDS:
+    elif inst.op not in _UNFLUSHED_OPERANDS and not bit_convert:
         arrays = [flush_denormals(a) for a in arrays]
     if inst.op is Op.COMPARE:
         result = fn(*arrays, direction=inst.attrs["direction"], kind=inst.attrs.get("type"))
@@ -173,7 +179,7 @@ def _elementwise(inst: Instruction, operands: list[Value]) -> np.ndarray:
     if inst.op in _SIGNED_ZERO_RULES and _is_float(result.dtype):
         # NumPy gives 0-d operands back as scalars (clamp(x, x, x) of f32[] crashed, seed 1675).
         result = np.asarray(_zero_signs(inst.op, result, arrays))
-    return result if inst.op in _EXACT_RESULT else flush_denormals(result)
+    return result if inst.op in _EXACT_RESULT or bit_convert else flush_denormals(result)
 
 
 def _is_float(dtype: np.dtype) -> bool:
@@ -427,28 +433,6 @@ def _window_input(x: np.ndarray, init: np.ndarray, window: Window) -> np.ndarray
     return x
 
 
-def _dot(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    dtype = inst.dtype.numpy
-    lhs, rhs = _array(ops[0]).astype(dtype), _array(ops[1]).astype(dtype)
-    lb, rb = inst.ints("lhs_batch_dims"), inst.ints("rhs_batch_dims")
-    lc, rc = inst.ints("lhs_contracting_dims"), inst.ints("rhs_contracting_dims")
-    letters = iter(string.ascii_letters)
-    lhs_sub = [next(letters) for _ in range(lhs.ndim)]
-    rhs_sub = [next(letters) for _ in range(rhs.ndim)]
-    for a, b in zip(lb + lc, rb + rc):
-        rhs_sub[b] = lhs_sub[a]
-    out = [lhs_sub[d] for d in lb]
-    out += [lhs_sub[d] for d in range(lhs.ndim) if d not in lb + lc]
-    out += [rhs_sub[d] for d in range(rhs.ndim) if d not in rb + rc]
-    spec = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out)}"
-    if dtype == np.bool_:
-        result = np.einsum(spec, lhs.astype(np.int64), rhs.astype(np.int64)) != 0
-    else:
-        with np.errstate(all="ignore"):
-            result = np.einsum(spec, lhs, rhs)
-    return np.asarray(np.asarray(result).astype(dtype), order="C")
-
-
 def _tuple(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     return tuple(ops)
 
@@ -517,7 +501,6 @@ _HANDLERS: dict[Op, Handler] = {
     Op.CONSTANT: _constant,
     Op.COPY: _copy,
     Op.CUSTOM_CALL: _custom_call,
-    Op.DOT: _dot,
     Op.DYNAMIC_SLICE: _dynamic_slice,
     Op.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     Op.FUSION: _call,
@@ -538,6 +521,10 @@ _HANDLERS: dict[Op, Handler] = {
 from hlofuse.interpreter_indexing import HANDLERS as _INDEXING_HANDLERS  # noqa: E402
 
 _HANDLERS.update(_INDEXING_HANDLERS)  # gather, scatter, sort, ...: defined over the helpers above
+
+from hlofuse.interpreter_dot import HANDLERS as _DOT_HANDLERS  # noqa: E402
+
+_HANDLERS.update(_DOT_HANDLERS)  # dot: XLA's CPU summation order
 
 from hlofuse.interpreter_linalg import CUSTOM_CALLS as _LINALG_CALLS  # noqa: E402
 from hlofuse.interpreter_linalg import HANDLERS as _LINALG_HANDLERS  # noqa: E402

@@ -173,11 +173,15 @@ def _sort(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
 
 
 def _total_order_key(x: np.ndarray) -> np.ndarray:
-    """Integers ordered as the floats' total order (-NaN < -inf < ... < inf < NaN)."""
-    if x.dtype.kind != "f":
-        return x.astype(np.int64) if x.dtype.kind in "iub" else x
-    bits = x.astype(np.float64).view(np.int64)
-    return np.where(bits < 0, np.int64(np.iinfo(np.int64).min) - bits - 1, bits)
+    """int64 keys ordered as the elements: floats in their total order (-NaN < -inf < ... <
+    inf < NaN, as XLA's top-k compares them), unsigned integers by value."""
+    if x.dtype.kind == "f" or x.dtype.name == "bfloat16":  # bfloat16's kind is "V"
+        bits = x.astype(np.float64).view(np.int64)
+        return np.where(bits < 0, np.int64(np.iinfo(np.int64).min) - bits - 1, bits)
+    if x.dtype.kind == "u":
+        # Unsigned values as int64 with the top bit flipped: u64 above 2^63 stays in order.
+        return (x.astype(np.uint64) ^ np.uint64(1 << 63)).view(np.int64)
+    return x.astype(np.int64)
 
 
 def _topk(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
@@ -186,8 +190,8 @@ def _topk(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     assert isinstance(k, int)
     largest = inst.attrs.get("largest", True)
     key = _total_order_key(x)
-    # Ties keep the lower index first.
-    order = np.argsort(-key if largest else key, axis=-1, kind="stable")[..., :k]
+    # Ties keep the lower index first; ~key reverses the order without overflow.
+    order = np.argsort(~key if largest else key, axis=-1, kind="stable")[..., :k]
     values = np.take_along_axis(x, order, axis=-1)
     return np.ascontiguousarray(values), np.ascontiguousarray(order.astype(np.int32))
 

@@ -217,7 +217,10 @@ class Worker:
                 return "hang", f"no answer within {self.timeout_s:.0f} s"
             return self.connection.recv()  # type: ignore[no-any-return]
         except (EOFError, BrokenPipeError, ConnectionResetError):
-            code = self.process.exitcode if self.process is not None else None
+            code = None
+            if self.process is not None:
+                self.process.join(timeout=10)  # the exit code is known once it is reaped
+                code = self.process.exitcode
             self.stop()
             return "crash", f"the worker process died (exit code {code})"
 

@@ -205,6 +205,9 @@ def apply_step(step: Step, env: list[Any]) -> list[Any]:
     if op == "reduce":
         return [_reduce(p["kind"], a[0], p["axes"])]
     if op == "dot":
+        if p.get("batched"):
+            numbers = (((2,), (1,)), ((0,), (0,)))
+            return [lax.dot_general(a[0], a[1], numbers, precision=lax.Precision.HIGHEST)]
         return [lax.dot(a[0], a[1], precision=lax.Precision.HIGHEST)]
     if op == "random":
         return [_random(step, a[0])]

@@ -566,20 +566,30 @@ class Generator:
                     Value(v.dtype, shape, inexact, False))
 
     def gen_dot(self, env: Env, depth: int) -> Step | None:
-        i = self.pick(env, lambda v: 1 <= len(v.shape) <= 2 and v.dtype in
-                      ("float32", "float64", "int32", "int64", "float16", "uint8"))
+        # Every element type JAX's dot takes (check_step asks JAX); a batched dot_general
+        # (batch dimension 0 on both sides) from rank-3 operands.
+        i = self.pick(env, lambda v: 1 <= len(v.shape) <= 3 and v.dtype != "bool")
         if i is None:
             return None
         v = env.values[i]
-        k = v.shape[-1]
-        j = self.pick(env, lambda w: w.dtype == v.dtype and 1 <= len(w.shape) <= 2 and
-                      w.shape[0] == k)
+        shape: tuple[int, ...]
+        if len(v.shape) == 3:
+            b, k = v.shape[0], v.shape[2]
+            j = self.pick(env, lambda w: w.dtype == v.dtype and len(w.shape) == 3 and
+                          w.shape[0] == b and w.shape[1] == k)
+            shape = (b, v.shape[1], env.values[j].shape[2]) if j is not None else ()
+            params: dict[str, Any] = {"batched": True}
+        else:
+            k = v.shape[-1]
+            j = self.pick(env, lambda w: w.dtype == v.dtype and 1 <= len(w.shape) <= 2 and
+                          w.shape[0] == k)
+            shape = v.shape[:-1] + env.values[j].shape[1:] if j is not None else ()
+            params = {}
         if j is None:
             return None
         w = env.values[j]
-        shape = v.shape[:-1] + w.shape[1:]
         inexact = is_float(v.dtype) or v.inexact or w.inexact
-        return Step("dot", [i, j], {}, Value(v.dtype, shape, inexact, False))
+        return Step("dot", [i, j], params, Value(v.dtype, shape, inexact, False))
 
     # -- indexing, sorting, windows (gather, scatter, sort, top-k, reduce-window, ...) --
     def gen_indexing(self, env: Env, depth: int) -> Step | None:

@@ -2,9 +2,10 @@
 whole-loop kernel's lane code: a particle's force matrix times its state, per lane).
 
 Element (batch, lhs free, rhs free) of the result is the sum over the contracting positions
-of lhs * rhs, accumulated from zero in ascending order of the contracting index with one
-rounding per add and per multiply, as the runtime's dot routine (hlofuse_rt_dot) does; the
-positions are written out, so the lane loop holds no inner loop and stays a simd loop.
+of lhs * rhs, accumulated from +0 in ascending order of the contracting index with one fused
+multiply-add per position, as XLA's CPU dot loops and the runtime's dot routine
+(hlofuse_rt_dot) do (the reference: interpreter_dot.py); the positions are written out, so
+the lane loop holds no inner loop and stays a simd loop.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from hlofuse.analysis.parallel_loop import contraction_size, is_small_dot
 from hlofuse.codegen import cir
-from hlofuse.codegen.cir import Binary, Expr
+from hlofuse.codegen.cir import Expr
 from hlofuse.codegen.element import Index, UnsupportedInstruction, Value
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 
 if TYPE_CHECKING:
@@ -60,6 +62,6 @@ def dot_elemental(em: ElementalEmitter, inst: Instruction, index: Index) -> Valu
                                               batch_parts, lhs_free, position))
         b = em.array_value(rhs, operand_index(rhs.shape.dims, rhs_batch, rhs_contracting,
                                               batch_parts, rhs_free, position))
-        product = em.body.let(ctype, Binary("*", a, b))
-        total = em.body.let(ctype, Binary("+", total, product))
+        fma = "fma" if inst.dtype is DType.F64 else "fmaf"
+        total = em.body.let(ctype, cir.call(fma, a, b, total))
     return total

@@ -77,7 +77,11 @@ def _at(dims: tuple[int, ...], linear: Expr) -> Index:
 
 
 def _order_key(lang_dtype: DType, value: Expr) -> Expr:
-    """A signed integer ordered as the float total order of `value` (integers as they are)."""
+    """A signed integer ordered as the float total order of `value` (integers by value)."""
+    if lang_dtype is DType.U64:
+        # u64 above 2^63 would wrap negative: flip the top bit, which keeps the order.
+        flipped = Binary("^", Cast("uint64_t", value), cir.Const(DType.U64, 1 << 63))
+        return Cast("int64_t", flipped)
     if not lang_dtype.is_float:
         return Cast("int64_t", value)
     wide = Cast("double", value)

@@ -25,6 +25,8 @@ from hlofuse.ir.shapes import Shape
 
 _NAME = re.compile(r"%?([A-Za-z_][A-Za-z0-9_.\-]*)")
 _INT = re.compile(r"[+-]?\d+")
+# Longer integers than any 64-bit value (20 digits) plus a margin for leading zeros.
+_MAX_INT_DIGITS = 64
 _NUMBER = re.compile(r"[+-]?(?:inf|nan(?:\([^)]*\))?|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
 _DTYPE_AHEAD = re.compile(r"(?:pred|[su](?:8|16|32|64)|f16|bf16|f32|f64|token)\[")
 _MAX_RANK = 64
@@ -178,6 +180,9 @@ class _Reader:
         m = self.match(_INT)
         if not m:
             raise self.error(f"expected an integer for {what}, found {self.describe_next()}")
+        if len(m.group(0)) > _MAX_INT_DIGITS:  # Python refuses to convert beyond 4,300 digits
+            raise self.error(f"{what} {m.group(0)[:20]}... has {len(m.group(0)):,} digits, "
+                             f"more than any 64-bit integer", m.start())
         return int(m.group(0))
 
     def word(self) -> str:
@@ -358,7 +363,8 @@ def _padding_spec(reader: _Reader) -> tuple[PaddingDim, ...]:
     dims = []
     for part in m.group(0).split("x"):
         numbers = part.split("_")
-        if len(numbers) not in (2, 3) or not all(re.fullmatch(r"-?\d+", n) for n in numbers):
+        if len(numbers) not in (2, 3) or not all(re.fullmatch(r"-?\d{1,64}", n)
+                                                 for n in numbers):
             raise reader.error(f"bad padding entry '{part}' (want low_high or low_high_interior)",
                                start)
         values = [int(n) for n in numbers] + ([0] if len(numbers) == 2 else [])
@@ -414,7 +420,7 @@ def _metadata(reader: _Reader) -> Metadata:
             fields.append((key, reader.balanced()))
         else:
             value = reader.word()
-            fields.append((key, int(value) if re.fullmatch(r"-?\d+", value) else value))
+            fields.append((key, int(value) if re.fullmatch(r"-?\d{1,64}", value) else value))
         reader.accept(",")
     frame = dict(fields).get("stack_frame_id")
     location = reader.frames.get(frame) if isinstance(frame, int) else None
@@ -699,7 +705,7 @@ def _parse_header(reader: _Reader) -> str:
 
 
 _DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
-_TABLE_ENTRY_ID = re.compile(r"\d+(?=[ \t])")
+_TABLE_ENTRY_ID = re.compile(r"\d{1,64}(?=[ \t])")
 _TABLE_HEAD = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)\s*\n")
 
 
@@ -725,13 +731,13 @@ def _resolve_locations(tables: tuple[tuple[str, tuple[tuple[int, str], ...]], ..
     files = {k: v.strip('"') for k, v in by_name.get("FileNames", {}).items()}
     locations: dict[int, str] = {}
     for key, text in by_name.get("FileLocations", {}).items():
-        fields = dict(re.findall(r"(\w+)=(-?\d+)", text))
+        fields = dict(re.findall(r"(\w+)=(-?\d{1,64})\b", text))
         file_name = files.get(int(fields.get("file_name_id", -1)))
         if file_name is not None and "line" in fields:
             locations[key] = f"{file_name}:{fields['line']}"
     frames: dict[int, str] = {}
     for key, text in by_name.get("StackFrames", {}).items():
-        m = re.search(r"file_location_id=(\d+)", text)
+        m = re.search(r"file_location_id=(\d{1,64})\b", text)
         if m and int(m.group(1)) in locations:
             frames[key] = locations[int(m.group(1))]
     return frames

@@ -63,12 +63,15 @@ static __device__ void hlofuse_rt_dot_##TAG(const void *av, const void *bv, void
     }                                                                                           \
   }                                                                                             \
 }
-#define HLOFUSE_CUDA_ACC_FLOAT(c, a, b) ((c) + (a) * (b))
+/* One fused multiply-add per product in ascending k, from +0: XLA's CPU dot loops and the
+   CPU runtime's order (an explicit fma is fused whatever --fmad says). */
+#define HLOFUSE_CUDA_ACC_F32(c, a, b) fmaf((a), (b), (c))
+#define HLOFUSE_CUDA_ACC_F64(c, a, b) fma((a), (b), (c))
 #define HLOFUSE_CUDA_ACC_WRAP32(c, a, b) ((c) + (uint32_t)((uint32_t)(a) * (uint32_t)(b)))
 #define HLOFUSE_CUDA_ACC_WRAP64(c, a, b) ((c) + (a) * (b))
 #define HLOFUSE_CUDA_ACC_PRED(c, a, b) ((uint8_t)((c) | ((a) & (b))))
-HLOFUSE_CUDA_DOT(f32, float, 0.0f, HLOFUSE_CUDA_ACC_FLOAT)
-HLOFUSE_CUDA_DOT(f64, double, 0.0, HLOFUSE_CUDA_ACC_FLOAT)
+HLOFUSE_CUDA_DOT(f32, float, 0.0f, HLOFUSE_CUDA_ACC_F32)
+HLOFUSE_CUDA_DOT(f64, double, 0.0, HLOFUSE_CUDA_ACC_F64)
 HLOFUSE_CUDA_DOT(u8, uint8_t, 0, HLOFUSE_CUDA_ACC_WRAP32)
 HLOFUSE_CUDA_DOT(u16, uint16_t, 0, HLOFUSE_CUDA_ACC_WRAP32)
 HLOFUSE_CUDA_DOT(u32, uint32_t, 0, HLOFUSE_CUDA_ACC_WRAP32)

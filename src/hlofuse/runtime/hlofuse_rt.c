@@ -4,12 +4,16 @@
  * opaque barrier with its own launch and memory traffic, as in XLA.
  *
  * dot: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] with strided A and B and a contiguous C.
- * The k loop runs in order with one rounding per step (no FMA contraction), so results do not
- * depend on the thread count. Integer dots wrap (unsigned arithmetic of the type's width).
+ * Each element accumulates from +0 in ascending k with one fused multiply-add per step, as
+ * XLA's CPU dot loops do (their multiply and add are contractable, and LLVM fuses them): the
+ * single rounding decides inf and NaN (-inf + a finite product too large for the type stays
+ * -inf). Results do not depend on the thread count. Integer dots wrap (unsigned arithmetic of
+ * the type's width).
  *
  * threefry2x32: Threefry-2x32 with 20 rounds (Random123, as jax.random uses it), one
  * independent block per element: (y0, y1) = threefry2x32((k0, k1), (x0, x1)).
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -67,13 +71,14 @@ HLOFUSE_EXPORT void hlofuse_rt_dot_##TAG(const T *a, const T *b, T *c, int64_t b
   }                                                                                           \
 }
 
-#define HLOFUSE_ACC_FLOAT(c, a, b) ((c) + (a) * (b))
+#define HLOFUSE_ACC_F32(c, a, b) fmaf((a), (b), (c))
+#define HLOFUSE_ACC_F64(c, a, b) fma((a), (b), (c))
 #define HLOFUSE_ACC_WRAP32(c, a, b) (c + (uint32_t)((uint32_t)(a) * (uint32_t)(b)))
 #define HLOFUSE_ACC_WRAP64(c, a, b) ((c) + (a) * (b))
 #define HLOFUSE_ACC_PRED(c, a, b) ((uint8_t)((c) | ((a) & (b))))
 
-HLOFUSE_DOT(f32, float, float, 0.0f, HLOFUSE_ACC_FLOAT)
-HLOFUSE_DOT(f64, double, double, 0.0, HLOFUSE_ACC_FLOAT)
+HLOFUSE_DOT(f32, float, float, 0.0f, HLOFUSE_ACC_F32)
+HLOFUSE_DOT(f64, double, double, 0.0, HLOFUSE_ACC_F64)
 HLOFUSE_DOT(u8, uint8_t, uint32_t, 0, HLOFUSE_ACC_WRAP32)
 HLOFUSE_DOT(u16, uint16_t, uint32_t, 0, HLOFUSE_ACC_WRAP32)
 HLOFUSE_DOT(u32, uint32_t, uint32_t, 0, HLOFUSE_ACC_WRAP32)
