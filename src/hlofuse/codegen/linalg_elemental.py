@@ -3,13 +3,12 @@
 solves, LU with partial pivoting and its pivots turned into a permutation.
 
 The first element lane code reads of such an instruction computes all of that batch
-position's results, unrolled over the matrix positions (the analysis bounds the work:
-analysis/parallel_loop.py, LANE_LINALG_MAX_WORK), and later reads of the same position pick
-from them. The operations and their order are those of the runtime's routines
-(runtime/hlofuse_linalg.c: potrf, trsm, getrf, lu_permutation), one rounding per multiply
-and per subtract, so a whole-loop kernel gives the bits the library calls give. LU's pivot
-search, row swaps and permutation become selects on the pivot row, which keeps lane code
-free of branches. A read at a position that is not a
+position's results, unrolled over the matrix positions (analysis/lane_linalg.py bounds the
+work), and later reads of the same position pick from them. The operations and their order
+are those of the runtime's routines (runtime/hlofuse_linalg.c: potrf, trsm, getrf,
+lu_permutation), one rounding per multiply and per subtract, so a whole-loop kernel gives the
+bits the library calls give. LU's pivot search, row swaps and permutation become selects on
+the pivot row, which keeps lane code free of branches. A read at a position that is not a
 literal (a dynamic slice of the solution) goes through a local array of the results.
 """
 

@@ -9,9 +9,12 @@ all are computed; accumulated sums collect per lane. Two kinds of work run apart
 (codegen/whole_loop_lanes.py): a select's costly operand that does not depend on the state
 (CartPole's reset draws) in a second lane loop, only for the lanes it is picked in; sin and
 cos of the state with the math library's small-argument forms, the full functions only in a
-step where some lane needs them. One lane (N = 1) is scalar code: plain blocks instead of
-loops, branches instead of selects. Lanes past N (the last block) run on the last
-lane's state and are not stored. At the end of the chunk the block stores its state
+step where some lane needs them. An element of more than LOOPED_ELEMENTS positions per lane
+lives in the lane's scratch area: its new values are computed in a loop over its positions
+into `n<i>[position][lane]` (what the positions share moved in front: codegen/licm.py) and
+copied back once every value of the step is computed. One lane (N = 1) is scalar code: plain
+blocks instead of loops, branches instead of selects. Lanes past N (the last block) run on
+the last lane's state and are not stored. At the end of the chunk the block stores its state
 and adds its lanes' partial sums to its own slot.
 """
 
