@@ -10,12 +10,14 @@ not the compiler settings; the toolchain's cache keeps the shared object.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
 
 from hlofuse.studies.peers.registry import Peer, PeerUnavailable
+from hlofuse.studies.peers.sources import kernel_source
 from hlofuse.studies.peers.workload import RolloutResult, Workload
 
 KERNEL_SOURCE = Path(__file__).with_name("cartpole_kernel.c")
@@ -55,7 +57,7 @@ def load_kernel() -> ctypes.CDLL:
     )
 
     try:
-        built = build_shared_object(KERNEL_SOURCE.read_text(), DEFAULT_FLAGS)
+        built = build_shared_object(kernel_source(KERNEL_SOURCE), DEFAULT_FLAGS)
         library = load_library(built.path)
     except (ToolchainError, CacheError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -85,17 +87,24 @@ class CRunner:
         self.function = getattr(load_kernel(), entry)
 
     def run(self) -> RolloutResult:
-        wl = self.workload
-        out = np.empty_like(self.initial)
-        episodes = ctypes.c_int64(0)
-        return_sum = ctypes.c_double(0.0)
-        status = self.function(
-            wl.n_envs, wl.n_steps, wl.seed, int(wl.deterministic), self.initial.ctypes.data,
-            out.ctypes.data, ctypes.byref(episodes), ctypes.byref(return_sum),
-        )
+        status, result = call_rollout(self.function, self.workload, self.initial)
         if status != 0:
-            raise MemoryError(f"C kernel: no memory for the keys of {wl.n_steps} steps")
-        return RolloutResult(out, int(episodes.value), float(return_sum.value))
+            raise MemoryError(f"C kernel: no memory for the keys of {self.workload.n_steps} "
+                              "steps")
+        return result
+
+
+def call_rollout(function: Callable[..., int], wl: Workload, initial: np.ndarray
+                 ) -> tuple[int, RolloutResult]:
+    """Call a hand-written kernel's rollout entry point, `(n, steps, seed, deterministic, init,
+    out, &episodes, &return_sum) -> status`, the C and CUDA kernels' shared signature."""
+    out = np.empty_like(initial)
+    episodes = ctypes.c_int64(0)
+    return_sum = ctypes.c_double(0.0)
+    status = function(wl.n_envs, wl.n_steps, wl.seed, int(wl.deterministic),
+                      initial.ctypes.data, out.ctypes.data, ctypes.byref(episodes),
+                      ctypes.byref(return_sum))
+    return status, RolloutResult(out, int(episodes.value), float(return_sum.value))
 
 
 def peers() -> list[Peer]:

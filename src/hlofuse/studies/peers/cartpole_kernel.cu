@@ -8,10 +8,10 @@
  * kernel reads; an environment's action is bernoulli(ka) at counter e, its reset state
  * uniform(kr) at counters j * N + e, drawn only when it finished (as the C scalar kernel).
  *
- * The arithmetic is the C kernel's, operation for operation: its inline sincos (libm's
- * sinf/cosf, here CUDA's, only when an initial |theta| exceeds 8192), the same dynamics, and
- * nvcc's --fmad=false as the C build's -ffp-contract=off, so with the same inputs the final
- * states are the C kernel's bit for bit. Built either by nvcc or, for tests on a machine
+ * The arithmetic is the C kernel's, operation for operation (both include cartpole_core.h):
+ * its inline sincos (libm's sinf/cosf, here CUDA's, only when an initial |theta| exceeds
+ * 8192), the same dynamics, and nvcc's --fmad=false as the C build's -ffp-contract=off, so
+ * with the same inputs the final states are the C kernel's bit for bit. Built either by nvcc or, for tests on a machine
  * without a GPU, by the C++ compiler after runtime/cuda_emulation.h.
  *
  * Entry point: hf_cuda_cartpole_rollout(n, steps, seed, deterministic, init, out, episodes,
@@ -24,97 +24,13 @@
 #else
 #define HF_LAUNCH HLOFUSE_LAUNCH
 #endif
-#include <math.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #define HF_EXPORT extern "C" __attribute__((visibility("default")))
-#define HF_HD static inline __host__ __device__
-
-#define HF_GRAVITY 9.8f
-#define HF_MASSPOLE 0.1f
-#define HF_TOTAL_MASS 1.1f
-#define HF_LENGTH 0.5f
-#define HF_POLEMASS_LENGTH 0.05f
-#define HF_FORCE_MAG 10.0f
-#define HF_TAU 0.02f
-#define HF_THETA_THRESHOLD 0.20943951023931953f
-#define HF_X_THRESHOLD 2.4f
-#define HF_POLICY_GAIN 0.5f
-#define HF_SINCOS_LIMIT 8192.0f
-#define HF_RESET_LOW -0.05f
-#define HF_RESET_SPAN 0.1f /* float(0.05f - -0.05f), as jax.random.uniform computes it */
 #define HF_BLOCK_THREADS 256
 
-HF_HD uint32_t hf_rotl(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
-
-/* Threefry-2x32-20 (Random123): key (k0, k1), counter (c0, c1) -> (*o0, *o1). */
-HF_HD void hf_threefry(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1, uint32_t *o0,
-                       uint32_t *o1) {
-  const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
-  const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
-  uint32_t x0 = c0 + k0, x1 = c1 + k1;
-  for (int g = 0; g < 5; ++g) {
-    for (int q = 0; q < 4; ++q) {
-      x0 += x1;
-      x1 = hf_rotl(x1, rot[g & 1][q]);
-      x1 ^= x0;
-    }
-    x0 += ks[(g + 1) % 3];
-    x1 += ks[(g + 2) % 3] + (uint32_t)(g + 1);
-  }
-  *o0 = x0;
-  *o1 = x1;
-}
-
-/* jax.random.bits at one counter: the xor of the two words of Threefry((0, counter)). */
-HF_HD uint32_t hf_bits(uint32_t k0, uint32_t k1, uint32_t counter) {
-  uint32_t y0, y1;
-  hf_threefry(k0, k1, 0u, counter, &y0, &y1);
-  return y0 ^ y1;
-}
-
-/* jax.random.uniform(-0.05, 0.05) from one word: mantissa bits under 1.0's exponent. */
-HF_HD float hf_uniform_reset(uint32_t bits) {
-  union { uint32_t u; float f; } one_to_two = {(bits >> 9) | 0x3F800000u};
-  float v = (one_to_two.f - 1.0f) * HF_RESET_SPAN + HF_RESET_LOW;
-  return v < HF_RESET_LOW ? HF_RESET_LOW : v;
-}
-
-/* The C kernel's inline sin and cos (Cody-Waite by pi/2, Cephes polynomials). */
-HF_HD void hf_sincosf(float x, float *s, float *c) {
-  float k = (x * 0.63661977236758134f + 12582912.0f) - 12582912.0f;
-  int q = (int)k;
-  float r = x - k * 1.5703125f;
-  r = r - k * 4.837512969970703125e-4f;
-  r = r - k * 7.54978995489188216e-8f;
-  float z = r * r;
-  float sp = r + r * z * (-1.6666654611e-1f + z * (8.3321608736e-3f + z * -1.9515295891e-4f));
-  float cp = 1.0f - 0.5f * z
-           + z * z * (4.166664568298827e-2f + z * (-1.388731625493765e-3f
-                                                  + z * 2.443315711809948e-5f));
-  float ss = (q & 1) ? cp : sp;
-  float cc = (q & 1) ? sp : cp;
-  *s = (q & 2) ? -ss : ss;
-  *c = ((q + 1) & 2) ? -cc : cc;
-}
-
-HF_HD void hf_dynamics(float s, float c, int action, float *x, float *x_dot, float *theta,
-                       float *theta_dot) {
-  float force = action ? HF_FORCE_MAG : -HF_FORCE_MAG;
-  float td = *theta_dot;
-  float temp = (force + HF_POLEMASS_LENGTH * td * td * s) / HF_TOTAL_MASS;
-  float thetaacc = (HF_GRAVITY * s - c * temp)
-                 / (HF_LENGTH * (4.0f / 3.0f - HF_MASSPOLE * c * c / HF_TOTAL_MASS));
-  float xacc = temp - HF_POLEMASS_LENGTH * thetaacc * c / HF_TOTAL_MASS;
-  float xn = *x + HF_TAU * *x_dot;
-  *x_dot = *x_dot + HF_TAU * xacc;
-  *x = xn;
-  float thn = *theta + HF_TAU * td;
-  *theta_dot = td + HF_TAU * thetaacc;
-  *theta = thn;
-}
+#define HF_FN static inline __host__ __device__
+#include "cartpole_core.h"
 
 /* One environment per thread, every step; its counts added to the totals at the end. */
 __global__ void hf_rollout_kernel(int64_t n, int64_t steps, const uint32_t *keys,
@@ -142,7 +58,7 @@ __global__ void hf_rollout_kernel(int64_t n, int64_t steps, const uint32_t *keys
     }
     hf_dynamics(s, c, action, &x, &xd, &th, &thd);
     length += 1;
-    if (!((fabsf(x) > HF_X_THRESHOLD) | (fabsf(th) > HF_THETA_THRESHOLD))) continue;
+    if (!hf_done(x, th)) continue;
     count += 1;
     ret += length;
     length = 0;
@@ -214,15 +130,8 @@ static int hf_reserve(int64_t n, int64_t steps) {
 HF_EXPORT int hf_cuda_cartpole_rollout(int64_t n, int64_t steps, uint32_t seed,
                                        int deterministic, const float *init, float *out,
                                        int64_t *episodes, double *return_sum) {
-  uint32_t *keys = (uint32_t *)malloc(sizeof(uint32_t) * 4 * (size_t)(steps > 0 ? steps : 1));
+  uint32_t *keys = hf_step_keys(seed, steps);
   if (!keys) return -1;
-  uint32_t s0, s1, f0, f1;
-  hf_threefry(0u, seed, 0u, 1u, &s0, &s1); /* steps_key = split(key(seed))[1] */
-  for (int64_t t = 0; t < steps; ++t) {
-    hf_threefry(s0, s1, 0u, (uint32_t)t, &f0, &f1); /* fold_in(steps_key, t) */
-    hf_threefry(f0, f1, 0u, 0u, &keys[4 * t], &keys[4 * t + 1]);
-    hf_threefry(f0, f1, 0u, 1u, &keys[4 * t + 2], &keys[4 * t + 3]);
-  }
   hf_error_text[0] = 0;
   unsigned long long counts[2] = {0, 0};
   const size_t states = sizeof(float) * 4 * (size_t)n;

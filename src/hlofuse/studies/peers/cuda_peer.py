@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hlofuse.studies.peers.c_peer import call_rollout
 from hlofuse.studies.peers.registry import Peer, PeerUnavailable
+from hlofuse.studies.peers.sources import kernel_source
 from hlofuse.studies.peers.workload import RolloutResult, Workload
 
 KERNEL_SOURCE = Path(__file__).with_name("cartpole_kernel.cu")
@@ -64,7 +66,7 @@ def load_kernel(emulate: bool = False) -> ctypes.CDLL:
     from hlofuse.toolchain import CacheError, ToolchainError, build_shared_object, load_library
     from hlofuse.toolchain.compiler import Compiler, find_nvcc
 
-    source = KERNEL_SOURCE.read_text(encoding="utf-8")
+    source = kernel_source(KERNEL_SOURCE)
     try:
         if emulate:
             built = build_shared_object(support_text("cuda_emulation.h") + "\n" + source,
@@ -96,19 +98,14 @@ class CudaRunner:
             raise PeerUnavailable(f"the CUDA runtime sees no GPU: {_error(self.library)}")
 
     def run(self) -> RolloutResult:
-        wl = self.workload
-        out = np.empty_like(self.initial)
-        episodes = ctypes.c_int64(0)
-        return_sum = ctypes.c_double(0.0)
-        status = self.library.hf_cuda_cartpole_rollout(
-            wl.n_envs, wl.n_steps, wl.seed, int(wl.deterministic), self.initial.ctypes.data,
-            out.ctypes.data, ctypes.byref(episodes), ctypes.byref(return_sum),
-        )
+        status, result = call_rollout(self.library.hf_cuda_cartpole_rollout, self.workload,
+                                      self.initial)
         if status == -1:
-            raise MemoryError(f"CUDA kernel: no memory for the keys of {wl.n_steps} steps")
+            raise MemoryError(f"CUDA kernel: no memory for the keys of "
+                              f"{self.workload.n_steps} steps")
         if status != 0:
             raise RuntimeError(f"CUDA kernel: the CUDA runtime failed: {_error(self.library)}")
-        return RolloutResult(out, int(episodes.value), float(return_sum.value))
+        return result
 
 
 def peers() -> list[Peer]:
