@@ -33,10 +33,9 @@ from hlofuse.fusion.fusing import create_fusion, merge_fusion
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.indexing import fused_emitter_inefficient
 from hlofuse.fusion.instruction_fusion import choose_kind
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.fusion.properties import is_expensive, is_loop_fusion, reuses_operand_elements
 from hlofuse.fusion.rules import fits_in_budget, is_producer_consumer_fusible, refuse
-from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
 from hlofuse.passes.decision_log import FUSIBLE, FusionDecision, Recorder
 
@@ -49,19 +48,18 @@ EXPENSIVE_OK_MIN_BYTES = 1024
 
 
 @dataclass(frozen=True, slots=True)
-class FusionMerger:
+class FusionMerger(ModuleGraphPass):
     """Merges kLoop fusions into all their users when that does not add memory traffic."""
 
     name: ClassVar[str] = "fusion-merger"
     relax_concatenate: bool = False
 
-    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        with ModuleGraph.from_module(module) as graphs:
-            recorder = Recorder(log, self.name)
-            changed = False
-            for graph in graphs.fusible_graphs():
-                changed |= self._merge_computation(graph, recorder)
-            return (graphs.to_module(), True) if changed else (module, False)
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        recorder = Recorder(log, self.name)
+        changed = False
+        for graph in graphs.fusible_graphs():
+            changed |= self._merge_computation(graph, recorder)
+        return changed
 
     def _merge_computation(self, graph: Graph, recorder: Recorder) -> bool:
         changed = False

@@ -116,30 +116,21 @@ class Node:
         return (self.fused.version,) + tuple(id(o) for o in self.operands)
 
     def source_locations(self) -> tuple[str, ...]:
-        """The user's source lines of this instruction (of every fused one, for a fusion)."""
+        """The user's source lines of this instruction (of every fused one, for a fusion, in
+        file and line order)."""
         if not self.is_fusion:
             return (self.source_location,) if self.source_location else ()
-        key = (self.fused.version,)
-        cached = self.memo.get("source_locations")
-        if cached is not None and cached[0] == key:
-            return cached[1]  # type: ignore[return-value]
-        # Every location of the body, in post order: the walk stops once it has seen as many
-        # as the body has (a fusion grows one instruction at a time, and the decision log asks
-        # for its lines after each).
-        wanted = self.fused.location_count
-        found: dict[str, None] = {}
-        for node in self.fused.walk_post_order() if wanted else ():
-            location = node.source_location if node.op is not Op.PARAMETER else None
-            if location and location not in found:
-                found[location] = None
-                if len(found) == wanted:
-                    break
-        locations = tuple(found)
-        self.memo["source_locations"] = (key, locations)
-        return locations
+        return self.fused.source_locations()
 
 
-@functools.lru_cache(maxsize=1 << 14)
+@functools.cache
+def _location_order(location: str) -> tuple[str, int, str]:
+    """`file:line` sorts by file, then line as a number."""
+    file, _, line = location.rpartition(":")
+    return (file, int(line), "") if line.isdigit() else (location, 0, "")
+
+
+@functools.cache
 def _location_at(fields: tuple[tuple[str, str | int], ...], resolved: str | None) -> str | None:
     """`Metadata.source_location`, remembered: every pass copies the program into fresh nodes,
     which would each look the location up again."""
@@ -162,6 +153,13 @@ class Graph:
         # How many nodes (parameters aside) have each source location; counted when first
         # asked for (`location_count`), kept up to date from then on.
         self._locations: dict[str, int] | None = None
+        # Bumped when a location appears or disappears (not when a node joins an existing one):
+        # the decision log asks a growing fusion for its lines after every step.
+        self._locations_changes = 0
+        self._sorted_locations: tuple[int, tuple[str, ...]] | None = None
+        # Clean-up pass name -> the version it last left this graph at (nothing to redo
+        # while the version stays).
+        self.cleaned: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"<graph %{self.name}: {len(self.nodes)} nodes>"
@@ -182,10 +180,14 @@ class Graph:
             attrs: Mapping[str, object] | None = None, calls: Sequence[Graph] = (),
             metadata: Metadata | None = None, extra: tuple[tuple[str, RawAttr], ...] = (),
             name: str | None = None) -> Node:
+        # A read-only view is shared as it is (clones and copies from frozen IR pass one).
+        frozen_attrs = (attrs if isinstance(attrs, MappingProxyType)
+                        else MappingProxyType(dict(attrs or {})))
         node = Node(name if name is not None else self.module.names.unique(op.text), op, shape,
-                    self, MappingProxyType(dict(attrs or {})), calls, metadata, extra)
-        for operand in operands:
-            self.append_operand(node, operand)
+                    self, frozen_attrs, calls, metadata, extra)
+        node.operands = list(operands)
+        for operand in node.operands:
+            operand.users[node] = None
         self.nodes[node] = None
         self.version += 1
         if self._locations is not None:
@@ -264,6 +266,13 @@ class Graph:
         for number, later in enumerate(self.params[index:], start=index):
             later.attrs = MappingProxyType({**later.attrs, "parameter_number": number})
 
+    def reorder(self, order: Sequence[Node]) -> None:
+        """List the nodes in `order` (all of them, each once)."""
+        assert len(order) == len(self.nodes)
+        if any(a is not b for a, b in zip(self.nodes, order, strict=True)):
+            self.nodes = dict.fromkeys(order)
+            self.version += 1
+
     def contains(self, node: Node) -> bool:
         return node in self.nodes
 
@@ -279,6 +288,7 @@ class Graph:
         self._root = None
         self._post_order = None
         self._locations = None
+        self._sorted_locations = None
 
     # --- analyses -------------------------------------------------------------------
 
@@ -297,10 +307,25 @@ class Graph:
         if not location:
             return
         count = self._locations.get(location, 0) + change
+        if count == 1 and change == 1:
+            self._locations_changes += 1
         if count:
             self._locations[location] = count
         else:
             del self._locations[location]
+            self._locations_changes += 1
+
+    def source_locations(self) -> tuple[str, ...]:
+        """The distinct source locations of the nodes (parameters aside), in file and line
+        order."""
+        self.location_count  # noqa: B018 - counts the locations on first use
+        cached = self._sorted_locations
+        if cached is not None and cached[0] == self._locations_changes:
+            return cached[1]
+        assert self._locations is not None
+        locations = tuple(sorted(self._locations, key=_location_order))
+        self._sorted_locations = (self._locations_changes, locations)
+        return locations
 
     def post_order(self) -> list[Node]:
         """XLA's MakeInstructionPostOrder: DFS from every user-less node in list order,

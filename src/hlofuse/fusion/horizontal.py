@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.fusion.fusing import create_fusion, fuse_into_multi_output
 from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.fusion.properties import (
     fusion_outputs,
     is_elementwise,
@@ -41,7 +41,6 @@ from hlofuse.fusion.properties import (
 from hlofuse.fusion.rules import fits_in_budget
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape, default_layout
 from hlofuse.passes.decision_log import FusionDecision, Recorder
@@ -219,20 +218,19 @@ class _Candidates:
 
 
 @dataclass(frozen=True, slots=True)
-class HorizontalLoopFusion:
+class HorizontalLoopFusion(ModuleGraphPass):
     """Launches independent small loop kernels of the entry computation as one."""
 
     name: ClassVar[str] = "horizontal-loop-fusion"
 
-    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        with ModuleGraph.from_module(module) as graphs:
-            recorder = Recorder(log, self.name)
-            assert graphs.entry is not None
-            changed = _fuse_horizontally(graphs.entry, recorder)
-            for graph in graphs.fusible_graphs():
-                if graph is not graphs.entry:
-                    _record_outside_entry(graph, recorder)
-            return (graphs.to_module(), True) if changed else (module, False)
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        recorder = Recorder(log, self.name)
+        assert graphs.entry is not None
+        changed = _fuse_horizontally(graphs.entry, recorder)
+        for graph in graphs.fusible_graphs():
+            if graph is not graphs.entry:
+                _record_outside_entry(graph, recorder)
+        return changed
 
 
 def _fuse_horizontally(graph: Graph, recorder: Recorder) -> bool:
@@ -323,18 +321,17 @@ def horizontally_fuse(graph: Graph, members: list[Node]) -> Node:
 
 
 @dataclass(frozen=True, slots=True)
-class HorizontalInputFusion:
+class HorizontalInputFusion(ModuleGraphPass):
     """Merges independent tiled reductions feeding one consumer into one kInput fusion."""
 
     name: ClassVar[str] = "horizontal-input-fusion"
 
-    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        with ModuleGraph.from_module(module) as graphs:
-            recorder = Recorder(log, self.name)
-            changed = False
-            for graph in graphs.fusible_graphs():
-                changed |= _fuse_reductions_horizontally(graph, recorder)
-            return (graphs.to_module(), True) if changed else (module, False)
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        recorder = Recorder(log, self.name)
+        changed = False
+        for graph in graphs.fusible_graphs():
+            changed |= _fuse_reductions_horizontally(graph, recorder)
+        return changed
 
 
 def _input_shape_key(node: Node) -> tuple[int, tuple[int, ...]]:

@@ -51,11 +51,26 @@ class IndexingEvaluation:
         # Keys are fused instructions, or fusion operands standing for their parameters.
         self.indexing_users: dict[Node, set[Node]] = defaultdict(set)
         self.indexing_users[fusion.fused_root].add(fusion)
+        # The loop of add_operand_users, inlined: it runs once per fused instruction of every
+        # fusion the passes evaluate.
+        usage = self.usage
+        indexing_users = self.indexing_users
+        fusion_operands = fusion.operands
         for inst in reversed(fusion.fused.post_order()):
             if inst.op is Op.PARAMETER:
                 continue
-            self.usage[inst] = sum(self.usage[u] for u in self.indexing_users[inst])
-            self.add_operand_users(inst)
+            mine = indexing_users[inst]
+            usage[inst] = sum(usage[u] for u in mine)
+            shape = inst.shape
+            same_indexing = inst.op is Op.TRANSPOSE
+            for operand in inst.operands:
+                key = (fusion_operands[operand.parameter_number]
+                       if operand.op is Op.PARAMETER else operand)
+                if same_indexing or operand.shape is shape or equal_ignoring_element_type(
+                        operand.shape, shape):
+                    indexing_users[key] |= mine
+                else:
+                    indexing_users[key].add(inst)
 
     def add_operand_users(self, inst: Node) -> None:
         """Operands of `inst` are indexed by `inst`'s users (same shape) or by `inst`."""
@@ -87,11 +102,12 @@ class IndexingEvaluation:
     def max_code_duplication_too_high(self) -> bool:
         return self.worst() is not None
 
-    def worst(self) -> Culprit | None:
-        """The first instruction that would be emitted too often, if any."""
+    def worst(self, scale: int = 1) -> Culprit | None:
+        """The first instruction that would be emitted too often, if any; with `scale`, as
+        if the fusion's root were used `scale` times (every count is linear in that)."""
         for node, count in self.usage.items():
-            if self.too_high(node, count):
-                return Culprit(node, count, real_user_count(node))
+            if self.too_high(node, count * scale):
+                return Culprit(node, count * scale, real_user_count(node))
         return None
 
 
@@ -163,5 +179,5 @@ def fused_emitter_inefficient(consumer: Node, producer: Node,
         if evaluation.too_high(producer, emitted):
             return Culprit(producer, emitted, real_user_count(producer))
         return None
-    merged = IndexingEvaluation(producer, evaluation.emitted(producer), relax_concatenate)
-    return merged.worst()
+    # The producer's own evaluation, its root used as often as the consumer would emit it.
+    return indexing_evaluation(producer, relax_concatenate).worst(evaluation.emitted(producer))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 from hlofuse.fusion.fusing import create_fusion, fuse_instruction
 from hlofuse.fusion.graph import Graph, Node, Reachability
 from hlofuse.fusion.indexing import cached_evaluation, update_after_fusing
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.fusion.properties import (
     is_effective_scalar,
     is_fusible,
@@ -43,7 +43,6 @@ from hlofuse.fusion.rules import (
     refuse,
     should_fuse,
 )
-from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.decision_log import Recorder
@@ -55,23 +54,22 @@ PASS_NAME = "instruction-fusion"
 
 
 @dataclass(frozen=True, slots=True)
-class InstructionFusion:
+class InstructionFusion(ModuleGraphPass):
     """Fuses producers into their consumers under XLA's 2022 GPU rules."""
 
     name: ClassVar[str] = PASS_NAME
     may_duplicate: bool = True
     relax_concatenate: bool = False
 
-    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        with ModuleGraph.from_module(module) as graphs:
-            recorder = Recorder(log, self.name)
-            changed = False
-            sweeps = (False, True) if self.may_duplicate else (False,)
-            for may_duplicate in sweeps:
-                options = FusionOptions(may_duplicate, self.relax_concatenate)
-                for graph in graphs.fusible_graphs():
-                    changed |= fuse_computation(graph, options, recorder)
-            return (graphs.to_module(), True) if changed else (module, False)
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        recorder = Recorder(log, self.name)
+        changed = False
+        sweeps = (False, True) if self.may_duplicate else (False,)
+        for may_duplicate in sweeps:
+            options = FusionOptions(may_duplicate, self.relax_concatenate)
+            for graph in graphs.fusible_graphs():
+                changed |= fuse_computation(graph, options, recorder)
+        return changed
 
 
 def choose_kind(producer: Node, consumer: Node) -> FusionKind:

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from hlofuse.analysis.call_graph import callee_order
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
+
+if TYPE_CHECKING:
+    from hlofuse.passes.decision_log import DecisionSink
+
+
+# Ops whose called computations are applied per element (XLA's embedded call context).
+_APPLYING_OPS = frozenset({Op.REDUCE, Op.REDUCE_WINDOW, Op.CUSTOM_CALL, Op.MAP, Op.SCATTER,
+                           Op.SORT, Op.SELECT_AND_SCATTER})
 
 
 class ModuleGraph:
@@ -47,6 +56,59 @@ class ModuleGraph:
         mg.entry = graphs[id(module.entry)]
         return mg
 
+    def normalize(self) -> None:
+        """Make this copy what `from_module(self.to_module())` would give, without building
+        frozen IR between passes: unreachable computations dropped, every graph's nodes and
+        every node's users in post order, fused instructions under their final names, the
+        name uniquers holding exactly the names in use, and no remembered analyses. Passes
+        that run one after another on one copy then decide exactly as on a fresh one."""
+        assert self.entry is not None
+        ordered = self._reachable(self._ordered())
+        kept = set(ordered)
+        for graph in self.graphs:
+            if graph not in kept:
+                graph.release()
+        names = self._final_names(ordered)
+        fused = {c for g in ordered for n in g.nodes if n.is_fusion for c in n.calls}
+        self.names = NameUniquer(bare_first=True)
+        self.computation_names = NameUniquer(bare_first=True)
+        for graph in ordered:
+            self.computation_names.reserve(graph.name)
+            graph.is_fusion = graph in fused
+            order = graph.post_order()
+            graph.reorder(order)
+            for node in order:
+                node.name = names[node]
+                self.names.reserve(node.name)
+                node.memo = {}
+                node.users = {}
+            for node in order:
+                for operand in node.operands:
+                    operand.users[node] = None
+        self.graphs = ordered
+
+    def reload(self, module: Module) -> None:
+        """Become a fresh copy of `module` (after a frozen-IR rewrite of this one)."""
+        fresh = ModuleGraph.from_module(module)
+        self.release()
+        for graph in fresh.graphs:
+            graph.module = self
+        self.name, self.debug_tables = fresh.name, fresh.debug_tables
+        self.graphs, self.entry = fresh.graphs, fresh.entry
+        self.names, self.computation_names = fresh.names, fresh.computation_names
+
+    def drop_unreachable(self) -> bool:
+        """Drop the graphs that nothing reachable from the entry calls; whether any was."""
+        kept = self._reachable(self.graphs)
+        if len(kept) == len(self.graphs):
+            return False
+        alive = set(kept)
+        for graph in self.graphs:
+            if graph not in alive:
+                graph.release()
+        self.graphs = kept
+        return True
+
     def __enter__(self) -> ModuleGraph:
         return self
 
@@ -83,8 +145,9 @@ class ModuleGraph:
         inside: list[Graph] = []
         for graph in self.graphs:
             for node in graph.nodes:
-                if node.op in (Op.REDUCE, Op.REDUCE_WINDOW, Op.CUSTOM_CALL, Op.MAP, Op.SCATTER,
-                               Op.SORT, Op.SELECT_AND_SCATTER):
+                if not node.calls:
+                    continue
+                if node.op in _APPLYING_OPS:
                     applied.update(node.calls)
                 if graph.is_fusion:
                     inside.extend(node.calls)
@@ -188,3 +251,20 @@ def _fresh_name(node: Node, used: NameUniquer) -> str:
     if used.reserve(base):
         return base
     return used.unique(base + ".clone")
+
+
+class ModuleGraphPass:
+    """Base of the passes that work on a ModuleGraph (`passes.manager.GraphPass`): a pipeline
+    hands consecutive ones one shared copy; `run` alone converts the module there and back."""
+
+    __slots__ = ()
+
+    graphs_of = staticmethod(ModuleGraph.from_module)
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        with ModuleGraph.from_module(module) as graphs:
+            changed = self.run_on_graphs(graphs, log)
+            return (graphs.to_module(), True) if changed else (module, False)
+
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        raise NotImplementedError

@@ -28,7 +28,7 @@ from hlofuse.fusion.fusing import create_fusion, fuse_into_multi_output
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.indexing import fused_emitter_inefficient
 from hlofuse.fusion.instruction_fusion import choose_kind
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.fusion.properties import (
     in_place_operands,
     is_contiguous_reduction,
@@ -45,7 +45,6 @@ from hlofuse.fusion.rules import (
     layouts_reduce_input_friendly,
     refuse,
 )
-from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
 from hlofuse.passes.decision_log import FusionDecision, Recorder
 
@@ -54,19 +53,18 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class MultiOutputFusion:
+class MultiOutputFusion(ModuleGraphPass):
     """Sibling and producer-consumer multi-output fusion."""
 
     name: ClassVar[str] = "multi-output-fusion"
     relax_concatenate: bool = False
 
-    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        with ModuleGraph.from_module(module) as graphs:
-            recorder = Recorder(log, self.name)
-            changed = False
-            for graph in graphs.fusible_graphs():
-                changed |= _MultiOutputFuser(graph, recorder, self.relax_concatenate).run()
-            return (graphs.to_module(), True) if changed else (module, False)
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        recorder = Recorder(log, self.name)
+        changed = False
+        for graph in graphs.fusible_graphs():
+            changed |= _MultiOutputFuser(graph, recorder, self.relax_concatenate).run()
+        return changed
 
 
 def fusion_priority(node: Node) -> int:

@@ -72,7 +72,7 @@ from hlofuse.fusion.indexing import (
     update_after_fusing,
 )
 from hlofuse.fusion.kernels import is_free
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.fusion.properties import (
     has_side_effect,
     is_effective_scalar,
@@ -87,7 +87,6 @@ from hlofuse.fusion.rules import (
     producer_not_root,
     refuse,
 )
-from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import FusionKind, Op, OpKind
 from hlofuse.passes.decision_log import COST_MODEL_GAIN, FusionDecision, Recorder
 
@@ -107,7 +106,7 @@ _US = 1e6
 
 
 @dataclass(frozen=True, slots=True)
-class PriorityFusion:
+class PriorityFusion(ModuleGraphPass):
     """Fuses producers into all their users, most estimated time saved first."""
 
     name: ClassVar[str] = PASS_NAME
@@ -124,14 +123,13 @@ class PriorityFusion:
             return self.constants
         return DEFAULT_CONSTANTS
 
-    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        with ModuleGraph.from_module(module) as graphs:
-            recorder = Recorder(log, self.name)
-            model = CostModel(self.machine())
-            changed = False
-            for graph in graphs.fusible_graphs():
-                changed |= _PriorityFuser(graph, model, recorder).run()
-            return (graphs.to_module(), True) if changed else (module, False)
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        recorder = Recorder(log, self.name)
+        model = CostModel(self.machine())
+        changed = False
+        for graph in graphs.fusible_graphs():
+            changed |= _PriorityFuser(graph, model, recorder).run()
+        return changed
 
 
 # --- legality (XLA's CanFuse, as it applies to our CPU kernels) ------------------------------
@@ -297,7 +295,6 @@ class _PriorityFuser:
         self.entry: dict[Node, int] = {}  # producer -> its live heap entry
         self.order: dict[Node, int] = {}  # XLA's unique ids: later instructions win ties
         self.verdicts: dict[Node, tuple[tuple[object, ...], Verdicts]] = {}
-        self.lines: dict[Node, tuple[tuple[object, ...], tuple[str, ...]]] = {}
         self.sequence = itertools.count()
 
     def run(self) -> bool:
@@ -405,29 +402,16 @@ class _PriorityFuser:
         return list(affected)
 
     def fuse(self, producer: Node, consumer: Node) -> Node:
-        """`fuse`, keeping the model's profile of the grown fusion and its source lines
-        without walking it."""
+        """`fuse`, keeping the model's profile of the grown fusion without walking it."""
         profile = self.model.fused_profile(producer, consumer)
-        lines = tuple(dict.fromkeys(self.source_lines(consumer) + self.source_lines(producer)))
         fusion = fuse(producer, consumer)
         self.model.remember(fusion, profile)
-        self.lines[fusion] = (node_key(fusion), lines)
         return fusion
-
-    def source_lines(self, node: Node) -> tuple[str, ...]:
-        if not node.is_fusion:
-            return node.source_locations()
-        cached = self.lines.get(node)
-        if cached is None or cached[0] != node_key(node):
-            cached = (node_key(node), node.source_locations())
-            self.lines[node] = cached
-        return cached[1]
 
     def record(self, producer: Node, consumer: Node, decision: FusionDecision) -> None:
         if self.recorder.log is None:
             return
-        self.recorder.pair(self.graph.name, _Lines(producer, self.source_lines(producer)),
-                           _Lines(consumer, self.source_lines(consumer)), decision)
+        self.recorder.pair(self.graph.name, producer, consumer, decision)
 
     def fuse_constants(self) -> bool:
         """Small constants go into each user that can take them and where the model sees a
@@ -477,19 +461,6 @@ class _PriorityFuser:
                     continue  # reading an output of a multi-output kernel, not an edge
                 if not decision:
                     self.record(producer, user, decision)
-
-
-class _Lines:
-    """An instruction as the decision log sees it, with its source lines already known (a
-    grown fusion's are its consumer's and producer's, not found by walking it again)."""
-
-    def __init__(self, node: Node, lines: tuple[str, ...]) -> None:
-        self.name = node.name
-        self.op = node.op
-        self.lines = lines
-
-    def source_locations(self) -> tuple[str, ...]:
-        return self.lines
 
 
 def _edges_key(producer: Node) -> tuple[object, ...]:

@@ -61,6 +61,11 @@ from hlofuse.fusion.gpu_layout import TransposeToBitcast
 from hlofuse.fusion.gpu_multi_output import GpuMultiOutputFusion
 from hlofuse.fusion.gpu_priority import GpuPriorityFusion
 from hlofuse.fusion.gpu_while_simplify import GPU_LOOP_PASSES, GPU_LOOP_SIMPLIFICATION
+from hlofuse.fusion.graph_cleanup import (
+    FusedComputationCse,
+    GraphDce,
+    GraphVariadicOpSplitter,
+)
 from hlofuse.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
 from hlofuse.fusion.instruction_fusion import InstructionFusion
 from hlofuse.fusion.kernels import Kernel, Loop, kernels_per_iteration, list_kernels
@@ -177,8 +182,8 @@ class Strategy:
         """The pipeline this strategy runs; `constants` are the measured machine constants
         priority fusion prices with (unless `default_costs`)."""
         steps: list[Step] = []
-        cleanup = (CommonSubexpressionElimination(only_fusion_computations=True),
-                   DeadCodeElimination())
+        # On the fusion passes' graphs, so a fusion fixed point never leaves them.
+        cleanup = (FusedComputationCse(), GraphDce())
         if self.rng_expansion:
             steps.append(RngExpansion())
         if self.logistic_expansion:
@@ -207,7 +212,7 @@ class Strategy:
             steps.append(TransposeToBitcast())
         if self.whole_loop:
             steps.append(WholeLoopFusion())
-        vertical: list[Pass] = [VariadicOpSplitter()] if self.variadic_split else []
+        vertical: list[Pass] = [GraphVariadicOpSplitter()] if self.variadic_split else []
         if self.gpu_priority_fusion:
             vertical += [GpuPriorityFusion(self.device), *cleanup]
         if self.priority_fusion:

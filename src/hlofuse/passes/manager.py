@@ -13,10 +13,10 @@ import contextlib
 import dataclasses
 import gc
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
@@ -47,6 +47,28 @@ class Pass(Protocol):
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]: ...
 
 
+class MutableModule(Protocol):
+    """A module in a mutable form several passes work on in turn (`fusion.ModuleGraph`)."""
+
+    def to_module(self) -> Module: ...
+
+    def normalize(self) -> None: ...
+
+    def reload(self, module: Module) -> None: ...
+
+    def release(self) -> None: ...
+
+
+@runtime_checkable
+class GraphPass(Pass, Protocol):
+    """A pass that can also work on a mutable form of the module: consecutive graph passes
+    share one copy instead of freezing the module and copying it again between them."""
+
+    def run_on_graphs(self, graphs: Any, log: DecisionSink | None = None) -> bool: ...
+
+    def graphs_of(self, module: Module) -> MutableModule: ...
+
+
 class PassError(ValueError):
     """A pass produced an invalid module (debug pipelines verify after every pass)."""
 
@@ -72,45 +94,81 @@ class Pipeline:
     dump_dir: Path | str | None = None
     log: DecisionSink | None = None
     _count: int = dataclasses.field(default=0, init=False)
+    # The module between passes: frozen (`_module`), or, while graph passes run one after
+    # another, one mutable copy (`_graphs`), changed since it was made or not.
+    _module: Module = dataclasses.field(init=False)
+    _graphs: MutableModule | None = dataclasses.field(default=None, init=False)
+    _graphs_changed: bool = dataclasses.field(default=False, init=False)
+    _needs_normalizing: bool = dataclasses.field(default=False, init=False)
 
     def run(self, module: Module) -> tuple[Module, bool]:
         self._count = 0
         if self.dump_dir is not None:
             Path(self.dump_dir).mkdir(parents=True, exist_ok=True)
+        self._module = module
+        self._graphs = None
         changed = False
         with gc_paused():
-            for step in self.steps:
-                module, step_changed = self._run_step(step, module)
-                changed |= step_changed
-        return module, changed
+            try:
+                for step in self.steps:
+                    changed |= self._run_step(step)
+                return self._frozen(), changed
+            finally:
+                if self._graphs is not None:
+                    self._graphs.release()
+                    self._graphs = None
 
-    def _run_step(self, step: Step, module: Module) -> tuple[Module, bool]:
+    def _frozen(self) -> Module:
+        """The module as it stands, frozen (leaving the graph form, if it was in it)."""
+        if self._graphs is not None:
+            if self._graphs_changed:
+                self._module = self._graphs.to_module()
+            self._graphs.release()
+            self._graphs = None
+        return self._module
+
+    def _run_step(self, step: Step) -> bool:
         if not isinstance(step, FixedPoint):
-            return self._run_pass(step, module)
+            return self._run_pass(step)
         changed = False
         for _ in range(step.max_iterations):
             round_changed = False
             for inner in step.passes:
-                module, pass_changed = self._run_pass(inner, module)
-                round_changed |= pass_changed
+                round_changed |= self._run_pass(inner)
             changed |= round_changed
             if not round_changed:
                 break
-        return module, changed
+        return changed
 
-    def _run_pass(self, p: Pass, module: Module) -> tuple[Module, bool]:
-        module, changed = p.run(module, self.log)
+    def _run_pass(self, p: Pass) -> bool:
+        if isinstance(p, GraphPass):
+            if self._graphs is None:
+                self._graphs = p.graphs_of(self._module)
+                self._graphs_changed = self._needs_normalizing = False
+            elif self._needs_normalizing:
+                self._graphs.normalize()
+                self._needs_normalizing = False
+            changed = p.run_on_graphs(self._graphs, self.log)
+            if changed:
+                self._graphs_changed = self._needs_normalizing = True
+            current: Callable[[], Module] = self._graphs.to_module
+        else:
+            self._module, changed = p.run(self._frozen(), self.log)
+            current = self._current_module
         self._count += 1
         if self.debug:
             try:
-                verify(module)
+                verify(current())
             except HloVerifyError as e:
                 raise PassError(f"pass {p.name} produced an invalid module: {e}") from e
         if self.dump_dir is not None:
             path = Path(self.dump_dir) / f"{self._count:02d}-{p.name}.hlo"
             path.write_text(f"// after pass {describe(p)} (changed: {_knob_text(changed)})\n"
-                            + module_text(module))
-        return module, changed
+                            + module_text(current()))
+        return changed
+
+    def _current_module(self) -> Module:
+        return self._module
 
 
 @contextlib.contextmanager

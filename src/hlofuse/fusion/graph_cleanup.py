@@ -1,0 +1,144 @@
+"""CSE inside fused computations, dead-code elimination and variadic-op splitting, on the
+mutable graphs the fusion passes share.
+
+The fusion fixed points run `variadic-op-splitter` before and `cse{only_fusion_computations=
+true}` and `dce` after the fusion passes. Done on frozen IR (`passes/cse.py`, `passes/dce.py`,
+`passes/variadic_op_splitter.py`), each would force the module out of its graph form and back
+between fusion passes; these do the same on the graphs, with the same results (same merges,
+same removals, same `changed`), so the pipeline keeps one graph copy through a whole fixed
+point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from hlofuse.fusion.graph import Graph, Node
+from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import has_side_effect as op_has_side_effect
+from hlofuse.passes.cse import attr_key
+from hlofuse.passes.variadic_op_splitter import MAX_PARAMETERS, VariadicOpSplitter
+
+if TYPE_CHECKING:
+    from hlofuse.passes.decision_log import DecisionSink
+
+
+def _has_side_effect(node: Node) -> bool:
+    return op_has_side_effect(node.op, node.attrs)
+
+
+def node_key(node: Node) -> Hashable:
+    """Nodes with equal keys compute the same value (`passes.cse.instruction_key`'s rule)."""
+    shape = node.shape
+    attrs = tuple(sorted((k, attr_key(v)) for k, v in node.attrs.items()))
+    return (node.op, tuple(id(o) for o in node.operands), shape, shape.layout, attrs,
+            tuple(id(c) for c in node.calls), tuple((k, r.text) for k, r in node.extra))
+
+
+def deduplicate(graph: Graph) -> bool:
+    """Replace every node equal to an earlier one (in post order) by that one."""
+    if graph.cleaned.get("cse") == graph.version:
+        return False
+    changed = _deduplicate(graph)
+    graph.cleaned["cse"] = graph.version
+    return changed
+
+
+def _deduplicate(graph: Graph) -> bool:
+    seen: dict[Hashable, Node] = {}
+    changed = False
+    for node in graph.post_order():
+        if node.op is Op.PARAMETER or _has_side_effect(node):
+            continue
+        if not node.operands and node.op is not Op.CONSTANT:
+            continue
+        key = node_key(node)
+        earlier = seen.get(key)
+        if earlier is None:
+            seen[key] = node
+            continue
+        graph.replace_uses(node, earlier)
+        if graph.root is node:
+            graph.root = earlier
+        graph.remove(node)
+        changed = True
+    return changed
+
+
+def remove_dead_nodes(graph: Graph) -> bool:
+    """Remove what neither the root nor a side-effecting node depends on (parameters stay)."""
+    if graph.cleaned.get("dce") == graph.version:
+        return False
+    changed = _remove_dead_nodes(graph)
+    graph.cleaned["dce"] = graph.version
+    return changed
+
+
+def _remove_dead_nodes(graph: Graph) -> bool:
+    live: set[Node] = set(graph.params)
+    stack = [graph.root] + [n for n in graph.nodes if _has_side_effect(n)]
+    while stack:
+        node = stack.pop()
+        if node in live and node.op is not Op.PARAMETER:
+            continue
+        live.add(node)
+        stack.extend(o for o in node.operands if o not in live)
+    dead = [n for n in graph.post_order() if n not in live]
+    for node in reversed(dead):  # users before their operands
+        graph.remove(node)
+    return bool(dead)
+
+
+@dataclass(frozen=True, slots=True)
+class FusedComputationCse(ModuleGraphPass):
+    """`cse{only_fusion_computations=true}` on graphs: merges equal instructions inside fused
+    computations."""
+
+    name: ClassVar[str] = "cse"
+    only_fusion_computations: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.only_fusion_computations, "graph CSE covers fused computations only"
+
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        changed = False
+        for graph in graphs.graphs:
+            if graph.is_fusion:
+                changed |= deduplicate(graph)
+        return changed
+
+
+@dataclass(frozen=True, slots=True)
+class GraphDce(ModuleGraphPass):
+    """`dce` on graphs: removes unused instructions, then computations nothing calls."""
+
+    name: ClassVar[str] = "dce"
+
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        changed = False
+        for graph in graphs.graphs:
+            changed |= remove_dead_nodes(graph)
+        return graphs.drop_unreachable() or changed
+
+
+@dataclass(frozen=True, slots=True)
+class GraphVariadicOpSplitter(ModuleGraphPass):
+    """`variadic-op-splitter` for the graphs: looks for a concatenate to split there, and
+    only when it finds one rewrites the module in frozen IR (`passes.variadic_op_splitter`)."""
+
+    name: ClassVar[str] = "variadic-op-splitter"
+    max_operands: int = MAX_PARAMETERS
+
+    def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
+        frozen = VariadicOpSplitter(self.max_operands)
+        if self.max_operands >= 2 and not any(
+                node.op is Op.CONCATENATE and len(node.operands) > self.max_operands
+                for graph in graphs.graphs if not graph.is_fusion for node in graph.nodes):
+            return False
+        split, changed = frozen.run(graphs.to_module(), log)
+        if changed:
+            graphs.reload(split)
+        return changed
