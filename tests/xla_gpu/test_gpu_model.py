@@ -23,6 +23,8 @@ ENTRY e {
 }
 """
 
+# r1 reduces columns: reducing rows would make x - broadcast(r1) a normalisation diamond,
+# which XLA gives to Triton (test_softmax_rewriter.py), not to the native emitters.
 TWO_REDUCTIONS = """
 HloModule m
 add {
@@ -33,8 +35,8 @@ add {
 ENTRY e {
   x = f32[64,128] parameter(0)
   z = f32[] constant(0)
-  r1 = f32[64] reduce(x, z), dimensions={1}, to_apply=add
-  b = f32[64,128] broadcast(r1), dimensions={0}
+  r1 = f32[128] reduce(x, z), dimensions={0}, to_apply=add
+  b = f32[64,128] broadcast(r1), dimensions={1}
   d = f32[64,128] subtract(x, b)
   ROOT r2 = f32[64] reduce(d, z), dimensions={1}, to_apply=add
 }

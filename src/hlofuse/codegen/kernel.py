@@ -38,7 +38,7 @@ from hlofuse.codegen.sort import emit_sort, emit_topk
 from hlofuse.codegen.templates import DOT_ROUTINES
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
-from hlofuse.ir.ops import FusionKind, Op
+from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 
 # Ops computed whole into their outputs (or temporaries) by a routine of their own.
@@ -416,7 +416,7 @@ DEFAULT_OPTIONS = KernelOptions()
 def emit_kernel(spec: KernelSpec, lang: CLanguage,
                 options: KernelOptions = DEFAULT_OPTIONS) -> EmittedKernel:
     """The kernel's C function; flat loops are tried first, nests where a flat one can't work."""
-    if spec.kind == FusionKind.CUSTOM:
+    if spec.own_emitter:
         # A custom fusion has an emitter of its own, built on this module's pieces.
         from hlofuse.codegen.whole_loop import emit_whole_loop
 

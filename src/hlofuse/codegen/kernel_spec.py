@@ -41,6 +41,12 @@ class KernelSpec:
     # A fusion's backend_config text: which emitter a kCustom fusion needs (whole_loop.py).
     backend_config: str = ""
 
+    @property
+    def own_emitter(self) -> bool:
+        """A kCustom fusion with an emitter of its own (the whole loop). A Triton GEMM fusion
+        (fusion/gpu_gemm_fusion.py) is kCustom too, but is emitted as any other kernel."""
+        return self.kind == "kCustom" and "__triton" not in self.backend_config
+
     def argument_names(self, names: Names) -> tuple[list[str], list[str]]:
         """C names of the input and output pointers, from the instructions they bind."""
         inputs = [names.unique(_leaf_name(inst, path)) for inst, path in self.inputs]

@@ -89,6 +89,13 @@ class Namer:
             return found
         return self.unique.get(_signature(inst))
 
+    def resolve_by_signature(self, inst: Instruction) -> str | None:
+        """Only by opcode, shape and metadata: how an instruction XLA renamed is found."""
+        metadata = inst.metadata
+        if metadata is None or metadata.get("op_name") is None:
+            return None
+        return self.unique.get(_signature(inst))
+
 
 def _place(inst: Instruction) -> tuple[object, ...]:
     metadata = inst.metadata
@@ -103,6 +110,11 @@ def _signature(inst: Instruction) -> tuple[object, ...]:
         return (inst.name,)  # no metadata: only the name can match
     return (inst.op.text, str(inst.shape), metadata.get("op_name"),
             metadata.get("stack_frame_id"))
+
+
+def _is_gemm_fusion(inst: Instruction) -> bool:
+    return inst.op.text == "fusion" and any(
+        key == "backend_config" and "__triton_gemm" in raw.text for key, raw in inst.extra)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,15 +182,21 @@ def side_of(module: Module, namer: Namer, xla: bool) -> Side:
     views = []
     for kernel in kernels:
         members = set()
+        top = instructions.get((kernel.computation, kernel.name))
+        # XLA's GemmFusion names every instruction it clones afresh
+        # (AddComputationAndUnifyNamesAndIds): inside its GEMM fusions only the signature
+        # finds the input instruction, so xla-gpu's are read the same way.
+        resolve = namer.resolve
+        if not xla and top is not None and _is_gemm_fusion(top):
+            resolve = namer.resolve_by_signature
         for name, op in zip(kernel.instructions, kernel.ops):
             fused = by_name.get(name)
             if op in _NOT_MEMBERS or fused is None:
                 continue
-            found = namer.resolve(fused)
+            found = resolve(fused)
             if found is not None:
                 members.add(found)
         scope = loop_names.get(kernel.loop) if kernel.loop is not None else None
-        top = instructions.get((kernel.computation, kernel.name))
         copy_insertion = xla and top is not None and top.op.text == "copy" and not members
         views.append(KernelView(kernel.name, kernel.kind, kernel.computation, scope,
                                 frozenset(members), kernel.ops, copy_insertion))

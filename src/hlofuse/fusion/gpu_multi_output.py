@@ -43,7 +43,7 @@ from hlofuse.fusion.properties import (
 )
 from hlofuse.fusion.rules import barrier, fits_in_budget, refuse
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape, default_layout
 from hlofuse.passes.decision_log import FusionDecision, Recorder
 
@@ -148,6 +148,10 @@ class _GpuMultiOutputFuser(_MultiOutputFuser):
     def fuse_siblings(self, parent: Node) -> bool:
         if is_effective_scalar(parent.shape):
             return False  # IsProfitableOperand: one element shared saves nothing
+        if parent.is_fusion and parent.kind == FusionKind.CUSTOM:
+            # DoMultiOutputFusion skips a custom fusion (a Triton GEMM) as a parent: the
+            # kernels reading its output are not paired for sharing it.
+            return False
         return super().fuse_siblings(parent)
 
     def sibling_decision(self, parent: Node, a: Node, b: Node) -> FusionDecision:

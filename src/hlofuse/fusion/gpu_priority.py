@@ -21,9 +21,13 @@ updates); what differs from our CPU strategy:
 - Constants of at most one element are fused, last, into every user that is fusible
   without asking the model; larger ones stay buffers.
 
-Not modelled, because XLA does them for kernels hlofuse does not form: Triton fusions (softmax
-rewriting, Triton multi-output fusion, both off for these programs or run before priority
-fusion: `compare-xla` shows them as XLA's own) and scatter checks (hlofuse has no scatter).
+Triton: a pair where the producer or the consumer is a generic Triton fusion (made by
+`gpu_softmax_rewriter.py`) skips the native checks and is judged by `CanFuseTriton` (both
+fusible, every instruction one Triton emits; the tiling analysis is not modelled); the grown
+fusion stays a Triton fusion, priced as a tiled kernel (`TritonGpuCostModel`). Triton GEMM
+fusions (`gpu_gemm_fusion.py`) are kCustom and never fused. Not modelled: scatter checks
+(hlofuse has no scatter) and Triton multi-output fusion (`xla_gpu_unsupported_enable_
+triton_multi_output_fusion`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, GpuDevice, device
-from hlofuse.fusion.gpu_model import GpuCostModel
+from hlofuse.fusion.gpu_softmax_rewriter import (
+    TritonGpuCostModel,
+    can_fuse_triton,
+    is_generic_triton,
+    mark_triton,
+)
 from hlofuse.fusion.graph import Node
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.priority import _PriorityFuser, consumer_not_bitcast
@@ -80,8 +89,8 @@ def gpu_is_fusible(node: Node) -> bool:
     """XLA's IsFusible for the GPU priority fusion."""
     if node.op in (Op.PARAMETER, Op.TUPLE, Op.GET_TUPLE_ELEMENT) or has_side_effect(node):
         return False
-    if node.is_fusion:
-        return node.kind != FusionKind.CUSTOM
+    if node.is_fusion:  # a custom fusion has its own emitter; a generic Triton one is fusible
+        return node.kind != FusionKind.CUSTOM or is_generic_triton(node)
     if node.op is Op.BITCAST:
         return node.dtype.bits == node.operands[0].dtype.bits
     return node.op in _FUSIBLE_OPS or is_elementwise_op(node)
@@ -240,12 +249,43 @@ def merged_not_too_large(producer: Node, consumer: Node) -> FusionDecision:
     return OK
 
 
-CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
-    producer_not_root, producer_is_fusible, consumer_is_fusible, producer_is_not_multi_output,
+NATIVE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
+    producer_is_fusible, consumer_is_fusible, producer_is_not_multi_output,
     consumer_not_bitcast, not_both_reductions, reduction_stays_reduction, fits_budget,
 )
-SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (merged_not_too_large,
-                                                                   in_place_safe)
+NATIVE_SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (merged_not_too_large,
+                                                                          in_place_safe)
+
+
+def _triton_pair(producer: Node, consumer: Node) -> bool:
+    return is_generic_triton(producer) or is_generic_triton(consumer)
+
+
+def triton_or_native(producer: Node, consumer: Node) -> FusionDecision:
+    """CanFuse after the root check: a pair with a generic Triton fusion is Triton's to judge
+    (CanFuseTriton); every other pair goes through the native emitters' checks."""
+    if _triton_pair(producer, consumer):
+        return can_fuse_triton(producer, consumer)
+    for check in NATIVE_CHECKS:
+        decision = check(producer, consumer)
+        if not decision:
+            return decision
+    return OK
+
+
+def native_size_checks(producer: Node, consumer: Node) -> FusionDecision:
+    if _triton_pair(producer, consumer):
+        return OK
+    for check in NATIVE_SIZE_CHECKS:
+        decision = check(producer, consumer)
+        if not decision:
+            return decision
+    return OK
+
+
+CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (producer_not_root,
+                                                              triton_or_native)
+SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (native_size_checks,)
 
 
 class _GpuPriorityFuser(_PriorityFuser):
@@ -263,6 +303,14 @@ class _GpuPriorityFuser(_PriorityFuser):
             return refuse(rule, constant, user, reason)
         return FusionDecision.yes(f"fuse the constant %{constant.name} into %{user.name} "
                                   "(small constants are fused last, into every user)")
+
+    def fuse(self, producer: Node, consumer: Node) -> Node:
+        """A fusion grown from a generic Triton fusion stays one (priority_fusion.cc)."""
+        triton = _triton_pair(producer, consumer)
+        fusion = super().fuse(producer, consumer)
+        if triton:
+            mark_triton(fusion)
+        return fusion
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +331,7 @@ class GpuPriorityFusion:
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         with ModuleGraph.from_module(module) as graphs, current_xla_rules():
             recorder = Recorder(log, self.name)
-            model = GpuCostModel(self.description)
+            model = TritonGpuCostModel(self.description)  # Triton fusions priced as tiled
             changed = False
             for graph in graphs.fusible_graphs():
                 changed |= _GpuPriorityFuser(graph, model, recorder).run()

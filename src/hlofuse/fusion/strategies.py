@@ -57,9 +57,11 @@ from hlofuse.fusion.cost_model import MachineConstants
 from hlofuse.fusion.explain import explain_dict, explain_text
 from hlofuse.fusion.fusion_merger import FusionMerger
 from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.gpu_gemm_fusion import GemmFusion
 from hlofuse.fusion.gpu_layout import TransposeToBitcast
 from hlofuse.fusion.gpu_multi_output import GpuMultiOutputFusion
 from hlofuse.fusion.gpu_priority import GpuPriorityFusion
+from hlofuse.fusion.gpu_softmax_rewriter import SoftmaxRewriterTriton
 from hlofuse.fusion.gpu_while_simplify import GPU_LOOP_PASSES, GPU_LOOP_SIMPLIFICATION
 from hlofuse.fusion.graph_cleanup import (
     FusedComputationCse,
@@ -92,7 +94,8 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          HorizontalLoopFusion, HorizontalInputFusion,
                                          PriorityFusion, WholeLoopFusion, TreeReductionRewriter,
                                          GpuPriorityFusion, GpuMultiOutputFusion,
-                                         TransposeToBitcast, *GPU_LOOP_PASSES)
+                                         TransposeToBitcast, SoftmaxRewriterTriton, GemmFusion,
+                                         *GPU_LOOP_PASSES)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -210,6 +213,10 @@ class Strategy:
             steps.append(FixedPoint((TreeReductionRewriter(),), label="tree reduction"))
         if self.gpu_priority_fusion:  # XLA's simplifier after layout assignment
             steps.append(TransposeToBitcast())
+            # Normalisation diamonds, then dots, to Triton fusions (gpu_softmax_rewriter.py,
+            # gpu_gemm_fusion.py), in gpu_compiler.cc's order.
+            steps.append(SoftmaxRewriterTriton(self.device))
+            steps.append(GemmFusion())
         if self.whole_loop:
             steps.append(WholeLoopFusion())
         vertical: list[Pass] = [GraphVariadicOpSplitter()] if self.variadic_split else []

@@ -34,6 +34,9 @@ PRIORITY = "priority-fusion"
 GPU_PRIORITY = "gpu-priority-fusion"
 GPU_MULTI_OUTPUT = "gpu-multi-output-fusion"
 TRANSPOSE_TO_BITCAST = "transpose-to-bitcast"
+GEMM_FUSION = "gemm-fusion"
+SOFTMAX_REWRITER = "softmax-rewriter-triton"
+_GEMM_FUSION_CC = "xla/service/gpu/transforms/gemm_fusion.cc"
 WHOLE_LOOP = "whole-loop-fusion"
 CONCAT_FORWARDING = "concat-forwarding"
 SCALARIZE_STATE = "scalarize-state"
@@ -70,7 +73,8 @@ def _rule(id: str, passes: str | tuple[str, ...], meaning: str, xla: str) -> Rul
 
 CATALOGUE: tuple[Rule, ...] = (
     # --- positive decisions ------------------------------------------------------------
-    _rule("fusible", _VERTICAL + (HORIZONTAL_LOOP, HORIZONTAL_INPUT, WHOLE_LOOP),
+    _rule("fusible", _VERTICAL + (HORIZONTAL_LOOP, HORIZONTAL_INPUT, WHOLE_LOOP, GEMM_FUSION,
+                                  SOFTMAX_REWRITER),
           "fused: the pass's legality rules (and its cost rules) agree",
           f"{_GPU_INSTRUCTION_FUSION}: GpuInstructionFusion::ShouldFuse"),
     _rule("cost-model-gain", _PRIORITIES,
@@ -335,6 +339,27 @@ CATALOGUE: tuple[Rule, ...] = (
     _rule("concatenate-split", VARIADIC_SPLITTER,
           "a concatenate of too many operands became a tree of smaller ones",
           "xla/service/gpu/variadic_op_splitter.cc: SplitConcatenate"),
+    # --- xla-gpu's Triton GEMM fusions (fusion/gpu_gemm_fusion.py) ---------------------------
+    _rule("gemm-too-small", GEMM_FUSION,
+          "the dot stays a dot for the loop emitter: (non-contracting + non-contracting) x "
+          "contracting elements under xla_gpu_gemm_rewrite_size_threshold (100)",
+          f"{_GEMM_FUSION_CC}: GemmFusionVisitor::HandleDot; xla/service/gpu/matmul_utils.cc: "
+          "IsMatrixMultiplicationTooSmallForRewriting, IsDotSupportedByClassicalEmitters"),
+    _rule("gemm-not-triton", GEMM_FUSION,
+          "the dot stays a library call: legacy Triton does not compute it (types, several "
+          "batch dimensions, no non-contracting dimension, non-default precision)",
+          f"{_GEMM_FUSION_CC}: CreateDotFusion; xla/backends/gpu/codegen/triton/"
+          "support_legacy.cc: IsTritonSupportedInstruction, CanTritonHandleGEMM"),
+    # --- xla-gpu's Triton normalisation fusions (fusion/gpu_softmax_rewriter.py) ------------
+    _rule("triton-unsupported", GPU_PRIORITY,
+          "not fused into or out of a Triton fusion: an instruction of the producer or the "
+          "consumer is one Triton does not emit",
+          f"{_GPU}transforms/priority_fusion.cc: PriorityFusionQueue::CanFuseTriton; "
+          "xla/backends/gpu/codegen/triton/support.cc: IsTritonSupportedInstruction"),
+    _rule("triton-not-fusible", GPU_PRIORITY,
+          "not fused into or out of a Triton fusion: the other side is not fusible",
+          f"{_GPU}transforms/priority_fusion.cc: PriorityFusionQueue::CanFuseTriton, "
+          "IsFusible"),
     # --- xla-gpu's loop simplification before fusion ---------------------------------------
     _rule("repeated-state", WHILE_SIMPLIFIER,
           "loop elements that start as one instruction and pass through are read as one",

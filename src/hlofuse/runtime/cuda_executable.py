@@ -22,7 +22,6 @@ from hlofuse.codegen.kernel import emit_kernel
 from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, KernelSpec, sanitize
 from hlofuse.codegen.whole_loop import whole_loop_in_place
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.ops import FusionKind
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.manager import gc_paused
 from hlofuse.runtime.buffers import assign_buffers
@@ -75,11 +74,11 @@ def _generate(module: Module, lang: CudaLanguage, options: KernelOptions) -> Gen
     program = build_program(module)
     thunks = program.kernel_thunks()
     for thunk in thunks:
-        if thunk.spec.kind == FusionKind.CUSTOM:
+        if thunk.spec.own_emitter:
             thunk.spec = dataclasses.replace(thunk.spec,
                                              backend_config=one_lane(thunk.spec.backend_config))
     emitted = {id(t): _emit(t.spec, lang, options) for t in thunks
-               if t.spec.kind != FusionKind.CUSTOM}
+               if not t.spec.own_emitter}
     in_place = {id(t): emitted[id(t)].in_place if id(t) in emitted
                 else whole_loop_in_place(t.spec) for t in thunks}
     assignment = assign_buffers(program, in_place)
@@ -99,7 +98,7 @@ def _generate(module: Module, lang: CudaLanguage, options: KernelOptions) -> Gen
 def _emit(spec: KernelSpec, lang: CudaLanguage, options: KernelOptions) -> EmittedKernel:
     """A reduction kernel as a grid of warps or blocks where codegen/cuda_reductions.py takes
     it; every other kernel from the CPU's emitters, printed by the CUDA table."""
-    if spec.kind != FusionKind.CUSTOM:
+    if not spec.own_emitter:
         grid = emit_cuda_reduction(spec, lang, options)
         if grid is not None:
             return grid

@@ -25,7 +25,6 @@ from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, sanitize
 from hlofuse.codegen.language import C, CLanguage
 from hlofuse.codegen.whole_loop import whole_loop_in_place
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.ops import FusionKind
 from hlofuse.ir.shapes import Shape
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.manager import gc_paused
@@ -109,7 +108,7 @@ def _generate(module: Module, options: CompileOptions, lang: CLanguage) -> Gener
     # A whole-loop kernel's in-place pairs are known from its spec, so it is emitted once,
     # after buffer assignment; other kernels tell theirs by being emitted.
     emitted = {id(t): emit_kernel(t.spec, lang, options.kernel) for t in thunks
-               if t.spec.kind != FusionKind.CUSTOM}
+               if not t.spec.own_emitter}
     in_place = {id(t): emitted[id(t)].in_place if id(t) in emitted
                 else whole_loop_in_place(t.spec) for t in thunks}
     assignment = assign_buffers(program, in_place)
