@@ -60,14 +60,27 @@ class IndexingEvaluation:
             if inst.op is Op.PARAMETER:
                 continue
             mine = indexing_users[inst]
-            usage[inst] = sum(usage[u] for u in mine)
+            if len(mine) == 1:
+                for user in mine:
+                    usage[inst] = usage[user]
+            else:
+                usage[inst] = sum(usage[u] for u in mine)
             shape = inst.shape
             same_indexing = inst.op is Op.TRANSPOSE
             for operand in inst.operands:
                 key = (fusion_operands[operand.parameter_number]
                        if operand.op is Op.PARAMETER else operand)
-                if same_indexing or operand.shape is shape or equal_ignoring_element_type(
-                        operand.shape, shape):
+                other = operand.shape
+                if same_indexing or other is shape:
+                    same = True
+                elif other.elements or shape.elements:
+                    same = equal_ignoring_element_type(other, shape)
+                elif other.dims != shape.dims:
+                    same = False  # arrays (or empty tuples) of different dimensions
+                else:
+                    same = (other.layout == shape.layout and other.is_tuple == shape.is_tuple
+                            or equal_ignoring_element_type(other, shape))
+                if same:
                     indexing_users[key] |= mine
                 else:
                     indexing_users[key].add(inst)
