@@ -33,9 +33,11 @@ def _has_side_effect(node: Node) -> bool:
 def node_key(node: Node) -> Hashable:
     """Nodes with equal keys compute the same value (`passes.cse.instruction_key`'s rule)."""
     shape = node.shape
-    attrs = tuple(sorted((k, attr_key(v)) for k, v in node.attrs.items()))
-    return (node.op, tuple(id(o) for o in node.operands), shape, shape.layout, attrs,
-            tuple(id(c) for c in node.calls), tuple((k, r.text) for k, r in node.extra))
+    attrs = (tuple(sorted((k, attr_key(v)) for k, v in node.attrs.items())) if node.attrs
+             else ())
+    return (node.op, tuple(map(id, node.operands)), shape, shape.layout, attrs,
+            tuple(map(id, node.calls)) if node.calls else (),
+            tuple((k, r.text) for k, r in node.extra) if node.extra else ())
 
 
 def deduplicate(graph: Graph) -> bool:
