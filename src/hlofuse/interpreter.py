@@ -382,10 +382,6 @@ def _reduce(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     kept = [d for d in range(inputs[0].ndim) if d not in dims]
     out_dims = tuple(inputs[0].shape[d] for d in kept)
     moved = [np.transpose(x, kept + list(dims)).reshape(out_dims + (-1,)) for x in inputs]
-    if n == 1 and inputs[0].size == int(np.prod(out_dims)):
-        # XLA's simplifier makes this reduce a reshape (the initial value taken to be the
-        # reducer's identity): no arithmetic, so nothing is flushed (fuzz seed 4292).
-        return np.ascontiguousarray(moved[0].reshape(out_dims))
     ufunc = _simple_reducer(reducer) if n == 1 else None
     if ufunc is not None:
         # Denormals are flushed as in the reducer's element-wise operation.

@@ -6,16 +6,13 @@ import dataclasses
 from pathlib import Path
 from typing import ClassVar
 
-import numpy as np
 import pytest
 
 from hlofuse.fusion.instruction_fusion import InstructionFusion
 from hlofuse.fusion.strategies import ALL_PASSES
-from hlofuse.interpreter import evaluate
 from hlofuse.ir.hlo import Computation, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
-from hlofuse.ir.printer import module_text
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.manager import (
     PASSES,
@@ -137,34 +134,3 @@ def test_fixed_point_stops_at_its_limit() -> None:
     _, changed = pipeline.run(module)
     assert changed and pipeline._count == 3
 
-
-REDUCES = """HloModule m
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main {
-  p0 = f32[3,1,4]{2,1,0} parameter(0)
-  zero = f32[] constant(0)
-  unit = f32[3,4]{1,0} reduce(p0, zero), dimensions={1}, to_apply=add
-  real = f32[3]{0} reduce(unit, zero), dimensions={1}, to_apply=add
-  ROOT t = (f32[3,4]{1,0}, f32[3]{0}) tuple(unit, real)
-}
-"""
-
-
-def test_a_reduce_of_size_one_dimensions_becomes_a_reshape() -> None:
-    # XLA's HandleReduce: the initial value is the identity, so nothing is computed (and a
-    # denormal is not flushed by an addition of 0).
-    result, changed = AlgebraicSimplifier().run(parse_module(REDUCES))
-    text = module_text(result)
-    assert changed
-    assert "f32[3,4]{1,0} reshape(p0)" in text
-    assert text.count(" reduce(") == 1 and "real = f32[3]{0} reduce(" in text
-    denormal = np.full((3, 1, 4), 2.938736e-39, np.float32)
-    unit, real = evaluate(parse_module(REDUCES), [denormal])
-    assert np.array_equal(unit.view(np.uint32), denormal.reshape(3, 4).view(np.uint32))
-    assert not real.any()  # four denormals added: flushed
