@@ -8,7 +8,10 @@ bytes written, the size of its loop); here it is priced the way XLA prices it on
 
 - launch: XLA's `kKernelLaunchOverhead`, 1 us per kernel; free instructions cost nothing;
 - launch dimensions: one thread per element of the largest output, 128 threads per block
-  (`EstimateFusionLaunchDimensions`' estimate);
+  (`EstimateFusionLaunchDimensions`' estimate for a loop kernel), except for a kernel whose
+  hero is a tiled reduction (alone, or with a producer fused into it), which launches what
+  the reduction emitter launches (`reduction_launch`: a 256-element row is one warp of 32
+  threads, each reducing 16 elements);
 - compute (`ComputeTime`, `CalculateEffectiveFlopsPerNs`): flops over
   `min(blocks, cores) * min(threads per block, FPUs per core) * 2 * clock`; the flops of an
   element are XLA's cost-analysis figures for its ops (`GpuHloCostAnalysis`: an element-wise op
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 from hlofuse.fusion.cost_model import (
     DEFAULT_CONSTANTS,
@@ -39,7 +43,13 @@ from hlofuse.fusion.cost_model import (
 )
 from hlofuse.fusion.gpu_devices import GpuDevice
 from hlofuse.fusion.graph import Node
-from hlofuse.fusion.properties import is_elementwise_op
+from hlofuse.fusion.properties import (
+    WARP_SIZE,
+    is_contiguous_reduction,
+    is_effective_scalar,
+    is_elementwise_op,
+    reduction_dimensions,
+)
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import Op
 
@@ -90,6 +100,102 @@ def flops_per_element(node: Node, constants: MachineConstants | None = None) -> 
     return float(_PROFILES.get(dtype, {}).get(op, DEFAULT_FLOPS_PER_ELEMENT))
 
 
+# The row-reduction emitter (MlirRowReductionFusion): threads per block along the row at most
+# (MinThreadsXRowReduction, with a current ptxas), elements of a row one thread reduces
+# (the minor reduced tile), rows of the major reduced dimension one thread takes
+# (BatchedReductionRaceFreeBound) and the threads per block it aims for when rows are short.
+MIN_THREADS_X_ROW_REDUCTION = 1024
+ROW_TILE_X = 16
+RACE_FREE_BOUND = 8
+THREADS_PER_BLOCK_TARGET = 256
+# Ops a kernel walks through to find its hero (FindNonTrivialHero): they keep the index space.
+_INTERMEDIATE = frozenset({Op.BITCAST, Op.RESHAPE, Op.COPY})
+
+
+def fusion_roots(node: Node) -> list[Node]:
+    """The outputs of `node`'s kernel (inside the fusion for a fusion)."""
+    if not node.is_fusion:
+        return [node]
+    root = node.fused_root
+    return list(root.operands) if root.op is Op.TUPLE else [root]
+
+
+def hero_reduction(start: Node, outer: Node | None, producer: Node | None) -> Node | None:
+    """The tiled reduction that is the hero of an output (FindNonTrivialHero), if any: the
+    walk from the output through element-wise ops with one non-scalar operand and through
+    bitcasts, into the producer where the output reads it (`outer` is the fusion `start`
+    lives in, if any)."""
+    node: Node | None = start
+    seen = 0
+    while node is not None and seen < 10000:
+        seen += 1
+        if node.op is Op.PARAMETER and outer is not None and node.parent is outer.fused:
+            node = outer.operands[node.parameter_number]
+            outer = None
+            continue
+        if producer is not None and node is producer:
+            if producer.is_fusion:
+                return next((h for o in fusion_roots(producer)
+                             if (h := hero_reduction(o, producer, None)) is not None), None)
+            node, producer = producer, None
+            continue
+        if node.op is Op.REDUCE:
+            return node if is_contiguous_reduction(node) else None
+        if node.op in _INTERMEDIATE or is_elementwise_op(node):
+            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
+            if len(wide) != 1:
+                return None
+            node = wide[0]
+            continue
+        return None
+    return None
+
+
+def kernel_reduction(consumer: Node, producer: Node | None = None) -> Node | None:
+    """The hero reduction of `consumer`'s kernel (with `producer` fused into it)."""
+    outer = consumer if consumer.is_fusion else None
+    for output in fusion_roots(consumer):
+        hero = hero_reduction(output, outer, producer)
+        if hero is not None:
+            return hero
+    return None
+
+
+def reduction_launch(hero: Node) -> tuple[int, int]:
+    """(blocks, threads per block) the reduction emitter launches for `hero`
+    (MlirRowReductionFusion, MlirColumnReductionFusion; vectorised loads not modelled)."""
+    dims = reduction_dimensions(hero.operands[0].shape, tuple(hero.ints("dimensions")))
+    if not dims.is_row_reduction:
+        major_kept, _, minor_kept = dims.dimensions
+        return major_kept * math.ceil(minor_kept / WARP_SIZE), WARP_SIZE * WARP_SIZE
+    major, kept, minor = dims.dimensions
+    rows_per_warp = 1 if minor >= WARP_SIZE or WARP_SIZE % minor else WARP_SIZE // minor
+    if rows_per_warp > 1:
+        threads_x = minor
+    else:
+        threads_x = min(MIN_THREADS_X_ROW_REDUCTION,
+                        math.ceil(math.ceil(minor / ROW_TILE_X) / WARP_SIZE) * WARP_SIZE)
+    threads_y = 1
+    if threads_x * 2 <= THREADS_PER_BLOCK_TARGET:
+        if kept * threads_x <= THREADS_PER_BLOCK_TARGET:
+            threads_y = kept
+            while (threads_x * threads_y) % WARP_SIZE:
+                threads_y += 1
+        else:
+            threads_y = THREADS_PER_BLOCK_TARGET // threads_x
+    tile_x = 1 if rows_per_warp > 1 else min(ROW_TILE_X, math.ceil(minor / threads_x))
+    blocks = (math.ceil(major / min(major, RACE_FREE_BOUND)) * math.ceil(kept / threads_y)
+              * math.ceil(minor / (tile_x * threads_x)))
+    return blocks, threads_x * threads_y
+
+
+@dataclass(frozen=True, slots=True)
+class GpuKernelProfile(KernelProfile):
+    """A profile with the launch dimensions of a reduction kernel's emitter."""
+
+    launch_dims: tuple[int, int] | None = None
+
+
 class GpuCostModel(CostModel):
     """`CostModel`'s profiles priced on a GPU; `time` includes the launch overhead."""
 
@@ -98,8 +204,47 @@ class GpuCostModel(CostModel):
         self.op_cost = flops_per_element
         self.device = device
 
+    def _with_launch(self, profile: KernelProfile, hero: Node | None) -> KernelProfile:
+        """`profile` with the launch dimensions of its emitter (a reduction's, or none: the
+        loop emitter's); marked, so that the hero is looked for once."""
+        if profile.is_free or isinstance(profile, GpuKernelProfile):
+            return profile
+        fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(KernelProfile)}
+        launch = reduction_launch(hero) if hero is not None else None
+        return GpuKernelProfile(**fields, launch_dims=launch)
+
+    def _entry(self, node: Node) -> tuple[tuple[object, ...], KernelProfile, float]:
+        entry = super()._entry(node)
+        key, profile, _ = entry
+        if profile.is_free or isinstance(profile, GpuKernelProfile):
+            return entry
+        profile = self._with_launch(profile, kernel_reduction(node))
+        entry = (key, profile, self.price(profile).total)
+        self._profiles[node] = entry
+        return entry
+
+    def _fused_entry(self, producer: Node, consumer: Node
+                     ) -> tuple[tuple[object, ...], KernelProfile, float]:
+        entry = super()._fused_entry(producer, consumer)
+        key, profile, _ = entry
+        if profile.is_free or isinstance(profile, GpuKernelProfile):
+            return entry
+        profile = self._with_launch(profile, kernel_reduction(consumer, producer))
+        entry = (key, profile, self.price(profile).total)
+        self._fused[(producer, consumer)] = entry
+        return entry
+
+    def remember(self, node: Node, profile: KernelProfile) -> None:
+        """The grown fusion launches what its emitter launches (the fused profile's launch is
+        the one its hero walk found, through the producer)."""
+        if not isinstance(profile, GpuKernelProfile):
+            profile = self._with_launch(profile, kernel_reduction(node))
+        super().remember(node, profile)
+
     def launch(self, profile: KernelProfile) -> tuple[int, int]:
         """(blocks, threads per block) of the kernel."""
+        if isinstance(profile, GpuKernelProfile) and profile.launch_dims is not None:
+            return profile.launch_dims
         threads = max(1, profile.loop_elements)
         per_block = min(THREADS_PER_BLOCK, threads)
         return math.ceil(threads / per_block), per_block

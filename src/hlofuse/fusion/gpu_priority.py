@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, GpuDevice, device
+from hlofuse.fusion.gpu_model import fusion_roots, hero_reduction
 from hlofuse.fusion.gpu_softmax_rewriter import (
     TritonGpuCostModel,
     can_fuse_triton,
@@ -49,8 +50,6 @@ from hlofuse.fusion.priority import _PriorityFuser, consumer_not_bitcast
 from hlofuse.fusion.properties import (
     current_xla_rules,
     has_side_effect,
-    is_contiguous_reduction,
-    is_effective_scalar,
     is_elementwise_op,
     is_input_fusible_reduction,
 )
@@ -81,8 +80,6 @@ _FUSIBLE_OPS = frozenset({
     Op.DYNAMIC_UPDATE_SLICE, Op.PAD, Op.REDUCE_WINDOW, Op.RESHAPE, Op.REVERSE, Op.SLICE,
     Op.TRANSPOSE,
 })
-# Ops a kernel walks through to find its hero (FindNonTrivialHero): they keep the index space.
-_INTERMEDIATE = frozenset({Op.BITCAST, Op.RESHAPE, Op.COPY})
 
 
 def gpu_is_fusible(node: Node) -> bool:
@@ -129,40 +126,8 @@ def not_both_reductions(producer: Node, consumer: Node) -> FusionDecision:
     return OK
 
 
-def _outputs(node: Node) -> list[Node]:
-    if not node.is_fusion:
-        return [node]
-    root = node.fused_root
-    return list(root.operands) if root.op is Op.TUPLE else [root]
-
-
 def _hero_is_reduction(start: Node, outer: Node | None, producer: Node | None) -> bool:
-    """Whether the hero of an output is a tiled reduction: the walk from the output through
-    element-wise ops with one non-scalar operand and through bitcasts, into the producer
-    where the output reads it (`outer` is the fusion `start` lives in, if any)."""
-    node: Node | None = start
-    seen = 0
-    while node is not None and seen < 10000:
-        seen += 1
-        if node.op is Op.PARAMETER and outer is not None and node.parent is outer.fused:
-            node = outer.operands[node.parameter_number]
-            outer = None
-            continue
-        if producer is not None and node is producer:
-            if producer.is_fusion:
-                return any(_hero_is_reduction(o, producer, None) for o in _outputs(producer))
-            node, producer = producer, None
-            continue
-        if node.op is Op.REDUCE:
-            return is_contiguous_reduction(node)
-        if node.op in _INTERMEDIATE or is_elementwise_op(node):
-            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
-            if len(wide) != 1:
-                return False
-            node = wide[0]
-            continue
-        return False
-    return False
+    return hero_reduction(start, outer, producer) is not None
 
 
 def reduction_stays_reduction(producer: Node, consumer: Node) -> FusionDecision:
@@ -170,7 +135,7 @@ def reduction_stays_reduction(producer: Node, consumer: Node) -> FusionDecision:
     if not is_input_fusible_reduction(producer):
         return OK
     outer = consumer if consumer.is_fusion else None
-    if any(_hero_is_reduction(o, outer, producer) for o in _outputs(consumer)):
+    if any(_hero_is_reduction(o, outer, producer) for o in fusion_roots(consumer)):
         return OK
     return refuse(REDUCTION_EPILOGUE_LOOP, producer, consumer, "fusing into the output of a "
                   "reduction kernel would make it a loop kernel")
