@@ -91,9 +91,19 @@ class CLanguage:
     # the lanes run one at a time. Register allocation takes most of such a function's
     # compile time; one allocation region with the priority colouring cuts it by 20-35 %
     # with the same speed (measured on the particles, rigid-body and acrobot rollouts).
+    # gcc's if-to-switch pass turns a chain of selects on one value's equality with
+    # literals (a per-lane value read at a computed position) into a switch, which
+    # if-conversion refuses whole; it runs only where jump tables or bit tests may be used.
+    # Global CSE and code hoisting take a fifth of the compile time of such a function and
+    # change nothing measurable in its speed (the nine rollouts of tests/data/rollouts).
+    # Lane code holds predicates in 32 bits (codegen/whole_loop_lanes.py), so a lane loop
+    # vectorises at one vector per operation; 64-byte vectors where the CPU has them
+    # (HLOFUSE_WIDE_VECTORS, from the header) then give it twice the lanes per instruction.
     whole_loop_attribute: str = ('__attribute__((optimize("no-thread-jumps", "no-tree-pre", '
                                  '"no-tree-sink", "ira-region=one", '
-                                 '"ira-algorithm=priority")))')
+                                 '"ira-algorithm=priority", "no-jump-tables", '
+                                 '"no-bit-tests", "no-gcse", "no-code-hoisting", '
+                                 '"no-gcse-after-reload"))) HLOFUSE_WIDE_VECTORS')
     ftz_begin: str = "HLOFUSE_FTZ_BEGIN"
     ftz_end: str = "HLOFUSE_FTZ_END"
 

@@ -39,6 +39,13 @@ $math_library
 #define HLOFUSE_FTZ_END
 #endif
 
+/* Whole-loop kernels (codegen/whole_loop_lanes.py): 64-byte vectors where gcc targets x86. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HLOFUSE_WIDE_VECTORS __attribute__((target("prefer-vector-width=512")))
+#else
+#define HLOFUSE_WIDE_VECTORS
+#endif
+
 #ifdef _OPENMP
 #include <omp.h>
 #define HLOFUSE_THREAD ((int64_t)omp_get_thread_num())

@@ -59,7 +59,11 @@ from hlofuse.codegen.whole_loop_blocks import (
     element_read,
     store_at,
 )
-from hlofuse.codegen.whole_loop_lanes import deferred_selects, small_argument_math
+from hlofuse.codegen.whole_loop_lanes import (
+    deferred_selects,
+    lane_language,
+    small_argument_math,
+)
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import FusionKind, Op
@@ -129,7 +133,6 @@ class WholeLoopEmitter(BlockEmission):
 
     def __init__(self, spec: KernelSpec, lang: CLanguage, lanes: int) -> None:
         self.spec = spec
-        self.lang = lang
         self.loop = _loop_of(spec)
         plan = _plan(spec, self.loop)
         if isinstance(plan, Refusal):
@@ -137,6 +140,7 @@ class WholeLoopEmitter(BlockEmission):
         self.plan: LoopPlan = plan
         self.n = plan.size
         self.lanes = block_lanes(lanes, self.n)
+        self.lang = lang = lane_language(lang, self.lanes)
         self.blocks = -(-self.n // self.lanes)
         # The lane component of lane indices. With one lane it is the literal 0,
         # as index maps write it for dimensions of size 1, so equal values share one local.
@@ -178,7 +182,7 @@ class WholeLoopEmitter(BlockEmission):
         for k in range(max(elements, len(self.plan.lane_inputs), len(self.plan.accumulators))):
             self.body.names.reserve(*(f"{p}{k}" for p in
                                       ("u", "nu", "ust", "s", "tab", "li", "init", "part", "acc",
-                                       "m", "fm")))
+                                       "m", "fm", "w")))
 
     # --- arguments ------------------------------------------------------------------------
 

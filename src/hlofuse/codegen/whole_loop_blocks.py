@@ -12,7 +12,10 @@ cos of the state with the math library's small-argument forms, the full function
 step where some lane needs them. An element of more than LOOPED_ELEMENTS positions per lane
 lives in the lane's scratch area: its new values are computed in a loop over its positions
 into `n<i>[position][lane]` (what the positions share moved in front: codegen/licm.py) and
-copied back once every value of the step is computed. One lane (N = 1) is scalar code: plain
+copied back once every value of the step is computed. A streamed output narrower than 32 bits
+(the step's dones) waits in the block's staging array `w<k>[position][lane]` and reaches memory
+in a loop after the lane loops: a byte store in the lane loop would set gcc's lanes per vector
+for all of it (whole_loop_lanes.py, `lane_language`). One lane (N = 1) is scalar code: plain
 blocks instead of loops, branches instead of selects. Lanes past N (the last block) run on
 the last lane's state and are not stored. At the end of the chunk the block stores its state
 and adds its lanes' partial sums to its own slot.
@@ -26,7 +29,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 
-from hlofuse.analysis.parallel_loop import Accumulator, LoopPlan
+from hlofuse.analysis.parallel_loop import Accumulator, LoopPlan, Streamed
 from hlofuse.codegen import cir, mathlib
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr, Stmt
@@ -34,7 +37,7 @@ from hlofuse.codegen.element import SCALAR, UNROLL_ELEMENTS, Index, Value, expr_
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.language import CLanguage
 from hlofuse.codegen.licm import hoist_invariants, index_range
-from hlofuse.codegen.whole_loop_lanes import Deferred, math_lane_dim
+from hlofuse.codegen.whole_loop_lanes import Deferred, math_lane_dim, staged_storage
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
@@ -226,6 +229,7 @@ class BlockEmission:
             if self._looped(i):  # the step's new values, until every value is computed
                 body.declare(self._ctype(self._shape(i).dtype), f"n{i}",
                              dims=(self.plan.elements_per_env(i), lanes))
+        self._declare_staging()
         self._load_block()
         for k, acc in enumerate(self.plan.accumulators):
             identity = self.lane_em.scalar(acc.identity)
@@ -346,6 +350,7 @@ class BlockEmission:
         masks = self._declare_masks()
         self._main_lane_loop(masks)
         self._deferred_lane_loop(masks)
+        self._staged_streamed_stores()
 
     @contextlib.contextmanager
     def _lane_loop(self, how: cir.Loop) -> Iterator[None]:
@@ -411,25 +416,73 @@ class BlockEmission:
 
     def _streamed_stores(self) -> list[Stmt]:
         """The step's slice of each streamed element, stored straight to the output at the
-        dynamic-update-slice's start (clamped as XLA clamps it), the lane's part only."""
+        dynamic-update-slice's start (clamped as XLA clamps it), the lane's part only; a
+        narrow one (`_staged`) into its staging array `w<k>[position][lane]` instead."""
         em = self.lane_em
         out: list[Stmt] = []
-        for streamed in self.plan.streamed:
-            i, update = streamed.element, streamed.update
-            shape = self._shape(i)
-            written = update.operands[1]
-            starts = em.clamped_starts(update, update.operands[2:], shape.dims,
-                                       written.shape.dims)
-            for index in env_indices(written.shape.dims, self.env, streamed.lane_dim):
-                multi = index.multi
-                assert multi is not None
-                # The lane dimension's start clamps to 0: the slice covers every lane.
-                at = tuple(m if d == streamed.lane_dim else Binary("+", starts[d], m)
-                           for d, m in enumerate(multi))
-                position = em.linear_of(Index(shape.dims, None, at, None))
-                value = self.lang.to_storage(shape.dtype, expr_of(em.array_value(written, index)))
-                out.append(cir.Assign(cir.load(self.outputs[i], position), value))
+        for k, streamed in enumerate(self.plan.streamed):
+            written = streamed.update.operands[1]
+            staged = self._staged(streamed) is not None
+            for q, (index, position) in enumerate(self._streamed_positions(streamed)):
+                value = expr_of(em.array_value(written, index))
+                if staged:
+                    out.append(cir.Assign(cir.load(f"w{k}", cir.Int(q), L), value))
+                    continue
+                out.append(self._streamed_store(streamed, position, value))
         return out
+
+    def _streamed_positions(self, streamed: Streamed) -> list[tuple[Index, Expr]]:
+        """(index in the update, position in the whole output) of each value of the lane's
+        part of the step's slice."""
+        em = self.lane_em
+        update = streamed.update
+        dims = self._shape(streamed.element).dims
+        written = update.operands[1]
+        starts = em.clamped_starts(update, update.operands[2:], dims, written.shape.dims)
+        out = []
+        for index in env_indices(written.shape.dims, self.env, streamed.lane_dim):
+            multi = index.multi
+            assert multi is not None
+            # The lane dimension's start clamps to 0: the slice covers every lane.
+            at = tuple(m if d == streamed.lane_dim else Binary("+", starts[d], m)
+                       for d, m in enumerate(multi))
+            out.append((index, em.linear_of(Index(dims, None, at, None))))
+        return out
+
+    def _streamed_store(self, streamed: Streamed, position: Expr, value: Expr) -> Stmt:
+        dtype = self._shape(streamed.element).dtype
+        return cir.Assign(cir.load(self.outputs[streamed.element], position),
+                          self.lang.to_storage(dtype, value))
+
+    def _staged(self, streamed: Streamed) -> str | None:
+        """The C type a streamed element's values wait in between the lane loop and the
+        output, None when lane code stores them itself: a store of fewer than 32 bits per
+        value would set gcc's lanes per vector for the whole lane loop
+        (codegen/whole_loop_lanes.py, `lane_language`)."""
+        if self.lanes == 1:
+            return None
+        return staged_storage(self.lang, self._shape(streamed.element).dtype)
+
+    def _declare_staging(self) -> None:
+        for k, streamed in enumerate(self.plan.streamed):
+            ctype = self._staged(streamed)
+            if ctype is None:
+                continue
+            positions = streamed.update.operands[1].shape.num_elements // self.n
+            self.body.declare(ctype, f"w{k}", dims=(max(1, positions), self.lanes))
+
+    def _staged_streamed_stores(self) -> None:
+        """The staged streamed values of the step, from the staging arrays to the output, in
+        a loop of their own (each lane's positions as lane code computes them)."""
+        staged = [(k, s) for k, s in enumerate(self.plan.streamed) if self._staged(s)]
+        if not staged:
+            return
+        with self._lane_loop(cir.SEQUENTIAL):
+            self._declare_env()
+            for k, streamed in staged:
+                for q, (_, position) in enumerate(self._streamed_positions(streamed)):
+                    self.body.emit(self._streamed_store(
+                        streamed, position, cir.load(f"w{k}", cir.Int(q), L)))
 
     # --- deferred selects -------------------------------------------------------------------
 

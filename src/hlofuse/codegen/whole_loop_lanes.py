@@ -12,6 +12,8 @@ removing work the hand-written CartPole kernel does not do either:
 * small-argument math: a state-dependent sin or cos (CartPole's pole angle) computed with the
   math library's small-argument form, the full function taking over only in a step where
   some lane's argument is beyond that form's limit.
+
+It also picks the C of vector lane code (`lane_language`): predicates held in 32 bits.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import dataclasses
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.codegen import mathlib
 from hlofuse.codegen.element import SCALAR, Index
+from hlofuse.codegen.language import CLanguage
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 
@@ -137,3 +141,43 @@ def math_lane_dim(plan: LoopPlan, inst: Instruction) -> int | None:
     if not isinstance(env, int) or env >= len(dims) or dims[env] != plan.size:
         return None
     return env
+
+
+# Values narrower than this many bits make gcc vectorise a lane loop at more lanes per vector
+# (as many as the narrowest type fits in 32 bytes), and every wider operation then takes
+# several vector instructions: a predicate beside floats made each float operation four.
+LANE_REGISTER_BITS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class _WidePredicates(CLanguage):
+    """C whose predicates are 0/1 in an `int32_t` while a kernel computes; memory keeps
+    them in one byte."""
+
+    def register_type(self, dtype: DType) -> str:
+        if dtype is DType.PRED:
+            return "int32_t"
+        return super().register_type(dtype)
+
+
+def lane_language(lang: CLanguage, lanes: int) -> CLanguage:
+    """The C a whole-loop kernel is written in: with vector lanes (more than one per
+    block) on the CPU, predicates in 32-bit registers, so that a lane loop of predicates
+    and floats vectorises with one vector instruction per operation (with byte-wide
+    predicates gcc took 32 lanes per iteration, four 32-byte vectors per float operation,
+    and two to three times the compile time on the larger rollouts). A predicate's value
+    is 0 or 1 either way; loads and stores convert at memory, and a narrow streamed
+    output is staged (`staged_storage`)."""
+    if lanes == 1 or type(lang) is not CLanguage:
+        return lang
+    fields = {f.name: getattr(lang, f.name) for f in dataclasses.fields(lang)}
+    return _WidePredicates(**fields)
+
+
+def staged_storage(lang: CLanguage, dtype: DType) -> str | None:
+    """The C type lane code stages values of `dtype` in before a narrow store (memory of
+    fewer than LANE_REGISTER_BITS bits per value), None when it stores them directly."""
+    if dtype.bits >= LANE_REGISTER_BITS:
+        return None
+    register = lang.register_type(dtype)
+    return "float" if register == "float" else "int32_t"

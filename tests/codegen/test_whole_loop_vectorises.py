@@ -1,0 +1,182 @@
+"""Lane code of a whole-loop kernel stays a vector loop, and the forms that keep it one compute
+what the interpreter computes: predicates held in 32 bits (a byte beside floats would set gcc's
+lanes per vector), a narrow streamed output staged until the lane loop is done, and a per-lane
+value read at a computed position as a chain of selects that gcc must not make a switch."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hlofuse.codegen.language import C
+from hlofuse.codegen.whole_loop_lanes import lane_language, staged_storage
+from hlofuse.fusion.strategies import run_strategy
+from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.parser import parse_module
+from hlofuse.runtime import compile_cpu
+from hlofuse.runtime.executable import generate
+from hlofuse.toolchain.compiler import DEFAULT_FLAGS, Compiler
+
+STEPS = 6
+
+
+def program(n: int) -> str:
+    """Each lane reads its row of `x` at its own position `p` (a gather: the select chain),
+    keeps a predicate `f` as state, and streams a predicate and a float per step."""
+    state = (f"(s32[], f32[{n},10], s32[{n},1], pred[{n}], pred[{STEPS},{n}], "
+             f"f32[{STEPS},{n}])")
+    return f"""HloModule lanes_pred
+cond {{
+  cs = {state} parameter(0)
+  i = s32[] get-tuple-element(cs), index=0
+  steps = s32[] constant({STEPS})
+  ROOT lt = pred[] compare(i, steps), direction=LT
+}}
+body {{
+  s = {state} parameter(0)
+  i0 = s32[] get-tuple-element(s), index=0
+  zero = s32[] constant(0)
+  x = f32[{n},10] get-tuple-element(s), index=1
+  p = s32[{n},1] get-tuple-element(s), index=2
+  f = pred[{n}] get-tuple-element(s), index=3
+  ys = pred[{STEPS},{n}] get-tuple-element(s), index=4
+  rs = f32[{STEPS},{n}] get-tuple-element(s), index=5
+  g = f32[{n}] gather(x, p), offset_dims={{}}, collapsed_slice_dims={{1}}, start_index_map={{1}},
+      operand_batching_dims={{0}}, start_indices_batching_dims={{0}}, index_vector_dim=1,
+      slice_sizes={{1,1}}
+  half = f32[] constant(0.25)
+  halves = f32[{n}] broadcast(half), dimensions={{}}
+  up = pred[{n}] compare(g, halves), direction=GT
+  f2 = pred[{n}] xor(f, up)
+  one_f = f32[] constant(1)
+  minus = f32[] constant(-0.5)
+  ones = f32[{n}] broadcast(one_f), dimensions={{}}
+  minuses = f32[{n}] broadcast(minus), dimensions={{}}
+  delta = f32[{n}] select(f2, ones, minuses)
+  d2 = f32[{n},10] broadcast(delta), dimensions={{0}}
+  x2 = f32[{n},10] add(x, d2)
+  one = s32[] constant(1)
+  nine = s32[] constant(9)
+  ones_i = s32[{n},1] broadcast(one), dimensions={{}}
+  nines = s32[{n},1] broadcast(nine), dimensions={{}}
+  moved = s32[{n},1] add(p, ones_i)
+  wrap = pred[{n},1] compare(p, nines), direction=GE
+  zeros_i = s32[{n},1] broadcast(zero), dimensions={{}}
+  p2 = s32[{n},1] select(wrap, zeros_i, moved)
+  row = pred[1,{n}] reshape(f2)
+  ys2 = pred[{STEPS},{n}] dynamic-update-slice(ys, row, i0, zero)
+  grow = f32[1,{n}] reshape(g)
+  rs2 = f32[{STEPS},{n}] dynamic-update-slice(rs, grow, i0, zero)
+  i1 = s32[] add(i0, one)
+  ROOT t = {state} tuple(i1, x2, p2, f2, ys2, rs2)
+}}
+ENTRY e {{
+  x0 = f32[{n},10] parameter(0)
+  p0 = s32[{n},1] parameter(1)
+  f0 = pred[{n}] parameter(2)
+  start = s32[] constant(0)
+  no = pred[] constant(false)
+  ys0 = pred[{STEPS},{n}] broadcast(no), dimensions={{}}
+  nothing = f32[] constant(0)
+  rs0 = f32[{STEPS},{n}] broadcast(nothing), dimensions={{}}
+  init = {state} tuple(start, x0, p0, f0, ys0, rs0)
+  ROOT loop = {state} while(init), condition=cond, body=body
+}}
+"""
+
+
+def _inputs(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    return [rng.normal(size=(n, 10)).astype(np.float32),
+            rng.integers(0, 10, size=(n, 1)).astype(np.int32),
+            rng.integers(0, 2, size=n).astype(bool)]
+
+
+def _kernel_source(n: int) -> str:
+    module = run_strategy(parse_module(program(n)), "max", debug=False).module
+    return generate(module).source.text
+
+
+def test_vector_lanes_hold_predicates_in_32_bits_and_stage_narrow_stores() -> None:
+    wide = lane_language(C, 16)
+    assert wide.register_type(DType.PRED) == "int32_t"
+    assert wide.storage_type(DType.PRED) == "uint8_t"  # memory keeps one byte
+    assert wide.pointer(DType.PRED, True) == C.pointer(DType.PRED, True)
+    assert lane_language(C, 1) is C  # one lane is scalar code: nothing to widen
+    assert staged_storage(wide, DType.PRED) == "int32_t"
+    assert staged_storage(wide, DType.S8) == "int32_t"
+    assert staged_storage(wide, DType.BF16) == "float"
+    assert staged_storage(wide, DType.F32) is None
+
+
+def _whole_loop_kernel(source: str) -> tuple[list[str], int, int]:
+    """The source's lines and the first and last line (0-based) of its whole-loop kernel."""
+    lines = source.split("\n")
+    comment = next(k for k, line in enumerate(lines)
+                   if line.startswith("/* kernel") and "whole loop" in line)
+    end = next(k for k in range(comment, len(lines)) if lines[k] == "}")
+    return lines, comment + 1, end
+
+
+def test_lane_code_declares_no_byte_predicates_and_stores_them_after_the_lane_loop() -> None:
+    source = _kernel_source(64)
+    lines, start, end = _whole_loop_kernel(source)
+    kernel = "\n".join(lines[start:end + 1])
+    assert "HLOFUSE_WIDE_VECTORS" in source
+    # no one-byte local inside the kernel: predicates are 32-bit there
+    assert not re.search(r"\n\s*const uint8_t \w+ = ", kernel)
+    # the streamed predicate waits in w<k>[position][lane] and reaches memory in a plain loop
+    staged = re.findall(r"(\w+)\[\w+\] = (w\d+)\[0\]\[l\];", kernel)
+    assert staged, kernel
+    pointer = staged[0][0]
+    assert re.search(rf"uint8_t \*restrict {pointer}\b", kernel)
+
+
+def _compiler() -> list[str]:
+    return list(Compiler.find().command)
+
+
+@pytest.mark.needs_cc
+def test_every_simd_lane_loop_of_the_kernel_is_vectorised(tmp_path: Path) -> None:
+    """gcc reports each `#pragma omp simd` loop over a block's lanes vectorised: none keeps a
+    branch (a switch made of the select chain) or a byte-wide store that would change the
+    lanes per vector."""
+    version = subprocess.run([*_compiler(), "--version"], capture_output=True, text=True,
+                             check=False)
+    if "gcc" not in version.stdout.lower() and "free software" not in version.stdout.lower():
+        pytest.skip("-fopt-info-vec-optimized is a gcc option")
+    source = _kernel_source(64)
+    path = tmp_path / "kernel.c"
+    path.write_text(source)
+    lines, start, end = _whole_loop_kernel(source)
+    lane_loops = [k + 2 for k in range(start, end)  # 1-based line of the `for`
+                  if lines[k].strip().startswith("#pragma omp simd")
+                  and "for (int l = 0;" in lines[k + 1]]
+    assert lane_loops, "\n".join(lines[start:end])
+    report = subprocess.run([*_compiler(), *DEFAULT_FLAGS, "-fPIC", "-c", str(path), "-o",
+                             str(tmp_path / "kernel.o"), "-fopt-info-vec-optimized"],
+                            capture_output=True, text=True, check=True).stderr
+    vectorised = {int(m) for m in re.findall(r"kernel\.c:(\d+):\d+: optimized: loop vectorized",
+                                             report)}
+    # gcc names the loop's line or the first line of its body
+    missing = [k for k in lane_loops if k not in vectorised and k + 1 not in vectorised]
+    assert not missing, f"lane loops at lines {missing} not vectorised\n{report}"
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("n", [1, 37, 64])
+def test_predicate_state_and_streams_equal_the_interpreter(n: int) -> None:
+    inputs = _inputs(n)
+    expected = flatten_value(evaluate(parse_module(program(n)), inputs))
+    fused = run_strategy(parse_module(program(n)), "max", debug=False)
+    assert not fused.kernels_per_iteration()  # the loop is one kernel
+    actual = flatten_value(compile_cpu(fused.module)(*inputs))
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert np.asarray(a).dtype == np.asarray(e).dtype
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
