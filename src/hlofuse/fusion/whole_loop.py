@@ -154,10 +154,10 @@ class WholeLoopFusion:
 
 
 def default_lanes(plan: LoopPlan) -> int:
-    """Lanes per block: 16, or 32 when lane code computes 8-bit values (predicates). gcc
-    vectorises a lane loop with as many lanes per vector as the narrowest type fits in 32
-    bytes; with fewer lanes in the block than that it falls back to 16-byte vectors, and
-    the floats beside the predicates run four to a vector."""
+    """Lanes per block: 16, or 32 when the program has 8-bit lane values (predicates, s8/u8
+    state). Chosen when lane code held predicates in bytes and gcc vectorised a lane loop with
+    as many lanes as the narrowest type fits in a vector; lane code now computes predicates
+    in 32 bits (codegen/whole_loop_lanes.py), and the 32 is kept until it is measured again."""
     narrowest = min((inst.dtype.bits for inst in plan.body.instructions
                      if id(inst) in plan.lane and inst.shape.is_array), default=32)
     return 32 if narrowest <= 8 else 16
