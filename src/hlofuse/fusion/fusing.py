@@ -13,6 +13,8 @@ a fused instruction adds are appended in the order they are met, root first.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from hlofuse.fusion.graph import Node
 from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
@@ -173,3 +175,19 @@ def merge_fusion(consumer: Node, producer: Node) -> None:
     outputs = _clone_body(consumer, producer)
     assert len(outputs) == 1, "merging a multi-output fusion"
     _unbind_operand(consumer, producer, outputs[0])
+
+
+def absorb_operands(fusion: Node, members: Collection[Node]) -> None:
+    """Fuse into `fusion` every operand in `members`, and then their operands in `members`,
+    until none is left outside; an absorbed instruction left without users is removed."""
+    graph = fusion.parent
+    pending = True
+    while pending:
+        pending = False
+        for operand in list(fusion.operands):
+            if operand in members and operand.parent is graph:
+                fuse_instruction(fusion, operand)
+                if not operand.users and operand is not graph.root:
+                    graph.remove(operand)
+                pending = True
+                break

@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hlofuse.fusion.fusing import create_fusion, fuse_instruction
+from hlofuse.fusion.fusing import absorb_operands, create_fusion
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.ir.attrs import RawAttr
@@ -335,16 +335,7 @@ def build_gemm_fusion(plan: GemmPlan) -> Node:
     fusion.name = graph.module.names.unique(f"gemm_fusion_{plan.dot.name}")
     fusion.extra = (("backend_config", RawAttr(GEMM_BACKEND_CONFIG)),)
     fusion.metadata = plan.dot.metadata
-    pending = True
-    while pending:
-        pending = False
-        for operand in list(fusion.operands):
-            if operand in plan.members and operand.parent is graph:
-                fuse_instruction(fusion, operand)
-                if not operand.users and operand is not graph.root:
-                    graph.remove(operand)
-                pending = True
-                break
+    absorb_operands(fusion, plan.members)
     return fusion
 
 

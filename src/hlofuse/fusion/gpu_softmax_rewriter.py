@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from hlofuse.fusion.cost_model import AT_OUTPUT, KernelProfile
-from hlofuse.fusion.fusing import create_fusion, fuse_instruction
+from hlofuse.fusion.fusing import absorb_operands, create_fusion
 from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
 from hlofuse.fusion.gpu_model import GpuCostModel, flops_per_element
 from hlofuse.fusion.graph import Graph, Node
@@ -347,16 +347,7 @@ def build_fusion(root: Node, members: set[Node], name: str, backend_config: str)
     fusion = create_fusion(root, FusionKind.CUSTOM)
     fusion.name = graph.module.names.unique(name)
     fusion.extra = (("backend_config", RawAttr(backend_config)),)
-    pending = True
-    while pending:
-        pending = False
-        for operand in list(fusion.operands):
-            if operand in members and operand.parent is graph:
-                fuse_instruction(fusion, operand)
-                if not operand.users and operand is not graph.root:
-                    graph.remove(operand)
-                pending = True
-                break
+    absorb_operands(fusion, members)
     return fusion
 
 

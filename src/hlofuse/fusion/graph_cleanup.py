@@ -11,7 +11,7 @@ point.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -40,13 +40,18 @@ def node_key(node: Node) -> Hashable:
             tuple((k, r.text) for k, r in node.extra) if node.extra else ())
 
 
+def _unless_clean(graph: Graph, name: str, clean: Callable[[Graph], bool]) -> bool:
+    """`clean(graph)`, skipped when the graph is unchanged since `name` last ran on it."""
+    if graph.cleaned.get(name) == graph.version:
+        return False
+    changed = clean(graph)
+    graph.cleaned[name] = graph.version
+    return changed
+
+
 def deduplicate(graph: Graph) -> bool:
     """Replace every node equal to an earlier one (in post order) by that one."""
-    if graph.cleaned.get("cse") == graph.version:
-        return False
-    changed = _deduplicate(graph)
-    graph.cleaned["cse"] = graph.version
-    return changed
+    return _unless_clean(graph, "cse", _deduplicate)
 
 
 def _deduplicate(graph: Graph) -> bool:
@@ -72,11 +77,7 @@ def _deduplicate(graph: Graph) -> bool:
 
 def remove_dead_nodes(graph: Graph) -> bool:
     """Remove what neither the root nor a side-effecting node depends on (parameters stay)."""
-    if graph.cleaned.get("dce") == graph.version:
-        return False
-    changed = _remove_dead_nodes(graph)
-    graph.cleaned["dce"] = graph.version
-    return changed
+    return _unless_clean(graph, "dce", _remove_dead_nodes)
 
 
 def _remove_dead_nodes(graph: Graph) -> bool:
