@@ -334,13 +334,6 @@ class Graph:
             self._post_order = (self.version, self._compute_post_order())
         return list(self._post_order[1])
 
-    def walk_post_order(self) -> Iterator[Node]:
-        """`post_order()`, produced as the walk goes, for a caller that may stop early (the
-        graph must not change meanwhile)."""
-        if self._post_order is not None and self._post_order[0] == self.version:
-            return iter(self._post_order[1])
-        return self._walk()
-
     def _compute_post_order(self) -> list[Node]:
         return list(self._walk())
 

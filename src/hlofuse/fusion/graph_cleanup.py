@@ -17,27 +17,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.properties import has_side_effect
 from hlofuse.ir.ops import Op
-from hlofuse.ir.ops import has_side_effect as op_has_side_effect
-from hlofuse.passes.cse import attr_key
+from hlofuse.passes.cse import instruction_key
 from hlofuse.passes.variadic_op_splitter import MAX_PARAMETERS, VariadicOpSplitter
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
-
-
-def _has_side_effect(node: Node) -> bool:
-    return op_has_side_effect(node.op, node.attrs)
-
-
-def node_key(node: Node) -> Hashable:
-    """Nodes with equal keys compute the same value (`passes.cse.instruction_key`'s rule)."""
-    shape = node.shape
-    attrs = (tuple(sorted((k, attr_key(v)) for k, v in node.attrs.items())) if node.attrs
-             else ())
-    return (node.op, tuple(map(id, node.operands)), shape, shape.layout, attrs,
-            tuple(map(id, node.calls)) if node.calls else (),
-            tuple((k, r.text) for k, r in node.extra) if node.extra else ())
 
 
 def _unless_clean(graph: Graph, name: str, clean: Callable[[Graph], bool]) -> bool:
@@ -58,11 +44,11 @@ def _deduplicate(graph: Graph) -> bool:
     seen: dict[Hashable, Node] = {}
     changed = False
     for node in graph.post_order():
-        if node.op is Op.PARAMETER or _has_side_effect(node):
+        if node.op is Op.PARAMETER or has_side_effect(node):
             continue
         if not node.operands and node.op is not Op.CONSTANT:
             continue
-        key = node_key(node)
+        key = instruction_key(node, node.operands)
         earlier = seen.get(key)
         if earlier is None:
             seen[key] = node
@@ -82,7 +68,7 @@ def remove_dead_nodes(graph: Graph) -> bool:
 
 def _remove_dead_nodes(graph: Graph) -> bool:
     live: set[Node] = set(graph.params)
-    stack = [graph.root] + [n for n in graph.nodes if _has_side_effect(n)]
+    stack = [graph.root] + [n for n in graph.nodes if has_side_effect(n)]
     while stack:
         node = stack.pop()
         if node in live and node.op is not Op.PARAMETER:

@@ -27,6 +27,7 @@ from hlofuse.fusion.properties import (
     equal_ignoring_element_type,
 )
 from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape
 
 
 def real_user_count(node: Node) -> int:
@@ -40,58 +41,50 @@ def real_user_count(node: Node) -> int:
     return count
 
 
+def _indexed_alike(a: Shape, b: Shape) -> bool:
+    """`equal_ignoring_element_type`, with the cases the evaluation meets most decided first:
+    it compares an operand's shape with its user's for every fused instruction."""
+    if a is b:
+        return True
+    if a.elements or b.elements:
+        return equal_ignoring_element_type(a, b)
+    if a.dims != b.dims:
+        return False  # arrays (or empty tuples) of different dimensions
+    return (a.layout == b.layout and a.is_tuple == b.is_tuple
+            or equal_ignoring_element_type(a, b))
+
+
 class IndexingEvaluation:
     """Emission counts for the instructions of one fusion (and for its operands)."""
 
-    def __init__(self, fusion: Node, root_usage_count: int = 1,
-                 relax_concatenate: bool = False) -> None:
+    def __init__(self, fusion: Node, relax_concatenate: bool = False) -> None:
         self.fusion = fusion
         self.relax_concatenate = relax_concatenate
-        self.usage: dict[Node, int] = {fusion: root_usage_count}
+        self.usage: dict[Node, int] = {fusion: 1}
         # Keys are fused instructions, or fusion operands standing for their parameters.
         self.indexing_users: dict[Node, set[Node]] = defaultdict(set)
         self.indexing_users[fusion.fused_root].add(fusion)
-        # The loop of add_operand_users, inlined: it runs once per fused instruction of every
-        # fusion the passes evaluate.
         usage = self.usage
-        indexing_users = self.indexing_users
-        fusion_operands = fusion.operands
         for inst in reversed(fusion.fused.post_order()):
             if inst.op is Op.PARAMETER:
                 continue
-            mine = indexing_users[inst]
-            if len(mine) == 1:
+            mine = self.indexing_users[inst]
+            if len(mine) == 1:  # the common case, without a generator
                 for user in mine:
                     usage[inst] = usage[user]
             else:
                 usage[inst] = sum(usage[u] for u in mine)
-            shape = inst.shape
-            same_indexing = inst.op is Op.TRANSPOSE
-            for operand in inst.operands:
-                key = (fusion_operands[operand.parameter_number]
-                       if operand.op is Op.PARAMETER else operand)
-                other = operand.shape
-                if same_indexing or other is shape:
-                    same = True
-                elif other.elements or shape.elements:
-                    same = equal_ignoring_element_type(other, shape)
-                elif other.dims != shape.dims:
-                    same = False  # arrays (or empty tuples) of different dimensions
-                else:
-                    same = (other.layout == shape.layout and other.is_tuple == shape.is_tuple
-                            or equal_ignoring_element_type(other, shape))
-                if same:
-                    indexing_users[key] |= mine
-                else:
-                    indexing_users[key].add(inst)
+            self.add_operand_users(inst)
 
     def add_operand_users(self, inst: Node) -> None:
         """Operands of `inst` are indexed by `inst`'s users (same shape) or by `inst`."""
         mine = self.indexing_users[inst]
+        shape = inst.shape
+        same_indexing = inst.op is Op.TRANSPOSE
         for operand in inst.operands:
             key = (self.fusion.operands[operand.parameter_number]
                    if operand.op is Op.PARAMETER else operand)
-            if inst.op is Op.TRANSPOSE or equal_ignoring_element_type(operand.shape, inst.shape):
+            if same_indexing or _indexed_alike(operand.shape, shape):
                 self.indexing_users[key] |= mine
             else:
                 self.indexing_users[key].add(inst)

@@ -64,10 +64,7 @@ class ModuleGraph:
         that run one after another on one copy then decide exactly as on a fresh one."""
         assert self.entry is not None
         ordered = self._reachable(self._ordered())
-        kept = set(ordered)
-        for graph in self.graphs:
-            if graph not in kept:
-                graph.release()
+        self._retain(ordered)
         names = self._final_names(ordered)
         fused = {c for g in ordered for n in g.nodes if n.is_fusion for c in n.calls}
         self.names = NameUniquer(bare_first=True)
@@ -85,7 +82,6 @@ class ModuleGraph:
             for node in order:
                 for operand in node.operands:
                     operand.users[node] = None
-        self.graphs = ordered
 
     def reload(self, module: Module) -> None:
         """Become a fresh copy of `module` (after a frozen-IR rewrite of this one)."""
@@ -102,12 +98,16 @@ class ModuleGraph:
         kept = self._reachable(self.graphs)
         if len(kept) == len(self.graphs):
             return False
+        self._retain(kept)
+        return True
+
+    def _retain(self, kept: list[Graph]) -> None:
+        """Keep the graphs `kept`, in that order, and release the others."""
         alive = set(kept)
         for graph in self.graphs:
             if graph not in alive:
                 graph.release()
         self.graphs = kept
-        return True
 
     def __enter__(self) -> ModuleGraph:
         return self

@@ -11,14 +11,16 @@ fusion pipeline runs between its fusion passes.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
+from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
@@ -36,12 +38,30 @@ def attr_key(value: object) -> Hashable:
     return value
 
 
-def instruction_key(inst: Instruction, operands: tuple[Instruction, ...]) -> Hashable:
-    """Instructions with equal keys compute the same value."""
+class Keyed(Protocol):
+    """What a key is made of: an Instruction, or a fusion graph's Node."""
+
+    @property
+    def op(self) -> Op: ...
+    @property
+    def shape(self) -> Shape: ...
+    @property
+    def attrs(self) -> Mapping[str, object]: ...
+    @property
+    def calls(self) -> Sequence[object]: ...
+    @property
+    def extra(self) -> Sequence[tuple[str, RawAttr]]: ...
+
+
+def instruction_key(inst: Keyed, operands: Sequence[object]) -> Hashable:
+    """Instructions with equal keys compute the same value (operands and called computations
+    by identity)."""
     shape = inst.shape
-    attrs = tuple(sorted((k, attr_key(v)) for k, v in inst.attrs.items()))
-    return (inst.op, tuple(id(o) for o in operands), shape, shape.layout, attrs,
-            tuple(id(c) for c in inst.calls), tuple((k, r.text) for k, r in inst.extra))
+    attrs = (tuple(sorted((k, attr_key(v)) for k, v in inst.attrs.items())) if inst.attrs
+             else ())
+    return (inst.op, tuple(map(id, operands)), shape, shape.layout, attrs,
+            tuple(map(id, inst.calls)) if inst.calls else (),
+            tuple((k, r.text) for k, r in inst.extra) if inst.extra else ())
 
 
 def fusion_computations(module: Module) -> set[Computation]:

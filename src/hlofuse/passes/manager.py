@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import gc
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -53,8 +53,6 @@ class MutableModule(Protocol):
     def to_module(self) -> Module: ...
 
     def normalize(self) -> None: ...
-
-    def reload(self, module: Module) -> None: ...
 
     def release(self) -> None: ...
 
@@ -151,24 +149,22 @@ class Pipeline:
             changed = p.run_on_graphs(self._graphs, self.log)
             if changed:
                 self._graphs_changed = self._needs_normalizing = True
-            current: Callable[[], Module] = self._graphs.to_module
         else:
             self._module, changed = p.run(self._frozen(), self.log)
-            current = self._current_module
         self._count += 1
+        if not self.debug and self.dump_dir is None:
+            return changed
+        after = self._graphs.to_module() if self._graphs is not None else self._module
         if self.debug:
             try:
-                verify(current())
+                verify(after)
             except HloVerifyError as e:
                 raise PassError(f"pass {p.name} produced an invalid module: {e}") from e
         if self.dump_dir is not None:
             path = Path(self.dump_dir) / f"{self._count:02d}-{p.name}.hlo"
             path.write_text(f"// after pass {describe(p)} (changed: {_knob_text(changed)})\n"
-                            + module_text(current()))
+                            + module_text(after))
         return changed
-
-    def _current_module(self) -> Module:
-        return self._module
 
 
 @contextlib.contextmanager
