@@ -106,7 +106,7 @@ def test_max_strategy_on_the_baseline_program() -> None:
 @pytest.mark.parametrize("n_envs", [1, 21])
 def test_baseline_kernel_draws_resets_apart_and_uses_small_trig(n_envs: int) -> None:
     """The four reset draws of x, x_dot, theta, theta_dot run only in a step where an episode
-    ended (in some lane of the block: then blended in where picked); sin and cos of theta take
+    ended (in some lane of the block: then for the lanes that ended); sin and cos of theta take
     the small-argument forms."""
     spec = cartpole.PRESETS["baseline"]
     module = cartpole.trace(spec, n_envs, 12)
@@ -116,7 +116,8 @@ def test_baseline_kernel_draws_resets_apart_and_uses_small_trig(n_envs: int) -> 
         assert source.count("if (m0[l]) {") == 1
     else:
         assert "if (pending) {" in source
-        assert source.count("(m0[l] ? ") == 4
+        # listed lanes, one predicate: the draws are stored, not blended
+        assert "pick[picked] = l;" in source and "(m0[l] ? " not in source
     assert "hlofuse_sinf_small(" in source and "hlofuse_cosf_small(" in source
 
 
@@ -358,7 +359,7 @@ def _reset_inputs() -> list[np.ndarray]:
 @pytest.mark.parametrize("lanes", [1, 8, 16])
 def test_costly_state_free_select_operand_is_deferred(lanes: int, reset_when_big: bool) -> None:
     """The hash is computed in a second lane loop, run only in a step where some lane of the
-    block picks it, and blended in where picked (one lane: a branch around it)."""
+    block picks it, for the lanes that pick it (one lane: a branch around it)."""
     module = parse_module(_reset_loop(6, reset_when_big))
     fused = whole_loop(module, lanes=lanes)
     assert_compiled_matches(fused, _reset_inputs(), module, float_accumulators=False)
@@ -366,7 +367,8 @@ def test_costly_state_free_select_operand_is_deferred(lanes: int, reset_when_big
     test = "m0[l]" if reset_when_big else "(!m0[l])"
     if lanes > 1:
         assert f"pending |= {test};" in source and "if (pending) {" in source
-        assert f"s1[0][l] = ({test} ? " in source
+        assert "pick[picked] = l;\n" in source and f"picked += ({test} != 0);" in source
+        assert f"s1[0][l] = ({test} ? " not in source
     else:
         assert f"if ({test}) {{" in source
 
@@ -599,3 +601,56 @@ def test_the_emitter_applies_the_plan_fusion_recorded(monkeypatch: pytest.Monkey
     monkeypatch.setattr(emitter, "plan_parallel_loop", no_search)
     inputs = [np.asarray(0, np.int32), np.linspace(-1, 1, 8, dtype=np.float32)]
     assert_compiled_matches(fused, inputs[:len(fused.entry.parameters)], module)
+
+
+RARE_RESET = loop_text("""
+  x = f32[100]{0} get-tuple-element(p), index=1
+  half = f32[] constant(0.5)
+  halves = f32[100]{0} broadcast(half), dimensions={}
+  done = pred[100]{0} compare(x, halves), direction=GT
+  lane = f32[100]{0} iota(), iota_dimension=0
+  step = f32[] convert(i)
+  steps = f32[100]{0} broadcast(step), dimensions={}
+  a0 = f32[100]{0} add(lane, steps)
+  a1 = f32[100]{0} multiply(a0, halves)
+  a2 = f32[100]{0} sine(a1)
+  a3 = f32[100]{0} multiply(a2, a2)
+  a4 = f32[100]{0} add(a3, a1)
+  a5 = f32[100]{0} cosine(a4)
+  a6 = f32[100]{0} multiply(a5, a3)
+  a7 = f32[100]{0} add(a6, a2)
+  a8 = f32[100]{0} sine(a7)
+  a9 = f32[100]{0} multiply(a8, a8)
+  a10 = f32[100]{0} add(a9, a5)
+  a11 = f32[100]{0} cosine(a10)
+  a12 = f32[100]{0} multiply(a11, a9)
+  a13 = f32[100]{0} add(a12, a8)
+  a14 = f32[100]{0} sine(a13)
+  a15 = f32[100]{0} multiply(a14, a14)
+  a16 = f32[100]{0} add(a15, a11)
+  fresh = f32[100]{0} multiply(a16, halves)
+  grow = f32[] constant(1.25)
+  grows = f32[100]{0} broadcast(grow), dimensions={}
+  bump = f32[] constant(0.05)
+  bumps = f32[100]{0} broadcast(bump), dimensions={}
+  g = f32[100]{0} multiply(x, grows)
+  stepped = f32[100]{0} add(g, bumps)
+  xn = f32[100]{0} select(done, fresh, stepped)
+  ROOT t = (s32[], f32[100]{0}) tuple(next, xn)""", "(s32[], f32[100]{0})", condition="""
+  ci = s32[] get-tuple-element(cp), index=0
+  n = s32[] constant(12)
+  ROOT lt = pred[] compare(ci, n), direction=LT""")
+
+
+@pytest.mark.parametrize("lanes", [1, 16, 64])
+def test_rare_select_runs_for_the_listed_lanes(lanes: int) -> None:
+    """A reset drawn apart (a costly select operand independent of the state) for the lanes
+    that pick it, listed per block: from none to more than one vector of a 64-lane block per
+    step, a tail block of 36 lanes, the same values as the interpreter."""
+    x0 = np.random.default_rng(3).uniform(0.0, 1.0, 100).astype(np.float32)
+    module = parse_module(RARE_RESET)
+    fused = whole_loop(module, lanes=lanes)
+    if lanes > 1:
+        assert "pick[picked] = l;" in compile_cpu(fused).source()
+    assert_compiled_matches(fused, [np.asarray(0, np.int32), x0], module,
+                            float_accumulators=False)

@@ -52,6 +52,9 @@ LANE_UNROLLED_REDUCTION = 64
 # A per-lane element read at a computed position is a select over its positions when it
 # has at most this many (the index is in range: lane code clamps it as XLA does).
 LANE_SELECTED_READ = 32
+# Lanes per simd loop computing the deferred operands of the listed lanes (one 64-byte vector
+# of 32-bit values).
+DEFERRED_VECTOR = 16
 # Lane-steps below which a chunk runs on the calling thread alone (about a millisecond).
 PARALLEL_MIN_ENV_STEPS = 1 << 17
 L = cir.Var("l")
@@ -556,23 +559,52 @@ class BlockEmission:
 
     def _deferred_blend(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]]
                         ) -> None:
-        """Several lanes: only in a step where some lane of the block picks a deferred operand,
-        a simd loop computes the operands and blends them in where picked (a select per
-        element, which vectorises whatever the loop holds; masked stores after much
-        computation make gcc's if-conversion give up)."""
-        body, em = self.body, self.lane_em
+        """Several lanes: the lanes of the block that pick some deferred operand are listed
+        first (`pick`, in lane order), and simd loops of DEFERRED_VECTOR lanes compute the
+        operands for the listed lanes only: stored where one predicate decides them all,
+        blended in where picked when several do (a select per element, which vectorises
+        whatever the loop holds; masked stores after much computation make gcc's
+        if-conversion give up). The last vector is filled up with the last listed lane, which
+        computes and stores the same values again. In a step where a few lanes of the block
+        reset, that is one vector of work instead of the block's; a vector loop first tells
+        whether any lane picks, so most steps skip the listing."""
+        body = self.body
+        any_test: Expr | None = None  # some predicate picks the lane
+        for test in groups:
+            any_test = test if any_test is None else Binary("|", any_test, test)
+        assert any_test is not None
         pending = body.declare("int", "pending", cir.Int(0))
         with self._lane_loop(cir.Loop(reduction=("|", "pending"))):
-            for test in groups:
-                body.assign(pending, test, "|=")
-        with body.if_(pending), self._lane_loop(cir.Loop(simd=True)):
+            body.assign(pending, any_test, "|=")
+        with body.if_(pending):
+            self._deferred_listed(groups, any_test)
+
+    def _deferred_listed(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]],
+                         any_test: Expr) -> None:
+        body, em = self.body, self.lane_em
+        picked = body.declare("int", "picked", cir.Int(0))
+        body.declare("int32_t", "pick", dims=(self.lanes,))
+        with body.loop("l", 0, self.lanes, ctype="int"):
+            body.assign(cir.load("pick", picked), L)
+            body.assign(picked, cir.Binary("!=", any_test, cir.Int(0)), "+=")
+        width = min(DEFERRED_VECTOR, self.lanes)
+        first, offset = body.fresh("k"), body.fresh("k")
+        with body.loop(first, 0, picked, ctype="int", step=width), \
+                body.loop(offset, 0, width, cir.Loop(simd=True), ctype="int"):
+            listed = Binary("+", cir.Var(first), cir.Var(offset))
+            last = Binary("-", picked, cir.Int(1))
+            body.declare("int", "l", cir.load("pick", cir.Select(Binary("<", listed, picked),
+                                                                  listed, last)), const=True)
             self._declare_env()
+            # With one predicate every listed lane picks: stores, no blends.
+            blended = len(groups) > 1
             blends = []
             for test, stores in groups.items():
                 for i, q, operand, index in stores:
                     target = cir.load(f"s{i}", cir.Int(q), L)
-                    value = cir.Select(test, expr_of(em.array_value(operand, index)), target)
-                    blends.append(cir.Assign(target, value))
+                    value = expr_of(em.array_value(operand, index))
+                    blends.append(cir.Assign(target, cir.Select(test, value, target)
+                                             if blended else value))
             for stmt in blends:
                 body.emit(stmt)
 

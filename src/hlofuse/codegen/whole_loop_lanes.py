@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 from hlofuse.analysis.parallel_loop import LoopPlan
+from hlofuse.analysis.rare_selects import lane_operations, rare_selects
 from hlofuse.codegen import mathlib
 from hlofuse.codegen.element import SCALAR, Index
 from hlofuse.codegen.language import CLanguage
@@ -28,19 +29,11 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 
-# A select operand independent of the state is deferred when lane code takes at least this
-# many operations to compute it (CartPole's reset draws: about 400).
-DEFER_MIN_OPS = 16
 # A math instruction uses its small-argument form when its operand takes at most this many
 # operations: the operand is computed again where the step checks the arguments' size.
 SMALL_ARGUMENT_MAX_OPERAND_OPS = 8
 # Element-wise ops whose math function may have a small-argument form, by the function's name.
 _MATH_NAMES = {Op.SINE: "sin", Op.COSINE: "cos"}
-# Ops that only move or name values: free when counting an operand's operations.
-_FREE_OPS = frozenset({
-    Op.BITCAST, Op.BROADCAST, Op.CONCATENATE, Op.CONSTANT, Op.COPY, Op.GET_TUPLE_ELEMENT,
-    Op.IOTA, Op.PARAMETER, Op.RESHAPE, Op.SLICE, Op.TRANSPOSE, Op.TUPLE,
-})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,37 +64,12 @@ class Deferred:
         return (id(self.predicate), *self.predicate_index(index).key)
 
 
-def lane_operations(plan: LoopPlan, inst: Instruction) -> int:
-    """How many operations lane code runs to compute `inst` (moving values is free; lane inputs
-    come from the step's table)."""
-    seen: set[int] = set()
-    stack = [inst]
-    count = 0
-    while stack:
-        x = stack.pop()
-        if id(x) in seen or id(x) not in plan.lane:
-            continue
-        seen.add(id(x))
-        count += x.op not in _FREE_OPS
-        stack.extend(x.operands)
-    return count
-
-
 def deferred_selects(plan: LoopPlan) -> dict[int, Deferred]:
     """The per-lane elements whose new value is a select with one costly operand that
-    does not depend on the state, by element."""
-    out: dict[int, Deferred] = {}
-    for i in plan.per_env:
-        value = plan.body.root.operands[i]
-        if value.op is not Op.SELECT or id(value) not in plan.lane:
-            continue
-        _, on_true, on_false = value.operands
-        for operand, kept, when in ((on_true, on_false, True), (on_false, on_true, False)):
-            if id(operand) in plan.dependent or lane_operations(plan, operand) < DEFER_MIN_OPS:
-                continue
-            out[i] = Deferred(value, operand, kept, when, _is_per_lane(plan, value.operands[0]))
-            break
-    return out
+    does not depend on the state (analysis/rare_selects.py), by element."""
+    return {r.element: Deferred(r.select, r.operand, r.kept, r.when,
+                                _is_per_lane(plan, r.select.operands[0]))
+            for r in rare_selects(plan)}
 
 
 def _is_per_lane(plan: LoopPlan, predicate: Instruction) -> bool:
