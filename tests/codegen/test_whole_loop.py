@@ -412,6 +412,69 @@ def test_small_argument_math_with_huge_arguments(lanes: int, huge: bool) -> None
     assert "if (large)" in source
 
 
+TRIG_SPECULATED = loop_text("""
+  x = f32[37]{0} get-tuple-element(p), index=1
+  y = f32[37]{0} get-tuple-element(p), index=2
+  tot = f32[] get-tuple-element(p), index=3
+  half = f32[] constant(0.5)
+  halves = f32[37]{0} broadcast(half), dimensions={}
+  three = f32[] constant(3)
+  threes = f32[37]{0} broadcast(three), dimensions={}
+  xx = f32[37]{0} multiply(x, x)
+  u0 = f32[37]{0} add(xx, x)
+  u1 = f32[37]{0} multiply(u0, halves)
+  u2 = f32[37]{0} subtract(u1, y)
+  u3 = f32[37]{0} multiply(u2, threes)
+  u4 = f32[37]{0} add(u3, x)
+  u5 = f32[37]{0} multiply(u4, halves)
+  u6 = f32[37]{0} add(u5, y)
+  u = f32[37]{0} subtract(u6, halves)
+  s1 = f32[37]{0} sine(u)
+  c1 = f32[37]{0} cosine(u)
+  v = f32[37]{0} add(u, halves)
+  s2 = f32[37]{0} sine(v)
+  c2 = f32[37]{0} cosine(v)
+  w = f32[37]{0} multiply(u, halves)
+  s3 = f32[37]{0} sine(w)
+  c3 = f32[37]{0} cosine(w)
+  y0 = f32[37]{0} multiply(y, halves)
+  y1 = f32[37]{0} add(y0, s1)
+  y2 = f32[37]{0} add(y1, c1)
+  y3 = f32[37]{0} add(y2, s2)
+  y4 = f32[37]{0} add(y3, c2)
+  y5 = f32[37]{0} add(y4, s3)
+  yn = f32[37]{0} add(y5, c3)
+  xn = f32[37]{0} multiply(x, threes)
+  zero = f32[] constant(0)
+  sum = f32[] reduce(yn, zero), dimensions={0}, to_apply=add_f32
+  totn = f32[] add(tot, sum)
+  ROOT t = (s32[], f32[37]{0}, f32[37]{0}, f32[]) tuple(next, xn, yn, totn)""",
+                            "(s32[], f32[37]{0}, f32[37]{0}, f32[])", condition="""
+  ci = s32[] get-tuple-element(cp), index=0
+  n = s32[] constant(11)
+  ROOT lt = pred[] compare(ci, n), direction=LT""")
+
+
+@pytest.mark.parametrize("huge", [False, True], ids=["small", "huge"])
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_speculative_small_argument_math(lanes: int, huge: bool) -> None:
+    """sin and cos of arguments too costly to check before the step run in their small forms;
+    a step where some lane's argument was beyond their limit runs again with the full
+    functions from the state and sums it started with."""
+    scale = 40.0 if huge else 1e-3  # x triples every step: huge arguments after a few steps
+    x = np.random.default_rng(8).uniform(-scale, scale, 37).astype(np.float32)
+    y = np.random.default_rng(9).uniform(-1, 1, 37).astype(np.float32)
+    inputs = [np.asarray(0, np.int32), x, y, np.asarray(0.5, np.float32)]
+    module = parse_module(TRIG_SPECULATED)
+    fused = whole_loop(module, lanes=lanes)
+    out = assert_compiled_matches(fused, inputs, module)
+    if huge:
+        assert np.abs(out[1]).max() > 2.0**11  # x * x: arguments beyond the forms' limit
+    source = compile_cpu(fused).source()
+    assert "hlofuse_sinf_small(" in source and "hlofuse_cosf_small(" in source
+    assert "if (beyond)" in source and "memcpy(oacc0, acc0, sizeof(oacc0));" in source
+
+
 # --- random loops ---------------------------------------------------------------------------
 
 

@@ -63,6 +63,7 @@ from hlofuse.codegen.whole_loop_lanes import (
     deferred_selects,
     lane_language,
     small_argument_math,
+    speculative_math,
 )
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -175,6 +176,7 @@ class WholeLoopEmitter(BlockEmission):
         self.deferred = {i: d for i, d in deferred_selects(plan).items()
                          if d.per_lane or plan.elements_per_env(i) <= LOOPED_ELEMENTS}
         self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
+        self.speculative = speculative_math(plan, UNROLL_ELEMENTS, self.small_math)
 
     def _reserve_names(self) -> None:
         elements = len(self.loop.shape.elements)

@@ -57,6 +57,7 @@ LANE_SELECTED_READ = 32
 DEFERRED_VECTOR = 16
 # Lane-steps below which a chunk runs on the calling thread alone (about a millisecond).
 PARALLEL_MIN_ENV_STEPS = 1 << 17
+SIMD = cir.Loop(simd=True)
 L = cir.Var("l")
 B = cir.Var("b")
 E = cir.Var("e")
@@ -79,6 +80,7 @@ class BlockEmission:
     lane_em: ElementalEmitter
     deferred: dict[int, Deferred]
     small_math: list[tuple[Instruction, mathlib.SmallArgumentForm]]
+    speculative: list[tuple[Instruction, mathlib.SmallArgumentForm]]
 
     def _ctype(self, dtype: DType) -> str:
         return self.lang.register_type(dtype)
@@ -232,11 +234,16 @@ class BlockEmission:
             if self._looped(i):  # the step's new values, until every value is computed
                 body.declare(self._ctype(self._shape(i).dtype), f"n{i}",
                              dims=(self.plan.elements_per_env(i), lanes))
+            if self.speculative:  # the state the step started with, should it run again
+                body.declare(self._ctype(self._shape(i).dtype), f"o{i}",
+                             dims=(self.plan.elements_per_env(i), lanes))
         self._declare_staging()
         self._load_block()
         for k, acc in enumerate(self.plan.accumulators):
             identity = self.lane_em.scalar(acc.identity)
             body.declare(self._ctype(acc.combines[-1].dtype), f"acc{k}", dims=(lanes,))
+            if self.speculative:
+                body.declare(self._ctype(acc.combines[-1].dtype), f"oacc{k}", dims=(lanes,))
             with body.loop("l", 0, lanes, ctype="int"):
                 body.assign(cir.load(f"acc{k}", L), identity)
         self._declare_small_argument_values()
@@ -351,7 +358,10 @@ class BlockEmission:
         self._lane_bindings()
         self._small_argument_check()
         masks = self._declare_masks()
-        self._main_lane_loop(masks)
+        if self.speculative:
+            self._speculative_lane_loops(masks)
+        else:
+            self._main_lane_loop(masks)
         self._deferred_lane_loop(masks)
         self._staged_streamed_stores()
 
@@ -369,11 +379,43 @@ class BlockEmission:
         with self.body.loop("l", 0, self.lanes, how, ctype="int"):
             yield
 
-    def _main_lane_loop(self, masks: dict[tuple[object, ...], str]) -> None:
+    def _speculative_lane_loops(self, masks: dict[tuple[object, ...], str]) -> None:
+        """The step with the speculative math in its small forms, each call also noting
+        whether its argument was beyond the form's limit; in a step where one was (for
+        some lane of the block), the block's state and sums go back to where the step
+        started and the step runs again with the full functions. Stores to the outputs are
+        made again with the same or the corrected values; nothing else is kept."""
+        body = self.body
+        saved = [(f"o{i}", f"s{i}") for i in self.plan.per_env]
+        saved += [(f"oacc{k}", f"acc{k}") for k in range(len(self.plan.accumulators))]
+        for copy_to, copy_from in saved:
+            body.emit(_memcpy(copy_to, copy_from))
+        beyond = body.declare("int", "beyond", cir.Int(0))
+        for inst, form in self.speculative:
+            self.lane_em.bindings[id(inst)] = self._speculative_reader(inst, form, beyond)
+        self._main_lane_loop(masks, cir.Loop(reduction=("|", beyond.name)))
+        for inst, _ in self.speculative:
+            del self.lane_em.bindings[id(inst)]
+        with body.if_(beyond):
+            for copy_from, copy_to in saved:
+                body.emit(_memcpy(copy_to, copy_from))
+            self._main_lane_loop(masks)
+
+    def _speculative_reader(self, inst: Instruction, form: mathlib.SmallArgumentForm,
+                            beyond: cir.Var) -> Callable[[Index], Value]:
+        def read(index: Index) -> Value:
+            argument = expr_of(self.lane_em.array_value(inst.operands[0], index))
+            self.body.assign(beyond, cir.Unary("!", cir.call(form.guard, argument)), "|=")
+            return self.body.let(self._ctype(inst.dtype), cir.call(form.c_name, argument))
+
+        return read
+
+    def _main_lane_loop(self, masks: dict[tuple[object, ...], str],
+                        how: cir.Loop = SIMD) -> None:
         """Every new per-lane value (a deferred select's other operand in its place, and
         the select's predicate kept in a mask) and the accumulators."""
         body, em = self.body, self.lane_em
-        with self._lane_loop(cir.Loop(simd=True)):
+        with self._lane_loop(how):
             self._declare_env()
             stores: list[Stmt] = []
             stored: set[str] = set()
@@ -828,3 +870,9 @@ def env_indices(dims: tuple[int, ...], env: Expr, lane_dim: int = 0) -> list[Ind
         multi.insert(lane_dim, env)
         out.append(Index(dims, None, tuple(multi), None))
     return out
+
+
+def _memcpy(target: str, source: str) -> Stmt:
+    """`memcpy(target, source, sizeof target)`: arrays of the block, of one size."""
+    return cir.ExprStmt(cir.call("memcpy", cir.Var(target), cir.Var(source),
+                                 cir.call("sizeof", cir.Var(target))))

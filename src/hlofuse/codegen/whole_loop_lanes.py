@@ -32,6 +32,10 @@ from hlofuse.ir.ops import Op
 # A math instruction uses its small-argument form when its operand takes at most this many
 # operations: the operand is computed again where the step checks the arguments' size.
 SMALL_ARGUMENT_MAX_OPERAND_OPS = 8
+# A step speculates on the small-argument forms (`speculative_math`) when it calls at least this
+# many full sin or cos per lane (acrobot's RK4: 18, 1.5x faster; particles: 2, not worth a
+# second copy of its lane code).
+SPECULATIVE_MIN_CALLS = 6
 # Element-wise ops whose math function may have a small-argument form, by the function's name.
 _MATH_NAMES = {Op.SINE: "sin", Op.COSINE: "cos"}
 
@@ -97,6 +101,33 @@ def small_argument_math(plan: LoopPlan, max_positions: int
         if lane_operations(plan, inst.operands[0]) <= SMALL_ARGUMENT_MAX_OPERAND_OPS:
             out.append((inst, form))
     return out
+
+
+def speculative_math(plan: LoopPlan, max_positions: int,
+                     checked: list[tuple[Instruction, mathlib.SmallArgumentForm]]
+                     ) -> list[tuple[Instruction, mathlib.SmallArgumentForm]]:
+    """The per-lane math instructions of lane code with a small-argument form whose operand is
+    too costly to check before the step (`small_argument_math` takes the others): the step
+    runs them in their small forms and is run again with the full functions, from the state
+    it started with, where some lane's argument was beyond the forms' limit. Only where the
+    step calls at least SPECULATIVE_MIN_CALLS of them per lane: the kernel then holds a
+    second copy of the step's lane code, which doubles the C compiler's work on it."""
+    taken = {id(inst) for inst, _ in checked}
+    out = []
+    calls = 0
+    for inst in plan.body.instructions:
+        name = _MATH_NAMES.get(inst.op)
+        form = None if name is None else mathlib.small_argument_form(name, inst.dtype)
+        if form is None or id(inst) in taken or id(inst) not in plan.lane:
+            continue
+        if math_lane_dim(plan, inst) is None:
+            continue  # the same for every lane: computed once per step
+        positions = inst.shape.num_elements // plan.size
+        if positions > max_positions:
+            continue
+        out.append((inst, form))
+        calls += positions
+    return out if calls >= SPECULATIVE_MIN_CALLS else []
 
 
 def math_lane_dim(plan: LoopPlan, inst: Instruction) -> int | None:
