@@ -8,10 +8,13 @@ f32 and rounded after every operation; the helpers named hlofuse_* live in templ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
+import numpy as np
+
 from hlofuse.codegen import cir
-from hlofuse.codegen.cir import Binary, Cast, Expr, Select, Unary, call
+from hlofuse.codegen.cir import Binary, Cast, Const, Expr, Select, Unary, call
 from hlofuse.codegen.language import CLanguage
 from hlofuse.codegen.reduce_precision import reduce_precision
 from hlofuse.ir.dtypes import DType
@@ -120,6 +123,16 @@ def _flushed(dtype: DType, x: Expr) -> Expr:
     return x
 
 
+def _normal_constant(expr: Expr) -> float | None:
+    """The value of a float literal that is a normal, nonzero, finite number of its type (f32
+    or f64), else None. Literals hold floats as the bits of an f64 (CLanguage.literal)."""
+    if not isinstance(expr, Const) or expr.dtype not in (DType.F32, DType.F64):
+        return None
+    value = float(np.asarray(int(expr.value), np.uint64).view(np.float64))
+    smallest = 2.0**-126 if expr.dtype is DType.F32 else 2.0**-1022
+    return value if math.isfinite(value) and abs(value) >= smallest else None
+
+
 def _extremum(is_max: bool) -> Handler:
     """XLA's maximum and minimum: NaN wins, -0 < +0, operands read flushed (templates.HEADER,
     hlofuse_max_f); max(x, x) is x itself, unflushed, since LLVM folds it so."""
@@ -133,6 +146,14 @@ def _extremum(is_max: bool) -> Handler:
         if dtype.is_float:
             which = "max" if is_max else "min"
             suffix = "d" if dtype is DType.F64 else "f"
+            for value, bound in ((x[0], x[1]), (x[1], x[0])):
+                number = _normal_constant(bound)
+                if number is not None:
+                    # a value beyond a positive bound (max) or below a negative one (min) is
+                    # a normal number: it needs no flush
+                    plain = (number > 0) == is_max
+                    kind = "plain" if plain else "flush"
+                    return call(f"hlofuse_{which}_{suffix}_{kind}", value, bound)
             return call(f"hlofuse_{which}_{suffix}", x[0], x[1])
         return Select(Binary(">" if is_max else "<", x[0], x[1]), x[0], x[1])
 

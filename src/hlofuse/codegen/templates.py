@@ -175,6 +175,16 @@ HLOFUSE_EXTREMUM(hlofuse_max_f, float, uint32_t, hlofuse_f32_bits, hlofuse_f32_f
 HLOFUSE_EXTREMUM(hlofuse_min_f, float, uint32_t, hlofuse_f32_bits, hlofuse_f32_from_bits, hlofuse_daz_f, <, |)
 HLOFUSE_EXTREMUM(hlofuse_max_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_from_bits, hlofuse_daz_d, >, &)
 HLOFUSE_EXTREMUM(hlofuse_min_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_from_bits, hlofuse_daz_d, <, |)
+/* The same against a constant c that is a normal, nonzero, finite number (a clip's bounds): a
+   NaN x wins; equal operands have equal bits; and x wins flushed (`_flush`), or as it is where
+   winning makes it a normal number (`_plain`: max beyond c > 0, min below c < 0). */
+#define HLOFUSE_EXTREMUM_CONST(NAME, T, DAZ, CMP) \
+static inline T NAME##_flush(T x, T c) { return (x != x) ? x : ((x CMP c) ? DAZ(x) : c); } \
+static inline T NAME##_plain(T x, T c) { return ((x != x) | (x CMP c)) ? x : c; }
+HLOFUSE_EXTREMUM_CONST(hlofuse_max_f, float, hlofuse_daz_f, >)
+HLOFUSE_EXTREMUM_CONST(hlofuse_min_f, float, hlofuse_daz_f, <)
+HLOFUSE_EXTREMUM_CONST(hlofuse_max_d, double, hlofuse_daz_d, >)
+HLOFUSE_EXTREMUM_CONST(hlofuse_min_d, double, hlofuse_daz_d, <)
 
 /* XLA's total order: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (of flushed values). */
 static inline int32_t hlofuse_total_key_f(float x) {

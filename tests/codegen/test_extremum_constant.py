@@ -1,0 +1,66 @@
+"""maximum and minimum against a constant bound (a clip) take shorter forms in C
+(templates.HEADER, hlofuse_max_f_plain/_flush) with XLA's results: NaN wins, operands read
+flushed, -0 < +0; the general form where the bound is zero, subnormal, infinite or NaN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hlofuse.fusion.strategies import run_strategy
+from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.ir.parser import parse_module
+from hlofuse.runtime import compile_cpu
+
+pytestmark = pytest.mark.needs_cc
+
+BOUNDS = ["2", "-2", "1.5e-38", "-1.5e-38", "3e+38", "1e-40", "-0", "0", "inf", "nan"]
+
+
+def _module(dtype: str, bound: str) -> str:
+    n = len(_values(np.float32))
+    lines = [f"  x = {dtype}[{n}] parameter(0)",
+             f"  c = {dtype}[] constant({bound})",
+             f"  cs = {dtype}[{n}] broadcast(c), dimensions={{}}"]
+    outs = []
+    for k, (op, a, b) in enumerate([("maximum", "x", "cs"), ("maximum", "cs", "x"),
+                                    ("minimum", "x", "cs"), ("minimum", "cs", "x")]):
+        lines.append(f"  r{k} = {dtype}[{n}] {op}({a}, {b})")
+        outs.append(f"r{k}")
+    shape = ", ".join(f"{dtype}[{n}]" for _ in outs)
+    lines.append(f"  ROOT t = ({shape}) tuple({', '.join(outs)})")
+    return "HloModule m\n\nENTRY main {\n" + "\n".join(lines) + "\n}\n"
+
+
+def _values(dtype: type) -> np.ndarray:
+    info = np.finfo(dtype)
+    tiny = info.smallest_subnormal
+    values = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 2.5, -2.5, 1.9, -1.9, np.inf, -np.inf, np.nan,
+              -np.nan, tiny, -tiny, tiny * 5, -tiny * 5, info.tiny, -info.tiny, 1.5e-38,
+              -1.5e-38, 3e38, -3e38, info.max, -info.max]
+    return np.array(values, dtype=dtype)
+
+
+@pytest.mark.parametrize("bound", BOUNDS)
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_extremum_against_a_constant(dtype: str, bound: str) -> None:
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+    x = _values(np_dtype)
+    if dtype == "f64" and bound == "1e-40":
+        bound = "1e-310"  # a subnormal double
+    module = parse_module(_module(dtype, bound))
+    # fused, so that the bound reaches the kernel as a literal
+    executable = compile_cpu(run_strategy(module, "xla", debug=False).module)
+    actual = flatten_value(executable(x))
+    expected = flatten_value(evaluate(module, [x]))
+    bits = np.uint32 if dtype == "f32" else np.uint64
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        # bit for bit: signed zeros, flushed subnormals and NaN payloads included
+        np.testing.assert_array_equal(np.asarray(a).view(bits), e.view(bits),
+                                      err_msg=f"r{k} bound {bound}")
+    source = executable.source()
+    short = float(bound) != 0 and np.isfinite(float(bound)) and bound not in ("1e-40", "1e-310")
+    suffix = "f" if dtype == "f32" else "d"
+    calls = [f"hlofuse_{which}_{suffix}_{kind}(" for which in ("max", "min")
+             for kind in ("plain", "flush")]
+    assert sum(call in source for call in calls) == (2 if short else 0)
