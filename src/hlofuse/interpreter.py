@@ -21,7 +21,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from hlofuse.analysis.reducers import reducer_op
+from hlofuse.analysis.reducers import identity, in_index_order, reducer_op
 from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
@@ -373,6 +373,31 @@ def _reduced_zero_signs(is_max: bool, result: np.ndarray, values: np.ndarray,
     return np.where(at_zero, signed, result).astype(result.dtype)
 
 
+def _from_identity(reducer: Computation, init: np.ndarray) -> bool:
+    """Whether the reducer is one op and `init` its identity, bit for bit."""
+    op = reducer_op(reducer)
+    start = None if op is None else identity(op, reducer.root.dtype)
+    return start is not None and np.asarray(init, start.dtype).tobytes() == start.tobytes()
+
+
+def _in_index_order(ufunc: np.ufunc, values: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """`base` combined with `values[..., 0]`, then with `values[..., 1]`, ..., each step
+    rounded to the type and flushed (`analysis/reducers.in_index_order`). `ufunc.accumulate`
+    runs in that order and rounds every step (NumPy's pairwise order and f32 accumulation of
+    f16 are for `reduce` only); only a partial result that is denormal needs the loop that
+    flushes it before the next step."""
+    stacked = np.concatenate([base[..., None], values], axis=-1)
+    with np.errstate(all="ignore"):
+        partial = ufunc.accumulate(stacked, axis=-1)
+        between = partial[..., 1:-1]
+        if flush_denormals(between) is not between:
+            acc = base
+            for k in range(values.shape[-1]):
+                acc = flush_denormals(ufunc(acc, values[..., k]))
+            return np.asarray(acc)
+    return np.asarray(flush_denormals(partial[..., -1]))
+
+
 def _reduce(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     n = len(ops) // 2
     inputs = [_array(o) for o in ops[:n]]
@@ -382,10 +407,17 @@ def _reduce(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     kept = [d for d in range(inputs[0].ndim) if d not in dims]
     out_dims = tuple(inputs[0].shape[d] for d in kept)
     moved = [np.transpose(x, kept + list(dims)).reshape(out_dims + (-1,)) for x in inputs]
+    if n == 1 and inputs[0].size == int(np.prod(out_dims)) and _from_identity(reducer, inits[0]):
+        # XLA's simplifier makes this reduce a reshape (HandleReduce takes the initial value
+        # to be the reducer's identity): no arithmetic, so nothing is flushed (fuzz seed 4292).
+        return np.array(moved[0].reshape(out_dims), order="C")  # 0-d stays 0-d
     ufunc = _simple_reducer(reducer) if n == 1 else None
     if ufunc is not None:
         # Denormals are flushed as in the reducer's element-wise operation.
         values, base = flush_denormals(moved[0]), flush_denormals(inits[0])
+        if in_index_order(reducer_op(reducer), inst.dtype, values.shape[-1]):
+            base = np.broadcast_to(base, out_dims)
+            return np.asarray(_in_index_order(ufunc, values, base), order="C")
         with np.errstate(all="ignore"):
             total = ufunc.reduce(values, axis=-1) if values.shape[-1] else None
             base = np.broadcast_to(base, out_dims)

@@ -46,9 +46,12 @@ from types import MappingProxyType
 
 from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE, EnvDim, Mixed, env_dim
 from hlofuse.analysis.lane_linalg import is_lane_linalg
-from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, is_identity, reducer_op
+from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, identity, is_identity, reducer_op
+from hlofuse.ir.builder import ComputationBuilder
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import ELEMENTWISE_OPS, FusionKind, Op, OpKind
+from hlofuse.ir.shapes import Shape
 
 # Rule ids of a refusal (the decision log's words).
 STATE_NOT_TUPLE = "whole-loop-state-not-tuple"
@@ -178,26 +181,42 @@ class Accumulator:
     """A uniform scalar element updated as `element <op> reduce(x1) <op> reduce(x2) ...`.
 
     Each reduce runs `op` over all dimensions of a per-lane value from the op's
-    identity; `combines` are the `op` instructions joining them with the element (several
-    after unrolling), the last one being the element's new value.
+    identity; with one lane, a reduce of a one-element value is the reshape to a scalar that
+    XLA's simplifier makes of it (`one_element_reshape`), and stands for it here. `combines`
+    are the `op` instructions joining them with the element (several after unrolling), the
+    last one being the element's new value. `reducer` and `identity` are a reduce's (or, with
+    reshapes only, made here: `(a, b) -> op(a, b)` and the op's identity).
     """
 
     element: int
     op: Op
     reduces: tuple[Instruction, ...]
     combines: tuple[Instruction, ...]
+    reducer: Computation
+    identity: Instruction
 
     @property
     def operands(self) -> tuple[Instruction, ...]:
         return tuple(r.operands[0] for r in self.reduces)
 
-    @property
-    def reducer(self) -> Computation:
-        return self.reduces[0].calls[0]
 
-    @property
-    def identity(self) -> Instruction:
-        return self.reduces[0].operands[1]
+def one_element_reshape(inst: Instruction) -> bool:
+    """A reshape of a one-element array to a scalar: what XLA's simplifier leaves of a reduce
+    whose result keeps every element (`passes/simplify.reduce_keeping_every_element`), so with
+    one lane the sum over the lanes of a per-lane scalar."""
+    return inst.op is Op.RESHAPE and inst.shape.is_array and not inst.shape.dims \
+        and inst.operands[0].shape.num_elements == 1
+
+
+def _reducer_and_identity(op: Op, dtype: DType) -> tuple[Computation, Instruction]:
+    """`(a, b) -> op(a, b)` over `dtype` scalars, and the op's identity as a constant."""
+    builder = ComputationBuilder(f"accumulate_{op.text}")
+    scalar = Shape.scalar(dtype)
+    builder.add(op, [builder.parameter(0, scalar), builder.parameter(1, scalar)])
+    start = identity(op, dtype)
+    assert start is not None, (op, dtype)
+    constants = ComputationBuilder("identity")
+    return builder.build(), constants.constant(start, dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,9 +581,17 @@ class _Analysis:
         if len({id(r) for r in reduces}) != len(reduces):
             return None
         combines.reverse()
-        return Accumulator(element, op, tuple(reduces), tuple(combines))
+        proper = [r for r in reduces if r.op is Op.REDUCE]
+        if proper:
+            reducer, start = proper[0].calls[0], proper[0].operands[1]
+        else:
+            reducer, start = _reducer_and_identity(op, top.dtype)
+        return Accumulator(element, op, tuple(reduces), tuple(combines), reducer, start)
 
     def _is_accumulated_reduce(self, reduce: Instruction, op: Op) -> bool:
+        if self.size == 1 and one_element_reshape(reduce):
+            return id(reduce.operands[0]) in self.dependent and identity(op, reduce.dtype) \
+                is not None
         if reduce.op is not Op.REDUCE or len(reduce.operands) != 2:
             return False
         operand, init = reduce.operands

@@ -2,9 +2,10 @@
 
 Root reductions over one domain, and outputs of the input's shape, are computed in one pass
 that keeps the reduced values in rows (XLA's multi-output reduction fusion); the rows are then
-reduced in the reference's order (NumPy's pairwise order for float sums), so results match the
-interpreter bit for bit. Column reductions of other reducers keep a block of accumulators so
-the inner loop runs along contiguous memory.
+reduced in the reference's order (element by element from the initial value, or NumPy's pairwise
+order for f32/f64 sums over more than 32 elements: `analysis/reducers.py`), so results match
+the interpreter bit for bit. Column reductions keep a block of accumulators so the inner loop
+runs along contiguous memory, for every reducer whose order they follow.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import math
 from collections.abc import Callable
 
+from hlofuse.analysis.reducers import in_index_order
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.element import Index
@@ -74,8 +76,10 @@ class ReductionEmission(LoopEmission):
             done.update(k for k, _, _ in siblings)
 
     def _plan(self, inst: Instruction) -> Accumulation:
+        dims = inst.operands[0].shape.dims
+        extent = math.prod(dims[d] for d in inst.ints("dimensions"))
         return accumulation(self.em, inst.calls[0], inst.operands[0].dtype,
-                            len(inst.operands) // 2)
+                            len(inst.operands) // 2, extent)
 
     def _reduction_group(self, in_dims: tuple[int, ...], reduced: tuple[int, ...],
                          reduces: list[Instruction],
@@ -102,13 +106,11 @@ class ReductionEmission(LoopEmission):
         stores: list[Store] = []
         roots: list[Instruction] = []
         for r in reduces:
-            plan = self._plan(r)
             pointers = []
             for x in r.operands[:len(r.operands) // 2]:
-                kept_type = plan.kept_type(x.dtype)
-                pointer = self._temporary(kept_type, rows * extent)
+                pointer = self._temporary(x.dtype, rows * extent)
                 pointers.append(pointer)
-                stores.append((self.element(x, ()), pointer, kept_type,
+                stores.append((self.element(x, ()), pointer, x.dtype,
                                None if natural else row_position))
                 roots.append(x)
             stored.append(pointers)
@@ -144,8 +146,6 @@ class ReductionEmission(LoopEmission):
                 start = cir.Binary("+", cir.Var(pointers[0]), row)
                 total = body.let("double" if width == "f64" else "float",
                                  cir.call(f"hlofuse_pairwise_{width}", start, cir.Int(extent)))
-                if plan.unrounded:
-                    total = body.let("float", self.lang.round_to(DType.F16, total))
                 results = em.apply_reducer(r.calls[0], [em.scalar(inits[0])], [total])
             else:
                 results = self._reduce_row_in_order(r, plan, pointers, row, extent)
@@ -169,17 +169,13 @@ class ReductionEmission(LoopEmission):
             how = cir.Loop(reduction=(plan.simd_op, accumulators[0].name))
         with body.loop(j, 0, extent, how):
             position = em.index_let(cir.add(row, cir.Var(j)))
-            kept_type = [plan.kept_type(x.dtype) for x in r.operands[:count]]
-            values = [body.let(self.lang.register_type(t),
-                               self.lang.load(t, cir.Var(p), position))
-                      for t, p in zip(kept_type, pointers)]
+            values = [body.let(self.lang.register_type(x.dtype),
+                               self.lang.load(x.dtype, cir.Var(p), position))
+                      for x, p in zip(r.operands[:count], pointers)]
             accumulate(em, r.calls[0], plan, accumulators, values)
         if plan.identity is None:
             return accumulators
-        total = accumulators[0]
-        if plan.unrounded:
-            total = body.let("float", self.lang.round_to(DType.F16, total))
-        return em.apply_reducer(r.calls[0], [em.scalar(inits[0])], [total])
+        return em.apply_reducer(r.calls[0], [em.scalar(inits[0])], [accumulators[0]])
 
     # --- column reductions ----------------------------------------------------------------
 
@@ -200,10 +196,13 @@ class ReductionEmission(LoopEmission):
         inner = math.prod(in_dims[d] for d in kept if d > reduced[-1])
         if inner < 8 or extent == 0 or outer * inner == 0:
             return False
-        if inst.dtype in (DType.F16, DType.BF16) and simple_reducer(inst.calls[0]) is not None:
-            return False  # the reference's summation order shows at this precision
-        if inst.dtype.is_float and simple_reducer(inst.calls[0]) in (Op.ADD, Op.MULTIPLY):
-            return False  # so does its order of float sums and products
+        op = simple_reducer(inst.calls[0])
+        if in_index_order(op, inst.dtype, extent):
+            pass  # XLA's order: from the initial value, element by element, as here
+        elif inst.dtype in (DType.F16, DType.BF16) and op is not None:
+            return False  # the reference's order shows at this precision
+        elif inst.dtype.is_float and op in (Op.ADD, Op.MULTIPLY):
+            return False  # so does its order (pairwise, or from the identity) of float sums
         self._column_loops(inst, self.output_names[k], outer, extent, inner)
         return True
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hlofuse.analysis.reducers import identity, reducer_op
+from hlofuse.analysis.reducers import identity, in_index_order, reducer_op
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.element import (
@@ -50,40 +50,38 @@ class Accumulation:
     """How a reduce accumulates, following the reference (NumPy) where order shows.
 
     Integer add/mul/and/or/xor are associative: the reduced loop may be vectorised (OpenMP
-    simd reduction). Float sums and products reduce the values from the op's identity and
-    combine the total with the initial value last, as the reference does (`ufunc.reduce`,
-    then `ufunc(init, total)`): f32/f64/f16 sums in NumPy's pairwise order (`pairwise`, needs
-    the values stored: see codegen/reductions.py), f16 sums and products in f32, rounded once.
-    bf16 and max/min reduce in order from the identity; every other reducer runs in order
-    from the initial value. Without -ffast-math nothing is reassociated.
+    simd reduction). Float sums and products of f16 and bf16, and of f32/f64 over at most
+    32 elements (`analysis/reducers.in_index_order`: XLA's order), apply the reducer element
+    by element from the initial value, rounding to the type at every step, as every reducer
+    that is not one op does. Longer f32/f64 sums and products, and float max/min, reduce the
+    values from the op's identity and combine the total with the initial value last, as the
+    reference does (`ufunc.reduce`, then `ufunc(init, total)`): sums in NumPy's pairwise
+    order (`pairwise`, needs the values stored: see codegen/reductions.py), the rest in
+    order. Without -ffast-math nothing is reassociated.
     """
 
     ctype: str
     simd_op: str | None = None
     identity: Expr | None = None  # start here and apply the initial value last
-    unrounded: bool = False  # f16 sum or product: accumulate in f32, round once
-    pairwise: bool = False  # a float sum: NumPy's pairwise order when rows are contiguous
+    pairwise: bool = False  # an f32/f64 sum: NumPy's pairwise order when rows are contiguous
     op: Op | None = None  # the reducer's one op, when it is one
 
-    def kept_type(self, dtype: DType) -> DType:
-        """The type reduced values are stored in, to be reduced later."""
-        return DType.F32 if self.unrounded or self.pairwise and dtype is DType.F16 else dtype
 
-
-def accumulation(em: ElementalEmitter, reducer: Computation, dtype: DType,
-                 count: int) -> Accumulation:
+def accumulation(em: ElementalEmitter, reducer: Computation, dtype: DType, count: int,
+                 extent: int) -> Accumulation:
+    """How a reduce of `count` arrays of `dtype` over `extent` elements per result
+    accumulates."""
     op = simple_reducer(reducer)
     ctype = em.lang.register_type(dtype)
-    if count != 1 or op is None:
+    if count != 1 or op is None or in_index_order(op, dtype, extent):
         return Accumulation(ctype, op=op)
     if op in _SIMD_REDUCTIONS and (dtype.is_integer or dtype.is_pred):
         return Accumulation(ctype, _SIMD_REDUCTIONS[op], op=op)
     start = identity(op, dtype) if dtype.is_float and op in _FROM_IDENTITY else None
     if start is not None:
         start_value = em.lang.literal(dtype, float(start))
-        unrounded = dtype is DType.F16 and op in (Op.ADD, Op.MULTIPLY)
-        pairwise = op is Op.ADD and dtype in (DType.F16, DType.F32, DType.F64)
-        return Accumulation(ctype, None, start_value, unrounded, pairwise, op)
+        pairwise = op is Op.ADD and dtype in (DType.F32, DType.F64)
+        return Accumulation(ctype, None, start_value, pairwise, op)
     return Accumulation(ctype, op=op)
 
 
@@ -105,28 +103,19 @@ def reduction_order(in_dims: tuple[int, ...], dimensions: tuple[int, ...]) -> st
     return "sequential"
 
 
-def unrounded_step(plan: Accumulation, total: Expr, value: Expr) -> Expr:
-    """An f16 sum or product accumulated in f32 (rounded once at the end)."""
-    return Binary("+" if plan.op is Op.ADD else "*", total, value)
-
-
 def start_accumulators(em: ElementalEmitter, plan: Accumulation,
                        inits: tuple[Instruction, ...]) -> list[Expr]:
     """One variable per reduced array, at the identity or the initial value."""
     out: list[Expr] = []
     for init in inits:
         start = plan.identity if plan.identity is not None else em.scalar(init)
-        ctype = "float" if plan.unrounded else em.lang.register_type(init.dtype)
-        out.append(em.body.variable(ctype, "acc", start))
+        out.append(em.body.variable(em.lang.register_type(init.dtype), "acc", start))
     return out
 
 
 def accumulate(em: ElementalEmitter, reducer: Computation, plan: Accumulation,
                accumulators: list[Expr], values: list[Expr]) -> None:
     """accumulators = reducer(accumulators, values), in place."""
-    if plan.unrounded:
-        em.body.assign(accumulators[0], unrounded_step(plan, accumulators[0], values[0]))
-        return
     for acc, new in zip(accumulators, em.apply_reducer(reducer, accumulators, values)):
         em.body.assign(acc, new)
 
@@ -137,11 +126,11 @@ def reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     reduced = inst.ints("dimensions")
     in_dims = inputs[0].shape.dims
     reducer = inst.calls[0]
-    plan = accumulation(em, reducer, inputs[0].dtype, count)
-    if plan.pairwise and em.materialize is not None and math.prod(
-            in_dims[d] for d in reduced) >= 8:
+    extent = math.prod(in_dims[d] for d in reduced)
+    plan = accumulation(em, reducer, inputs[0].dtype, count, extent)
+    if plan.pairwise and em.materialize is not None and extent >= 8:
         return materialized(em, inst, index)  # the stored rows are summed pairwise
-    if 0 < math.prod(in_dims[d] for d in reduced) <= em.unrolled_reduction:
+    if 0 < extent <= em.unrolled_reduction:
         return _reduce_written_out(em, inst, index, plan)
     out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
     accumulators = start_accumulators(em, plan, inits)
@@ -173,12 +162,9 @@ def reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
 def reduced_value(em: ElementalEmitter, reducer: Computation, inits: tuple[Instruction, ...],
                   plan: Accumulation, accumulators: list[Expr]) -> Value:
     """The reduce's result from its accumulators: an accumulation started at the reducer's
-    identity combines with the init at the end (rounded first when it ran unrounded)."""
+    identity combines with the init at the end."""
     if plan.identity is not None:
-        total = accumulators[0]
-        if plan.unrounded:
-            total = em.body.let("float", em.lang.round_to(DType.F16, total))
-        return em.apply_reducer(reducer, [em.scalar(inits[0])], [total])[0]
+        return em.apply_reducer(reducer, [em.scalar(inits[0])], [accumulators[0]])[0]
     return accumulators[0] if len(accumulators) == 1 else tuple(accumulators)
 
 
@@ -207,11 +193,7 @@ def _reduce_written_out(em: ElementalEmitter, inst: Instruction, index: Index,
             multi[d] = cir.Int(p)
         input_index = Index(in_dims, None, tuple(multi), None)
         values = [em.array_value(x, input_index) for x in inputs]
-        if plan.unrounded:
-            accumulators = [em.body.let("float", unrounded_step(plan, accumulators[0],
-                                                                values[0]))]
-        else:
-            accumulators = em.apply_reducer(reducer, accumulators, values)
+        accumulators = em.apply_reducer(reducer, accumulators, values)
     return reduced_value(em, reducer, inits, plan, accumulators)
 
 

@@ -8,6 +8,8 @@ rules again, so chains collapse in one run:
 - no-op reshape, bitcast, broadcast, transpose, slice, convert -> the operand;
 - reshape of reshape, broadcast of broadcast, transpose of transpose, slice of slice -> one op;
 - reshape of a broadcast scalar, broadcast of a reshaped scalar -> a broadcast of the scalar;
+- a reduce of dimensions of size 1 only, from the reducer's identity -> a reshape (XLA's
+  HandleReduce);
 - get-tuple-element of a tuple -> the element; a tuple of all elements of x in order -> x;
 - a slice of a concatenate that falls inside one operand -> a slice of that operand (only
   when the slice sees the concatenate: never through a while loop's state, as in XLA);
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from hlofuse.analysis.reducers import is_identity, reducer_op
 from hlofuse.interpreter import Interpreter
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.builder import NameUniquer
@@ -177,6 +180,25 @@ def slice_of_concatenate(inst: Instruction, builder: RewriteBuilder) -> Instruct
     return None
 
 
+def reduce_keeping_every_element(inst: Instruction, builder: RewriteBuilder
+                                 ) -> Instruction | None:
+    """A reduce whose result has as many elements as its operand (it reduces only dimensions
+    of size 1) is a reshape: XLA's HandleReduce takes the initial value to be the reducer's
+    identity and drops the reduction, so no arithmetic flushes a denormal or turns -0 into +0
+    (fuzz seed 4292). XLA does so whatever the initial value; here only when it is the
+    identity, where the two agree up to flushing and zero signs (any other initial value
+    keeps its meaning, which the interpreter and rewrites such as concat-forwarding rely on)."""
+    if inst.op is not Op.REDUCE or len(inst.operands) != 2 or inst.shape.is_tuple:
+        return None
+    operand, init = inst.operands
+    if operand.shape.num_elements != inst.shape.num_elements:
+        return None
+    op = reducer_op(inst.calls[0])
+    if op is None or not is_identity(init, op):
+        return None
+    return _add(builder, inst, Op.RESHAPE, [operand], inst.shape)
+
+
 def noop_convert(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
     if inst.op in (Op.CONVERT, Op.BITCAST_CONVERT) and inst.operands[0].dtype is inst.dtype:
         return inst.operands[0]
@@ -289,7 +311,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     noop_reshape, noop_broadcast, noop_transpose, noop_slice, noop_convert,
     get_tuple_element_of_tuple, tuple_of_all_elements, scalar_broadcasts, reshape_of_reshape,
     broadcast_of_broadcast, transpose_of_transpose, slice_of_slice, slice_of_concatenate,
-    boolean_identities, never_true_compare,
+    boolean_identities, never_true_compare, reduce_keeping_every_element,
 )
 
 
