@@ -380,7 +380,7 @@ def test_f32_fmod_is_exact(harness: Harness, ftz: bool) -> None:
 
 # ------------------------------------------------------------------ small-argument forms
 
-SMALL = mathlib.SMALL_ARGUMENT_FORMS
+SMALL = [f for f in mathlib.SMALL_ARGUMENT_FORMS if f.arity == 1]
 
 _SMALL_HARNESS = r"""
 #include <stdint.h>
@@ -464,6 +464,60 @@ def test_small_argument_guard_is_true_exactly_up_to_the_limit(
     outside = np.array([above, -above, 1e30, np.inf, -np.inf, np.nan], dtype=np.float32)
     assert np.all(_apply(small_lib, form.guard, inside, np.int32) != 0)
     assert np.all(_apply(small_lib, form.guard, outside, np.int32) == 0)
+
+
+_FMOD_HARNESS = r"""
+#include <stdint.h>
+#include "hlofuse_math.h"
+#define EXPORT __attribute__((visibility("default")))
+#define LOOP2(name, T)                                                                     \
+    EXPORT void apply_##name(const float *restrict x, const float *restrict y,           \
+                             T *restrict z, int64_t n) {                                  \
+        for (int64_t i = 0; i < n; i++) z[i] = name(x[i], y[i]);                          \
+    }
+LOOP2(hlofuse_fmodf, float)
+LOOP2(hlofuse_fmodf_small, float)
+LOOP2(hlofuse_fmodf_is_small, int32_t)
+"""
+
+
+def test_fmod_small_form_is_the_full_function_where_its_guard_holds(tmp_path: Path) -> None:
+    """hlofuse_fmodf_small gives hlofuse_fmodf's bits wherever hlofuse_fmodf_is_small holds
+    (|x| < |y| 2^28, NaN operands, an infinite y), and the guard fails beyond; with and without
+    FTZ/DAZ semantics alike, since both read their operands exactly."""
+    path = tmp_path / "fmod.so"
+    _compile(_FMOD_HARNESS, path, ["-shared", "-fPIC", "-lm"])
+    lib = ctypes.CDLL(str(path))
+    rng = np.random.default_rng(11)
+    specials = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-40, 1.0, -1.0, 3.0, 2 * np.pi, 1e30,
+                         -1e30, 3.4e38, np.inf, -np.inf, np.nan], np.float32)
+    x = np.concatenate([np.repeat(specials, specials.size),
+                        (rng.standard_normal(20000) * 10.0 ** rng.integers(-3, 12, 20000)),
+                        _f32_sweep()[:20000]]).astype(np.float32)
+    y = np.concatenate([np.tile(specials, specials.size),
+                        (rng.standard_normal(20000) * 10.0 ** rng.integers(-3, 4, 20000)),
+                        np.full(20000, 2 * np.pi)]).astype(np.float32)
+    x, y = x[:y.size], y[:x.size]
+
+    def apply(name: str, out_type: type) -> np.ndarray:
+        out = np.empty(x.shape, dtype=out_type)
+        getattr(lib, f"apply_{name}")(x.ctypes.data_as(ctypes.c_void_p),
+                                      y.ctypes.data_as(ctypes.c_void_p),
+                                      out.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(x.size))
+        return out
+
+    guard = apply("hlofuse_fmodf_is_small", np.int32) != 0
+    small, whole = apply("hlofuse_fmodf_small", np.float32), apply("hlofuse_fmodf", np.float32)
+    np.testing.assert_array_equal(small.view(np.uint32)[guard], whole.view(np.uint32)[guard])
+    with np.errstate(invalid="ignore", over="ignore"):
+        ratio_small = np.abs(x.astype(np.float64)) < np.abs(y.astype(np.float64)) * 2.0**28
+    finite = np.isfinite(x) & np.isfinite(y) & (y != 0)
+    assert np.array_equal(guard[finite], ratio_small[finite])
+    assert guard[np.isnan(x) | np.isnan(y) | (np.isinf(y) & np.isfinite(x))].all()
+    assert guard.mean() > 0.5 and (~guard).sum() > 1000  # both sides are exercised
+    # the full function agrees with NumPy's fmod where neither flushes
+    normal = finite & (np.abs(x) >= 2.0**-126) & (np.abs(y) >= 2.0**-126) & (whole != 0)
+    np.testing.assert_array_equal(whole[normal], np.fmod(x[normal], y[normal]))
 
 
 def test_sin_and_cos_without_hardware_fma(tmp_path: Path) -> None:
@@ -684,8 +738,10 @@ def test_every_function_vectorises_without_fast_math(tmp_path: Path, flags: list
         for c_name, t in ((form.c_name, "float"), (form.guard, "int")):
             if c_name in loop_line.values():
                 continue
-            lines.append(f"void loop_{c_name}(const float *restrict x, {t} *restrict y, long n) "
-                         f"{{ for (long i = 0; i < n; i++) y[i] = {c_name}(x[i]); }}")
+            args = "x[i]" if form.arity == 1 else "x[i], z[i]"
+            lines.append(f"void loop_{c_name}(const float *restrict x, const float *restrict z,"
+                         f" {t} *restrict y, long n) "
+                         f"{{ for (long i = 0; i < n; i++) y[i] = {c_name}({args}); }}")
             loop_line[len(lines)] = c_name
     lines.append("void loop_libm_sinf(const float *restrict x, float *restrict y, long n) "
                  "{ for (long i = 0; i < n; i++) y[i] = sinf(x[i]); }")
@@ -718,7 +774,11 @@ def test_listing_matches_the_header() -> None:
         assert mathlib.lookup(form.name, form.dtype) is not None
     limit = re.search(r"#define HLOFUSE_TRIGF_SMALL_LIMIT (0x1p\d+)f", mathlib.header_text())
     assert limit is not None
-    assert all(f.limit == float.fromhex(limit.group(1)) for f in mathlib.SMALL_ARGUMENT_FORMS)
+    assert all(f.limit == float.fromhex(limit.group(1)) for f in mathlib.SMALL_ARGUMENT_FORMS
+               if f.name in ("sin", "cos"))
+    assert "a >= b * 0x1p28" in mathlib.header_text()  # fmod's: |x| < |y| 2^28
+    fmod = mathlib.small_argument_form("fmod", DType.F32)
+    assert fmod is not None and fmod.limit == 2.0**28
     assert mathlib.small_argument_form("exp", DType.F32) is None
 
 

@@ -412,6 +412,41 @@ def test_small_argument_math_with_huge_arguments(lanes: int, huge: bool) -> None
     assert "if (large)" in source
 
 
+WRAP = loop_text("""
+  x = f32[37]{0} get-tuple-element(p), index=1
+  y = f32[37]{0} get-tuple-element(p), index=2
+  pi = f32[] constant(3.14159274)
+  pis = f32[37]{0} broadcast(pi), dimensions={}
+  tau = f32[] constant(6.28318548)
+  taus = f32[37]{0} broadcast(tau), dimensions={}
+  shifted = f32[37]{0} add(x, pis)
+  wrapped = f32[37]{0} remainder(shifted, taus)
+  angle = f32[37]{0} subtract(wrapped, pis)
+  yn = f32[37]{0} add(y, angle)
+  step = f32[] constant(1.7)
+  steps = f32[37]{0} broadcast(step), dimensions={}
+  xn = f32[37]{0} multiply(x, steps)
+  ROOT t = (s32[], f32[37]{0}, f32[37]{0}) tuple(next, xn, yn)""",
+                 "(s32[], f32[37]{0}, f32[37]{0})")
+
+
+@pytest.mark.parametrize("huge", [False, True], ids=["small", "huge"])
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_fmod_takes_its_small_form_until_an_angle_grows_large(lanes: int, huge: bool) -> None:
+    """An angle wrapped with `%` (pendulum's cost) runs fmod's last long-division step only;
+    in a step where some lane's dividend reaches 2^28 divisors, or is not finite, the full
+    function runs: bit for bit the reference's remainder either way."""
+    x = np.random.default_rng(7).uniform(-9, 9, 37).astype(np.float32)
+    if huge:
+        x[[0, 5, 17, 36]] = [1e9, -3e12, np.inf, np.nan]
+    inputs = [np.asarray(0, np.int32), x, np.zeros(37, np.float32)]
+    module = parse_module(WRAP)
+    fused = whole_loop(module, lanes=lanes)
+    assert_compiled_matches(fused, inputs, module, float_accumulators=False)
+    source = compile_cpu(fused).source()
+    assert "hlofuse_fmodf_small(" in source and "hlofuse_fmodf_is_small(" in source
+
+
 TRIG_SPECULATED = loop_text("""
   x = f32[37]{0} get-tuple-element(p), index=1
   y = f32[37]{0} get-tuple-element(p), index=2

@@ -85,11 +85,19 @@ def _divide(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
     return call(f"hlofuse_div_{lang.type_tag(inst.dtype)}", x[0], x[1])
 
 
+def math_arguments(inst: Instruction, x: list[Expr]) -> list[Expr]:
+    """The arguments a float instruction's math function takes from its operands' values
+    (the header's small-argument forms take the same: codegen/whole_loop_lanes.py)."""
+    if inst.op is Op.REMAINDER and inst.dtype.is_float:
+        # XLA's CPU remainder is the C library's fmod, exact on the dividend and the result
+        # (no flush); its divisor meets a comparison with zero, so a denormal one reads as 0.
+        return [x[0], _flushed(inst.dtype, x[1])]
+    return x
+
+
 def _remainder(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
-    # XLA's CPU remainder is the C library's fmod, exact on the dividend and the result (no
-    # flush); its divisor meets a comparison with zero, so a denormal one reads as zero.
     if inst.dtype.is_float:
-        fmod = call(lang.math("fmod", inst.dtype), x[0], _flushed(inst.dtype, x[1]))
+        fmod = call(lang.math("fmod", inst.dtype), *math_arguments(inst, x))
         return lang.round_to(inst.dtype, fmod)
     return call(f"hlofuse_rem_{lang.type_tag(inst.dtype)}", x[0], x[1])
 

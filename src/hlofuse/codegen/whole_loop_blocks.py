@@ -35,6 +35,7 @@ from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr, Stmt
 from hlofuse.codegen.element import SCALAR, UNROLL_ELEMENTS, Index, Value, expr_of, strides_of
 from hlofuse.codegen.elemental import ElementalEmitter
+from hlofuse.codegen.elementwise import math_arguments
 from hlofuse.codegen.language import CLanguage
 from hlofuse.codegen.licm import hoist_invariants, index_range
 from hlofuse.codegen.whole_loop_lanes import Deferred, math_lane_dim, staged_storage
@@ -404,9 +405,9 @@ class BlockEmission:
     def _speculative_reader(self, inst: Instruction, form: mathlib.SmallArgumentForm,
                             beyond: cir.Var) -> Callable[[Index], Value]:
         def read(index: Index) -> Value:
-            argument = expr_of(self.lane_em.array_value(inst.operands[0], index))
-            self.body.assign(beyond, cir.Unary("!", cir.call(form.guard, argument)), "|=")
-            return self.body.let(self._ctype(inst.dtype), cir.call(form.c_name, argument))
+            arguments = self._math_arguments(inst, index)
+            self.body.assign(beyond, cir.Unary("!", cir.call(form.guard, *arguments)), "|=")
+            return self.body.let(self._ctype(inst.dtype), cir.call(form.c_name, *arguments))
 
         return read
 
@@ -760,8 +761,9 @@ class BlockEmission:
             tests: list[Stmt] = []
             for inst, form in self.small_math:
                 for index in env_indices(inst.shape.dims, self.env, self._math_lane_dim(inst)):
-                    argument = self.lane_em.array_value(inst.operands[0], index)
-                    test = cir.Assign(large, cir.Unary("!", cir.call(form.guard, argument)), "|=")
+                    arguments = self._math_arguments(inst, index)
+                    test = cir.Assign(large, cir.Unary("!", cir.call(form.guard, *arguments)),
+                                      "|=")
                     if test not in tests:
                         tests.append(test)
                         body.emit(test)
@@ -772,10 +774,16 @@ class BlockEmission:
                 assert full is not None
                 lane_dim = self._math_lane_dim(inst)
                 for q, index in enumerate(env_indices(inst.shape.dims, self.env, lane_dim)):
-                    argument = self.lane_em.array_value(inst.operands[0], index)
-                    body.assign(cir.load(f"fm{k}", cir.Int(q), L), cir.call(full.c_name, argument))
+                    arguments = self._math_arguments(inst, index)
+                    body.assign(cir.load(f"fm{k}", cir.Int(q), L),
+                                cir.call(full.c_name, *arguments))
         for k, (inst, form) in enumerate(self.small_math):
             self.lane_em.bindings[id(inst)] = self._small_argument_reader(k, inst, form)
+
+    def _math_arguments(self, inst: Instruction, index: Index) -> list[Expr]:
+        """The math function's arguments at `index`, as the elemental emitter passes them."""
+        values = [expr_of(self.lane_em.array_value(x, index)) for x in inst.operands]
+        return math_arguments(inst, values)
 
     def _math_lane_dim(self, inst: Instruction) -> int:
         lane_dim = math_lane_dim(self.plan, inst)
@@ -788,9 +796,10 @@ class BlockEmission:
                                        self._math_lane_dim(inst))
 
         def read(index: Index) -> Value:
-            argument = self.lane_em.array_value(inst.operands[0], index)
-            chosen = cir.Select(cir.Var("large"), expr_of(full_value(index)),
-                                cir.call(form.c_name, argument))
+            # computed outside the select: gcc if-converts no conditional division (fmod's)
+            small = self.body.let(self._ctype(inst.dtype),
+                                  cir.call(form.c_name, *self._math_arguments(inst, index)))
+            chosen = cir.Select(cir.Var("large"), expr_of(full_value(index)), expr_of(small))
             return self.body.let(self._ctype(inst.dtype), chosen)
 
         return read

@@ -9,9 +9,9 @@ removing work the hand-written CartPole kernel does not do either:
   other operand and keeps `p` in a mask; a second lane loop stores the costly one where `p`
   picks it, which gcc runs only when some lane of the block does (masked-store sinking) and
   one lane runs behind a branch;
-* small-argument math: a state-dependent sin or cos (CartPole's pole angle) computed with the
-  math library's small-argument form, the full function taking over only in a step where
-  some lane's argument is beyond that form's limit.
+* small-argument math: a state-dependent sin or cos (CartPole's pole angle) or fmod (an angle
+  wrapped with `%`) computed with the math library's small-argument form, the full function
+  taking over only in a step where some lane's argument is beyond that form's limit.
 
 It also picks the C of vector lane code (`lane_language`): predicates held in 32 bits.
 """
@@ -33,11 +33,11 @@ from hlofuse.ir.ops import Op
 # operations: the operand is computed again where the step checks the arguments' size.
 SMALL_ARGUMENT_MAX_OPERAND_OPS = 8
 # A step speculates on the small-argument forms (`speculative_math`) when it calls at least this
-# many full sin or cos per lane (acrobot's RK4: 18, 1.5x faster; particles: 2, not worth a
+# many full sin, cos or fmod per lane (acrobot's RK4: 18, 1.5x faster; particles: 2, not worth a
 # second copy of its lane code).
 SPECULATIVE_MIN_CALLS = 6
 # Element-wise ops whose math function may have a small-argument form, by the function's name.
-_MATH_NAMES = {Op.SINE: "sin", Op.COSINE: "cos"}
+_MATH_NAMES = {Op.SINE: "sin", Op.COSINE: "cos", Op.REMAINDER: "fmod"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,8 @@ def small_argument_math(plan: LoopPlan, max_positions: int
         lane_dim = math_lane_dim(plan, inst)
         if lane_dim is None or inst.shape.num_elements // plan.size > max_positions:
             continue
-        if lane_operations(plan, inst.operands[0]) <= SMALL_ARGUMENT_MAX_OPERAND_OPS:
+        if sum(lane_operations(plan, x) for x in inst.operands) <= \
+                SMALL_ARGUMENT_MAX_OPERAND_OPS:
             out.append((inst, form))
     return out
 

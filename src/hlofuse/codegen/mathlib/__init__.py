@@ -47,7 +47,8 @@ that (and `hlofuse_is_subnormal`, `hlofuse_pow_cpu_base` let a caller of the C l
 float64 pow do the same), so that compiled kernels give XLA's answers.
 
 `SMALL_ARGUMENT_FORMS` lists faster forms accurate only for small arguments (sin and cos
-in float arithmetic, without a large-argument path),
+in float arithmetic, without a large-argument path; fmod with the last step of its long
+division only, exact while |x| < |y| 2^28),
 with the guard saying where they hold; a caller that can take the rare large argument
 separately uses them (the whole-loop kernel does: the full functions run only in a step
 where some lane's argument is beyond the limit).
@@ -148,9 +149,11 @@ FUNCTIONS: tuple[MathFunction, ...] = (
 class SmallArgumentForm:
     """A faster form of a function, accurate for arguments of magnitude at most `limit`.
 
-    `guard` is a C function of the argument, nonzero exactly where `c_name` is accurate (never
-    for NaN); elsewhere `c_name` gives an unspecified value and the caller must use the full
-    function. `max_ulp` is the bound the tests assert inside the limit.
+    `guard` is a C function of the `arity` arguments, nonzero exactly where `c_name` is
+    accurate (for sin and cos never for NaN); elsewhere `c_name` gives an unspecified value and
+    the caller must use the full function. `max_ulp` is the bound the tests assert inside the
+    limit. For fmod the limit is on |x| / |y|, and the form is exact: the same bits as the full
+    function wherever the guard holds, special cases included.
     """
 
     name: str
@@ -159,6 +162,7 @@ class SmallArgumentForm:
     guard: str
     limit: float
     max_ulp: float
+    arity: int = 1
 
 
 SMALL_ARGUMENT_FORMS: tuple[SmallArgumentForm, ...] = (
@@ -166,6 +170,8 @@ SMALL_ARGUMENT_FORMS: tuple[SmallArgumentForm, ...] = (
                       2.0**18, 0.9),
     SmallArgumentForm("cos", DType.F32, "hlofuse_cosf_small", "hlofuse_trigf_is_small",
                       2.0**18, 0.9),
+    SmallArgumentForm("fmod", DType.F32, "hlofuse_fmodf_small", "hlofuse_fmodf_is_small",
+                      2.0**28, 0.0, arity=2),
 )
 
 

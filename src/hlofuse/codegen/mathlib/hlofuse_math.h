@@ -1070,6 +1070,30 @@ HLOFUSE_MATH_FN float hlofuse_fmodf(float x, float y) {
     return hlofuse__self((b > 0.0) & (b < HLOFUSE__INF) & finite_x, result, special);
 }
 
+/* Whether hlofuse_fmodf_small(x, y) is hlofuse_fmodf(x, y): true wherever |x| < |y| 2^28 (the
+ * long division's last step alone does it) and wherever an operand is NaN or y is infinite
+ * and x finite (special cases, which both take alike); false otherwise (y = 0 included). */
+HLOFUSE_MATH_FN int hlofuse_fmodf_is_small(float x, float y) {
+    double a = hlofuse__abs(hlofuse__widen_exactf(x));
+    double b = hlofuse__abs(hlofuse__widen_exactf(y));
+    return !(a >= b * 0x1p28);
+}
+
+/* fmodf(x, y) for |x| < |y| 2^28 (hlofuse_fmodf_is_small): the last step of the long
+ * division, the special cases as hlofuse_fmodf has them. */
+HLOFUSE_MATH_FN float hlofuse_fmodf_small(float x, float y) {
+    double a = hlofuse__abs(hlofuse__widen_exactf(x));
+    double b = hlofuse__abs(hlofuse__widen_exactf(y));
+    double inverse = 1.0 / b;
+    HLOFUSE__FMOD_STEP(0);
+    float result = hlofuse__with_sign_of_f(hlofuse__narrow_exactf(a), x);
+    int finite_x = hlofuse__abs(hlofuse__widen_exactf(x)) < HLOFUSE__INF;
+    float special = hlofuse__self((b == HLOFUSE__INF) & finite_x, x, (x * y) / (x * y));
+    special = hlofuse__self(y != y, y + y, special);
+    special = hlofuse__self(x != x, x + x, special);
+    return hlofuse__self((b > 0.0) & (b < HLOFUSE__INF) & finite_x, result, special);
+}
+
 #undef HLOFUSE__FMOD_STEP
 
 #endif /* HLOFUSE_MATH_H */
