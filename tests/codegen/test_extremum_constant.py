@@ -64,3 +64,36 @@ def test_extremum_against_a_constant(dtype: str, bound: str) -> None:
     calls = [f"hlofuse_{which}_{suffix}_{kind}(" for which in ("max", "min")
              for kind in ("plain", "flush")]
     assert sum(call in source for call in calls) == (2 if short else 0)
+
+
+def test_a_computed_operand_needs_no_flush() -> None:
+    """max/min of a product against a bound: the product is never subnormal (FTZ flushes it),
+    so both take the unflushed form, with the reference's bits where products underflow."""
+    x = _values(np.float32)
+    z = np.resize(np.array([1e-20, -1e-20, 1e-30, 3.0, -0.5, np.nan, np.inf, 0.0], np.float32),
+                  x.size)
+    n = x.size
+    module = parse_module(f"""HloModule m
+
+ENTRY main {{
+  x = f32[{n}] parameter(0)
+  z = f32[{n}] parameter(1)
+  p = f32[{n}] multiply(x, z)
+  lo = f32[] constant(-2)
+  los = f32[{n}] broadcast(lo), dimensions={{}}
+  hi = f32[] constant(2)
+  his = f32[{n}] broadcast(hi), dimensions={{}}
+  up = f32[{n}] maximum(p, los)
+  clipped = f32[{n}] minimum(up, his)
+  ROOT t = (f32[{n}], f32[{n}]) tuple(up, clipped)
+}}
+""")
+    executable = compile_cpu(run_strategy(module, "xla", debug=False).module)
+    actual = flatten_value(executable(x, z))
+    expected = flatten_value(evaluate(module, [x, z]))
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint32), e.view(np.uint32),
+                                      err_msg=f"out{k}")
+    source = executable.source()
+    assert "hlofuse_max_f_plain(" in source and "hlofuse_min_f_plain(" in source
+    assert "_flush(" not in source.split("HLOFUSE_EXTREMUM_CONST(hlofuse_min_d")[1]

@@ -141,6 +141,21 @@ def _normal_constant(expr: Expr) -> float | None:
     return value if math.isfinite(value) and abs(value) >= smallest else None
 
 
+# f32 operations whose result the hardware computes, so that FTZ (set in every CPU kernel,
+# nvcc's -ftz=true for f32 on the GPU) flushes a subnormal result to a zero of its sign.
+_FLUSHED_F32_RESULTS = frozenset({Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.DIVIDE})
+
+
+def _flushed_result(inst: Instruction) -> bool:
+    """Whether an f32 value is never subnormal: computed by an operation FTZ flushes, or a
+    maximum/minimum of two values (which reads them flushed)."""
+    if inst.dtype is not DType.F32:
+        return False
+    if inst.op in (Op.MAXIMUM, Op.MINIMUM):
+        return inst.operands[0] is not inst.operands[1]
+    return inst.op in _FLUSHED_F32_RESULTS
+
+
 def _extremum(is_max: bool) -> Handler:
     """XLA's maximum and minimum: NaN wins, -0 < +0, operands read flushed (templates.HEADER,
     hlofuse_max_f); max(x, x) is x itself, unflushed, since LLVM folds it so."""
@@ -154,12 +169,13 @@ def _extremum(is_max: bool) -> Handler:
         if dtype.is_float:
             which = "max" if is_max else "min"
             suffix = "d" if dtype is DType.F64 else "f"
-            for value, bound in ((x[0], x[1]), (x[1], x[0])):
+            for k in (0, 1):
+                value, bound = x[k], x[1 - k]
                 number = _normal_constant(bound)
                 if number is not None:
                     # a value beyond a positive bound (max) or below a negative one (min) is
-                    # a normal number: it needs no flush
-                    plain = (number > 0) == is_max
+                    # a normal number, and so is a value computed under FTZ: no flush
+                    plain = (number > 0) == is_max or _flushed_result(inst.operands[k])
                     kind = "plain" if plain else "flush"
                     return call(f"hlofuse_{which}_{suffix}_{kind}", value, bound)
             return call(f"hlofuse_{which}_{suffix}", x[0], x[1])
