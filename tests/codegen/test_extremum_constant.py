@@ -1,6 +1,7 @@
-"""maximum and minimum against a constant bound (a clip) take shorter forms in C
-(templates.HEADER, hlofuse_max_f_plain/_flush) with XLA's results: NaN wins, operands read
-flushed, -0 < +0; the general form where the bound is zero, subnormal, infinite or NaN."""
+"""maximum and minimum against a constant bound (a clip, a ReLU) take shorter forms in C
+(templates.HEADER, hlofuse_max_f_plain/_flush, hlofuse_max_zero_f_*) with XLA's results: NaN
+wins, operands read flushed, -0 < +0; the general form where the bound is -0, subnormal,
+infinite or NaN (or +0 for minimum)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def test_extremum_against_a_constant(dtype: str, bound: str) -> None:
     calls = [f"hlofuse_{which}_{suffix}_{kind}(" for which in ("max", "min")
              for kind in ("plain", "flush")]
     assert sum(call in source for call in calls) == (2 if short else 0)
+    # maximum with +0 (a ReLU) has its own form
+    assert (f"hlofuse_max_zero_{suffix}_flush(" in source) == (bound == "0")
 
 
 def test_a_computed_operand_needs_no_flush() -> None:
@@ -96,4 +99,19 @@ ENTRY main {{
                                       err_msg=f"out{k}")
     source = executable.source()
     assert "hlofuse_max_f_plain(" in source and "hlofuse_min_f_plain(" in source
-    assert "_flush(" not in source.split("HLOFUSE_EXTREMUM_CONST(hlofuse_min_d")[1]
+    relu_module = parse_module(f"""HloModule m
+
+ENTRY main {{
+  x = f32[{n}] parameter(0)
+  z = f32[{n}] parameter(1)
+  p = f32[{n}] multiply(x, z)
+  zero = f32[] constant(0)
+  zeros = f32[{n}] broadcast(zero), dimensions={{}}
+  ROOT r = f32[{n}] maximum(zeros, p)
+}}
+""")
+    relu = compile_cpu(run_strategy(relu_module, "xla", debug=False).module)
+    assert "hlofuse_max_zero_f_plain(" in relu.source()
+    np.testing.assert_array_equal(np.asarray(relu(x, z)).view(np.uint32),
+                                  evaluate(relu_module, [x, z]).view(np.uint32))
+    assert "hlofuse_max_f_flush(" not in source and "hlofuse_min_f_flush(" not in source

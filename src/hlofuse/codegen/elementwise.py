@@ -141,6 +141,12 @@ def _normal_constant(expr: Expr) -> float | None:
     return value if math.isfinite(value) and abs(value) >= smallest else None
 
 
+def _is_positive_zero(expr: Expr) -> bool:
+    """A +0.0 literal of f32 or f64 (literals hold floats as the bits of an f64)."""
+    return isinstance(expr, Const) and expr.dtype in (DType.F32, DType.F64) and \
+        int(expr.value) == 0
+
+
 # f32 operations whose result the hardware computes, so that FTZ (set in every CPU kernel,
 # nvcc's -ftz=true for f32 on the GPU) flushes a subnormal result to a zero of its sign.
 _FLUSHED_F32_RESULTS = frozenset({Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.DIVIDE})
@@ -171,6 +177,9 @@ def _extremum(is_max: bool) -> Handler:
             suffix = "d" if dtype is DType.F64 else "f"
             for k in (0, 1):
                 value, bound = x[k], x[1 - k]
+                if is_max and _is_positive_zero(bound):
+                    kind = "plain" if _flushed_result(inst.operands[k]) else "flush"
+                    return call(f"hlofuse_max_zero_{suffix}_{kind}", value)
                 number = _normal_constant(bound)
                 if number is not None:
                     # a value beyond a positive bound (max) or below a negative one (min) is

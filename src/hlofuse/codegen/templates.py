@@ -185,6 +185,13 @@ HLOFUSE_EXTREMUM_CONST(hlofuse_max_f, float, hlofuse_daz_f, >)
 HLOFUSE_EXTREMUM_CONST(hlofuse_min_f, float, hlofuse_daz_f, <)
 HLOFUSE_EXTREMUM_CONST(hlofuse_max_d, double, hlofuse_daz_d, >)
 HLOFUSE_EXTREMUM_CONST(hlofuse_min_d, double, hlofuse_daz_d, <)
+/* maximum(x, +0) (a ReLU): a NaN x wins; anything not above zero, -0 and flushed subnormals
+   included, gives +0 (-0 < +0); `_plain` for an x that is never subnormal. */
+#define HLOFUSE_MAX_ZERO(NAME, T, DAZ) \
+static inline T NAME##_flush(T x) { return (x != x) ? x : ((x > (T)0) ? DAZ(x) : (T)0); } \
+static inline T NAME##_plain(T x) { return ((x != x) | (x > (T)0)) ? x : (T)0; }
+HLOFUSE_MAX_ZERO(hlofuse_max_zero_f, float, hlofuse_daz_f)
+HLOFUSE_MAX_ZERO(hlofuse_max_zero_d, double, hlofuse_daz_d)
 
 /* XLA's total order: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (of flushed values). */
 static inline int32_t hlofuse_total_key_f(float x) {
