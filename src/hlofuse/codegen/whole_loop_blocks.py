@@ -137,11 +137,12 @@ class BlockEmission:
         return Index(dims, None, tuple(multi), None)
 
     @contextlib.contextmanager
-    def _positions(self, element: int) -> Iterator[tuple[Expr, Index]]:
+    def _positions(self, element: int, how: cir.Loop = cir.SEQUENTIAL
+                   ) -> Iterator[tuple[Expr, Index]]:
         """A loop over the positions of the lane's part of a looped element; what every
         position computes alike moves in front of it."""
         var = self.body.fresh("q")
-        with self.body.loop(var, 0, self.plan.elements_per_env(element)):
+        with self.body.loop(var, 0, self.plan.elements_per_env(element), how, ctype="int"):
             yield cir.Var(var), self._lane_index_at(element, cir.Var(var))
         stmts = self.body.scope.stmts
         loop = stmts.pop()
@@ -682,7 +683,7 @@ class BlockEmission:
             for test, stores in groups.items():
                 with body.if_(test):
                     for i, _, operand, _ in stores:
-                        with self._positions(i) as (qv, at):
+                        with self._positions(i, SIMD) as (qv, at):
                             body.assign(cir.load(f"s{i}", qv, L), em.array_value(operand, at))
 
     def _deferred_blend(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]]
