@@ -1048,6 +1048,17 @@ HLOFUSE_MATH_FN float hlofuse__narrow_exactf(double a) {
     return hlofuse__self(denormal, hlofuse__from_bits32(significand), (float)a);
 }
 
+/* fmodf's result from the remainder `a` of |x| modulo b = |y| (exact, below b), or its special
+ * cases: NaN for a NaN operand, y = 0 or an infinite x; x for an infinite y. */
+HLOFUSE_MATH_FN float hlofuse__fmodf_result(double a, double b, float x, float y) {
+    float result = hlofuse__with_sign_of_f(hlofuse__narrow_exactf(a), x);
+    int finite_x = hlofuse__abs(hlofuse__widen_exactf(x)) < HLOFUSE__INF;
+    float special = hlofuse__self((b == HLOFUSE__INF) & finite_x, x, (x * y) / (x * y));
+    special = hlofuse__self(y != y, y + y, special);
+    special = hlofuse__self(x != x, x + x, special);
+    return hlofuse__self((b > 0.0) & (b < HLOFUSE__INF) & finite_x, result, special);
+}
+
 HLOFUSE_MATH_FN float hlofuse_fmodf(float x, float y) {
     double a = hlofuse__abs(hlofuse__widen_exactf(x));
     double b = hlofuse__abs(hlofuse__widen_exactf(y));
@@ -1062,12 +1073,7 @@ HLOFUSE_MATH_FN float hlofuse_fmodf(float x, float y) {
     HLOFUSE__FMOD_STEP(56);
     HLOFUSE__FMOD_STEP(28);
     HLOFUSE__FMOD_STEP(0);
-    float result = hlofuse__with_sign_of_f(hlofuse__narrow_exactf(a), x);
-    int finite_x = hlofuse__abs(hlofuse__widen_exactf(x)) < HLOFUSE__INF;
-    float special = hlofuse__self((b == HLOFUSE__INF) & finite_x, x, (x * y) / (x * y));
-    special = hlofuse__self(y != y, y + y, special);
-    special = hlofuse__self(x != x, x + x, special);
-    return hlofuse__self((b > 0.0) & (b < HLOFUSE__INF) & finite_x, result, special);
+    return hlofuse__fmodf_result(a, b, x, y);
 }
 
 /* Whether hlofuse_fmodf_small(x, y) is hlofuse_fmodf(x, y): true wherever |x| < |y| 2^28 (the
@@ -1086,12 +1092,7 @@ HLOFUSE_MATH_FN float hlofuse_fmodf_small(float x, float y) {
     double b = hlofuse__abs(hlofuse__widen_exactf(y));
     double inverse = 1.0 / b;
     HLOFUSE__FMOD_STEP(0);
-    float result = hlofuse__with_sign_of_f(hlofuse__narrow_exactf(a), x);
-    int finite_x = hlofuse__abs(hlofuse__widen_exactf(x)) < HLOFUSE__INF;
-    float special = hlofuse__self((b == HLOFUSE__INF) & finite_x, x, (x * y) / (x * y));
-    special = hlofuse__self(y != y, y + y, special);
-    special = hlofuse__self(x != x, x + x, special);
-    return hlofuse__self((b > 0.0) & (b < HLOFUSE__INF) & finite_x, result, special);
+    return hlofuse__fmodf_result(a, b, x, y);
 }
 
 #undef HLOFUSE__FMOD_STEP
