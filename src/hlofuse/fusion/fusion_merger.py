@@ -34,7 +34,12 @@ from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.indexing import fused_emitter_inefficient
 from hlofuse.fusion.instruction_fusion import choose_kind
 from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
-from hlofuse.fusion.properties import is_expensive, is_loop_fusion, reuses_operand_elements
+from hlofuse.fusion.properties import (
+    expensive_instruction_count,
+    is_expensive,
+    is_loop_fusion,
+    reuses_operand_elements,
+)
 from hlofuse.fusion.rules import fits_in_budget, is_producer_consumer_fusible, refuse
 from hlofuse.ir.ops import Op
 from hlofuse.passes.decision_log import FUSIBLE, FusionDecision, Recorder
@@ -112,6 +117,10 @@ class FusionMerger(ModuleGraphPass):
     @staticmethod
     def _expensive_rule(fusion: Node, users: list[Node], ratio: float,
                         current: float) -> FusionDecision:
+        # Only a fusion with an expensive instruction can be refused here: whether a user
+        # re-reads the fusion (a walk through each user's body) is asked only then.
+        if expensive_instruction_count(fusion) == 0:
+            return FusionDecision.yes()
         reused = any(reuses_operand_elements(u, u.operand_index(fusion)) for u in users)
         saves_a_lot = ratio < EXPENSIVE_OK_RATIO and current > EXPENSIVE_OK_MIN_BYTES
         if (len(users) == 1 or saves_a_lot) and not reused:

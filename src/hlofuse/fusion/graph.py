@@ -12,7 +12,7 @@ exactly, because fusion results depend on visiting order.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from hlofuse.fusion.module_graph import ModuleGraph
 
 _EMPTY: Mapping[str, object] = MappingProxyType({})
+# The ops `Graph.special_nodes` lists: the only ones a fusion's tiled reductions, shared
+# memory, re-reading (`reads_elements_multiple_times`) or physical transposes come from.
+SPECIAL_OPS = frozenset({Op.REDUCE, Op.FUSION, Op.REDUCE_WINDOW, Op.GATHER, Op.COPY,
+                         Op.TRANSPOSE})
 
 
 class Node:
@@ -111,9 +115,9 @@ class Node:
                               if metadata else None)
         return self._location  # type: ignore[return-value]
 
-    def fusion_key(self) -> tuple[int, ...]:
+    def fusion_key(self) -> tuple[object, ...]:
         """Changes whenever this fusion's body or operands change."""
-        return (self.fused.version,) + tuple(id(o) for o in self.operands)
+        return (self.calls[0].version, *self.operands)
 
     def source_locations(self) -> tuple[str, ...]:
         """The user's source lines of this instruction (of every fused one, for a fusion, in
@@ -146,6 +150,15 @@ class Graph:
         self.module = module
         self.is_fusion = is_fusion
         self.nodes: dict[Node, None] = {}
+        # The nodes of the ops in SPECIAL_OPS, kept as nodes come and go: the rules ask a
+        # fusion whether it holds a reduction, a transpose or a re-reading op each time it is
+        # offered to a consumer or grows, and looking through all of its nodes each time is
+        # quadratic in its size.
+        self.special_nodes: dict[Node, None] = {}
+        # The nodes that call graphs, in the order of `nodes` (call-graph walks visit them).
+        self.calling_nodes: dict[Node, None] = {}
+        # `version` when `ModuleGraph.normalize` last left this graph.
+        self.normalized_version = -1
         self.params: list[Node] = []
         self._root: Node | None = None
         self.version = 0  # bumped by every change of nodes, edges or root
@@ -185,10 +198,17 @@ class Graph:
                         else MappingProxyType(dict(attrs or {})))
         node = Node(name if name is not None else self.module.names.unique(op.text), op, shape,
                     self, frozen_attrs, calls, metadata, extra)
+        return self._insert(node, operands)
+
+    def _insert(self, node: Node, operands: Sequence[Node]) -> Node:
         node.operands = list(operands)
         for operand in node.operands:
             operand.users[node] = None
         self.nodes[node] = None
+        if node.op in SPECIAL_OPS:
+            self.special_nodes[node] = None
+        if node.calls:
+            self.calling_nodes[node] = None
         self.version += 1
         if self._locations is not None:
             self._count_location(node, 1)
@@ -203,8 +223,10 @@ class Graph:
 
     def clone_into(self, node: Node, operands: Sequence[Node]) -> Node:
         """A copy of `node` (same name, attributes, metadata, calls) in this graph."""
-        return self.add(node.op, operands, node.shape, attrs=node.attrs, calls=node.calls,
-                        metadata=node.metadata, extra=node.extra, name=node.name)
+        clone = Node(node.name, node.op, node.shape, self, node.attrs, node.calls,
+                     node.metadata, node.extra)
+        clone._location = node._location  # the same metadata: no need to look it up again
+        return self._insert(clone, operands)
 
     def append_operand(self, node: Node, operand: Node) -> None:
         """`node` (of this graph) reads `operand` as its last operand."""
@@ -255,6 +277,8 @@ class Graph:
         node.operands = []
         node.memo = {}  # analyses of a fusion refer back to it: a cycle the node would keep
         del self.nodes[node]
+        self.special_nodes.pop(node, None)
+        self.calling_nodes.pop(node, None)
         self.version += 1
         if self._locations is not None:
             self._count_location(node, -1)
@@ -271,7 +295,17 @@ class Graph:
         assert len(order) == len(self.nodes)
         if any(a is not b for a, b in zip(self.nodes, order, strict=True)):
             self.nodes = dict.fromkeys(order)
+            self.calling_nodes = {n: None for n in order if n.calls}
             self.version += 1
+
+    def reorder_to_post_order(self) -> list[Node]:
+        """List the nodes in post order; returns that order."""
+        order = self.post_order()
+        self.reorder(order)
+        # Walking a list that is in post order gives that list again: the post order stays
+        # known (normalizing between passes would otherwise walk every graph again).
+        self._post_order = (self.version, list(order))
+        return order
 
     def contains(self, node: Node) -> bool:
         return node in self.nodes
@@ -284,6 +318,8 @@ class Graph:
             node.calls = []
             node.memo = {}
         self.nodes = {}
+        self.special_nodes = {}
+        self.calling_nodes = {}
         self.params = []
         self._root = None
         self._post_order = None
@@ -335,12 +371,11 @@ class Graph:
         return list(self._post_order[1])
 
     def _compute_post_order(self) -> list[Node]:
-        return list(self._walk())
-
-    def _walk(self) -> Iterator[Node]:
         # Depth first, each node's operands in order, a node after all of them; a node is
         # entered once (the graph is acyclic). A fusion grows one instruction at a time and
-        # its post order is asked for after each: this loop is hot.
+        # its post order is asked for after each: this loop is hot (a list, not a generator).
+        order: list[Node] = []
+        append = order.append
         seen: set[Node] = set()
         for start in self.nodes:
             if start.users:
@@ -356,7 +391,8 @@ class Graph:
                         break
                 else:
                     stack.pop()
-                    yield node
+                    append(node)
+        return order
 
     def reachability(self) -> Reachability:
         return Reachability(self.post_order())

@@ -54,6 +54,19 @@ def _indexed_alike(a: Shape, b: Shape) -> bool:
             or equal_ignoring_element_type(a, b))
 
 
+def invalidates_cache(node: Node, relax_concatenate: bool) -> bool:
+    if relax_concatenate and node.op is Op.CONCATENATE:
+        return False
+    return node.op.definition.invalidates_cache
+
+
+def too_high(node: Node, emitted: int, relax_concatenate: bool) -> bool:
+    """Whether emitting `node` `emitted` times duplicates too much code."""
+    return emitted > ALLOWED_CODE_DUPLICATION or (
+        invalidates_cache(node, relax_concatenate)
+        and (emitted > 1 or real_user_count(node) > 1))
+
+
 class IndexingEvaluation:
     """Emission counts for the instructions of one fusion (and for its operands)."""
 
@@ -94,13 +107,10 @@ class IndexingEvaluation:
         return sum(self.usage[u] for u in self.indexing_users.get(producer, ()))
 
     def invalidates_cache(self, node: Node) -> bool:
-        if self.relax_concatenate and node.op is Op.CONCATENATE:
-            return False
-        return node.op.definition.invalidates_cache
+        return invalidates_cache(node, self.relax_concatenate)
 
     def too_high(self, node: Node, emitted: int) -> bool:
-        return emitted > ALLOWED_CODE_DUPLICATION or (
-            self.invalidates_cache(node) and (emitted > 1 or real_user_count(node) > 1))
+        return too_high(node, emitted, self.relax_concatenate)
 
     def code_duplication_too_high(self, producer: Node) -> bool:
         return self.too_high(producer, self.emitted(producer))
@@ -179,11 +189,83 @@ def fused_emitter_inefficient(consumer: Node, producer: Node,
     `consumer` duplicate too much code? Returns the instruction that would be duplicated."""
     if not consumer.is_fusion:
         return None
-    evaluation = indexing_evaluation(consumer, relax_concatenate)
+    emitted = emitted_in(consumer, producer)
     if not producer.is_fusion:
-        emitted = evaluation.emitted(producer)
-        if evaluation.too_high(producer, emitted):
+        if too_high(producer, emitted, relax_concatenate):
             return Culprit(producer, emitted, real_user_count(producer))
         return None
     # The producer's own evaluation, its root used as often as the consumer would emit it.
-    return indexing_evaluation(producer, relax_concatenate).worst(evaluation.emitted(producer))
+    return indexing_evaluation(producer, relax_concatenate).worst(emitted)
+
+
+def emitted_in(fusion: Node, producer: Node) -> int:
+    """`indexing_evaluation(fusion).emitted(producer)`, from the fusion's whole evaluation if
+    one is cached, else counting only the instructions above the producer's parameter: the
+    fusion merger and multi-output fusion ask a large fusion about one operand after each time
+    it grew, and the part of it that operand reaches is small."""
+    for relax_concatenate in (False, True):  # the knob does not change the counts
+        evaluation = cached_evaluation(fusion, relax_concatenate)
+        if evaluation is not None:
+            return evaluation.emitted(producer)
+    key = fusion.fusion_key()
+    cached = fusion.memo.get("indexing_above")
+    if cached is not None and cached[0] == key:
+        counts = cached[1]
+        assert isinstance(counts, _CountsAbove)
+    else:
+        counts = _CountsAbove(fusion)
+        fusion.memo["indexing_above"] = (key, counts)
+    return counts.emitted(producer)
+
+
+class _CountsAbove:
+    """The numbers `IndexingEvaluation` computes, for the instructions that some asked-about
+    parameter reaches only (each instruction's numbers depend on its users' alone), kept
+    until the fusion changes. The same definitions: the root is indexed by the fusion (used
+    once); an operand is indexed by its user's indexing users when the user is a transpose or
+    keeps the operand's shape, else by the user itself; an instruction is emitted once per
+    use of each of its indexing users."""
+
+    def __init__(self, fusion: Node) -> None:
+        self.fusion = fusion
+        self.indexing_users: dict[Node, set[Node]] = {}
+        self.usage: dict[Node, int] = {fusion: 1}
+
+    def emitted(self, producer: Node) -> int:
+        users: set[Node] = set()
+        params = self.fusion.fused.params
+        for i, operand in enumerate(self.fusion.operands):
+            if operand is producer:
+                users |= self._indexing_users_of(params[i])
+        return sum(self.usage[u] for u in users)
+
+    def _indexing_users_of(self, start: Node) -> set[Node]:
+        known = self.indexing_users
+        if start in known:
+            return known[start]
+        usage = self.usage
+        root = self.fusion.fused_root
+        # Depth first through users: a node is finished after all of its users.
+        entered = {start}
+        stack = [(start, iter(start.users))]
+        while stack:
+            node, users = stack[-1]
+            for user in users:
+                if user not in known and user not in entered:
+                    entered.add(user)
+                    stack.append((user, iter(user.users)))
+                    break
+            else:
+                stack.pop()
+                is_parameter = node.op is Op.PARAMETER
+                mine: set[Node] = {self.fusion} if node is root and not is_parameter else set()
+                shape = node.shape
+                for user in node.users:
+                    if user.op is Op.TRANSPOSE or _indexed_alike(shape, user.shape):
+                        mine |= known[user]
+                    else:
+                        mine.add(user)
+                known[node] = mine
+                if not is_parameter:
+                    usage[node] = sum(usage[u] for u in mine)
+        return known[start]

@@ -65,23 +65,30 @@ class ModuleGraph:
         assert self.entry is not None
         ordered = self._reachable(self._ordered())
         self._retain(ordered)
-        names = self._final_names(ordered)
-        fused = {c for g in ordered for n in g.nodes if n.is_fusion for c in n.calls}
+        names, used = self._final_names(ordered)
+        fused = {c for g in ordered for n in g.calling_nodes if n.is_fusion for c in n.calls}
+        # Exactly the final names are in use.
         self.names = NameUniquer(bare_first=True)
+        self.names.reserve_all(used)
         self.computation_names = NameUniquer(bare_first=True)
         for graph in ordered:
             self.computation_names.reserve(graph.name)
             graph.is_fusion = graph in fused
-            order = graph.post_order()
-            graph.reorder(order)
+            # A graph unchanged since it was last normalized has its nodes, and every node's
+            # users, in post order already.
+            unchanged = graph.normalized_version == graph.version
+            order = graph.nodes if unchanged else graph.reorder_to_post_order()
             for node in order:
                 node.name = names[node]
-                self.names.reserve(node.name)
-                node.memo = {}
-                node.users = {}
-            for node in order:
-                for operand in node.operands:
-                    operand.users[node] = None
+                if node.memo:
+                    node.memo = {}
+            if not unchanged:
+                for node in order:
+                    node.users = {}
+                for node in order:
+                    for operand in node.operands:
+                        operand.users[node] = None
+            graph.normalized_version = graph.version
 
     def reload(self, module: Module) -> None:
         """Become a fresh copy of `module` (after a frozen-IR rewrite of this one)."""
@@ -144,9 +151,7 @@ class ModuleGraph:
         applied: set[Graph] = set()
         inside: list[Graph] = []
         for graph in self.graphs:
-            for node in graph.nodes:
-                if not node.calls:
-                    continue
+            for node in graph.calling_nodes:
                 if node.op in _APPLYING_OPS:
                     applied.update(node.calls)
                 if graph.is_fusion:
@@ -155,7 +160,7 @@ class ModuleGraph:
             graph = inside.pop()
             if graph not in applied:
                 applied.add(graph)
-                inside.extend(c for node in graph.nodes for c in node.calls)
+                inside.extend(c for node in graph.calling_nodes for c in node.calls)
         return [g for g in self.nonfusion_graphs() if g not in applied]
 
     def _ordered(self) -> list[Graph]:
@@ -165,7 +170,7 @@ class ModuleGraph:
         seen: set[Graph] = set()
 
         def callees(g: Graph) -> Iterator[Graph]:
-            for node in list(g.nodes):
+            for node in list(g.calling_nodes):
                 yield from node.calls
 
         for start in self.graphs:
@@ -189,7 +194,7 @@ class ModuleGraph:
         becomes `name.clone` (`name.clone.N`), fused parameters are `param_N` made unique."""
         assert self.entry is not None
         ordered = self._reachable(self._ordered())
-        names = self._final_names(ordered)
+        names, _ = self._final_names(ordered)
         uniquer = NameUniquer()
         built: dict[Graph, Computation] = {}
         for graph in ordered:
@@ -215,12 +220,13 @@ class ModuleGraph:
             if graph in keep:
                 continue
             keep.add(graph)
-            for node in graph.nodes:
+            for node in graph.calling_nodes:
                 stack.extend(node.calls)
         return [g for g in ordered if g in keep]
 
     @staticmethod
-    def _final_names(ordered: list[Graph]) -> dict[Node, str]:
+    def _final_names(ordered: list[Graph]) -> tuple[dict[Node, str], NameUniquer]:
+        """The final name of every node, and a uniquer holding them all."""
         names: dict[Node, str] = {}
         used = NameUniquer(bare_first=True)
         for graph in ordered:
@@ -229,12 +235,17 @@ class ModuleGraph:
             for node in graph.nodes:
                 names[node] = node.name
                 used.reserve(node.name)
+        reserve = used.reserve
         for graph in ordered:
             if not graph.is_fusion:
                 continue
             for node in graph.post_order():
-                names[node] = _fresh_name(node, used)
-        return names
+                # Most fused instructions keep the name they have (the common case first).
+                if node.op is not Op.PARAMETER and reserve(node.name):
+                    names[node] = node.name
+                else:
+                    names[node] = _fresh_name(node, used)
+        return names, used
 
 
 _CLONE_SUFFIX = re.compile(r"(\.clone(\.\d+)?)+$")

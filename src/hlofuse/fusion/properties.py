@@ -19,7 +19,7 @@ import numpy as np
 
 from hlofuse.fusion.graph import Node
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.ops import Fusibility, FusionKind, Op, OpKind
+from hlofuse.ir.ops import Fusibility, FusionKind, Op, OpKind, SideEffect
 from hlofuse.ir.ops import has_side_effect as op_has_side_effect
 from hlofuse.ir.shapes import Shape, default_layout
 
@@ -37,35 +37,41 @@ def has_side_effect(node: Node) -> bool:
     return op_has_side_effect(node.op, node.attrs)
 
 
+# What `is_fusible` reads of the op table, by op (it is asked several times per candidate
+# edge).
+_NEVER_FUSIBLE = frozenset(op for op in Op if op.definition.fusion_class is Fusibility.NEVER
+                           or op.definition.side_effect is SideEffect.ALWAYS)
+_DECLARES_SIDE_EFFECT = frozenset(op for op in Op
+                                  if op.definition.side_effect is SideEffect.DECLARED)
+
+
 def is_fusible(node: Node) -> bool:
     """HloInstruction::IsFusible (no op the table marks fusible has a side effect except a
     custom call that declares one)."""
-    if node.op.definition.fusion_class is Fusibility.NEVER:
+    op = node.op
+    if op in _NEVER_FUSIBLE:
         return False
     if node.is_fusion and node.kind == FusionKind.CUSTOM:
         return False  # a custom fusion (a whole loop) has an emitter of its own
-    return not has_side_effect(node)
+    return op not in _DECLARES_SIDE_EFFECT or not has_side_effect(node)
 
 
 def _per_fusion(name: str, node: Node, compute: Callable[[Node], int],
-                only: frozenset[Op] | None = None) -> int:
-    """A sum over a fusion's instructions, cached until its body changes; with `only`, over
-    those of these ops (`compute` is 0 for the others): a fusion grows one instruction at a
-    time, and is summed again each time."""
+                only_special: bool = False) -> int:
+    """A sum over a fusion's instructions, cached until its body changes; with
+    `only_special`, over those of `graph.SPECIAL_OPS` (`compute` is 0 for the others): a
+    fusion grows one instruction at a time, and is summed again each time."""
     key = (node.fused.version,)
     cached = node.memo.get(name)
     if cached is not None and cached[0] == key:
         return cached[1]  # type: ignore[return-value]
-    if only is None:
-        value = sum(compute(n) for n in node.fused.nodes)
+    if only_special:
+        value = sum(compute(n) for n in node.fused.special_nodes)
     else:
-        value = sum(compute(n) for n in node.fused.nodes if n.op in only)
+        value = sum(compute(n) for n in node.fused.nodes)
     node.memo[name] = (key, value)
     return value
 
-
-# The only instructions a reduction count or shared-memory estimate is not 0 for.
-_REDUCTIONS_INSIDE = frozenset({Op.REDUCE, Op.FUSION})
 
 
 def is_elementwise_op(node: Node) -> bool:
@@ -114,6 +120,15 @@ def is_expensive(node: Node) -> bool:
     if node.op in _GPU_CHEAP_F32_F16 and node.dtype in (DType.F32, DType.F16):
         return False
     return is_expensive_generic(node)
+
+
+def expensive_instruction_count(fusion: Node) -> int:
+    """How many of a fusion's instructions are expensive (cached until its body changes)."""
+    return _per_fusion("expensive", fusion, _expensive_instruction)
+
+
+def _expensive_instruction(node: Node) -> int:
+    return 1 if node.op is not Op.PARAMETER and is_expensive(node) else 0
 
 
 def _is_constant_scalar_or_broadcast(node: Node) -> bool:
@@ -260,7 +275,14 @@ def fusion_outputs(node: Node) -> list[Node]:
 
 
 def is_reduce_input_fusion(node: Node) -> bool:
-    return node.is_fusion and any(is_contiguous_reduction(o) for o in fusion_outputs(node))
+    """A fusion with a tiled reduction among its outputs (asked several times per candidate
+    edge: `fusion_outputs` without building its list)."""
+    if not node.is_fusion:
+        return False
+    root = node.calls[0].root
+    if root.op is Op.TUPLE:
+        return any(is_contiguous_reduction(o) for o in root.operands)
+    return is_contiguous_reduction(root)
 
 
 def is_input_fusible_reduction(node: Node) -> bool:
@@ -271,7 +293,8 @@ def is_input_fusible_scatter(node: Node) -> bool:
     """IsInputFusibleScatter: a scatter, or an input fusion whose root is one."""
     if node.op is Op.SCATTER:
         return True
-    return node.is_fusion and node.kind == FusionKind.INPUT and node.fused_root.op is Op.SCATTER
+    return (node.is_fusion and node.calls[0].root.op is Op.SCATTER
+            and node.kind == FusionKind.INPUT)
 
 
 def is_input_fusible(node: Node) -> bool:
@@ -343,7 +366,7 @@ def is_physically_transposing(node: Node) -> bool:
 def shared_memory_usage(node: Node) -> int:
     """Bytes of shared memory the tiled reduction emitter needs (2022 estimates)."""
     if node.is_fusion:
-        return _per_fusion("shared_memory", node, shared_memory_usage, _REDUCTIONS_INSIDE)
+        return _per_fusion("shared_memory", node, shared_memory_usage, True)  # reduces only
     if node.op is not Op.REDUCE or not is_contiguous_reduction(node):
         return 0
     item = node.operands[0].dtype.itemsize
@@ -356,8 +379,7 @@ def shared_memory_usage(node: Node) -> int:
 
 def unnested_reduction_count(node: Node) -> int:
     if node.is_fusion:
-        return _per_fusion("unnested_reductions", node, unnested_reduction_count,
-                           _REDUCTIONS_INSIDE)
+        return _per_fusion("unnested_reductions", node, unnested_reduction_count, True)
     return 1 if is_contiguous_reduction(node) else 0
 
 

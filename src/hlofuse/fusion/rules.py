@@ -119,7 +119,8 @@ def producer_is_not_multi_output(producer: Node, consumer: Node) -> FusionDecisi
 
 def creates_nested_loop(producer: Node, consumer: Node) -> bool:
     """CreatesNestedLoop (2022): a re-reading producer under a re-reading consumer."""
-    producer_loops = (any(reads_elements_multiple_times(n) for n in producer.fused.nodes)
+    # Only reduces, reduce-windows and gathers re-read (`graph.SPECIAL_OPS`).
+    producer_loops = (any(reads_elements_multiple_times(n) for n in producer.fused.special_nodes)
                       if producer.is_fusion else reads_elements_multiple_times(producer))
     if not producer_loops:
         return False
@@ -149,8 +150,9 @@ def no_nested_loop(producer: Node, consumer: Node) -> FusionDecision:
 def layouts_reduce_input_friendly(producer: Node) -> bool:
     if is_physically_transposing(producer):
         return False
+    # Only copies and transposes transpose (`graph.SPECIAL_OPS`).
     return not (producer.is_fusion
-                and any(is_physically_transposing(n) for n in producer.fused.nodes))
+                and any(is_physically_transposing(n) for n in producer.fused.special_nodes))
 
 
 def reduce_input_layout_friendly(producer: Node, consumer: Node) -> FusionDecision:
@@ -246,6 +248,12 @@ PRODUCER_CONSUMER_RULES: tuple[Callable[[Node, Node], FusionDecision], ...] = (
     producer_is_loop_fusible, consumer_is_fusible, producer_is_not_multi_output,
     no_nested_loop, reduce_input_layout_friendly, constant_is_fusible, in_place_safe,
 )
+
+
+# The rules after the first two, which `should_fuse` asks itself first.
+_AFTER_LOOP_FUSIBLE = PRODUCER_CONSUMER_RULES[2:]
+assert PRODUCER_CONSUMER_RULES[:2] == (producer_is_loop_fusible, consumer_is_fusible)
+assert PRODUCER_CONSUMER_RULES[-1] is in_place_safe
 
 
 def is_producer_consumer_fusible(producer: Node, consumer: Node) -> FusionDecision:
@@ -363,26 +371,30 @@ def should_fuse(consumer: Node, index: int, options: FusionOptions) -> FusionDec
     # Every check must pass, so their order only decides which refusal is reported; barriers
     # (custom calls, tuples, loops, ...) are reported before the cost rule they also fail.
     # Written out rather than as a list of closures: this runs once per candidate edge.
+    # Every check returns OK itself when it passes. The checks are pure: those that
+    # `is_producer_consumer_fusible` repeats (its first two) or that XLA asks again after it
+    # (`in_place_safe`, its last) passed already when reached, and are not asked twice.
     decision = producer_not_fusion(producer, consumer)
-    if decision:
+    if decision is OK:
         decision = producer_is_loop_fusible(producer, consumer)
-    if decision:
+    if decision is OK:
         decision = consumer_is_fusible(producer, consumer)
-    if decision:
+    if decision is OK:
         decision = expensive_producer_not_reused(producer, consumer, index)
-    if decision:
-        decision = is_producer_consumer_fusible(producer, consumer)
-    if decision:
+    if decision is OK:
+        for rule in _AFTER_LOOP_FUSIBLE:  # the rest of is_producer_consumer_fusible
+            decision = rule(producer, consumer)
+            if decision is not OK:
+                break
+    if decision is OK:
         decision = producer_not_root(producer, consumer)
-    if decision:
+    if decision is OK:
         decision = duplication_allowed(producer, consumer, options)
-    if decision:
-        decision = in_place_safe(producer, consumer)
-    if decision:
+    if decision is OK:
         decision = fits_in_budget(consumer, producer, is_consumer_producer=True)
-    if decision:
+    if decision is OK:
         decision = code_duplication_acceptable(producer, consumer, options)
-    return decision if not decision else OK
+    return decision
 
 
 def producer_is_fusible(producer: Node, consumer: Node) -> FusionDecision:

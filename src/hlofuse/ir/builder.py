@@ -53,6 +53,15 @@ class NameUniquer:
                 self._next[base] = max(self._next.get(base, 0), number + 1)
         return True
 
+    def reserve_all(self, other: NameUniquer) -> None:
+        """`reserve` every name `other` holds (one set union for the fusion passes' uniquers,
+        which number from the lowest free name and so remember nothing else)."""
+        if self.bare_first:
+            self._used |= other._used
+            return
+        for name in other._used:
+            self.reserve(name)
+
     def unique(self, base: str) -> str:
         match = _SUFFIX.match(base)
         root = match.group(1) if match else base
