@@ -177,21 +177,29 @@ HLOFUSE_EXTREMUM(hlofuse_max_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_
 HLOFUSE_EXTREMUM(hlofuse_min_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_from_bits, hlofuse_daz_d, <, |)
 /* The same against a constant c that is a normal, nonzero, finite number (a clip's bounds): a
    NaN x wins; equal operands have equal bits; and x wins flushed (`_flush`), or as it is where
-   winning makes it a normal number (`_plain`: max beyond c > 0, min below c < 0). */
-#define HLOFUSE_EXTREMUM_CONST(NAME, T, DAZ, CMP) \
-static inline T NAME##_flush(T x, T c) { return (x != x) ? x : ((x CMP c) ? DAZ(x) : c); } \
-static inline T NAME##_plain(T x, T c) { return ((x != x) | (x CMP c)) ? x : c; }
-HLOFUSE_EXTREMUM_CONST(hlofuse_max_f, float, hlofuse_daz_f, >)
-HLOFUSE_EXTREMUM_CONST(hlofuse_min_f, float, hlofuse_daz_f, <)
-HLOFUSE_EXTREMUM_CONST(hlofuse_max_d, double, hlofuse_daz_d, >)
-HLOFUSE_EXTREMUM_CONST(hlofuse_min_d, double, hlofuse_daz_d, <)
+   winning makes it a normal number (`_plain`: max beyond c > 0, min below c < 0). Bit masks
+   as above: float selects here made gcc's combiner and register allocator several times
+   slower on large kernels. */
+#define HLOFUSE_EXTREMUM_CONST(NAME, T, U, BITS, FROM_BITS, DAZ, CMP) \
+static inline T NAME##_flush(T x, T c) { \
+  U keep = (U)0 - (U)((x != x) | (x CMP c)); \
+  return FROM_BITS((BITS(DAZ(x)) & keep) | (BITS(c) & ~keep)); } \
+static inline T NAME##_plain(T x, T c) { \
+  U keep = (U)0 - (U)((x != x) | (x CMP c)); \
+  return FROM_BITS((BITS(x) & keep) | (BITS(c) & ~keep)); }
+HLOFUSE_EXTREMUM_CONST(hlofuse_max_f, float, uint32_t, hlofuse_f32_bits, hlofuse_f32_from_bits, hlofuse_daz_f, >)
+HLOFUSE_EXTREMUM_CONST(hlofuse_min_f, float, uint32_t, hlofuse_f32_bits, hlofuse_f32_from_bits, hlofuse_daz_f, <)
+HLOFUSE_EXTREMUM_CONST(hlofuse_max_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_from_bits, hlofuse_daz_d, >)
+HLOFUSE_EXTREMUM_CONST(hlofuse_min_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_from_bits, hlofuse_daz_d, <)
 /* maximum(x, +0) (a ReLU): a NaN x wins; anything not above zero, -0 and flushed subnormals
    included, gives +0 (-0 < +0); `_plain` for an x that is never subnormal. */
-#define HLOFUSE_MAX_ZERO(NAME, T, DAZ) \
-static inline T NAME##_flush(T x) { return (x != x) ? x : ((x > (T)0) ? DAZ(x) : (T)0); } \
-static inline T NAME##_plain(T x) { return ((x != x) | (x > (T)0)) ? x : (T)0; }
-HLOFUSE_MAX_ZERO(hlofuse_max_zero_f, float, hlofuse_daz_f)
-HLOFUSE_MAX_ZERO(hlofuse_max_zero_d, double, hlofuse_daz_d)
+#define HLOFUSE_MAX_ZERO(NAME, T, U, BITS, FROM_BITS, DAZ) \
+static inline T NAME##_flush(T x) { \
+  return FROM_BITS(BITS(DAZ(x)) & ((U)0 - (U)((x != x) | (x > (T)0)))); } \
+static inline T NAME##_plain(T x) { \
+  return FROM_BITS(BITS(x) & ((U)0 - (U)((x != x) | (x > (T)0)))); }
+HLOFUSE_MAX_ZERO(hlofuse_max_zero_f, float, uint32_t, hlofuse_f32_bits, hlofuse_f32_from_bits, hlofuse_daz_f)
+HLOFUSE_MAX_ZERO(hlofuse_max_zero_d, double, uint64_t, hlofuse_f64_bits, hlofuse_f64_from_bits, hlofuse_daz_d)
 
 /* XLA's total order: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (of flushed values). */
 static inline int32_t hlofuse_total_key_f(float x) {
