@@ -1,14 +1,54 @@
-"""The launch dimensions xla-gpu's GPU model gives a reduction kernel: the reduction emitter's
-(MlirRowReductionFusion, MlirColumnReductionFusion), not one thread per output element."""
+"""XLA's GPU cost analysis as xla-gpu's model counts it: utilisation-weighted flops and reads
+(FusionCalculateUtilizations with repeated input accesses counted), the reads a fused kernel
+shares (GetSharedOperandBytesAccessed) and the reduction emitter's launch dimensions."""
 
 from __future__ import annotations
 
 from hlofuse.fusion.gpu_devices import device
-from hlofuse.fusion.gpu_model import GpuCostModel, kernel_reduction, reduction_launch
+from hlofuse.fusion.gpu_model import (
+    GpuCostModel,
+    consumer_utilisation,
+    fused_operand_reads,
+    kernel_reduction,
+    operand_reads,
+    reduction_launch,
+    xla_flops,
+    xla_utilisation,
+)
 from hlofuse.fusion.graph import Node
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import current_xla_rules
 from hlofuse.ir.parser import parse_module
+
+# A one-element key broadcast into two places of a 256-element kernel, as Threefry's key
+# schedule does: XLA reads (and recomputes) the key once per element per place.
+KEY_BROADCAST = """
+HloModule m
+fused {
+  k = u32[1] parameter(0)
+  x = u32[256] parameter(1)
+  r = u32[] reshape(k)
+  b1 = u32[256] broadcast(r), dimensions={}
+  s = u32[256] add(x, b1)
+  b2 = u32[256] broadcast(r), dimensions={}
+  ROOT t = u32[256] xor(s, b2)
+}
+ENTRY e {
+  key = u32[1] parameter(0)
+  bits = u32[256] parameter(1)
+  ROOT f = u32[256] fusion(key, bits), kind=kLoop, calls=fused
+}
+"""
+
+SHARED_OPERAND = """
+HloModule m
+ENTRY e {
+  p = f32[1024] parameter(0)
+  q = f32[1024] parameter(1)
+  a = f32[1024] add(p, q)
+  ROOT m = f32[1024] multiply(a, p)
+}
+"""
 
 ADD = """
 add {
@@ -35,6 +75,36 @@ ENTRY e {
 
 def _nodes(graph_nodes: list[Node]) -> dict[str, Node]:
     return {n.name: n for n in graph_nodes}
+
+
+def test_a_broadcast_key_is_read_and_counted_once_per_element_per_place() -> None:
+    with ModuleGraph.from_module(parse_module(KEY_BROADCAST)) as graphs, current_xla_rules():
+        entry = graphs.entry
+        assert entry is not None
+        nodes = _nodes(list(entry.nodes))
+        fusion = nodes["f"]
+        use = xla_utilisation(fusion)
+        # Each broadcast reads its one element 256 times; add and xor cost 3 flops each.
+        assert use.parameters == {0: 512.0, 1: 1.0}
+        assert xla_flops(fusion) == 2 * 256 * 3
+        assert operand_reads(fusion, nodes["key"]) == 512.0
+        assert operand_reads(fusion, nodes["bits"]) == 256.0
+
+
+def test_a_fused_producer_costs_its_flops_times_the_consumers_utilisation() -> None:
+    with ModuleGraph.from_module(parse_module(SHARED_OPERAND)) as graphs, current_xla_rules():
+        entry = graphs.entry
+        assert entry is not None
+        nodes = _nodes(list(entry.nodes))
+        producer, consumer = nodes["a"], nodes["m"]
+        assert consumer_utilisation(consumer, producer) == 1.0
+        model = GpuCostModel(device("h100"))
+        fused = model.fused_profile(producer, consumer)
+        # f32 add: 7 flops per element, multiply: 3 (sm_90 profiles).
+        assert fused.operations == xla_flops(producer) + xla_flops(consumer) == 1024 * (7 + 3)
+        # p is read by both at the same elements: once in the fused kernel.
+        assert fused_operand_reads(producer, consumer) == {nodes["p"]: 1024.0,
+                                                            nodes["q"]: 1024.0}
 
 
 def test_reductions_launch_what_the_reduction_emitter_launches() -> None:

@@ -8,14 +8,18 @@ bytes written, the size of its loop); here it is priced the way XLA prices it on
 
 - launch: XLA's `kKernelLaunchOverhead`, 1 us per kernel; free instructions cost nothing;
 - launch dimensions: one thread per element of the largest output, 128 threads per block
-  (`EstimateFusionLaunchDimensions`' estimate for a loop kernel), except for a kernel whose
-  hero is a tiled reduction (alone, or with a producer fused into it), which launches what
-  the reduction emitter launches (`reduction_launch`: a 256-element row is one warp of 32
-  threads, each reducing 16 elements);
+  (`EstimateFusionLaunchDimensions`' estimate), except for a kernel whose hero is a tiled
+  reduction, which launches what the reduction emitter launches (`reduction_launch`);
 - compute (`ComputeTime`, `CalculateEffectiveFlopsPerNs`): flops over
-  `min(blocks, cores) * min(threads per block, FPUs per core) * 2 * clock`; the flops of an
-  element are XLA's cost-analysis figures for its ops (`GpuHloCostAnalysis`: an element-wise op
-  per-op profile, `flops_per_element` below);
+  `min(blocks, cores) * min(threads per block, FPUs per core) * 2 * clock`; the flops are
+  XLA's cost-analysis figures (`GpuHloCostAnalysis`: an element-wise op costs its per-op
+  profile per element, `flops_per_element` below). A fusion's flops weight each fused
+  instruction by its utilisation (`FusionCalculateUtilizations`, with
+  `count_multiple_input_accesses` on, as the GPU compiler runs priority fusion: a broadcast
+  uses each operand element once per output element it feeds, so a one-element key chain
+  broadcast into several places is counted once per element per place), and a producer fused
+  into a consumer costs its flops times the consumer's utilisation of it plus the consumer's
+  (`EstimateRunTimeForFusion`), `xla_flops` and `xla_utilisation` below;
 - memory (`ReadTimeWithDRAMHeuristic`, `WriteTime`): each operand's first read of each byte
   at DRAM bandwidth, re-reads at DRAM bandwidth times 2.5 when the operand fits in L2 and
   times 8 more when it fits in the L1 of all cores (`kL2CacheSpeedup`, `kL1CacheSpeedup`,
@@ -39,6 +43,7 @@ from hlofuse.fusion.cost_model import (
     KernelProfile,
     KernelTime,
     MachineConstants,
+    node_key,
     read_factor,
 )
 from hlofuse.fusion.gpu_devices import GpuDevice
@@ -194,52 +199,224 @@ class GpuKernelProfile(KernelProfile):
     """A profile with the launch dimensions of a reduction kernel's emitter."""
 
     launch_dims: tuple[int, int] | None = None
+    # Elements read of each kernel operand as XLA's cost analysis counts them (repeated reads
+    # of a broadcast operand included); None: the profile's own reads.
+    xla_reads: tuple[tuple[Node, float], ...] | None = None
+
+
+def _elements(node: Node) -> int:
+    return sum(leaf.num_elements for leaf in node.shape.leaves() if leaf.is_array)
+
+
+def instruction_flops(node: Node) -> float:
+    """XLA's cost-analysis flops of one unfused instruction (all its elements); a reduce
+    applies its reducer once per input element beyond the first of each output
+    (`HloCostAnalysis::HandleReduce`)."""
+    if node.op is Op.REDUCE:
+        reducer = sum(flops_per_element(n) for n in node.calls[0].nodes
+                      if n.op is not Op.PARAMETER and is_elementwise_op(n))
+        out = node.shape.leaves()[0].num_elements
+        return float(node.operands[0].shape.num_elements - out) * reducer
+    return flops_per_element(node) * _elements(node)
+
+
+def operand_utilisation(node: Node, index: int) -> float:
+    """The share of operand `index`'s elements one run of `node` reads, counting repeated
+    reads (HloCostAnalysis' handlers with `count_multiple_input_accesses`): a slice or
+    dynamic slice reads its window, a dynamic-update-slice what it keeps of its base, a
+    broadcast each element once per copy, a reduce-window each element once per window
+    holding it; every other operand is read once."""
+    op = node.op
+    operand = node.operands[index]
+    out, into = _elements(node), max(1, _elements(operand))
+    if index == 0 and op in (Op.SLICE, Op.DYNAMIC_SLICE, Op.GATHER, Op.BROADCAST):
+        return out / into
+    if index == 0 and op is Op.DYNAMIC_UPDATE_SLICE:
+        return (out - _elements(node.operands[1])) / max(1, out)
+    if index == 0 and op is Op.REDUCE_WINDOW:
+        window = math.prod(node.attrs["window"].size)  # type: ignore[attr-defined]
+        return out * window / into
+    return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class XlaUtilisation:
+    """What GpuHloCostAnalysis::FusionCalculateUtilizations records for a fusion: its flops,
+    each fused parameter's utilisation (by parameter number) and element-wise use roots, and
+    each root's utilisation."""
+
+    flops: float
+    parameters: dict[int, float]
+    parameter_roots: dict[int, frozenset[Node]]
+    root_use: dict[Node, float]
+    root: Node
+
+    def common(self, a: int, b: int) -> float:
+        """CommonElementwiseUtilization of parameters `a` and `b` (`b` < 0: the root)."""
+        roots_b = self.parameter_roots.get(b, frozenset()) if b >= 0 else frozenset({self.root})
+        return sum(self.root_use.get(r, 0.0)
+                   for r in self.parameter_roots.get(a, frozenset()) & roots_b)
+
+
+def xla_utilisation(fusion: Node) -> XlaUtilisation:
+    """GpuHloCostAnalysis::FusionCalculateUtilizations over `fusion`'s fused computation. Users
+    come before operands; an element-wise instruction passes on the roots it serves, any
+    other makes its operand a root used as often as it reads it (rounded up to whole
+    elements), and an instruction's utilisation is the sum over the roots it serves."""
+    key = (fusion.fused.version,)
+    cached = fusion.memo.get("xla_utilisation")
+    if cached is not None and cached[0] == key and isinstance(cached[1], XlaUtilisation):
+        return cached[1]
+    root = fusion.fused_root
+    root_use: dict[Node, float] = {root: 1.0}
+    use_roots: dict[Node, set[Node]] = {root: {root}}
+    flops = 0.0
+    parameters: dict[int, float] = {}
+    parameter_roots: dict[int, frozenset[Node]] = {}
+    for inst in reversed(fusion.fused.post_order()):
+        use = sum(root_use.get(r, 0.0) for r in use_roots.get(inst, ()))
+        if inst.op is Op.PARAMETER:
+            parameters[inst.parameter_number] = use
+            parameter_roots[inst.parameter_number] = frozenset(use_roots.get(inst, ()))
+            continue
+        flops += use * instruction_flops(inst)
+        passes_roots = is_elementwise_op(inst) or inst.op in (Op.TUPLE, Op.GET_TUPLE_ELEMENT)
+        for index, operand in enumerate(inst.operands):
+            roots = use_roots.setdefault(operand, set())
+            if passes_roots:
+                roots |= use_roots.get(inst, set())
+                continue
+            roots.add(operand)
+            elements = _elements(operand)
+            share = use * operand_utilisation(inst, index)
+            share = math.ceil(share * elements) / elements if elements else 0.0
+            root_use[operand] = root_use.get(operand, 0.0) + share
+    result = XlaUtilisation(flops, parameters, parameter_roots, root_use, root)
+    fusion.memo["xla_utilisation"] = (key, result)
+    return result
+
+
+def xla_flops(node: Node) -> float:
+    """XLA's cost-analysis flops of `node`'s kernel."""
+    return xla_utilisation(node).flops if node.is_fusion else instruction_flops(node)
+
+
+def _indices(user: Node, operand: Node) -> list[int]:
+    return [i for i, o in enumerate(user.operands) if o is operand]
+
+
+def operand_reads(node: Node, operand: Node) -> float:
+    """Elements of `operand` `node`'s kernel reads, repeated reads counted (the cost
+    analysis' operand bytes accessed, in elements: FusionParameterReadBytes)."""
+    if node.is_fusion:
+        parameters = xla_utilisation(node).parameters
+        use = sum(parameters.get(i, 0.0) for i in _indices(node, operand))
+    else:
+        use = sum(operand_utilisation(node, i) for i in _indices(node, operand))
+    return use * _elements(operand)
+
+
+def consumer_utilisation(consumer: Node, producer: Node) -> float:
+    """How much of `producer`'s result `consumer` reads (EstimateRunTimeForFusion's
+    `utilization_by_this_consumer`, summed over the operands that are the producer or one of
+    its tuple elements)."""
+    parameters = xla_utilisation(consumer).parameters if consumer.is_fusion else {}
+    total = 0.0
+    for index, operand in enumerate(consumer.operands):
+        if operand is producer or (operand.op is Op.GET_TUPLE_ELEMENT
+                                   and operand.operands[0] is producer):
+            total += parameters.get(index, 0.0) if consumer.is_fusion \
+                else operand_utilisation(consumer, index)
+    return total
+
+
+def _common_utilisation(producer: Node, operand: Node, consumer: Node) -> float:
+    """GetCommonUtilization: the share of `operand` the producer and the consumer read at the
+    same elements (element-wise from the producer's root), read once when fused."""
+    if operand not in consumer.operands:
+        return 0.0
+    if producer.is_fusion:
+        use = xla_utilisation(producer)
+        if not any(use.common(i, -1) == 1.0 for i in _indices(producer, operand)):
+            return 0.0
+    elif not is_elementwise_op(producer):
+        return 0.0
+    if consumer.is_fusion:
+        use = xla_utilisation(consumer)
+        return sum(use.common(c, p) for c in _indices(consumer, operand)
+                   for p in _indices(consumer, producer))
+    return 1.0 if is_elementwise_op(consumer) else 0.0
+
+
+def fused_operand_reads(producer: Node, consumer: Node) -> dict[Node, float]:
+    """Elements of each operand the fused kernel reads (GetSharedOperandBytesAccessed): the
+    producer's reads as often as the consumer reads the producer, plus the consumer's own,
+    less what both read at the same elements."""
+    share = consumer_utilisation(consumer, producer)
+    reads: dict[Node, float] = {}
+    operands = dict.fromkeys(producer.operands)
+    operands.update(dict.fromkeys(o for o in consumer.operands if o is not producer))
+    for operand in operands:
+        total = (operand_reads(producer, operand) * share + operand_reads(consumer, operand)
+                 - _elements(operand) * _common_utilisation(producer, operand, consumer))
+        reads[operand] = max(0.0, total)
+    return reads
 
 
 class GpuCostModel(CostModel):
-    """`CostModel`'s profiles priced on a GPU; `time` includes the launch overhead."""
+    """`CostModel`'s profiles priced on a GPU with XLA's flops; `time` includes the launch
+    overhead."""
 
     def __init__(self, device: GpuDevice) -> None:
         super().__init__(dataclasses.replace(DEFAULT_CONSTANTS, source="xla-gpu"))
         self.op_cost = flops_per_element
         self.device = device
+        self._xla_fused: dict[tuple[Node, Node],
+                              tuple[tuple[object, ...], KernelProfile, float]] = {}
 
-    def _with_launch(self, profile: KernelProfile, hero: Node | None) -> KernelProfile:
-        """`profile` with the launch dimensions of its emitter (a reduction's, or none: the
-        loop emitter's); marked, so that the hero is looked for once."""
-        if profile.is_free or isinstance(profile, GpuKernelProfile):
+    def _with_flops(self, profile: KernelProfile, flops: float, hero: Node | None,
+                    reads: dict[Node, float]) -> KernelProfile:
+        if profile.is_free:
             return profile
         fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(KernelProfile)}
+        fields["operations"] = flops
+        xla_reads = tuple(reads.items())
         launch = reduction_launch(hero) if hero is not None else None
-        return GpuKernelProfile(**fields, launch_dims=launch)
+        return GpuKernelProfile(**fields, launch_dims=launch, xla_reads=xla_reads)
+
+    @staticmethod
+    def _reads(node: Node) -> dict[Node, float]:
+        return {o: operand_reads(node, o) for o in dict.fromkeys(node.operands)}
 
     def _entry(self, node: Node) -> tuple[tuple[object, ...], KernelProfile, float]:
         entry = super()._entry(node)
         key, profile, _ = entry
         if profile.is_free or isinstance(profile, GpuKernelProfile):
             return entry
-        profile = self._with_launch(profile, kernel_reduction(node))
+        profile = self._with_flops(profile, xla_flops(node), kernel_reduction(node),
+                                   self._reads(node))
         entry = (key, profile, self.price(profile).total)
         self._profiles[node] = entry
         return entry
 
     def _fused_entry(self, producer: Node, consumer: Node
                      ) -> tuple[tuple[object, ...], KernelProfile, float]:
-        entry = super()._fused_entry(producer, consumer)
-        key, profile, _ = entry
-        if profile.is_free or isinstance(profile, GpuKernelProfile):
-            return entry
-        profile = self._with_launch(profile, kernel_reduction(consumer, producer))
-        entry = (key, profile, self.price(profile).total)
-        self._fused[(producer, consumer)] = entry
-        return entry
+        key = (*node_key(producer), None, *node_key(consumer))
+        cached = self._xla_fused.get((producer, consumer))
+        if cached is None or cached[0] != key:
+            profile = super()._fused_entry(producer, consumer)[1]
+            flops = (xla_flops(producer) * consumer_utilisation(consumer, producer)
+                     + xla_flops(consumer))
+            profile = self._with_flops(profile, flops, kernel_reduction(consumer, producer),
+                                       fused_operand_reads(producer, consumer))
+            cached = (key, profile, self.price(profile).total)
+            self._xla_fused[(producer, consumer)] = cached
+        return cached
 
     def remember(self, node: Node, profile: KernelProfile) -> None:
-        """The grown fusion launches what its emitter launches (the fused profile's launch is
-        the one its hero walk found, through the producer)."""
-        if not isinstance(profile, GpuKernelProfile):
-            profile = self._with_launch(profile, kernel_reduction(node))
-        super().remember(node, profile)
+        """The grown fusion's flops are its own cost analysis' (XLA revisits it)."""
+        super().remember(node, self._with_flops(profile, xla_flops(node),
+                                                kernel_reduction(node), self._reads(node)))
 
     def launch(self, profile: KernelProfile) -> tuple[int, int]:
         """(blocks, threads per block) of the kernel."""
@@ -263,7 +440,9 @@ class GpuCostModel(CostModel):
         compute = flops / (device.clock_rate_ghz * 2 * fpus * 1e9)
         dram = self._bandwidth(device.memory_bandwidth, blocks)
         memory = 0.0
-        for node, count in profile.reads().items():
+        reads = (dict(profile.xla_reads) if isinstance(profile, GpuKernelProfile)
+                 and profile.xla_reads is not None else profile.reads())
+        for node, count in reads.items():
             size, item = self._size(node)
             total = count * item
             net = min(size, total)

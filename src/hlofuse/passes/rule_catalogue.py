@@ -48,6 +48,7 @@ LOGISTIC = "logistic-expander"
 VARIADIC_SPLITTER = "variadic-op-splitter"
 WHILE_SIMPLIFIER = "while-loop-simplifier"
 ARITHMETIC_IDENTITIES = "arithmetic-identities"
+CONSTANT_FOLDING = "constant-folding"
 _WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
 # Rules every vertical fusion pass applies through the shared legality checks (rules.py).
@@ -377,6 +378,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "A + 0 and A * 1 became A",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleAdd/HandleMultiply"),
+    _rule("folded-constant", CONSTANT_FOLDING,
+          "an instruction of constants, broadcast constants and iotas (one operand a "
+          "constant) became its value",
+          "xla/hlo/transforms/simplifiers/hlo_constant_folding.cc: HloConstantFolding::Run, "
+          "AllOperandsConstantOrBroadcastConstant, IsFoldable"),
 )
 
 RULES: dict[str, Rule] = {rule.id: rule for rule in CATALOGUE}
