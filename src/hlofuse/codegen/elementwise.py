@@ -11,11 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
-
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Cast, Const, Expr, Select, Unary, call
-from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.language import CLanguage, literal_float
 from hlofuse.codegen.reduce_precision import reduce_precision
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -133,16 +131,16 @@ def _flushed(dtype: DType, x: Expr) -> Expr:
 
 def _normal_constant(expr: Expr) -> float | None:
     """The value of a float literal that is a normal, nonzero, finite number of its type (f32
-    or f64), else None. Literals hold floats as the bits of an f64 (CLanguage.literal)."""
+    or f64), else None."""
     if not isinstance(expr, Const) or expr.dtype not in (DType.F32, DType.F64):
         return None
-    value = float(np.asarray(int(expr.value), np.uint64).view(np.float64))
+    value = literal_float(expr)
     smallest = 2.0**-126 if expr.dtype is DType.F32 else 2.0**-1022
     return value if math.isfinite(value) and abs(value) >= smallest else None
 
 
 def _is_positive_zero(expr: Expr) -> bool:
-    """A +0.0 literal of f32 or f64 (literals hold floats as the bits of an f64)."""
+    """A +0.0 literal of f32 or f64 (its f64 bits are all zero)."""
     return isinstance(expr, Const) and expr.dtype in (DType.F32, DType.F64) and \
         int(expr.value) == 0
 

@@ -215,8 +215,7 @@ class CLanguage:
             return "1" if const.value else "0"
         if dtype.is_integer:
             return self.int_literal(dtype, int(const.value))
-        as_float = float(np.asarray(int(const.value), np.uint64).view(np.float64))
-        return self.float_literal(dtype, as_float)
+        return self.float_literal(dtype, literal_float(const))
 
     def int_literal(self, dtype: DType, number: int) -> str:
         ctype = self.storage_type(dtype)
@@ -414,3 +413,8 @@ class CLanguage:
 
 
 C = CLanguage()
+
+
+def literal_float(const: cir.Const) -> float:
+    """The value of a float literal (`CLanguage.literal` keeps floats as the bits of an f64)."""
+    return float(np.asarray(int(const.value), np.uint64).view(np.float64))

@@ -479,7 +479,8 @@ class BlockEmission:
         writes its own `n<i>` and variables of its own."""
         if self.lanes == 1 or not isinstance(stmt, cir.For):
             return False
-        own = {f"s{i}" for i in looped} | {f"n{i}" for i in looped}
+        written = {f"n{i}" for i in looped}
+        own = written | {f"s{i}" for i in looped}
         declared = {x.name for x in cir.statements(stmt) if isinstance(x, cir.Declare)}
         for x in cir.statements(stmt):
             if isinstance(x, cir.Assign):
@@ -488,8 +489,7 @@ class BlockEmission:
                     return False
                 if isinstance(target, cir.Load) and (
                         not isinstance(target.array, cir.Var) or
-                        not re.fullmatch(r"n\d+", target.array.name) or
-                        target.array.name not in own):
+                        target.array.name not in written):
                     return False
             elif not isinstance(x, cir.Declare | cir.If | cir.For | cir.Block):
                 return False
@@ -511,11 +511,7 @@ class BlockEmission:
         body = self.body
         declared = {x.name: x.ctype for x in body.scope.stmts
                     if isinstance(x, cir.Declare) and not x.dims}
-        read: set[str] = set()
-        for loop in loops:
-            for x in cir.statements(loop):
-                for expr in cir.expressions(x):
-                    read |= cir.names_read(expr)
+        read = cir.names_used(list(loops))
         kept = [(ctype, name) for name, ctype in declared.items()
                 if name in read and name not in ("e", "l")]
         for _, name in kept:
@@ -534,8 +530,7 @@ class BlockEmission:
         body.emit(lane_loop)
         for loop in loops:
             inner = cir.For("l", cir.Int(0), cir.Int(self.lanes), [], SIMD, "int")
-            names = set().union(*(cir.names_read(expr) for x in cir.statements(loop)
-                                  for expr in cir.expressions(x)))
+            names = cir.names_used([loop])
             if "e" in names:
                 inner.body.append(cir.Declare("int64_t", "e", self._env_of_lane(), const=True))
             for ctype, name in lane_values:
@@ -719,7 +714,7 @@ class BlockEmission:
         width = min(DEFERRED_VECTOR, self.lanes)
         first, offset = body.fresh("k"), body.fresh("k")
         with body.loop(first, 0, picked, ctype="int", step=width), \
-                body.loop(offset, 0, width, cir.Loop(simd=True), ctype="int"):
+                body.loop(offset, 0, width, SIMD, ctype="int"):
             listed = Binary("+", cir.Var(first), cir.Var(offset))
             last = Binary("-", picked, cir.Int(1))
             body.declare("int", "l", cir.load("pick", cir.Select(Binary("<", listed, picked),

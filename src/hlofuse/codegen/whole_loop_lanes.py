@@ -19,6 +19,7 @@ It also picks the C of vector lane code (`lane_language`): predicates held in 32
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.analysis.rare_selects import lane_operations, rare_selects
@@ -85,23 +86,26 @@ def _is_per_lane(plan: LoopPlan, predicate: Instruction) -> bool:
     return predicate.operands[0].shape.num_elements == plan.size
 
 
+def _math_with_small_forms(plan: LoopPlan, max_positions: int
+                           ) -> Iterator[tuple[Instruction, mathlib.SmallArgumentForm]]:
+    """The per-lane math instructions of lane code whose function has a small-argument form,
+    with at most `max_positions` elements per lane."""
+    for inst in plan.body.instructions:
+        name = _MATH_NAMES.get(inst.op)
+        form = None if name is None else mathlib.small_argument_form(name, inst.dtype)
+        if form is None or id(inst) not in plan.lane or math_lane_dim(plan, inst) is None:
+            continue
+        if inst.shape.num_elements // plan.size <= max_positions:
+            yield inst, form
+
+
 def small_argument_math(plan: LoopPlan, max_positions: int
                         ) -> list[tuple[Instruction, mathlib.SmallArgumentForm]]:
     """The state-dependent math instructions of lane code whose function has a small-argument
     form: at most `max_positions` elements per lane, a cheap operand."""
-    out = []
-    for inst in plan.body.instructions:
-        name = _MATH_NAMES.get(inst.op)
-        form = None if name is None else mathlib.small_argument_form(name, inst.dtype)
-        if form is None or id(inst) not in plan.dependent or id(inst) not in plan.lane:
-            continue
-        lane_dim = math_lane_dim(plan, inst)
-        if lane_dim is None or inst.shape.num_elements // plan.size > max_positions:
-            continue
-        if sum(lane_operations(plan, x) for x in inst.operands) <= \
-                SMALL_ARGUMENT_MAX_OPERAND_OPS:
-            out.append((inst, form))
-    return out
+    return [(inst, form) for inst, form in _math_with_small_forms(plan, max_positions)
+            if id(inst) in plan.dependent and
+            sum(lane_operations(plan, x) for x in inst.operands) <= SMALL_ARGUMENT_MAX_OPERAND_OPS]
 
 
 def speculative_math(plan: LoopPlan, max_positions: int,
@@ -114,20 +118,9 @@ def speculative_math(plan: LoopPlan, max_positions: int,
     step calls at least SPECULATIVE_MIN_CALLS of them per lane: the kernel then holds a
     second copy of the step's lane code, which doubles the C compiler's work on it."""
     taken = {id(inst) for inst, _ in checked}
-    out = []
-    calls = 0
-    for inst in plan.body.instructions:
-        name = _MATH_NAMES.get(inst.op)
-        form = None if name is None else mathlib.small_argument_form(name, inst.dtype)
-        if form is None or id(inst) in taken or id(inst) not in plan.lane:
-            continue
-        if math_lane_dim(plan, inst) is None:
-            continue  # the same for every lane: computed once per step
-        positions = inst.shape.num_elements // plan.size
-        if positions > max_positions:
-            continue
-        out.append((inst, form))
-        calls += positions
+    out = [(inst, form) for inst, form in _math_with_small_forms(plan, max_positions)
+           if id(inst) not in taken]
+    calls = sum(inst.shape.num_elements // plan.size for inst, _ in out)
     return out if calls >= SPECULATIVE_MIN_CALLS else []
 
 
