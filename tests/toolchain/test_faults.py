@@ -35,6 +35,7 @@ def answer(path: Path, value: int) -> int:
 def fresh_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each test sees the first fallback of its own (and so its warning).
     monkeypatch.setattr(cache_module, "_fallback", None)
+    monkeypatch.setattr(cache_module, "_usage", cache_module._RunningTotals())
 
 
 def source_numbered(k: int) -> str:
@@ -214,6 +215,46 @@ def test_least_recently_used_entries_are_evicted_beyond_the_cap(
     # an evicted entry is simply compiled again
     again = build_shared_object(source_numbered(1), FLAGS, cache)
     assert not again.cache_hit and answer(again.path, 0) == 101
+
+
+@pytest.mark.needs_cc
+def test_installs_under_the_cap_do_not_list_the_cache(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full cache holds thousands of entries: listing them on every compile cost more than
+    # the compile. Only the first install of a process, one past the cap, or one after
+    # RESCAN_S lists the directory.
+    cache = Cache.open(tmp_path / "cache")
+    listings = []
+    entries = Cache.entries
+    monkeypatch.setattr(Cache, "entries", lambda self: listings.append(1) or entries(self))
+    build_shared_object(source_numbered(0), FLAGS, cache)
+    assert len(listings) == 1
+    for k in (1, 2, 3):
+        build_shared_object(source_numbered(k), FLAGS, cache)
+    assert len(listings) == 1
+    monkeypatch.setattr(cache_module, "RESCAN_S", -1.0)
+    build_shared_object(source_numbered(4), FLAGS, cache)
+    assert len(listings) == 2
+
+
+@pytest.mark.needs_cc
+def test_eviction_goes_below_the_cap_to_leave_room(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = Cache.open(tmp_path / "cache")
+    keys = []
+    for k in range(10):
+        keys.append(build_shared_object(source_numbered(k), FLAGS, cache).key)
+        stamp = time.time() - 1000 + 10 * k
+        for path in cache.root.glob(f"{keys[-1]}.*"):
+            os.utime(path, (stamp, stamp))
+    total = cache.info()[1]
+    cap = int(total * 0.95)
+    monkeypatch.setenv("HLOFUSE_CACHE_MAX_BYTES", str(cap))
+    newest = build_shared_object(source_numbered(10), FLAGS, cache)
+    remaining = cache.info()[1]
+    assert remaining <= cap * cache_module.LOW_WATER
+    assert cache.lookup(newest.key) is not None and cache.lookup(keys[-1]) is not None
+    assert cache.lookup(keys[0]) is None and cache.lookup(keys[1]) is None
 
 
 @pytest.mark.needs_cc

@@ -13,9 +13,13 @@ Faults: a process killed mid-write leaves at most a `tmp-*` file or directory (n
 removed once stale) or an object without its checksum (a miss: compiled again). A cache
 directory that cannot be written (read-only, full disk, no permission) is not an error: a
 warning, and the compile goes to a private temporary directory of this process instead
-(`fallback_cache`). The cache is capped (`HLOFUSE_CACHE_MAX_BYTES`, default 2 GiB): after
-each new entry the least recently used entries (by modification time, which a hit renews)
-are removed until the total fits.
+(`fallback_cache`). The cache is capped (`HLOFUSE_CACHE_MAX_BYTES`, default 2 GiB): once a
+new entry takes the total over the cap, the least recently used entries (by modification
+time, which a hit renews) are removed until it is back under `LOW_WATER` of the cap. Each
+process keeps a running total per cache directory (bytes found by its last scan plus what it
+installed since), so an install only lists the directory when that total passes the cap or
+the last scan is older than `RESCAN_S` (other processes write too): with a full cache of
+thousands of entries, a compile does not stat every one of them.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ MAX_BYTES_VARIABLE = "HLOFUSE_CACHE_MAX_BYTES"
 STALE_TEMPORARY_S = 3600.0
 # Entries used this recently are kept above the cap: a process may be about to load them.
 IN_USE_S = 60.0
+# Eviction goes down to this fraction of the cap, so the next installs fit without a scan.
+LOW_WATER = 0.9
+# A running total older than this is refreshed by a scan: other processes install entries too.
+RESCAN_S = 60.0
 # errno values that mean "this directory cannot take the entry", not "the program is wrong".
 UNWRITABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM,
                                errno.EDQUOT, errno.EFBIG})
@@ -227,7 +235,10 @@ class Cache:
         target = self.object_path(key)
         os.replace(built, target)
         _atomic_write(self.root / f"{key}.sum", (digest(data) + "\n").encode())
-        self.evict(keep=key)
+        source = self.source_path(key)
+        added = len(data) + (_size(source) if source.exists() else 0)
+        if _usage.needs_scan(self.root, added, max_bytes()):
+            self.evict(keep=key)
         return target
 
     def evict(self, limit: int | None = None, keep: str | None = None) -> int:
@@ -237,6 +248,7 @@ class Cache:
         dead processes go first. Returns the bytes removed. Concurrent evictions only race
         to unlink."""
         limit = max_bytes() if limit is None else limit
+        target = int(limit * LOW_WATER)
         now = time.time()
         groups: dict[str, list[tuple[Path, int, float]]] = {}
         removed = 0
@@ -252,19 +264,19 @@ class Cache:
                 continue
             groups.setdefault(path.stem, []).append((path, info.st_size, info.st_mtime))
         total = sum(size for files in groups.values() for _, size, _ in files)
-        if total <= limit:
-            return removed
-        # The oldest use of a group is its newest file: a hit renews the .so or the record.
-        order = sorted(groups, key=lambda k: max(m for _, _, m in groups[k]))
-        for stem in order:
-            if total <= limit:
-                break
-            if stem == keep or now - max(m for _, _, m in groups[stem]) < IN_USE_S:
-                continue
-            for path, size, _ in sorted(groups[stem], key=lambda f: f[0].suffix != ".sum"):
-                _remove(path)  # the checksum first: a half-removed entry is a miss
-                total -= size
-                removed += size
+        if total > limit:
+            # The oldest use of a group is its newest file: a hit renews the .so or the record.
+            order = sorted(groups, key=lambda k: max(m for _, _, m in groups[k]))
+            for stem in order:
+                if total <= target:
+                    break
+                if stem == keep or now - max(m for _, _, m in groups[stem]) < IN_USE_S:
+                    continue
+                for path, size, _ in sorted(groups[stem], key=lambda f: f[0].suffix != ".sum"):
+                    _remove(path)  # the checksum first: a half-removed entry is a miss
+                    total -= size
+                    removed += size
+        _usage.scanned(self.root, total)
         return removed
 
     def entries(self) -> Iterator[Path]:
@@ -297,6 +309,31 @@ class Cache:
                     path.unlink()
             removed += 1
         return removed
+
+
+class _RunningTotals:
+    """Per cache directory: the bytes its last scan found in this process, plus what this
+    process installed since, and when that scan was."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals: dict[Path, tuple[int, float]] = {}
+
+    def needs_scan(self, root: Path, added: int, limit: int) -> bool:
+        with self._lock:
+            known = self._totals.get(root)
+            if known is None or time.monotonic() - known[1] > RESCAN_S:
+                return True
+            total = known[0] + added
+            self._totals[root] = (total, known[1])
+            return total > limit
+
+    def scanned(self, root: Path, total: int) -> None:
+        with self._lock:
+            self._totals[root] = (total, time.monotonic())
+
+
+_usage = _RunningTotals()
 
 
 def _size(path: Path) -> int:
