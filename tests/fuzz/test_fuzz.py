@@ -100,6 +100,17 @@ def test_comparison_rules() -> None:
                           np.array([1, 1], np.float32), loose) is None
     assert compare_output(np.array([1, np.inf], np.float32), np.array([1, 3e38], np.float32),
                           loose) is not None
+    # XLA's approximations return a tiny argument unchanged where hlofuse computes from the
+    # zero DAZ reads: below the smallest normal, an approximated value equals zero.
+    denormal = np.array([0x00000010], np.uint32).view(np.float32)
+    assert compare_output(np.float32([0.0]), denormal, Rule("float32", (1,), True, False)) is None
+    assert compare_output(np.float32([0.0]), denormal,
+                          Rule("float32", (1,), False, False)) is not None
+    assert compare_output(np.float32([1.2e-38]), denormal,
+                          Rule("float32", (1,), True, False)) is not None  # a normal number
+    f16_denormal = np.array([0x0010], np.uint16).view(np.float16)
+    assert compare_output(np.float16([0.0]), f16_denormal,
+                          Rule("float16", (1,), True, False)) is not None  # normal in f32
     ints = Rule("int32", (1,), False, True)
     assert compare_output(np.array([1], np.int32), np.array([2], np.int32), ints) is not None
 
