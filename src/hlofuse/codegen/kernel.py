@@ -163,7 +163,7 @@ class KernelEmitter(ReductionEmission):
         stmts.extend(self.epilogue)
         types = self.parameter_types()
         names = [*self.input_names, *self.output_names]
-        small = self._work() < self.options.small_kernel_elements
+        small = self._is_small(self.options.small_kernel_elements)
         qualifier = self.lang.kernel_qualifier + " " + (
             self.lang.small_kernel_attribute if small else self.lang.no_jump_threading)
         comment = kernel_comment(self.spec)
@@ -173,18 +173,28 @@ class KernelEmitter(ReductionEmission):
         return EmittedKernel(parts + self.lang.function(function), types, tuple(self.in_place),
                              comment, small, self.spec.kind, len(self.parts))
 
-    def _work(self) -> int:
-        work = 0
+    def _is_small(self, limit: int) -> bool:
+        """Whether every array the kernel reads or computes, and every dot's multiply count,
+        stays under `limit` elements. The kernel's arguments are looked at first: a large
+        kernel is told by them without walking its (maybe tens of thousands of) instructions."""
+        for inst, _ in self.spec.inputs:
+            if _largest_leaf(inst.shape) >= limit:
+                return False
+        for inst, path in self.spec.outputs:
+            if _largest_leaf(leaf_shape(inst, path)) >= limit:
+                return False
         for inst in kernel_instructions(self.spec):
-            for shape in [inst.shape, *(o.shape for o in inst.operands)]:
-                for leaf in shape.leaves():
-                    if leaf.is_array:
-                        work = max(work, leaf.num_elements)
+            if _largest_leaf(inst.shape) >= limit:
+                return False
+            for operand in inst.operands:
+                if _largest_leaf(operand.shape) >= limit:
+                    return False
             if inst.op is Op.DOT:
                 k = math.prod(inst.operands[0].shape.dims[d]
                               for d in inst.ints("lhs_contracting_dims"))
-                work = max(work, inst.shape.num_elements * k)
-        return work
+                if inst.shape.num_elements * k >= limit:
+                    return False
+        return True
 
     # --- dynamic-update-slice in place --------------------------------------------------
 
@@ -429,3 +439,9 @@ def emit_kernel(spec: KernelSpec, lang: CLanguage,
             if e.group in nest_groups:
                 raise
             nest_groups.add(e.group)
+
+
+def _largest_leaf(shape: Shape) -> int:
+    if not shape.is_tuple:
+        return shape.num_elements if shape.is_array else 0
+    return max((_largest_leaf(e) for e in shape.elements), default=0)
