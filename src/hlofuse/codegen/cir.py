@@ -475,6 +475,105 @@ def names_used(stmts: list[Stmt]) -> set[str]:
     return out
 
 
+class _NotOnlyLoaded(Exception):
+    """A renamed pointer is used other than as the array of a load."""
+
+
+class LoadRetargeting:
+    """Statements with loads from some pointers read through others instead (`{old: new}`),
+    for a kernel whose output buffer turned out to be one of its inputs' (it then reads that
+    input through the output's pointer). `apply` gives None when a renamed pointer is used
+    any other way (passed to a call, compared): that kernel is emitted again instead."""
+
+    def __init__(self, renamed: Mapping[str, str]) -> None:
+        self.renamed = dict(renamed)
+        self._done: dict[int, Expr] = {}
+
+    def apply(self, stmts: list[Stmt]) -> list[Stmt] | None:
+        try:
+            return [self._stmt(s) for s in stmts]
+        except _NotOnlyLoaded:
+            return None
+
+    def _exprs(self, exprs: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        return tuple(self._expr(e) for e in exprs)
+
+    def _expr(self, e: Expr) -> Expr:
+        done = self._done.get(id(e))
+        if done is not None:
+            return done
+        out: Expr
+        kind = type(e)
+        if kind is Var:
+            if e.name in self.renamed:  # type: ignore[attr-defined]
+                raise _NotOnlyLoaded
+            out = e
+        elif kind is Int or kind is Const or kind is TypeName:
+            out = e
+        elif kind is Load:
+            array = e.array  # type: ignore[attr-defined]
+            if isinstance(array, Var) and array.name in self.renamed:
+                array = Var(self.renamed[array.name])
+            else:
+                array = self._expr(array)
+            out = Load(array, self._exprs(e.indices))  # type: ignore[attr-defined]
+        elif kind is Unary:
+            out = Unary(e.op, self._expr(e.operand))  # type: ignore[attr-defined]
+        elif kind is Cast:
+            out = Cast(e.ctype, self._expr(e.operand))  # type: ignore[attr-defined]
+        elif kind is Binary:
+            out = Binary(e.op, self._expr(e.left), self._expr(e.right))  # type: ignore[attr-defined]
+        elif kind is Call:
+            out = Call(e.function, self._exprs(e.arguments))  # type: ignore[attr-defined]
+        elif kind is Select:
+            out = Select(self._expr(e.condition), self._expr(e.on_true),  # type: ignore[attr-defined]
+                         self._expr(e.on_false))  # type: ignore[attr-defined]
+        elif kind is Affine:
+            out = Affine(e.const, tuple((self._expr(atom), k)  # type: ignore[attr-defined]
+                                        for atom, k in e.terms))  # type: ignore[attr-defined]
+        else:
+            raise _NotOnlyLoaded  # an expression kind this does not know: emit again
+        self._done[id(e)] = out
+        return out
+
+    def _body(self, stmts: list[Stmt]) -> list[Stmt]:
+        return [self._stmt(s) for s in stmts]
+
+    def _stmt(self, s: Stmt) -> Stmt:
+        if isinstance(s, Declare):
+            if s.name in self.renamed:
+                raise _NotOnlyLoaded
+            return Declare(s.ctype, s.name, None if s.init is None else self._expr(s.init),
+                           s.const, tuple(self._expr(d) if isinstance(d, Expr) else d
+                                          for d in s.dims), s.zeroed)
+        if isinstance(s, Assign):
+            return Assign(self._expr(s.target), self._expr(s.value), s.op)
+        if isinstance(s, ExprStmt):
+            return ExprStmt(self._expr(s.expr))
+        if isinstance(s, Comment | Break):
+            return s
+        if isinstance(s, Return):
+            return Return(None if s.value is None else self._expr(s.value))
+        if isinstance(s, Block):
+            return Block(self._body(s.body))
+        if isinstance(s, For):
+            if s.var in self.renamed:
+                raise _NotOnlyLoaded
+            return For(s.var, self._expr(s.lo), None if s.hi is None else self._expr(s.hi),
+                       self._body(s.body), s.how, s.ctype, s.step)
+        if isinstance(s, While):
+            return While(self._expr(s.condition), self._body(s.body))
+        if isinstance(s, If):
+            return If(self._expr(s.condition), self._body(s.then),
+                      None if s.otherwise is None else self._body(s.otherwise))
+        if isinstance(s, Switch):
+            return Switch(self._expr(s.selector), [self._body(case) for case in s.cases])
+        if isinstance(s, ParallelRegion):
+            return ParallelRegion(self._body(s.body),
+                                  None if s.condition is None else self._expr(s.condition))
+        raise _NotOnlyLoaded
+
+
 @dataclass(frozen=True, slots=True)
 class Parameter:
     ctype: str  # the pointer type, qualifiers included

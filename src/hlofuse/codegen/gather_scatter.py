@@ -104,6 +104,7 @@ def emit_scatter(k: KernelEmitter, inst: Instruction, targets: list[str]) -> Non
     updates = inst.operands[n + 1:]
     em = k.em
     dims = operands[0].shape.dims
+    k.layout_depends_on_aliasing = True
     for operand, target in zip(operands, targets):
         if k.arg_pointer.get(id(operand)) != target:  # not already the output's buffer
             k.loop(dims, [(k.element(operand), target, operand.dtype, None)], parallel=True)

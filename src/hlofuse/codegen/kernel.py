@@ -11,6 +11,7 @@ call go through library routines of ours, called like XLA calls cuBLAS.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -26,6 +27,7 @@ from hlofuse.codegen.kernel_spec import (
     EmittedKernel,
     KernelOptions,
     KernelSpec,
+    Retargetable,
     kernel_comment,
     kernel_instructions,
     leaf_shape,
@@ -64,6 +66,10 @@ class KernelEmitter(ReductionEmission):
         self.results: dict[int, tuple[str, ...]] = {}
         self.in_place: list[tuple[int, int]] = []
         self.parts: list[Part] = []
+        # Set where the code written depends on which inputs share the outputs' buffers (an
+        # update copies its operand only when they differ): such a kernel is emitted again
+        # after buffer assignment rather than retargeted (`emit_aliased`).
+        self.layout_depends_on_aliasing = False
         # For element-wise in-place updates: every (pointer, index key) an input is read at,
         # and the index key of the loop that stores each output.
         self.reads: dict[str, set[tuple[object, ...]]] = {}
@@ -170,8 +176,13 @@ class KernelEmitter(ReductionEmission):
         function = cir.Function("$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
                                 stmts, qualifier)
         parts = "".join(self._render_part(part, types) for part in self.parts)
+        # Parallel parts take pointers as arguments: a kernel with parts is emitted again.
+        retargetable = None
+        if not self.parts and not self.layout_depends_on_aliasing:
+            retargetable = Retargetable(function, tuple(self.input_names),
+                                        tuple(self.output_names))
         return EmittedKernel(parts + self.lang.function(function), types, tuple(self.in_place),
-                             comment, small, self.spec.kind, len(self.parts))
+                             comment, small, self.spec.kind, len(self.parts), retargetable)
 
     def _is_small(self, limit: int) -> bool:
         """Whether every array the kernel reads or computes, and every dot's multiply count,
@@ -203,6 +214,7 @@ class KernelEmitter(ReductionEmission):
             if inst.op is not Op.DYNAMIC_UPDATE_SLICE or path or id(inst) in self.arg_pointer:
                 continue
             done.add(k)
+            self.layout_depends_on_aliasing = True
             operand, update = inst.operands[:2]
             pointer = self.output_names[k]
             source = self.arg_pointer.get(id(operand))
@@ -421,6 +433,24 @@ def _tree(shape: Shape, leaves: dict[tuple[int, ...], Binding],
 
 
 DEFAULT_OPTIONS = KernelOptions()
+
+
+def emit_aliased(previous: EmittedKernel, spec: KernelSpec, lang: CLanguage,
+                 options: KernelOptions = DEFAULT_OPTIONS) -> EmittedKernel:
+    """The kernel again once buffer assignment gave some outputs their inputs' buffers
+    (`spec.aliased`): those inputs are read through the outputs' pointers. Where the pointers
+    are only loaded from, the first emission's statements are retargeted and printed (the same
+    text as emitting again, at a fraction of the cost: a large kernel's emission is most of
+    code generation); otherwise the kernel is emitted again."""
+    kept = previous.retargetable
+    if kept is not None:
+        renamed = {kept.input_names[i]: kept.output_names[o] for o, i in spec.aliased}
+        body = cir.LoadRetargeting(renamed).apply(kept.function.body)
+        if body is not None:
+            function = dataclasses.replace(kept.function, body=body)
+            return dataclasses.replace(previous, code=lang.function(function),
+                                       retargetable=None)
+    return emit_kernel(spec, lang, options)
 
 
 def emit_kernel(spec: KernelSpec, lang: CLanguage,

@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hlofuse.analysis.graph import post_order
+from hlofuse.codegen import cir
 from hlofuse.codegen.naming import Names, sanitize
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.shapes import Shape
@@ -66,6 +67,16 @@ class KernelOptions:
 
 
 @dataclass(frozen=True)
+class Retargetable:
+    """A kernel function kept as statements, so that a version reading some inputs through
+    the outputs that got their buffers can be printed without emitting it again."""
+
+    function: cir.Function
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class EmittedKernel:
     """A kernel's functions with its name left as $name (identical kernels share them)."""
 
@@ -78,6 +89,7 @@ class EmittedKernel:
     is_small: bool
     kind: str
     part_count: int = 0  # functions `$name_part<k>` the code holds
+    retargetable: Retargetable | None = field(default=None, compare=False, repr=False)
 
     @property
     def definition(self) -> str:

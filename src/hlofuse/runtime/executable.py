@@ -20,7 +20,7 @@ from importlib import resources
 import numpy as np
 
 from hlofuse.codegen.element import UnsupportedInstruction
-from hlofuse.codegen.kernel import emit_kernel
+from hlofuse.codegen.kernel import emit_aliased, emit_kernel
 from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, sanitize
 from hlofuse.codegen.language import C, CLanguage
 from hlofuse.codegen.whole_loop import whole_loop_in_place
@@ -119,8 +119,14 @@ def _generate(module: Module, options: CompileOptions, lang: CLanguage) -> Gener
                        if assignment.of(thunk.outputs[o]) == assignment.of(thunk.inputs[i]))
         if shared:
             thunk.spec = dataclasses.replace(thunk.spec, aliased=shared)
-        if shared or id(thunk) not in emitted:
+        if id(thunk) not in emitted:
             emitted[id(thunk)] = emit_kernel(thunk.spec, lang, options.kernel)
+        elif shared:
+            emitted[id(thunk)] = emit_aliased(emitted[id(thunk)], thunk.spec, lang,
+                                              options.kernel)
+    # The statements kept for retargeting are not needed past this point.
+    emitted = {key: dataclasses.replace(kernel, retargetable=None)
+               for key, kernel in emitted.items()}
     pool, offsets = _constant_pool(program)
     source = module_source(program, emitted, assignment, offsets, lang,
                            f"module {sanitize(module.name)}")
