@@ -77,6 +77,7 @@ from hlofuse.fusion.tree_reduction import TreeReductionRewriter
 from hlofuse.fusion.whole_loop import WholeLoopFusion
 from hlofuse.ir.hlo import Module
 from hlofuse.passes.call_inliner import CallInliner
+from hlofuse.passes.computation_deduplicator import ComputationDeduplicator
 from hlofuse.passes.concat_forwarding import ConcatForwarding
 from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
@@ -205,6 +206,8 @@ class Strategy:
             steps.append(FixedPoint(tidy, label="after unrolling"))
         if self.gpu_priority_fusion:  # XLA's while-loop simplifier (gpu_while_simplify.py)
             steps.append(FixedPoint(GPU_LOOP_SIMPLIFICATION + tidy, label="while loops"))
+            # XLA's HloComputationDeduplicator, then FlattenCallGraph's copies per call site.
+            steps.append(ComputationDeduplicator())
         # XLA annotates trip counts last among the loop rewrites (nothing may change a loop
         # afterwards) and splits large reductions after layout assignment, before fusion.
         if self.trip_count:

@@ -49,6 +49,8 @@ VARIADIC_SPLITTER = "variadic-op-splitter"
 WHILE_SIMPLIFIER = "while-loop-simplifier"
 ARITHMETIC_IDENTITIES = "arithmetic-identities"
 CONSTANT_FOLDING = "constant-folding"
+CONDITIONAL_PRED_INDEX = "conditional-pred-index"
+CONDITIONAL_SIMPLIFIER = "conditional-simplifier"
 _WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
 # Rules every vertical fusion pass applies through the shared legality checks (rules.py).
@@ -383,6 +385,18 @@ CATALOGUE: tuple[Rule, ...] = (
           "constant) became its value",
           "xla/hlo/transforms/simplifiers/hlo_constant_folding.cc: HloConstantFolding::Run, "
           "AllOperandsConstantOrBroadcastConstant, IsFoldable"),
+    _rule("pred-index", CONDITIONAL_PRED_INDEX,
+          "a two-branch conditional on convert(p) of a pred became a conditional on p, its "
+          "branches swapped",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: AlgebraicSimplifier (the "
+          "\"algsimp\" step of XLA's per-pass dump)"),
+    _rule("known-branch", CONDITIONAL_SIMPLIFIER,
+          "a conditional with one branch or a constant index became that branch, inlined",
+          "xla/service/conditional_simplifier.cc: ConditionalSimplifier::TryRemoveConditional"),
+    _rule("select-branches", CONDITIONAL_SIMPLIFIER,
+          "a two-branch pred conditional with cheap, non-empty branches became both branches "
+          "and a select",
+          "xla/service/conditional_simplifier.cc: ConditionalSimplifier::TryRemoveConditional"),
 )
 
 RULES: dict[str, Rule] = {rule.id: rule for rule in CATALOGUE}
