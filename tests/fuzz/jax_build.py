@@ -28,9 +28,14 @@ def jax_modules() -> tuple[Any, Any, Any]:
         # negative number, where its CPU code gives 0) and its algebraic simplifier rewrites
         # values (exp(a) / exp(b) to exp(a - b): inf / inf becomes 1, not NaN; max(x, x) to x),
         # so both are off. Only possible before JAX starts its backend.
-        flag = "--xla_disable_hlo_passes=constant_folding,algsimp"
-        if "jax" not in sys.modules and flag not in os.environ.get("XLA_FLAGS", ""):
-            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+        # XLA also allows excess precision by default: it removes the f32 -> bf16 -> f32
+        # conversions around a bf16 dot computed in f32, so the dot's bf16 result is never
+        # rounded (seed 7461); HLO's meaning, which hlofuse follows, rounds it.
+        flags = ("--xla_disable_hlo_passes=constant_folding,algsimp",
+                 "--xla_allow_excess_precision=false")
+        for flag in flags:
+            if "jax" not in sys.modules and flag not in os.environ.get("XLA_FLAGS", ""):
+                os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
         import jax
 
         jax.config.update("jax_enable_x64", True)  # type: ignore[no-untyped-call]
@@ -48,7 +53,7 @@ def _unary(op: str, x: Any, dtype: str) -> Any:
         limit = np.asarray(TRIG_LIMIT[dtype], np_dtype(dtype))
         x = lax.clamp(-limit, x, limit)
     if (op == "cbrt" and dtype in ("float32", "bfloat16")) or (
-            op == "log" and dtype in ("float32", "bfloat16", "float64")):
+            op == "log" and dtype in FLUSHED_TYPES):
         # XLA's CPU cbrt answers -5.6e-16 (bits 0xa6214518) for every f32 denormal, of either
         # sign (seed 1097); its log answers log(2^-150) = -103.97 for a positive f32 denormal
         # and NaN for a negative one in some elements of an array and -inf (the log of the
@@ -56,10 +61,7 @@ def _unary(op: str, x: Any, dtype: str) -> Any:
         # 5863; measured: f32[5] gives -103.97, f32[4] -inf). Faults of its own under DAZ,
         # not copied; denormals go in as the zeros DAZ reads them as (|x| < smallest normal
         # is true for them under DAZ).
-        tiny_type = np.float64 if dtype == "float64" else np.float32
-        tiny = np.asarray(np.finfo(tiny_type).tiny, np_dtype(dtype))
-        x = lax.select(lax.lt(lax.abs(x), jnp.full_like(x, tiny)), lax.mul(x, jnp.zeros_like(x)),
-                       x)
+        x = _denormals_as_zeros(x)
     table: dict[str, Callable[[Any], Any]] = {
         "neg": lax.neg, "abs": lax.abs, "floor": lax.floor, "ceil": lax.ceil,
         "round_afz": lambda a: lax.round(a, lax.RoundingMethod.AWAY_FROM_ZERO),
@@ -73,8 +75,29 @@ def _unary(op: str, x: Any, dtype: str) -> Any:
     return table[op](x)
 
 
+# The types whose denormals XLA's CPU code reads as zeros (DAZ); f16 is computed in f32.
+FLUSHED_TYPES = ("float32", "bfloat16", "float64")
+
+
+def _denormals_as_zeros(x: Any) -> Any:
+    """`x` with its denormals replaced by the zeros DAZ reads them as (of their sign)."""
+    _, jnp, lax = jax_modules()
+    name = np.dtype(x.dtype).name
+    if name not in FLUSHED_TYPES:
+        return x
+    tiny = np.asarray(np.finfo(np.float64 if name == "float64" else np.float32).tiny,
+                      np_dtype(name))
+    return lax.select(lax.lt(lax.abs(x), jnp.full_like(x, tiny)), lax.mul(x, jnp.zeros_like(x)),
+                      x)
+
+
 def _binary(op: str, a: Any, b: Any, shape: tuple[int, ...]) -> Any:
     _, jnp, lax = jax_modules()
+    if op in ("max", "min") and a is b:
+        # LLVM folds max(x, x) to x, keeping a denormal x that the max instruction, under DAZ,
+        # flushes (seed 7224): which one XLA gives depends on its rewrites, so such an x goes
+        # in as the zero DAZ reads.
+        a = b = _denormals_as_zeros(a)
     a, b = jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
     if op == "atan2":
         # atan2(+-0, +-0) is left out: XLA's CPU code answers 0 in some fusions, NaN in others.
@@ -124,6 +147,11 @@ def _reduce(kind: str, x: Any, axes: tuple[int, ...]) -> Any:
         return lax.reduce(x, np.ones((), dtype), lax.mul, axes)
     if dtype.kind == "f" or dtype.name == "bfloat16":
         init = np.asarray(-np.inf if kind == "max" else np.inf, dtype)
+        if all(x.shape[a] == 1 for a in axes):
+            # A max/min over size-1 dimensions keeps a denormal where XLA's simplifier makes
+            # it a reshape (its default pipeline, and hlofuse) and flushes it in the oracle,
+            # whose simplifier is off, when the reduce has a kernel of its own (seed 7717).
+            x = _denormals_as_zeros(x)
     else:
         info = np.iinfo(dtype)
         init = np.asarray(info.min if kind == "max" else info.max, dtype)
@@ -200,7 +228,10 @@ def apply_step(step: Step, env: list[Any]) -> list[Any]:
         pred, x, y = a
         return [lax.select(jnp.broadcast_to(pred, x.shape) if pred.ndim == 0 else pred, x, y)]
     if op == "clamp":
-        return [lax.clamp(a[0], a[1], a[2])]
+        low, x, high = a
+        if low is x or x is high or low is high:  # max(x, x) inside: see _binary
+            low, x, high = (_denormals_as_zeros(v) for v in (low, x, high))
+        return [lax.clamp(low, x, high)]
     if op == "convert":
         return [lax.convert_element_type(a[0], np_dtype(p["dtype"]))]
     if op == "bitcast":
