@@ -94,12 +94,14 @@ def test_layer_norm_is_one_kernel_as_in_xla() -> None:
 
 
 def test_mlp_loss_diamonds_become_triton_and_priority_fusion_logs_triton_rules() -> None:
-    """mlp: the log-softmax is a Triton fusion; the one-hot mask's convert from pred is not
-    one Triton emits, so it is refused with Triton's rule (XLA's simplifier had made the
-    multiply by the mask a select, which Triton emits: one kernel fewer in XLA)."""
+    """mlp: the log-softmax is a Triton fusion. The one-hot mask multiplies by a convert from
+    pred, which Triton does not emit; XLA's simplifier makes that multiply a select first (as
+    `arithmetic-identities` does), which Triton emits, so the mask joins the fusion."""
     result = run_strategy(_module("mlp"), "xla-gpu", debug=True)
     rules = {r.rule for r in result.decisions if r.pass_name == "gpu-priority-fusion"}
-    assert "triton-unsupported" in rules
+    assert "triton-not-fusible" in rules and "triton-unsupported" not in rules
+    assert [r.rule for r in result.decisions if r.pass_name == "arithmetic-identities"] == [
+        "pred-product-select"]
     fused = [r for r in result.decisions if r.pass_name == "softmax-rewriter-triton"]
     assert len(fused) == 2 and all(r.verdict == "fuse" for r in fused)
 

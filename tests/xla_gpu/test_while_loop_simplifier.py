@@ -271,3 +271,36 @@ def test_compiled_multi_output_kernel_of_bitcast_shapes_matches_the_reference() 
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(np.asarray(g), w)
+
+
+def test_a_product_with_a_converted_pred_becomes_a_select() -> None:
+    """XLA's HandleMultiply: convert(p) * A (either order) is select(p, A, 0); a product with a
+    converted integer stays."""
+    module = parse_module("""
+HloModule mask
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  p = pred[2,3] parameter(1)
+  n = s32[2,3] parameter(2)
+  cp = f32[2,3] convert(p)
+  cn = f32[2,3] convert(n)
+  masked = f32[2,3] multiply(a, cp)
+  scaled = f32[2,3] multiply(cn, a)
+  ROOT t = (f32[2,3], f32[2,3]) tuple(masked, scaled)
+}
+""")
+    log = DecisionLog()
+    out, _ = Pipeline([ArithmeticIdentities(), DeadCodeElimination()], debug=True,
+                      log=log).run(module)
+    masked, scaled = out.entry.root.operands
+    assert masked.op.text == "select" and [o.name for o in masked.operands[:2]] == ["p", "a"]
+    zeros = masked.operands[2]
+    assert zeros.op.text == "broadcast" and zeros.operands[0].op.text == "constant"
+    assert scaled.op.text == "multiply"
+    assert [r.rule for r in log] == ["pred-product-select"]
+    a = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    p = np.array([[True, False, True], [False, False, True]])
+    n = np.arange(6, dtype=np.int32).reshape(2, 3)
+    for want, got in zip(flatten_value(evaluate(module, [a, p, n])),
+                         flatten_value(evaluate(out, [a, p, n])), strict=True):
+        np.testing.assert_array_equal(want, got)

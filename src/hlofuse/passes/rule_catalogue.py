@@ -380,6 +380,10 @@ CATALOGUE: tuple[Rule, ...] = (
           "A + 0 and A * 1 became A",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleAdd/HandleMultiply"),
+    _rule("pred-product-select", ARITHMETIC_IDENTITIES,
+          "convert(p) * A of a pred p became select(p, A, 0)",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleMultiply"),
     _rule("folded-constant", CONSTANT_FOLDING,
           "an instruction of constants, broadcast constants and iotas (one operand a "
           "constant) became its value",
