@@ -50,6 +50,8 @@ WHILE_SIMPLIFIER = "while-loop-simplifier"
 ARITHMETIC_IDENTITIES = "arithmetic-identities"
 CONSTANT_FOLDING = "constant-folding"
 CONDITIONAL_PRED_INDEX = "conditional-pred-index"
+DOT_STRENGTH_REDUCTION = "dot-strength-reduction"
+DOT_DECOMPOSER = "dot-decomposer"
 CONDITIONAL_SIMPLIFIER = "conditional-simplifier"
 _WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
@@ -389,6 +391,13 @@ CATALOGUE: tuple[Rule, ...] = (
           "constant) became its value",
           "xla/hlo/transforms/simplifiers/hlo_constant_folding.cc: HloConstantFolding::Run, "
           "AllOperandsConstantOrBroadcastConstant, IsFoldable"),
+    _rule("canonical-dot", DOT_DECOMPOSER,
+          "a dot not in canonical form became transposes and reshapes around a canonical one",
+          "xla/hlo/transforms/expanders/dot_decomposer.cc: CanonicalizeDot"),
+    _rule("dot-to-reduce", DOT_STRENGTH_REDUCTION,
+          "a small dot with a vector operand became a multiply and a reduce",
+          "xla/backends/gpu/transforms/dot_strength_reduction.cc: "
+          "DotStrengthReduction::InstructionMatchesPattern"),
     _rule("pred-index", CONDITIONAL_PRED_INDEX,
           "a two-branch conditional on convert(p) of a pred became a conditional on p, its "
           "branches swapped",
