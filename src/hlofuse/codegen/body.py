@@ -61,6 +61,7 @@ class FunctionBody:
         self.mutable: set[str] = set()
         self.assigned_once: set[str] = set()  # declared, then assigned once on each path
         self.index_forms: dict[str, cir.Affine] = {}  # index locals and their affine forms
+        self.declared = 0  # locals declared so far (what a written-out dimension costs)
 
     def fresh(self, prefix: str = "v") -> str:
         return self.names.fresh(prefix)
@@ -113,6 +114,7 @@ class FunctionBody:
             self.mutable.add(name)
         if self.scope is self.prologue:
             self.prologue_names[name] = ctype
+        self.declared += 1
         self.emit(cir.Declare(ctype, name, init, const, dims, zeroed))
         return cir.Var(name)
 

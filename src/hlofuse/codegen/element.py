@@ -35,6 +35,21 @@ class NeedsLoopNest(Exception):
         self.group = group
 
 
+class UnsharedColumns(Exception):
+    """The columns of a written-out dimension share little of their work and their code is
+    large: the group must be emitted with a loop over that dimension instead."""
+
+    def __init__(self, group: int) -> None:
+        super().__init__(group)
+        self.group = group
+
+
+# A written-out dimension whose first column declares more than this many locals divided by
+# the number of columns, and whose second column repeats more than half of the first's work,
+# is looped over instead: writing it out would only multiply the code (a stack of slices of
+# long element-wise chains repeated each chain once per column).
+WRITE_OUT_BUDGET = 1024
+
 ZERO = cir.Int(0)
 
 

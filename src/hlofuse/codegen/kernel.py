@@ -18,7 +18,14 @@ from collections.abc import Callable
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Expr, Stmt
-from hlofuse.codegen.element import Binding, Index, NeedsLoopNest, UnsupportedInstruction, pick
+from hlofuse.codegen.element import (
+    Binding,
+    Index,
+    NeedsLoopNest,
+    UnsharedColumns,
+    UnsupportedInstruction,
+    pick,
+)
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.elementwise import convert_expression
 from hlofuse.codegen.gather_scatter import emit_scatter
@@ -51,11 +58,12 @@ class KernelEmitter(ReductionEmission):
     """Emits one kernel function from a KernelSpec."""
 
     def __init__(self, spec: KernelSpec, lang: CLanguage, options: KernelOptions,
-                 nest_groups: set[int]) -> None:
+                 nest_groups: set[int], rolled_groups: set[int] | None = None) -> None:
         self.spec = spec
         self.lang = lang
         self.options = options
         self.nest_groups = nest_groups
+        self.rolled_groups = rolled_groups if rolled_groups is not None else set()
         self.body = FunctionBody()
         self.body.names.reserve("hlofuse_t", "hlofuse_nt")
         self.sections: list[list[Stmt]] = []
@@ -462,13 +470,18 @@ def emit_kernel(spec: KernelSpec, lang: CLanguage,
 
         return emit_whole_loop(spec, lang, options)
     nest_groups: set[int] = set()
+    rolled_groups: set[int] = set()
     while True:
         try:
-            return KernelEmitter(spec, lang, options, nest_groups).emit()
+            return KernelEmitter(spec, lang, options, nest_groups, rolled_groups).emit()
         except NeedsLoopNest as e:
             if e.group in nest_groups:
                 raise
             nest_groups.add(e.group)
+        except UnsharedColumns as e:
+            if e.group in rolled_groups:
+                raise
+            rolled_groups.add(e.group)
 
 
 def _largest_leaf(shape: Shape) -> int:

@@ -17,7 +17,13 @@ from collections.abc import Callable
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Expr, Stmt
-from hlofuse.codegen.element import SCALAR, UNROLL_ELEMENTS, Index
+from hlofuse.codegen.element import (
+    SCALAR,
+    UNROLL_ELEMENTS,
+    WRITE_OUT_BUDGET,
+    Index,
+    UnsharedColumns,
+)
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.kernel_spec import KernelOptions, KernelSpec
 from hlofuse.codegen.language import CLanguage
@@ -80,6 +86,7 @@ class LoopEmission:
     lang: CLanguage
     options: KernelOptions
     nest_groups: set[int]
+    rolled_groups: set[int]  # nest groups whose small dimension is looped over, not written out
     body: FunctionBody
     em: ElementalEmitter
     sections: list[list[Stmt]]
@@ -138,16 +145,27 @@ class LoopEmission:
                 with contextlib.ExitStack() as stack:
                     for var, lo, hi in headers:
                         stack.enter_context(self.body.loop(var, lo, hi))
-                    self._store_all(stores, indices, offsets, len(parts) == 1 and not in_prologue)
+                    self._store_all(stores, indices, offsets, len(parts) == 1 and not in_prologue,
+                                    group if unrolled is not None else None)
         if parallel:
             stmts = self._parallel_part(stmts, spans, bound_names)
         self._add_section(stmts, parallel, in_prologue)
 
     def _store_all(self, stores: list[Store], indices: list[Index],
-                   offsets: Callable[[Index], Expr] | None, whole: bool) -> None:
+                   offsets: Callable[[Index], Expr] | None, whole: bool,
+                   written_out: int | None = None) -> None:
         # Every value is computed before any is stored, so an output may overwrite an input it
         # shares a buffer with (read only at the elements stored in this iteration).
-        values = [[value_of(at) for value_of, _, _, _ in stores] for at in indices]
+        values = []
+        costs = []
+        for at in indices:
+            before = self.body.declared
+            values.append([value_of(at) for value_of, _, _, _ in stores])
+            costs.append(self.body.declared - before)
+            if written_out is not None and len(costs) == 2:
+                first, second = costs
+                if 2 * second > first and first * len(indices) > WRITE_OUT_BUDGET:
+                    raise UnsharedColumns(written_out)
         for (_, pointer, _, place) in stores:
             in_place = whole and offsets is None and place is None
             self.stored_at[pointer] = {i.key for i in indices} if in_place else None
@@ -164,7 +182,7 @@ class LoopEmission:
         and share their subexpressions (the four columns of a packed (N, 4) state share the
         whole CartPole step), a concatenate along it picks its operand without a branch or a
         loop of its own per piece, and the loop left over the large dimension vectorises."""
-        if offsets is not None or len(dims) < 2:
+        if offsets is not None or len(dims) < 2 or group in self.rolled_groups:
             return None
         if split is not None:
             axis = split[0]
