@@ -62,6 +62,13 @@ def _unary(op: str, x: Any, dtype: str) -> Any:
         # not copied; denormals go in as the zeros DAZ reads them as (|x| < smallest normal
         # is true for them under DAZ).
         x = _denormals_as_zeros(x)
+    if op in ("expm1", "sin", "tan", "tanh"):
+        # XLA's approximations return a denormal argument of these unchanged (measured: f32,
+        # bf16, and f64 except tanh), where hlofuse computes them from the zero DAZ reads; the
+        # harness takes both answers as equal (below the smallest normal), but a later
+        # operation can tell them apart (pow(expm1(x), expm1(x)) of a negative denormal is NaN
+        # in XLA, 1 here; seed 7962), so denormals go in as zeros.
+        x = _denormals_as_zeros(x)
     table: dict[str, Callable[[Any], Any]] = {
         "neg": lax.neg, "abs": lax.abs, "floor": lax.floor, "ceil": lax.ceil,
         "round_afz": lambda a: lax.round(a, lax.RoundingMethod.AWAY_FROM_ZERO),
