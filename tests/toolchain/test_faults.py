@@ -50,10 +50,14 @@ def test_a_compile_killed_midway_leaves_no_entry_and_is_redone(tmp_path: Path,
     body = "\n".join(f"__attribute__((visibility(\"default\"))) double f{i}(double x) "
                      f"{{ return x * {i}.5 + __builtin_sin(x + {i}); }}" for i in range(4000))
     slow = SOURCE + body
+    # A test run started as a background job inherits SIGINT ignored (and passes that on to
+    # the compiler): the script takes Ctrl-C as a terminal would deliver it.
     script = textwrap.dedent(f"""
+        import signal
         import sys
         from pathlib import Path
         from hlofuse.toolchain import Cache, build_shared_object
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         build_shared_object(sys.stdin.read(), ("-O2", "-fPIC", "-shared"),
                             Cache.open(Path({str(tmp_path / "cache")!r})))
     """)
