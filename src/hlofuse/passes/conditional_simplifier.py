@@ -111,14 +111,20 @@ class ConditionalPredIndex:
             builder.instructions.append(swapped)
             return swapped
 
-        def transform_for(comp: Computation) -> Transform | None:
-            return transform if any(i.op is Op.CONDITIONAL for i in comp.instructions) \
-                else None
+        return _rewrite_conditionals(module, transform)
 
-        module, changed = rewrite_module(module, transform_for)
-        if changed:
-            module, _ = without_unreachable(module)
-        return module, changed
+
+def _rewrite_conditionals(module: Module, transform: Transform) -> tuple[Module, bool]:
+    """`transform` over the computations that hold a conditional; the branch computations
+    no longer called are dropped."""
+
+    def transform_for(comp: Computation) -> Transform | None:
+        return transform if any(i.op is Op.CONDITIONAL for i in comp.instructions) else None
+
+    module, changed = rewrite_module(module, transform_for)
+    if changed:
+        module, _ = without_unreachable(module)
+    return module, changed
 
 
 def _constant_branch(index: Instruction, branches: int) -> int | None:
@@ -166,14 +172,7 @@ class ConditionalSimplifier:
                                           keep_names=False)
             return _select(builder, operands[0], on_true, on_false, inst)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            return transform if any(i.op is Op.CONDITIONAL for i in comp.instructions) \
-                else None
-
-        module, changed = rewrite_module(module, transform_for)
-        if changed:
-            module, _ = without_unreachable(module)
-        return module, changed
+        return _rewrite_conditionals(module, transform)
 
 
 def _select(builder: RewriteBuilder, pred: Instruction, on_true: Instruction,
