@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 from hlofuse.ir.builder import ComputationBuilder
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module, without_unreachable
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_callers
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -66,10 +66,4 @@ class CallInliner:
                 return None
             return inline_call(inst, operands, builder, references[id(inst.calls[0])] == 1)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            return transform if any(i.op is Op.CALL for i in comp.instructions) else None
-
-        module, changed = rewrite_module(module, transform_for)
-        if changed:
-            module, _ = without_unreachable(module)
-        return module, changed
+        return rewrite_callers(module, Op.CALL, transform)

@@ -39,7 +39,7 @@ from hlofuse.ir.shapes import Shape
 from hlofuse.passes.call_inliner import inline_computation
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.decision_log import RewriteLog
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module, without_unreachable
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_callers
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -111,20 +111,7 @@ class ConditionalPredIndex:
             builder.instructions.append(swapped)
             return swapped
 
-        return _rewrite_conditionals(module, transform)
-
-
-def _rewrite_conditionals(module: Module, transform: Transform) -> tuple[Module, bool]:
-    """`transform` over the computations that hold a conditional; the branch computations
-    no longer called are dropped."""
-
-    def transform_for(comp: Computation) -> Transform | None:
-        return transform if any(i.op is Op.CONDITIONAL for i in comp.instructions) else None
-
-    module, changed = rewrite_module(module, transform_for)
-    if changed:
-        module, _ = without_unreachable(module)
-    return module, changed
+        return rewrite_callers(module, Op.CONDITIONAL, transform)
 
 
 def _constant_branch(index: Instruction, branches: int) -> int | None:
@@ -172,7 +159,7 @@ class ConditionalSimplifier:
                                           keep_names=False)
             return _select(builder, operands[0], on_true, on_false, inst)
 
-        return _rewrite_conditionals(module, transform)
+        return rewrite_callers(module, Op.CONDITIONAL, transform)
 
 
 def _select(builder: RewriteBuilder, pred: Instruction, on_true: Instruction,

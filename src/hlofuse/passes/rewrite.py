@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from hlofuse.analysis.call_graph import callee_order
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op
 
 
 class RewriteBuilder(ComputationBuilder):
@@ -137,6 +138,19 @@ def replace_computations(module: Module, replacements: Mapping[Computation, Comp
     computations = tuple(replacements.get(c, c) for c in callee_order(module))
     entry = replacements.get(module.entry, module.entry)
     return Module(module.name, computations, entry, module.debug_tables)
+
+
+def rewrite_callers(module: Module, op: Op, transform: Transform) -> tuple[Module, bool]:
+    """`transform` over the computations holding an `op` instruction (one that calls
+    computations: a call, a conditional); the computations no longer called are dropped."""
+
+    def transform_for(comp: Computation) -> Transform | None:
+        return transform if any(i.op is op for i in comp.instructions) else None
+
+    module, changed = rewrite_module(module, transform_for)
+    if changed:
+        module, _ = without_unreachable(module)
+    return module, changed
 
 
 def without_unreachable(module: Module) -> tuple[Module, bool]:
