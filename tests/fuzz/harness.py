@@ -41,7 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from tests.fuzz.program import Generator, Program, Step, Value, is_float, np_dtype
+from tests.fuzz.program import (
+    FLUSHED_TINY,
+    Generator,
+    Program,
+    Step,
+    Value,
+    is_float,
+    np_dtype,
+)
 
 STRATEGIES = ("none", "xla", "priority", "max", "xla+relax_concatenate")
 TARGETS = ("interpreter", *STRATEGIES)
@@ -51,9 +59,6 @@ README = Path(__file__).parents[2] / "README.md"
 UNSUPPORTED_MARKER = "<!-- unsupported-opcodes -->"
 RTOL = {"float32": 2e-5, "float64": 1e-9, "float16": 4e-3, "bfloat16": 3e-2}
 TARGET_TIMEOUT_S = 180.0
-# The smallest normal of the types whose denormals DAZ flushes (f16 is computed in f32, where
-# its denormals are normal numbers).
-FLUSHED_TINY = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float64": 2.0**-1022}
 
 
 def unsupported_opcodes(readme: Path = README) -> frozenset[str]:

@@ -27,6 +27,9 @@ from typing import Any
 import numpy as np
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
+# The smallest normal of the types whose denormals XLA's CPU code reads as zeros (DAZ); f16 is
+# computed in f32, where its denormals are normal numbers.
+FLUSHED_TINY = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float64": 2.0**-1022}
 SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 INTS = SIGNED + UNSIGNED

@@ -44,10 +44,10 @@ class UnsharedColumns(Exception):
         self.group = group
 
 
-# A written-out dimension whose first column declares more than this many locals divided by
-# the number of columns, and whose second column repeats more than half of the first's work,
-# is looped over instead: writing it out would only multiply the code (a stack of slices of
-# long element-wise chains repeated each chain once per column).
+# A written-out dimension whose columns would declare more than this many locals (the first
+# column's count times the number of columns), and whose second column repeats more than half
+# of the first's work, is looped over instead: writing it out would only multiply the code (a
+# stack of slices of long element-wise chains repeated each chain once per column).
 WRITE_OUT_BUDGET = 1024
 
 ZERO = cir.Int(0)

@@ -235,8 +235,7 @@ class Cache:
         target = self.object_path(key)
         os.replace(built, target)
         _atomic_write(self.root / f"{key}.sum", (digest(data) + "\n").encode())
-        source = self.source_path(key)
-        added = len(data) + (_size(source) if source.exists() else 0)
+        added = len(data) + _size(self.source_path(key))
         if _usage.needs_scan(self.root, added, max_bytes()):
             self.evict(keep=key)
         return target
