@@ -31,8 +31,14 @@ def jax_modules() -> tuple[Any, Any, Any]:
         # XLA also allows excess precision by default: it removes the f32 -> bf16 -> f32
         # conversions around a bf16 dot computed in f32, so the dot's bf16 result is never
         # rounded (seed 7461); HLO's meaning, which hlofuse follows, rounds it.
+        # The host's instruction set changes XLA's answers: where it has FMA, LLVM contracts
+        # `x + x * x` into one fused multiply-add in some shapes (XLA allows contraction always;
+        # seed 15455, f32[8,2,7]), and where it has AVX512-BF16, a bf16 value that is only
+        # moved (a broadcast, a dynamic-slice) goes through its f32 -> bf16 instruction, which
+        # flushes denormals (seeds 11944, 14306). HLO's meaning, which hlofuse follows, rounds
+        # every operation once and moves bits unchanged, so the oracle is XLA's code for AVX.
         flags = ("--xla_disable_hlo_passes=constant_folding,algsimp",
-                 "--xla_allow_excess_precision=false")
+                 "--xla_allow_excess_precision=false", "--xla_cpu_max_isa=AVX")
         for flag in flags:
             if "jax" not in sys.modules and flag not in os.environ.get("XLA_FLAGS", ""):
                 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
@@ -90,6 +96,34 @@ def _denormals_as_zeros(x: Any) -> Any:
         return x
     return lax.select(lax.lt(lax.abs(x), jnp.full_like(x, tiny)), lax.mul(x, jnp.zeros_like(x)),
                       x)
+
+
+def _bitcast(x: Any, target: str) -> Any:
+    """bitcast-convert to `target`; a denormal it would make is the zero DAZ reads it as.
+
+    A compiler that knows the integer while compiling (a constant; `x / x` that gcc proves
+    is 1, seed 5302) evaluates the float arithmetic after the bitcast in IEEE arithmetic,
+    where the run-time code reads a denormal as zero (XLA: LLVM's folder, seeds 10276 and
+    15307; hlofuse: gcc's). Which answer comes out depends on how far each compiler folds, so
+    denormals enter programs only through their parameters, which no compiler sees.
+    """
+    _, jnp, lax = jax_modules()
+    if target not in FLUSHED_TINY:
+        return lax.bitcast_convert_type(x, np_dtype(target))
+    width = np_dtype(target).itemsize * 8
+    unsigned = np.dtype(f"uint{width}")
+    mantissa = np.finfo(np.float32 if target == "bfloat16" else np_dtype(target)).nmant
+    exponent_mask = ((1 << (width - 1)) - 1) & ~((1 << mantissa) - 1)
+    u = lax.bitcast_convert_type(x, unsigned)
+
+    def masked(mask: int) -> Any:
+        return lax.bitwise_and(u, jnp.full_like(u, mask))
+
+    zero = jnp.zeros_like(u)
+    denormal = lax.bitwise_and(lax.eq(masked(exponent_mask), zero),
+                               lax.ne(masked((1 << mantissa) - 1), zero))
+    signed_zero = masked(1 << (width - 1))
+    return lax.bitcast_convert_type(lax.select(denormal, signed_zero, u), np_dtype(target))
 
 
 def _binary(op: str, a: Any, b: Any, shape: tuple[int, ...]) -> Any:
@@ -236,7 +270,7 @@ def apply_step(step: Step, env: list[Any]) -> list[Any]:
     if op == "convert":
         return [lax.convert_element_type(a[0], np_dtype(p["dtype"]))]
     if op == "bitcast":
-        return [lax.bitcast_convert_type(a[0], np_dtype(p["dtype"]))]
+        return [_bitcast(a[0], p["dtype"])]
     if op == "broadcast":
         return [lax.broadcast_in_dim(a[0], p["shape"], p["dims"])]
     if op == "reshape":
