@@ -28,7 +28,7 @@ from hlofuse.codegen.element import (
     conjunction,
     expr_of,
 )
-from hlofuse.codegen.elementwise import convert_expression
+from hlofuse.codegen.elementwise import bits_of, convert_expression, from_bits
 from hlofuse.codegen.gather_scatter import gather, map_, scatter
 from hlofuse.codegen.linalg_elemental import linalg_elemental, linalg_leaf_elemental
 from hlofuse.codegen.reductions_elemental import materialized, reduce, reduce_window
@@ -65,8 +65,15 @@ def _reshape(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     if index.multi is not None and [d for d in source if d != 1] == [d for d in target if d != 1]:
         kept = iter(m for m, d in zip(index.multi, target) if d != 1)
         multi = tuple(cir.Int(0) if d == 1 else next(kept) for d in source)
-        return em.value(operand, Index(source, None, multi, None))
-    return em.value(operand, Index(source, em.linear_of(index), None, index.flat_group))
+        value = em.value(operand, Index(source, None, multi, None))
+    else:
+        value = em.value(operand, Index(source, em.linear_of(index), None, index.flat_group))
+    if inst.dtype is operand.dtype:
+        return value
+    # XLA's bitcast may change the element type at the same width: the bits reinterpreted.
+    bits = bits_of(em.lang, operand.dtype, expr_of(value))
+    return em.body.let(em.lang.register_type(inst.dtype), from_bits(em.lang, inst.dtype, bits),
+                       hlo_name=inst.name)
 
 
 def _broadcast(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:

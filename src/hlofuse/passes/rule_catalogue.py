@@ -196,6 +196,10 @@ CATALOGUE: tuple[Rule, ...] = (
           "a transpose that only moves dimensions of size 1 became a (free) reshape",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleTranspose"),
+    _rule("bitcast-convert-is-bitcast", TRANSPOSE_TO_BITCAST,
+          "a bitcast-convert that keeps the element width became a bitcast",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleBitcastConvert"),
     _rule("column-reduction-sibling", GPU_MULTI_OUTPUT,
           "a column reduction and an element-wise root read the shared operand differently",
           "xla/backends/gpu/transforms/multi_output_fusion.cc: CanFuseSiblings"),
