@@ -219,3 +219,33 @@ def test_loop_state_that_swaps_places_and_branches_inside_loops() -> None:
         for x, e in zip(actual, expected):
             np.testing.assert_array_equal(x, e)
     np.testing.assert_array_equal(a, [1, 2, 3])  # inputs are never written
+
+
+def test_the_combiner_is_limited_to_pairs_only_where_every_kernel_is_small() -> None:
+    """gcc's combiner limit (SMALL_MODULE_FLAGS) is set for modules of small (-O1) kernels
+    only: -O3 kernels lose run time with it, and flags a user chose are kept as they are."""
+    from hlofuse.runtime.executable import (
+        SMALL_MODULE_FLAGS,
+        CompileOptions,
+        compiler_flags,
+        generate,
+    )
+    from hlofuse.toolchain.compiler import DEFAULT_FLAGS, Compiler
+
+    def module(n: int) -> str:
+        return f"""HloModule m
+ENTRY e {{
+  x = f32[{n}] parameter(0)
+  s = f32[{n}] sine(x)
+  ROOT a = f32[{n}] add(s, x)
+}}"""
+
+    gcc = Compiler(("cc",), "cc (Debian 12.2.0-14) 12.2.0")
+    small, large = generate(parse_module(module(256))), generate(parse_module(module(4096)))
+    assert compiler_flags(small, DEFAULT_FLAGS, gcc) == DEFAULT_FLAGS + SMALL_MODULE_FLAGS
+    assert compiler_flags(large, DEFAULT_FLAGS, gcc) == DEFAULT_FLAGS
+    clang = Compiler(("clang",), "Debian clang version 16.0.6")
+    assert compiler_flags(small, DEFAULT_FLAGS, clang) == DEFAULT_FLAGS
+    mine = ("-O2", "-fPIC", "-shared")
+    assert compiler_flags(generate(parse_module(module(256)), CompileOptions(flags=mine)),
+                          mine, gcc) == mine
