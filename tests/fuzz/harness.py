@@ -51,7 +51,7 @@ from tests.fuzz.program import (
     np_dtype,
 )
 
-STRATEGIES = ("none", "xla", "priority", "max", "xla+relax_concatenate")
+STRATEGIES = ("none", "xla", "priority", "max", "xla+relax_concatenate", "xla-gpu")
 TARGETS = ("interpreter", *STRATEGIES)
 CATEGORIES = ("equal", "wrong", "crash", "hang", "unsupported", "refused")
 CORPUS_DIR = Path(__file__).parent / "corpus"
