@@ -25,7 +25,11 @@ bytes written, the size of its loop); here it is priced the way XLA prices it on
   times 8 more when it fits in the L1 of all cores (`kL2CacheSpeedup`, `kL1CacheSpeedup`,
   2 KiB per core); both limited by the blocks in flight (`AdjustBandwidth`: one 32-byte
   transaction per clock per block), reads assumed coalesced; writes at DRAM bandwidth;
-- `exec = compute + memory - 0.95 * min(compute, memory)` (`CombineComputeAndMemoryAccessTime`).
+- `exec = compute + memory - 0.95 * min(compute, memory)` (`CombineComputeAndMemoryAccessTime`);
+- in XLA's arithmetic: each time an `absl::Duration` (whole quarter nanoseconds, rounded where
+  XLA converts), single precision where XLA computes in `float`, whole flops, bytes and flops
+  per nanosecond; a concatenate costs `HandleConcatenate`'s flops; a fused kernel shares only
+  the producer's operands, each read at its first operand slot (`GetSharedOperandBytesAccessed`).
 
 The priority of a producer is then XLA's `EstimateRunTimesForPriorityFusion`, computed by the
 priority-fusion queue with these times.
@@ -35,7 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from hlofuse.fusion.cost_model import (
     DEFAULT_CONSTANTS,
@@ -59,6 +66,20 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import Op
 
 KERNEL_LAUNCH_OVERHEAD = 1e-6  # s, kKernelLaunchOverhead
+TICKS_PER_SECOND = 4_000_000_000  # absl::Duration counts quarter nanoseconds
+LAUNCH_TICKS = 4000  # kKernelLaunchOverhead as a Duration
+
+
+def _f32(value: float | np.floating) -> np.float32:
+    """XLA's performance model computes in single precision (`float`)."""
+    return np.float32(value)
+
+
+def duration_ticks(seconds: float) -> int:
+    """`absl::Seconds(seconds)` in quarter nanoseconds: rounded to the nearest, halves away
+    from zero (absl's ScaleDouble rounds with std::round)."""
+    ticks = seconds * TICKS_PER_SECOND
+    return int(math.floor(ticks + 0.5)) if ticks >= 0 else -int(math.floor(-ticks + 0.5))
 L2_CACHE_SPEEDUP = 2.5  # kL2CacheSpeedup
 L1_CACHE_SPEEDUP = 8.0  # kL1CacheSpeedup
 L1_CACHE_SIZE_PER_SM = 2 * 1024  # bytes, kL1CacheSizePerSM
@@ -99,10 +120,29 @@ def flops_per_element(node: Node, constants: MachineConstants | None = None) -> 
         return read_factor(node, 0) * reducer
     if op is Op.DOT:
         return 2.0 * read_factor(node, 0)
+    if op is Op.CONCATENATE:
+        return concatenate_flops_per_element(node)
     if not is_elementwise_op(node) or op is Op.COPY:
         return 0.0
     dtype = node.shape.leaves()[0].dtype if node.shape.is_tuple else node.dtype
     return float(_PROFILES.get(dtype, {}).get(op, DEFAULT_FLOPS_PER_ELEMENT))
+
+
+# GpuHloCostAnalysis::HandleConcatenate: a compare and a branch per element; when the
+# concatenated dimension is not the major one and the first operand's extent along it is not a
+# multiple of 32, warps cross operand boundaries and XLA prices the concatenate at 400 flops
+# per element (tuned so that a concatenate is not fused into a compute-heavy consumer).
+CONCATENATE_FLOPS = 6
+DIVERGENT_CONCATENATE_FLOPS = 400
+
+
+def concatenate_flops_per_element(node: Node) -> float:
+    """XLA's flops per element of a concatenate (HandleConcatenate)."""
+    (dimension,) = node.ints("dimensions")
+    extent = node.operands[0].shape.dims[dimension]
+    if dimension > 0 and extent % WARP_SIZE:
+        return float(DIVERGENT_CONCATENATE_FLOPS)
+    return float(CONCATENATE_FLOPS)
 
 
 # The row-reduction emitter (MlirRowReductionFusion): threads per block along the row at most
@@ -164,6 +204,17 @@ def kernel_reduction(consumer: Node, producer: Node | None = None) -> Node | Non
         if hero is not None:
             return hero
     return None
+
+
+def kernel_launch(consumer: Node, producer: Node | None = None) -> tuple[int, int] | None:
+    """(blocks, threads per block) of `consumer`'s kernel (with `producer` fused into it)
+    when its emitter, not the loop emitter's estimate, decides them: a tiled reduction hero
+    (`reduction_launch`). Not modelled: the concatenate emitter's launch (one thread per
+    element of the largest operand, ConcatenateFusion::launch_dimensions); with it the
+    estimates of the stacked Threefry keys are XLA's, but the corpus loses cartpole_rollout
+    and random_uniform (README, issue 13's table)."""
+    reduction = kernel_reduction(consumer, producer)
+    return reduction_launch(reduction) if reduction is not None else None
 
 
 def reduction_launch(hero: Node) -> tuple[int, int]:
@@ -301,65 +352,85 @@ def xla_flops(node: Node) -> float:
     return xla_utilisation(node).flops if node.is_fusion else instruction_flops(node)
 
 
-def _indices(user: Node, operand: Node) -> list[int]:
-    return [i for i, o in enumerate(user.operands) if o is operand]
-
-
 def operand_reads(node: Node, operand: Node) -> float:
     """Elements of `operand` `node`'s kernel reads, repeated reads counted (the cost
-    analysis' operand bytes accessed, in elements: FusionParameterReadBytes)."""
+    analysis' operand bytes accessed, in elements: FusionParameterReadBytes), as XLA asks for
+    them (GetOperandBytesAccessed): at the first operand slot that holds `operand`
+    (`operand_index`), none if `node` does not use it."""
+    if operand not in node.operands:
+        return 0.0
+    index = node.operands.index(operand)
     if node.is_fusion:
-        parameters = xla_utilisation(node).parameters
-        use = sum(parameters.get(i, 0.0) for i in _indices(node, operand))
+        use = xla_utilisation(node).parameters.get(index, 0.0)
     else:
-        use = sum(operand_utilisation(node, i) for i in _indices(node, operand))
+        use = operand_utilisation(node, index)
     return use * _elements(operand)
 
 
+def _reads_of(user: Node, index: int) -> float:
+    """The utilisation of `user`'s operand slot `index` (cost analysis'
+    operand_utilization)."""
+    if user.is_fusion:
+        return xla_utilisation(user).parameters.get(index, 0.0)
+    return operand_utilisation(user, index)
+
+
+def _producer_slots(consumer: Node, producer: Node) -> list[int]:
+    """The operand slots of `consumer` XLA reads `producer` through: every get-tuple-element
+    of a multi-output producer, else the first slot that holds it (`operand_index`)."""
+    if producer.is_multi_output_fusion:
+        return [i for i, o in enumerate(consumer.operands)
+                if o.op is Op.GET_TUPLE_ELEMENT and o.operands[0] is producer]
+    return [consumer.operands.index(producer)] if producer in consumer.operands else []
+
+
 def consumer_utilisation(consumer: Node, producer: Node) -> float:
-    """How much of `producer`'s result `consumer` reads (EstimateRunTimeForFusion's
-    `utilization_by_this_consumer`, summed over the operands that are the producer or one of
-    its tuple elements)."""
-    parameters = xla_utilisation(consumer).parameters if consumer.is_fusion else {}
-    total = 0.0
-    for index, operand in enumerate(consumer.operands):
-        if operand is producer or (operand.op is Op.GET_TUPLE_ELEMENT
-                                   and operand.operands[0] is producer):
-            total += parameters.get(index, 0.0) if consumer.is_fusion \
-                else operand_utilisation(consumer, index)
-    return total
+    """How much of `producer`'s result `consumer` reads, summed over every operand slot that
+    holds it or one of its tuple elements (CombinedGpuPerformanceModel::
+    EstimateRunTimeForFusionUncached's `utilization_by_this_consumer`, which scales the
+    producer's flops)."""
+    return sum(_reads_of(consumer, i) for i, o in enumerate(consumer.operands)
+               if o is producer or (o.op is Op.GET_TUPLE_ELEMENT and o.operands[0] is producer))
+
+
+def _read_share(consumer: Node, producer: Node) -> float:
+    """GetOperandUtilization, which scales the producer's reads in
+    GetSharedOperandBytesAccessed: summed over the get-tuple-elements of a multi-output
+    producer, else at its first operand slot."""
+    return sum(_reads_of(consumer, i) for i in _producer_slots(consumer, producer))
 
 
 def _common_utilisation(producer: Node, operand: Node, consumer: Node) -> float:
     """GetCommonUtilization: the share of `operand` the producer and the consumer read at the
-    same elements (element-wise from the producer's root), read once when fused."""
-    if operand not in consumer.operands:
+    same elements (element-wise from the producer's root), read once when fused. Only an
+    operand of the producer is shared, each side at its first slot holding it."""
+    if operand not in producer.operands or operand not in consumer.operands:
         return 0.0
     if producer.is_fusion:
-        use = xla_utilisation(producer)
-        if not any(use.common(i, -1) == 1.0 for i in _indices(producer, operand)):
+        if xla_utilisation(producer).common(producer.operands.index(operand), -1) != 1.0:
             return 0.0
     elif not is_elementwise_op(producer):
         return 0.0
     if consumer.is_fusion:
         use = xla_utilisation(consumer)
-        return sum(use.common(c, p) for c in _indices(consumer, operand)
-                   for p in _indices(consumer, producer))
+        common = consumer.operands.index(operand)
+        return sum(use.common(common, p) for p in _producer_slots(consumer, producer))
     return 1.0 if is_elementwise_op(consumer) else 0.0
 
 
 def fused_operand_reads(producer: Node, consumer: Node) -> dict[Node, float]:
-    """Elements of each operand the fused kernel reads (GetSharedOperandBytesAccessed): the
-    producer's reads as often as the consumer reads the producer, plus the consumer's own,
-    less what both read at the same elements."""
-    share = consumer_utilisation(consumer, producer)
+    """Elements of each operand the fused kernel reads (GetSharedOperandBytesAccessed, over
+    the fused kernel's distinct operands): the producer's reads as often as the consumer
+    reads the producer, plus the consumer's own, less what both read at the same
+    elements."""
+    share = _read_share(consumer, producer)
     reads: dict[Node, float] = {}
     operands = dict.fromkeys(producer.operands)
     operands.update(dict.fromkeys(o for o in consumer.operands if o is not producer))
     for operand in operands:
-        total = (operand_reads(producer, operand) * share + operand_reads(consumer, operand)
-                 - _elements(operand) * _common_utilisation(producer, operand, consumer))
-        reads[operand] = max(0.0, total)
+        reads[operand] = (operand_reads(producer, operand) * share
+                          + operand_reads(consumer, operand)
+                          - _elements(operand) * _common_utilisation(producer, operand, consumer))
     return reads
 
 
@@ -374,26 +445,28 @@ class GpuCostModel(CostModel):
         self._xla_fused: dict[tuple[Node, Node],
                               tuple[tuple[object, ...], KernelProfile, float]] = {}
 
-    def _with_flops(self, profile: KernelProfile, flops: float, hero: Node | None,
-                    reads: dict[Node, float]) -> KernelProfile:
+    def _with_flops(self, profile: KernelProfile, flops: float,
+                    launch: tuple[int, int] | None,
+                    reads: Iterable[tuple[Node, float]]) -> KernelProfile:
         if profile.is_free:
             return profile
         fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(KernelProfile)}
         fields["operations"] = flops
-        xla_reads = tuple(reads.items())
-        launch = reduction_launch(hero) if hero is not None else None
+        xla_reads = tuple(reads)
         return GpuKernelProfile(**fields, launch_dims=launch, xla_reads=xla_reads)
 
     @staticmethod
-    def _reads(node: Node) -> dict[Node, float]:
-        return {o: operand_reads(node, o) for o in dict.fromkeys(node.operands)}
+    def _reads(node: Node) -> list[tuple[Node, float]]:
+        """EstimateRunTimeForInstruction reads each operand slot, a repeated operand at its
+        first slot's figure each time."""
+        return [(o, operand_reads(node, o)) for o in node.operands]
 
     def _entry(self, node: Node) -> tuple[tuple[object, ...], KernelProfile, float]:
         entry = super()._entry(node)
         key, profile, _ = entry
         if profile.is_free or isinstance(profile, GpuKernelProfile):
             return entry
-        profile = self._with_flops(profile, xla_flops(node), kernel_reduction(node),
+        profile = self._with_flops(profile, xla_flops(node), kernel_launch(node),
                                    self._reads(node))
         entry = (key, profile, self.price(profile).total)
         self._profiles[node] = entry
@@ -405,10 +478,12 @@ class GpuCostModel(CostModel):
         cached = self._xla_fused.get((producer, consumer))
         if cached is None or cached[0] != key:
             profile = super()._fused_entry(producer, consumer)[1]
-            flops = (xla_flops(producer) * consumer_utilisation(consumer, producer)
-                     + xla_flops(consumer))
-            profile = self._with_flops(profile, flops, kernel_reduction(consumer, producer),
-                                       fused_operand_reads(producer, consumer))
+            # int64 producer and consumer flops, the utilisation a float (EstimateRunTimeForFusion)
+            flops = float(_f32(int(xla_flops(producer)))
+                          * _f32(consumer_utilisation(consumer, producer))
+                          + _f32(int(xla_flops(consumer))))
+            profile = self._with_flops(profile, flops, kernel_launch(consumer, producer),
+                                       fused_operand_reads(producer, consumer).items())
             cached = (key, profile, self.price(profile).total)
             self._xla_fused[(producer, consumer)] = cached
         return cached
@@ -416,7 +491,7 @@ class GpuCostModel(CostModel):
     def remember(self, node: Node, profile: KernelProfile) -> None:
         """The grown fusion's flops are its own cost analysis' (XLA revisits it)."""
         super().remember(node, self._with_flops(profile, xla_flops(node),
-                                                kernel_reduction(node), self._reads(node)))
+                                                kernel_launch(node), self._reads(node)))
 
     def launch(self, profile: KernelProfile) -> tuple[int, int]:
         """(blocks, threads per block) of the kernel."""
@@ -427,32 +502,45 @@ class GpuCostModel(CostModel):
         return math.ceil(threads / per_block), per_block
 
     def _bandwidth(self, bandwidth: float, blocks: int) -> float:
-        per_block = self.device.clock_rate_ghz * 1e9 * TRANSACTION_BYTES
-        return min(bandwidth, blocks * per_block)
+        """AdjustBandwidth, in XLA's single precision."""
+        per_block = _f32(self.device.clock_rate_ghz) * _f32(1e9) * _f32(TRANSACTION_BYTES)
+        return float(min(_f32(bandwidth), _f32(blocks) * per_block))
 
     def price(self, profile: KernelProfile) -> KernelTime:
+        """XLA's estimate in its own arithmetic: every time an `absl::Duration` (whole
+        quarter nanoseconds, `duration_ticks`) made where XLA makes one (the compute time,
+        each operand's two reads, the write, the overlap), flops and bytes whole numbers,
+        flops per nanosecond a whole number (`CalculateEffectiveFlopsPerNs` returns an
+        int64)."""
         if profile.is_free:
             return KernelTime(0.0, 0.0, 0.0, 0.0, False)
         device = self.device
         blocks, per_block = self.launch(profile)
-        flops = profile.operations
         fpus = min(blocks, device.core_count) * min(per_block, device.fpus_per_core)
-        compute = flops / (device.clock_rate_ghz * 2 * fpus * 1e9)
+        flops_per_ns = int(device.clock_rate_ghz * 2 * fpus)
+        compute = duration_ticks(float(_f32(int(profile.operations)) / _f32(flops_per_ns))
+                                 * 1e-9)
         dram = self._bandwidth(device.memory_bandwidth, blocks)
-        memory = 0.0
-        reads = (dict(profile.xla_reads) if isinstance(profile, GpuKernelProfile)
-                 and profile.xla_reads is not None else profile.reads())
-        for node, count in reads.items():
+        memory = 0
+        reads = (profile.xla_reads if isinstance(profile, GpuKernelProfile)
+                 and profile.xla_reads is not None else tuple(profile.reads().items()))
+        for node, count in reads:
             size, item = self._size(node)
-            total = count * item
-            net = min(size, total)
-            rest = device.memory_bandwidth
+            total = int(count * item)
+            net = min(int(size), total)
+            rest = _f32(device.memory_bandwidth)
             if net < device.l2_cache_size:
-                rest *= L2_CACHE_SPEEDUP
+                rest *= _f32(L2_CACHE_SPEEDUP)
                 if net < L1_CACHE_SIZE_PER_SM * device.core_count:
-                    rest *= L1_CACHE_SPEEDUP
-            memory += net / dram + (total - net) / self._bandwidth(rest, blocks)
-        memory += profile.bytes_written / device.memory_bandwidth
-        exec_time = compute + memory - MEMORY_COMPUTE_PARALLELISM * min(compute, memory)
-        return KernelTime(KERNEL_LAUNCH_OVERHEAD + exec_time, KERNEL_LAUNCH_OVERHEAD, compute,
-                          memory, blocks > 1)
+                    rest *= _f32(L1_CACHE_SPEEDUP)
+            rest_bandwidth = _f32(self._bandwidth(float(rest), blocks))
+            memory += (duration_ticks(float(_f32(net) / _f32(dram)))
+                       + duration_ticks(float(_f32(total - net) / rest_bandwidth)))
+        memory += duration_ticks(float(_f32(int(profile.bytes_written))
+                                       / _f32(device.memory_bandwidth)))
+        # Duration * double: the ticks scaled, rounded half away from zero.
+        exec_ticks = (compute + memory
+                      - int(math.floor(min(compute, memory) * MEMORY_COMPUTE_PARALLELISM + 0.5)))
+        return KernelTime((LAUNCH_TICKS + exec_ticks) / TICKS_PER_SECOND,
+                          KERNEL_LAUNCH_OVERHEAD, compute / TICKS_PER_SECOND,
+                          memory / TICKS_PER_SECOND, blocks > 1)

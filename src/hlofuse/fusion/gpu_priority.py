@@ -3,8 +3,14 @@
 over a named device description (`gpu_devices.py`).
 
 The queue is the one `priority` uses (a producer joins all its non-bitcast users or none, the
-largest estimated gain first, ties to the later instruction, bitcasts first, incremental
-updates); what differs from our CPU strategy:
+largest estimated gain first, bitcasts first, incremental updates); what differs from our CPU
+strategy:
+
+- ties go to the larger XLA unique id (`priority_fusion.cc` keys its queue by `(priority,
+  unique_id)`): the creation order `gpu_ids.py` rebuilds from the module before optimisation,
+  then what hlofuse's passes created, then each new fusion; users are visited in that order;
+- gains are whole quarter nanoseconds (XLA's `absl::Duration`s, `gpu_model.py`), and a
+  producer of gain zero is fused too (only negative priorities stay out of XLA's queue);
 
 - `IsFusible` is XLA's list: element-wise ops, bitcasts that keep the bit width, copies, iotas,
   constants, reduce, broadcast, concatenate, dynamic-slice and -update-slice, gather, pad,
@@ -32,21 +38,29 @@ triton_multi_output_fusion`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from hlofuse.fusion.cost_model import CostModel
 from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, GpuDevice, device
-from hlofuse.fusion.gpu_model import fusion_roots, hero_reduction
+from hlofuse.fusion.gpu_ids import InstructionIds
+from hlofuse.fusion.gpu_model import (
+    TICKS_PER_SECOND,
+    duration_ticks,
+    fusion_roots,
+    hero_reduction,
+)
 from hlofuse.fusion.gpu_softmax_rewriter import (
     TritonGpuCostModel,
     can_fuse_triton,
     is_generic_triton,
     mark_triton,
 )
-from hlofuse.fusion.graph import Node
+from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.priority import _PriorityFuser, consumer_not_bitcast
+from hlofuse.fusion.priority import _PriorityFuser, consumer_not_bitcast, is_bitcast_like
 from hlofuse.fusion.properties import (
     current_xla_rules,
     has_side_effect,
@@ -257,6 +271,43 @@ class _GpuPriorityFuser(_PriorityFuser):
     checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = CHECKS
     size_checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = SIZE_CHECKS
 
+    def __init__(self, graph: Graph, model: CostModel, recorder: Recorder,
+                 ids: InstructionIds | None = None) -> None:
+        """Ties go to the larger unique id (`gpu_ids.py`): the recorded creation order, then
+        the instructions hlofuse's passes made, in post order, then each new fusion."""
+        super().__init__(graph, model, recorder)
+        ranks = ids.ranks if ids is not None else {}
+        nodes = graph.post_order()
+        # A reshape that only reinterprets its buffer is a new bitcast in XLA (layout
+        # normalisation replaces it), created after every instruction of the translation.
+        known = [n for n in nodes if n.name in ranks and not is_bitcast_like(n)]
+        for node in known:
+            self.order[node] = ranks[node.name]
+        self.next_id = itertools.count(max((ranks[n.name] for n in known), default=-1) + 1)
+        for node in nodes:
+            if node not in self.order:
+                self.order[node] = next(self.next_id)
+        # XLA lists an instruction's users in the order they were added: its users' creation
+        # order (a fusion made later goes last); a producer is fused into them in that order.
+        for node in nodes:
+            if len(node.users) > 1:
+                node.users = dict.fromkeys(sorted(node.users, key=self.order.__getitem__))
+
+    def worth(self, gain: float) -> bool:
+        """XLA queues every producer whose priority is not negative: one whose fusion saves
+        nothing is fused too (`ComputeAndSetPriorities` skips `priority < ZeroDuration()`)."""
+        return gain >= 0
+
+    def difference(self, unfused: float, fused: float) -> float:
+        """XLA's times are `absl::Duration`s, whole quarter nanoseconds (`gpu_model.py`
+        prices each kernel in them): the gain is too, so equal sums tie exactly."""
+        return duration_ticks(unfused - fused) / TICKS_PER_SECOND
+
+    def update(self, node: Node) -> None:
+        if node not in self.order:  # a fusion created just now: the next id
+            self.order[node] = next(self.next_id)
+        super().update(node)
+
     def constant_decision(self, constant: Node, user: Node) -> FusionDecision:
         """XLA fuses every constant of at most one element into every fusible user."""
         elements = constant.shape.num_elements if constant.shape.is_array else 2
@@ -285,6 +336,8 @@ class GpuPriorityFusion:
 
     name: ClassVar[str] = PASS_NAME
     device: str = DEFAULT_DEVICE
+    # XLA's unique ids of the module before optimisation (`gpu_ids.py`), for the ties.
+    ids: InstructionIds | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         device(self.device)  # an unknown name fails here, naming the known ones
@@ -299,5 +352,5 @@ class GpuPriorityFusion:
             model = TritonGpuCostModel(self.description)  # Triton fusions priced as tiled
             changed = False
             for graph in graphs.fusible_graphs():
-                changed |= _GpuPriorityFuser(graph, model, recorder).run()
+                changed |= _GpuPriorityFuser(graph, model, recorder, self.ids).run()
             return (graphs.to_module(), True) if changed else (module, False)

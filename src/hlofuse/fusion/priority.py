@@ -323,7 +323,7 @@ class _PriorityFuser:
             return
         priority, verdicts = self.evaluate(node)
         self.verdicts[node] = (_edges_key(node), verdicts)
-        if priority > 0:
+        if self.worth(priority):
             sequence = next(self.sequence)
             self.entry[node] = sequence
             heapq.heappush(self.heap, (-priority, -self.order[node], sequence, node))
@@ -347,7 +347,7 @@ class _PriorityFuser:
                 for u in targets]
         priority, verdicts = self.cost_verdicts(producer, targets,
                                                 stays=len(targets) < len(users))
-        if priority <= 0:
+        if not self.worth(priority):
             return priority, verdicts
         for user in targets:
             decision = can_fuse(producer, user, self.size_checks)
@@ -365,13 +365,13 @@ class _PriorityFuser:
         after = {u: self.model.fused_time(producer, u) for u in targets}
         unfused = own + sum(before.values())
         fused = sum(after.values()) + (own if stays else 0.0)
-        gain = unfused - fused
+        gain = self.difference(unfused, fused)
         figures = {"gain_us": _us(gain), "unfused_us": _us(unfused), "fused_us": _us(fused),
                    "producer_us": _us(own), "users": len(targets)}
         verdicts: Verdicts = []
         for user in targets:
             edge = dict(figures, consumer_us=_us(before[user]), fused_consumer_us=_us(after[user]))
-            if gain > 0:
+            if self.worth(gain):
                 verdicts.append((user, FusionDecision.yes(
                     f"fuse %{producer.name} into %{user.name}: fused into its {len(targets)} "
                     f"user(s) the cost model estimates {_text(fused)} instead of "
@@ -381,7 +381,15 @@ class _PriorityFuser:
                     COST_MODEL_LOSS, producer, user, f"fused into its {len(targets)} user(s) "
                     f"the cost model estimates {_text(fused)} instead of {_text(unfused)} "
                     f"(loss {_text(-gain)})", **edge)))
-        return (gain if gain > 0 else -math.inf), verdicts
+        return (gain if self.worth(gain) else -math.inf), verdicts
+
+    def worth(self, gain: float) -> bool:
+        """Whether a producer with this gain is queued (and fused)."""
+        return gain > 0
+
+    def difference(self, unfused: float, fused: float) -> float:
+        """The gain of `fused` over `unfused` (seconds)."""
+        return unfused - fused
 
     # --- fusing -------------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ from hlofuse.fusion.explain import explain_dict, explain_text
 from hlofuse.fusion.fusion_merger import FusionMerger
 from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
 from hlofuse.fusion.gpu_gemm_fusion import GemmFusion
+from hlofuse.fusion.gpu_ids import InstructionIds, RecordInstructionIds
 from hlofuse.fusion.gpu_layout import TransposeToBitcast
 from hlofuse.fusion.gpu_multi_output import GpuMultiOutputFusion
 from hlofuse.fusion.gpu_priority import GpuPriorityFusion
@@ -98,7 +99,7 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          PriorityFusion, WholeLoopFusion, TreeReductionRewriter,
                                          GpuPriorityFusion, GpuMultiOutputFusion,
                                          TransposeToBitcast, SoftmaxRewriterTriton, GemmFusion,
-                                         *GPU_LOOP_PASSES)
+                                         RecordInstructionIds, *GPU_LOOP_PASSES)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -188,6 +189,11 @@ class Strategy:
         """The pipeline this strategy runs; `constants` are the measured machine constants
         priority fusion prices with (unless `default_costs`)."""
         steps: list[Step] = []
+        # XLA breaks priority ties by unique ids, the creation order of the module before
+        # optimisation (gpu_ids.py): recorded before any pass rewrites it.
+        ids = InstructionIds()
+        if self.gpu_priority_fusion:
+            steps.append(RecordInstructionIds(ids))
         # On the fusion passes' graphs, so a fusion fixed point never leaves them.
         cleanup = (FusedComputationCse(), GraphDce())
         if self.rng_expansion:
@@ -226,7 +232,7 @@ class Strategy:
             steps.append(WholeLoopFusion())
         vertical: list[Pass] = [GraphVariadicOpSplitter()] if self.variadic_split else []
         if self.gpu_priority_fusion:
-            vertical += [GpuPriorityFusion(self.device), *cleanup]
+            vertical += [GpuPriorityFusion(self.device, ids), *cleanup]
         if self.priority_fusion:
             if self.default_costs:
                 vertical += [PriorityFusion(costs="default"), *cleanup]
