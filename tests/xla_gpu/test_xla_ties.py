@@ -1,8 +1,11 @@
 """What xla-gpu's priority fusion takes from XLA to order equal priorities and to price
 kernels in XLA's own arithmetic: unique ids in creation order (`gpu_ids.py`), times in whole
-quarter nanoseconds, the concatenate's flops, the reads a fused kernel shares."""
+quarter nanoseconds, the concatenate's flops and launch, the reads a fused kernel shares; and
+the simplifier rules and CSE of today's XLA that `xla-gpu` runs before fusion."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from hlofuse.fusion.gpu_devices import device
 from hlofuse.fusion.gpu_ids import creation_order
@@ -16,7 +19,10 @@ from hlofuse.fusion.gpu_model import (
 from hlofuse.fusion.graph import Node
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import current_xla_rules
+from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
+from hlofuse.passes.arithmetic_identities import ArithmeticIdentities
+from hlofuse.passes.cse import CommonSubexpressionElimination
 
 # The order XLA's translation creates a computation's instructions in: parameters, the
 # tuple parameter's elements, constants by their uniquer number (a splat constant's broadcast
@@ -58,6 +64,35 @@ ENTRY e {
   ROOT m = f32[1024] add(a, q)
 }
 """
+
+SIMPLIFY = """
+HloModule m
+ENTRY e {
+  x = f32[8] parameter(0)
+  lo = f32[] constant(-2)
+  hi = f32[] constant(2)
+  blo = f32[8] broadcast(lo), dimensions={}
+  bhi = f32[8] broadcast(hi), dimensions={}
+  mx = f32[8] maximum(x, blo)
+  cl = f32[8] minimum(bhi, mx)
+  one = f32[] constant(1)
+  bone = f32[8] broadcast(one), dimensions={}
+  sub = f32[8] subtract(cl, bone)
+  i = s32[4] iota(), iota_dimension=0
+  bi = s32[4,8] broadcast(i), dimensions={0}
+  ROOT t = (f32[8], s32[4,8]) tuple(sub, bi)
+}
+"""
+
+IOTAS = """
+HloModule m
+ENTRY e {
+  i = u32[8] iota(), iota_dimension=0
+  j = u32[8] iota(), iota_dimension=0
+  ROOT s = u32[8] add(i, j)
+}
+"""
+
 
 def _nodes(graphs: ModuleGraph) -> dict[str, Node]:
     assert graphs.entry is not None
@@ -109,3 +144,28 @@ def test_only_the_producers_operands_are_shared() -> None:
         nodes = _nodes(graphs)
         reads = fused_operand_reads(nodes["a"], nodes["m"])
         assert reads == {nodes["p"]: 1024.0, nodes["q"]: 1024.0}
+
+
+def test_min_max_become_a_clamp_and_a_constant_subtraction_an_addition() -> None:
+    module, changed = ArithmeticIdentities().run(parse_module(SIMPLIFY))
+    assert changed
+    ops = {i.name: i for i in module.entry.instructions}
+    root = module.entry.root
+    sub = root.operands[0]
+    assert sub.op is Op.ADD
+    clamp = sub.operands[0]
+    assert clamp.op is Op.CLAMP and clamp.operands[1] is ops["x"]
+    negated = sub.operands[1].operands[0].attrs["literal"]
+    assert isinstance(negated, np.ndarray) and negated.shape == () and float(negated) == -1.0
+    iota = root.operands[1]
+    assert iota.op is Op.IOTA and iota.attrs["iota_dimension"] == 0
+
+
+def test_todays_cse_merges_identical_iotas() -> None:
+    module, changed = CommonSubexpressionElimination(combine_iotas=True).run(
+        parse_module(IOTAS))
+    assert changed
+    root = module.entry.root
+    assert root.operands[0] is root.operands[1]
+    _, unchanged = CommonSubexpressionElimination().run(parse_module(IOTAS))
+    assert not unchanged

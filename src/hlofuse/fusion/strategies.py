@@ -200,11 +200,12 @@ class Strategy:
             steps.append(RngExpansion())
         if self.logistic_expansion:
             steps.append(LogisticExpander())
+        # Today's HloCSE also merges identical iotas (CombineConstants); XLA 2022's did not.
+        cse = CommonSubexpressionElimination(combine_iotas=self.gpu_priority_fusion)
         if self.simplify:
-            steps.append(FixedPoint((CallInliner(), AlgebraicSimplifier(),
-                                     CommonSubexpressionElimination(), DeadCodeElimination()),
-                                    label="simplification"))
-        tidy = (AlgebraicSimplifier(), CommonSubexpressionElimination(), DeadCodeElimination())
+            steps.append(FixedPoint((CallInliner(), AlgebraicSimplifier(), cse,
+                                     DeadCodeElimination()), label="simplification"))
+        tidy = (AlgebraicSimplifier(), cse, DeadCodeElimination())
         loop_state = [p for p, on in ((ConcatForwarding(), self.concat_forwarding),
                                       (ScalarizeState(), self.scalarize_state)) if on]
         if loop_state:

@@ -1,5 +1,7 @@
-"""arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order), and
-`convert(p) * A -> select(p, A, 0)` for a pred p, for `xla-gpu`.
+"""arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order),
+`convert(p) * A -> select(p, A, 0)` for a pred p, and `max(lo, min(x, hi))` or
+`min(hi, max(x, lo))` -> `clamp(lo, x, hi)`, `A - C -> A + (-C)` for a constant C, and
+`broadcast(iota) -> iota`, for `xla-gpu`.
 
 XLA's AlgebraicSimplifier removes the first two (AlgebraicSimplifierVisitor::HandleAdd,
 "A + 0 => A" and "0 + A => A"; HandleMultiply, "A*1 => A" and "1*A => A"), where the zero or
@@ -7,11 +9,19 @@ one is a constant or a broadcast of a one-element constant and the result has th
 operand's shape. Its HandleMultiply also turns a product with a pred converted to a number
 into a select of the other operand and zeros (either operand order; XLA's per-pass dump of the
 corpus program `mlp` shows `multiply(convert(eq), sub)` become `select(eq, sub, broadcast(0))`
-in the "algsimp" step). That select differs from the product where A is an infinity or a NaN
-and p is false (0, not NaN), as XLA's does. hlofuse's own `simplify` leaves arithmetic alone
-(it is shared with the 2022 pipeline, which the study reproduces as it was); `xla-gpu` runs
-this pass next to the while-loop simplifier, whose merged induction variables leave
-`0 + counter * 1` behind.
+in the "algsimp" step). Its HandleMaximum and HandleMinimum (MinMaxToClamp) turn a maximum
+of a broadcast constant lower bound and a minimum of x and a broadcast constant upper bound
+(or the minimum of the upper bound and such a maximum, any operand order) into one clamp when
+the lower bound is less than the upper (the corpus' rollouts clip their state this way;
+XLA's dump shows `clamp.N` where the program had `max` and `min`). HandleSubtract
+canonicalises the subtraction of a constant or a broadcast constant from a non-constant into
+the addition of its negation (which constant folding then folds; here the negated constant is
+made directly). HandleBroadcast makes a broadcast of an iota an iota of the broadcast shape
+along the dimension the iota's dimension maps to. The select of `convert(p) * A` differs from
+the product where A is an infinity or a NaN and p is false (0, not NaN), as XLA's does.
+hlofuse's own `simplify` leaves arithmetic alone (it is shared with the 2022 pipeline, which
+the study reproduces as it was); `xla-gpu` runs this pass next to the while-loop simplifier,
+whose merged induction variables leave `0 + counter * 1` behind.
 """
 
 from __future__ import annotations
@@ -75,9 +85,68 @@ def _select_of(inst: Instruction, pred: Instruction, other: Instruction,
     return builder.add(Op.SELECT, [pred, other, zeros], metadata=inst.metadata)
 
 
+def _scalar_bound(inst: Instruction) -> float | None:
+    """The value of a broadcast of a one-element constant (XLA's
+    `m::Broadcast(m::ConstantEffectiveScalar())`), else None."""
+    if inst.op is not Op.BROADCAST:
+        return None
+    constant = inst.operands[0]
+    literal = constant.attrs.get("literal") if constant.op is Op.CONSTANT else None
+    if not isinstance(literal, np.ndarray) or literal.size != 1:
+        return None
+    return float(literal.reshape(()))
+
+
+_CLAMP_INNER = {Op.MAXIMUM: Op.MINIMUM, Op.MINIMUM: Op.MAXIMUM}
+
+
+def subtracted_constant(inst: Instruction, operands: tuple[Instruction, ...]
+                        ) -> Instruction | None:
+    """The constant (or broadcast constant) `inst` subtracts from a non-constant."""
+    if inst.op is not Op.SUBTRACT or len(operands) != 2 or operands[0].op is Op.CONSTANT:
+        return None
+    rhs = operands[1]
+    constant = rhs.operands[0] if rhs.op is Op.BROADCAST else rhs
+    return rhs if constant.op is Op.CONSTANT else None
+
+
+def _negated(inst: Instruction, operands: tuple[Instruction, ...], rhs: Instruction,
+             builder: RewriteBuilder) -> Instruction:
+    constant = rhs.operands[0] if rhs.op is Op.BROADCAST else rhs
+    literal = constant.attrs["literal"]
+    assert isinstance(literal, np.ndarray)
+    with np.errstate(over="ignore"):
+        negated = builder.add(Op.CONSTANT, attrs={"literal": np.asarray(np.negative(literal))},
+                              shape=constant.shape)
+    if rhs.op is Op.BROADCAST:
+        negated = builder.add(Op.BROADCAST, [negated], attrs=dict(rhs.attrs), shape=rhs.shape)
+    return builder.add(Op.ADD, [operands[0], negated], metadata=inst.metadata)
+
+
+def min_max_clamp(inst: Instruction, operands: tuple[Instruction, ...]
+                  ) -> tuple[Instruction, Instruction, Instruction] | None:
+    """(lower bound, x, upper bound) when `inst` is max(lo, min(x, hi)) or min(hi,
+    max(x, lo)) in any operand order, lo and hi broadcast constants with lo < hi."""
+    inner = _CLAMP_INNER.get(inst.op)
+    if inner is None or len(operands) != 2:
+        return None
+    for bound, other in (operands, operands[::-1]):
+        if other.op is not inner or _scalar_bound(bound) is None:
+            continue
+        for x, bound2 in (other.operands, other.operands[::-1]):
+            if _scalar_bound(bound2) is None:
+                continue
+            lower, upper = (bound, bound2) if inst.op is Op.MAXIMUM else (bound2, bound)
+            if (x.shape == inst.shape and lower.shape == upper.shape == inst.shape
+                    and _scalar_bound(lower) < _scalar_bound(upper)):  # type: ignore[operator]
+                return lower, x, upper
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ArithmeticIdentities:
-    """Replaces `A + 0` and `A * 1` by `A`, and `convert(p) * A` by `select(p, A, 0)`."""
+    """Replaces `A + 0` and `A * 1` by `A`, `convert(p) * A` by `select(p, A, 0)`, a
+    maximum and minimum with constant bounds by a clamp, and `A - C` by `A + (-C)`."""
 
     name: ClassVar[str] = PASS_NAME
 
@@ -85,11 +154,31 @@ class ArithmeticIdentities:
         records = RewriteLog(log, self.name)
 
         def transform_for(comp: Computation) -> Transform | None:
-            if not any(i.op in _IDENTITY for i in comp.instructions):
+            if not any(i.op in _IDENTITY or i.op in _CLAMP_INNER
+                       or i.op in (Op.SUBTRACT, Op.BROADCAST) for i in comp.instructions):
                 return None
 
             def transform(inst: Instruction, operands: tuple[Instruction, ...],
                           builder: RewriteBuilder) -> Instruction | None:
+                clamp = min_max_clamp(inst, operands)
+                if clamp is not None:
+                    records.rewrote(comp.name, inst, "min-max-clamp",
+                                    f"%{inst.name} bounds a value by constants from both "
+                                    "sides: it is a clamp")
+                    return builder.add(Op.CLAMP, list(clamp), metadata=inst.metadata)
+                if inst.op is Op.BROADCAST and operands[0].op is Op.IOTA:
+                    records.rewrote(comp.name, inst, "broadcast-iota",
+                                    f"%{inst.name} broadcasts an iota: it is an iota")
+                    iota_dimension = operands[0].attrs.get("iota_dimension", 0)
+                    assert isinstance(iota_dimension, int)
+                    dimension = inst.ints("dimensions")[iota_dimension]
+                    return builder.add(Op.IOTA, attrs={"iota_dimension": dimension},
+                                       shape=inst.shape, metadata=inst.metadata)
+                subtracted = subtracted_constant(inst, operands)
+                if subtracted is not None:
+                    records.rewrote(comp.name, inst, "subtract-constant",
+                                    f"%{inst.name} subtracts a constant: it adds its negation")
+                    return _negated(inst, operands, subtracted, builder)
                 kept = identity_operand(inst, operands)
                 if kept is None:
                     factor = pred_factor(inst, operands)

@@ -3,8 +3,10 @@
 Walks each computation operands-first and replaces an instruction by an earlier one with the
 same opcode, the same (already de-duplicated) operands, the same shape and the same
 attributes and called computations. Constants are merged by value (bit for bit, so 0.0 and
--0.0 stay apart). Parameters, instructions without operands other than constants (iota: XLA
-keeps them apart too) and side-effecting instructions are never merged. With
+-0.0 stay apart). Parameters, instructions without operands other than constants and
+side-effecting instructions are never merged; identical iotas (same shape and dimension) are
+merged with `combine_iotas`, as today's HloCSE does in CombineConstants (the first in
+instruction order stays; `xla-gpu` asks for it, the 2022 pipeline of `xla` keeps them apart). With
 `only_fusion_computations` it looks only inside fused computations, as the CSE that XLA's GPU
 fusion pipeline runs between its fusion passes.
 """
@@ -74,6 +76,7 @@ class CommonSubexpressionElimination:
 
     name: ClassVar[str] = "cse"
     only_fusion_computations: bool = False
+    combine_iotas: bool = False
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         fused = fusion_computations(module) if self.only_fusion_computations else None
@@ -81,20 +84,22 @@ class CommonSubexpressionElimination:
         def transform_for(comp: Computation) -> Transform | None:
             if fused is not None and comp not in fused:
                 return None
-            return _Deduplicator().transform
+            return _Deduplicator(self.combine_iotas).transform
 
         return rewrite_module(module, transform_for)
 
 
 class _Deduplicator:
-    def __init__(self) -> None:
+    def __init__(self, combine_iotas: bool = False) -> None:
         self.seen: dict[Hashable, Instruction] = {}
+        self.combine_iotas = combine_iotas
 
     def transform(self, inst: Instruction, operands: tuple[Instruction, ...],
                   builder: RewriteBuilder) -> Instruction | None:
         if inst.op is Op.PARAMETER or has_side_effect(inst):
             return None
-        if not operands and inst.op is not Op.CONSTANT:
+        if not operands and inst.op is not Op.CONSTANT and not (self.combine_iotas
+                                                                 and inst.op is Op.IOTA):
             return None
         key = instruction_key(inst, operands)
         earlier = self.seen.get(key)

@@ -390,6 +390,19 @@ CATALOGUE: tuple[Rule, ...] = (
           "convert(p) * A of a pred p became select(p, A, 0)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleMultiply"),
+    _rule("min-max-clamp", ARITHMETIC_IDENTITIES,
+          "max(lo, min(x, hi)) or min(hi, max(x, lo)) with constant bounds lo < hi became "
+          "clamp(lo, x, hi)",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleMaximum/HandleMinimum (MinMaxToClamp)"),
+    _rule("broadcast-iota", ARITHMETIC_IDENTITIES,
+          "broadcast(iota) became an iota of the broadcast shape",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleBroadcast"),
+    _rule("subtract-constant", ARITHMETIC_IDENTITIES,
+          "A - C of a constant C became A + (-C)",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleSubtract"),
     _rule("folded-constant", CONSTANT_FOLDING,
           "an instruction of constants, broadcast constants and iotas (one operand a "
           "constant) became its value",
