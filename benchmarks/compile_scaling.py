@@ -65,7 +65,7 @@ def hlofuse_cold(module: Any, strategy: str, with_cc: bool = True) -> dict[str, 
     from hlofuse.fusion.strategies import run_strategy
     from hlofuse.ir.verifier import verify
     from hlofuse.passes.manager import gc_paused
-    from hlofuse.runtime.executable import CompileOptions, compiler_flags, generate
+    from hlofuse.runtime.executable import CompileOptions, compile_units, generate
     from hlofuse.toolchain.cache import Cache
     from hlofuse.toolchain.compiler import build_shared_object
 
@@ -81,7 +81,7 @@ def hlofuse_cold(module: Any, strategy: str, with_cc: bool = True) -> dict[str, 
         if with_cc:
             generated = generate(fused.module, options)
             codegen = cpu_seconds()
-            build_shared_object(generated.source.text, compiler_flags(generated, options.flags),
+            build_shared_object(compile_units(generated, options.flags), options.flags,
                                 Cache.open())
             built = cpu_seconds()
     gc.collect(0)  # what the first allocation after the pause would start

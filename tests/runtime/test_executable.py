@@ -221,31 +221,74 @@ def test_loop_state_that_swaps_places_and_branches_inside_loops() -> None:
     np.testing.assert_array_equal(a, [1, 2, 3])  # inputs are never written
 
 
-def test_the_combiner_is_limited_to_pairs_only_where_every_kernel_is_small() -> None:
-    """gcc's combiner limit (SMALL_MODULE_FLAGS) is set for modules of small (-O1) kernels
-    only: -O3 kernels lose run time with it, and flags a user chose are kept as they are."""
-    from hlofuse.runtime.executable import (
-        SMALL_MODULE_FLAGS,
-        CompileOptions,
-        compiler_flags,
-        generate,
-    )
-    from hlofuse.toolchain.compiler import DEFAULT_FLAGS, Compiler
+def _module_of(n: int, small: int = 0) -> str:
+    """sin(x) + x over f32[n], and, where `small`, the same over f32[small] besides."""
+    extra = (f"  y = f32[{small}] parameter(1)\n  t = f32[{small}] sine(y)\n"
+             f"  b = f32[{small}] add(t, y)\n") if small else ""
+    root = "  ROOT r = (f32[{n}], f32[{small}]) tuple(a, b)\n" if small else ""
+    return (f"HloModule m\nENTRY e {{\n  x = f32[{n}] parameter(0)\n  s = f32[{n}] sine(x)\n"
+            f"  {'' if small else 'ROOT '}a = f32[{n}] add(s, x)\n{extra}"
+            + root.format(n=n, small=small) + "}")
 
-    def module(n: int) -> str:
-        return f"""HloModule m
-ENTRY e {{
-  x = f32[{n}] parameter(0)
-  s = f32[{n}] sine(x)
-  ROOT a = f32[{n}] add(s, x)
-}}"""
+
+def test_the_combiner_is_limited_to_pairs_only_for_small_kernels() -> None:
+    """gcc's combiner limit (SMALL_MODULE_FLAGS) is set for small (-O1) kernels only: for a
+    module of them, or for their own translation unit in a module with -O3 kernels too, once
+    their code is large enough to pay for the second unit; -O3 kernels lose run time with it,
+    and flags a user chose are kept as they are."""
+    from hlofuse.runtime import executable
+    from hlofuse.runtime.executable import SMALL_MODULE_FLAGS, CompileOptions, compile_units
+    from hlofuse.toolchain.compiler import DEFAULT_FLAGS, Compiler, Unit
 
     gcc = Compiler(("cc",), "cc (Debian 12.2.0-14) 12.2.0")
-    small, large = generate(parse_module(module(256))), generate(parse_module(module(4096)))
-    assert compiler_flags(small, DEFAULT_FLAGS, gcc) == DEFAULT_FLAGS + SMALL_MODULE_FLAGS
-    assert compiler_flags(large, DEFAULT_FLAGS, gcc) == DEFAULT_FLAGS
+    small = generate(parse_module(_module_of(256)))
+    large = generate(parse_module(_module_of(4096)))
+    mixed = generate(parse_module(_module_of(4096, small=4)))
+    assert compile_units(small, DEFAULT_FLAGS, gcc) == (Unit(small.source.text,
+                                                             SMALL_MODULE_FLAGS),)
+    assert compile_units(large, DEFAULT_FLAGS, gcc) == (Unit(large.source.text),)
+    assert large.source.split is None and mixed.source.split is not None
+    # The small kernels' code of `mixed` is far under the limit: one unit.
+    assert 0 < mixed.source.small_code_bytes < executable.SPLIT_MIN_SMALL_BYTES
+    assert compile_units(mixed, DEFAULT_FLAGS, gcc) == (Unit(mixed.source.text),)
     clang = Compiler(("clang",), "Debian clang version 16.0.6")
-    assert compiler_flags(small, DEFAULT_FLAGS, clang) == DEFAULT_FLAGS
+    assert compile_units(small, DEFAULT_FLAGS, clang) == (Unit(small.source.text),)
     mine = ("-O2", "-fPIC", "-shared")
-    assert compiler_flags(generate(parse_module(module(256)), CompileOptions(flags=mine)),
-                          mine, gcc) == mine
+    assert compile_units(generate(parse_module(_module_of(256)), CompileOptions(flags=mine)),
+                         mine, gcc) == (Unit(generate(parse_module(_module_of(256))).source.text),)
+
+
+@pytest.mark.needs_cc
+def test_small_kernels_in_their_own_unit_run_as_in_one(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """A module with -O3 and small kernels, built as two translation units (the small kernels
+    with the combiner limit, called by the driver across units), computes what the
+    interpreter does, and its cache entry keeps both sources."""
+    from hlofuse.interpreter import evaluate, flatten_value
+    from hlofuse.runtime import executable
+    from hlofuse.toolchain.compiler import Compiler
+
+    monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(executable, "SPLIT_MIN_SMALL_BYTES", 0)
+    module = parse_module(_module_of(4096, small=4))
+    generated = generate(module)
+    units = executable.compile_units(generated, executable.DEFAULT_FLAGS)
+    if "gcc" not in Compiler.find().version.lower() and len(units) == 1:
+        pytest.skip("the split is for gcc")
+    assert len(units) == 2 and units[1].extra_flags == executable.SMALL_MODULE_FLAGS
+    main_unit, small_unit = units
+    small_names = [f.name for f in generated.source.functions
+                   if f"void {f.name}(" in small_unit.source]
+    assert len(small_names) == 2  # the sine and the add of f32[4]
+    for name in small_names:  # the driver's prototypes
+        assert f"\nvoid {name}(" in main_unit.source
+        assert f"static __attribute__((noinline)) __attribute__((optimize(\"O1\"))) void {name}(" \
+            not in small_unit.source
+    assert "hlofuse_run" in main_unit.source and "hlofuse_run" not in small_unit.source
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    y = np.array([0.5, -1.0, 2.0, 1e-3], np.float32)
+    ex = compile_cpu(module)
+    for got, want in zip(ex(x, y), flatten_value(evaluate(module, [x, y])), strict=True):
+        np.testing.assert_array_equal(got, want)
+    sources = sorted(p.name.split(".", 1)[1] for p in (tmp_path / "cache").glob("*.c"))
+    assert "1.c" in sources and "c" in sources

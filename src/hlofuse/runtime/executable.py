@@ -48,6 +48,7 @@ from hlofuse.toolchain.cache import Cache
 from hlofuse.toolchain.compiler import (
     DEFAULT_FLAGS,
     Compiler,
+    Unit,
     build_shared_object,
     cache_key,
     load_library,
@@ -157,22 +158,36 @@ def _aligned_bytes(count: int) -> np.ndarray:
 # combining only pairs measured free (CartPole, 256 environments, unroll 1, 10 and 40, xla and
 # xla+relax_concatenate: run-time ratios 0.95-1.05; the C compiler 7.2 -> 5.3 s at unroll
 # 40), where -O3 kernels lose 3-5% of run time. gcc's optimize attribute takes no --param, so
-# the limit is set per compile: for a module whose every kernel is small.
+# the limit is set per translation unit: for a module whose every kernel is small, and, in a
+# module with both, for a unit of its small kernels (`ModuleSource.split`) where their code
+# is large enough to pay for a second unit.
 SMALL_MODULE_FLAGS: tuple[str, ...] = ("--param=max-combine-insns=2",)
+# A second unit parses the header again (about 30 ms) and adds a link. The combiner's time
+# grows faster than a function's length: at unroll 40, CartPole's one small kernel of 9,600
+# lines took 2.4 s of it (1.3 s with pairs only).
+SPLIT_MIN_SMALL_BYTES = 64 * 1024
 
 
-def compiler_flags(generated: Generated, flags: tuple[str, ...],
-                   compiler: Compiler | None = None) -> tuple[str, ...]:
-    """The flags `generated` is compiled with: `flags`, and SMALL_MODULE_FLAGS where `flags`
-    are the defaults, the compiler is gcc and every kernel is small."""
+def compile_units(generated: Generated, flags: tuple[str, ...],
+                  compiler: Compiler | None = None) -> tuple[Unit, ...]:
+    """The translation units `generated` is compiled as, with the flags each adds to `flags`:
+    where `flags` are the defaults and the compiler is gcc, SMALL_MODULE_FLAGS for a module of
+    small kernels, or for its small kernels' own unit; otherwise the module as one unit."""
+    whole = (Unit(generated.source.text),)
     if flags != DEFAULT_FLAGS or not generated.emitted:
-        return flags
-    if not all(kernel.is_small for kernel in generated.emitted.values()):
-        return flags
+        return whole
+    every_small = all(kernel.is_small for kernel in generated.emitted.values())
+    split = generated.source.split
+    if not every_small and (split is None
+                            or generated.source.small_code_bytes < SPLIT_MIN_SMALL_BYTES):
+        return whole
     version = (compiler or Compiler.find()).version.lower()
     if "clang" in version or "intel" in version:
-        return flags
-    return flags + SMALL_MODULE_FLAGS
+        return whole
+    if every_small:
+        return (Unit(generated.source.text, SMALL_MODULE_FLAGS),)
+    assert split is not None
+    return (Unit(split[0]), Unit(split[1], SMALL_MODULE_FLAGS))
 
 
 def compile_cpu(module: Module, options: CompileOptions = CompileOptions()) -> Executable:
@@ -180,7 +195,7 @@ def compile_cpu(module: Module, options: CompileOptions = CompileOptions()) -> E
     start = time.perf_counter()
     generated = generate(module, options)
     runtime_library(options.flags)
-    built = build_shared_object(generated.source.text, compiler_flags(generated, options.flags),
+    built = build_shared_object(compile_units(generated, options.flags), options.flags,
                                 Cache.open())
     library = load_library(built.path)
     return Executable(generated, library, built.cache_hit, time.perf_counter() - start,
@@ -198,8 +213,8 @@ def compile_many(modules: Sequence[Module], options: CompileOptions = CompileOpt
         for module in modules:
             start = time.perf_counter()
             generated = generate(module, options)
-            build = pool.submit(build_shared_object, generated.source.text,
-                                compiler_flags(generated, options.flags), cache)
+            build = pool.submit(build_shared_object, compile_units(generated, options.flags),
+                                options.flags, cache)
             jobs.append((generated, build, start))
         out = []
         for generated, build, start in jobs:
@@ -262,8 +277,8 @@ class Executable:
             assert self._regenerate is not None
             generated = self._regenerate()
             compiler = Compiler.find()
-            key = cache_key(generated.source.text,
-                            compiler_flags(generated, self._flags, compiler), compiler)
+            key = cache_key(compile_units(generated, self._flags, compiler), self._flags,
+                            compiler)
             if self.plan.object_key and key != self.plan.object_key:
                 # The loaded library was built from other code: its kernels cannot be called
                 # through this program's thunks.

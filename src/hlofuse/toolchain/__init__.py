@@ -14,10 +14,11 @@ from hlofuse.toolchain.compiler import (
     CompileError,
     Compiler,
     ToolchainError,
+    Unit,
     build_shared_object,
     load_library,
 )
 
 __all__ = ["DEFAULT_FLAGS", "BuildResult", "Cache", "CacheError", "CacheWarning",
-           "CompileError", "Compiler", "ToolchainError", "build_shared_object",
+           "CompileError", "Compiler", "ToolchainError", "Unit", "build_shared_object",
            "default_cache_dir", "ensure_cache_dir", "load_library", "max_bytes"]

@@ -1,7 +1,8 @@
 """The on-disk cache of compiled shared objects: private, atomic, self-checking.
 
 Entries are content-addressed: `<key>.so` with `<key>.sum` (its SHA-256) and `<key>.c` (the
-source, kept so a compiler error can point at it); records (`<key>.plan`, a compiled program's
+source, kept so a compiler error can point at it; `<key>.1.c`, ... for an object built from
+several translation units); records (`<key>.plan`, a compiled program's
 plan written by the runtime; `<key>.version`, a compiler's version) are headed by the SHA-256
 of the rest. Files are written to a
 temporary directory inside the cache and renamed into place, so a concurrent reader never sees
@@ -183,8 +184,10 @@ class Cache:
     def object_path(self, key: str) -> Path:
         return self.root / f"{key}.so"
 
-    def source_path(self, key: str) -> Path:
-        return self.root / f"{key}.c"
+    def source_path(self, key: str, unit: int = 0) -> Path:
+        """The source kept beside `key`'s object: `<key>.c`, and `<key>.<unit>.c` for the
+        further translation units of an object built from several."""
+        return self.root / (f"{key}.c" if unit == 0 else f"{key}.{unit}.c")
 
     def lookup(self, key: str) -> Path | None:
         """The shared object of `key` if present and intact; a damaged entry is removed."""
@@ -224,18 +227,18 @@ class Cache:
     def temporary_dir(self) -> Path:
         return Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root))
 
-    def write_source(self, key: str, source: str) -> Path:
-        target = self.source_path(key)
+    def write_source(self, key: str, source: str, unit: int = 0) -> Path:
+        target = self.source_path(key, unit)
         _atomic_write(target, source.encode())
         return target
 
-    def install(self, key: str, built: Path) -> Path:
+    def install(self, key: str, built: Path, units: int = 1) -> Path:
         """Move a freshly built object into the cache atomically, checksum after it."""
         data = built.read_bytes()
         target = self.object_path(key)
         os.replace(built, target)
         _atomic_write(self.root / f"{key}.sum", (digest(data) + "\n").encode())
-        added = len(data) + _size(self.source_path(key))
+        added = len(data) + sum(_size(self.source_path(key, unit)) for unit in range(units))
         if _usage.needs_scan(self.root, added, max_bytes()):
             self.evict(keep=key)
         return target
@@ -261,7 +264,9 @@ class Cache:
                     removed += _size(path)
                     _remove(path)
                 continue
-            groups.setdefault(path.stem, []).append((path, info.st_size, info.st_mtime))
+            # An entry is every file named after its key (the part before the first dot).
+            entry = path.name.partition(".")[0]
+            groups.setdefault(entry, []).append((path, info.st_size, info.st_mtime))
         total = sum(size for files in groups.values() for _, size, _ in files)
         if total > limit:
             # The oldest use of a group is its newest file: a hit renews the .so or the record.

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,66 +125,111 @@ class BuildResult:
     seconds: float
 
 
-def cache_key(source: str, flags: Sequence[str], compiler: Compiler) -> str:
-    text = "\0".join([source, *flags, *compiler.command, compiler.version, host_signature()])
+@dataclass(frozen=True)
+class Unit:
+    """One translation unit of a shared object: its source, and the flags it is compiled
+    with besides the object's own (the units of one object are compiled apart, in parallel,
+    and linked together)."""
+
+    source: str
+    extra_flags: tuple[str, ...] = ()
+
+
+def cache_key(source: str | Sequence[Unit], flags: Sequence[str], compiler: Compiler) -> str:
+    units = _units(source)
+    if len(units) == 1:  # one unit: the key of its source and every flag it is compiled with
+        parts = [units[0].source, *flags, *units[0].extra_flags]
+    else:
+        parts = [*flags, *(f"\0unit {len(u.source)} {' '.join(u.extra_flags)}\0{u.source}"
+                           for u in units)]
+    text = "\0".join([*parts, *compiler.command, compiler.version, host_signature()])
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def build_shared_object(source: str, flags: Sequence[str] = DEFAULT_FLAGS,
+def _units(source: str | Sequence[Unit]) -> tuple[Unit, ...]:
+    units = (Unit(source),) if isinstance(source, str) else tuple(source)
+    if not units:
+        raise ValueError("a shared object needs at least one translation unit")
+    return units
+
+
+def build_shared_object(source: str | Sequence[Unit], flags: Sequence[str] = DEFAULT_FLAGS,
                         cache: Cache | None = None,
                         compiler: Compiler | None = None) -> BuildResult:
-    """The shared object of `source`, from the cache or freshly compiled into it."""
+    """The shared object of `source` (one source text, or several translation units), from
+    the cache or freshly compiled into it."""
     start = time.perf_counter()
     compiler = compiler or Compiler.find()
     cache = cache or Cache.open()
-    key = cache_key(source, flags, compiler)
+    units = _units(source)
+    key = cache_key(units, flags, compiler)
     found = cache.lookup(key)
     if found is not None:
         return BuildResult(found, key, True, time.perf_counter() - start)
     try:
-        path = _compile_into(cache, key, source, flags, compiler)
+        path = _compile_into(cache, key, units, flags, compiler)
     except OSError as e:
         if not is_unwritable(e):
             raise
         # A full disk or a read-only cache must not fail the user's program: warn, and
         # compile into this process's temporary cache.
-        path = _compile_into(cache.unwritable(e), key, source, flags, compiler)
+        path = _compile_into(cache.unwritable(e), key, units, flags, compiler)
     return BuildResult(path, key, False, time.perf_counter() - start)
 
 
 _DISK_FULL = ("No space left on device", "Read-only file system", "Disk quota exceeded")
 
 
-def _compile_into(cache: Cache, key: str, source: str, flags: Sequence[str],
+def _compile_into(cache: Cache, key: str, units: Sequence[Unit], flags: Sequence[str],
                   compiler: Compiler) -> Path:
-    """Compile `source` and install it in `cache` under `key`. Every file is written under a
-    temporary name and renamed into place, so an interrupted compile (Ctrl-C, a kill) leaves
-    no entry that `lookup` would accept. Raises OSError when the cache cannot be written."""
-    source_path = cache.write_source(key, source)
+    """Compile `units` and install the shared object in `cache` under `key`. Every file is
+    written under a temporary name and renamed into place, so an interrupted compile (Ctrl-C,
+    a kill) leaves no entry that `lookup` would accept. Several units are compiled to objects
+    at once and then linked. Raises OSError when the cache cannot be written."""
+    sources = [cache.write_source(key, unit.source, index)
+               for index, unit in enumerate(units)]
     workdir = cache.temporary_dir()
     try:
         output = workdir / "module.so"
-        command = [*compiler.command, *flags, str(source_path), "-o", str(output), "-lm"]
-        try:
-            result = subprocess.run(command, capture_output=True, text=True,
-                                    timeout=COMPILE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise CompileError(source_path, f"the compiler took longer than "
-                               f"{COMPILE_TIMEOUT_S} s") from None
-        except OSError as e:
-            raise ToolchainError(f"cannot run {compiler.command[0]}: {e}") from None
-        if result.returncode != 0 or not output.exists():
-            message = result.stderr or result.stdout or f"exit status {result.returncode}"
-            # The compiler (or the assembler under it) could not write its output: a fault
-            # of the cache directory, not of the generated code.
-            for text, number in zip(_DISK_FULL, (errno.ENOSPC, errno.EROFS, errno.EDQUOT),
-                                    strict=True):
-                if text in message:
-                    raise OSError(number, text, str(output))
-            raise CompileError(source_path, message)
-        return cache.install(key, output)
+        if len(units) == 1:
+            _run_compiler([*compiler.command, *flags, *units[0].extra_flags, str(sources[0]),
+                           "-o", str(output), "-lm"], sources[0], output)
+        else:
+            objects = [workdir / f"unit{index}.o" for index in range(len(units))]
+            with ThreadPoolExecutor(len(units)) as pool:
+                jobs = [pool.submit(_run_compiler,
+                                    [*compiler.command, *flags, *unit.extra_flags, "-c",
+                                     str(path), "-o", str(obj)], path, obj)
+                        for unit, path, obj in zip(units, sources, objects, strict=True)]
+                for job in jobs:
+                    job.result()
+            _run_compiler([*compiler.command, *flags, *map(str, objects), "-o", str(output),
+                           "-lm"], sources[0], output)
+        return cache.install(key, output, len(units))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_compiler(command: list[str], source_path: Path, output: Path) -> None:
+    """Run one compiler command that writes `output`; CompileError (naming `source_path`)
+    when it fails, OSError when the failure is the output directory's."""
+    try:
+        result = subprocess.run(command, capture_output=True, text=True,
+                                timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CompileError(source_path, f"the compiler took longer than "
+                           f"{COMPILE_TIMEOUT_S} s") from None
+    except OSError as e:
+        raise ToolchainError(f"cannot run {command[0]}: {e}") from None
+    if result.returncode != 0 or not output.exists():
+        message = result.stderr or result.stdout or f"exit status {result.returncode}"
+        # The compiler (or the assembler under it) could not write its output: a fault
+        # of the cache directory, not of the generated code.
+        for text, number in zip(_DISK_FULL, (errno.ENOSPC, errno.EROFS, errno.EDQUOT),
+                                strict=True):
+            if text in message:
+                raise OSError(number, text, str(output))
+        raise CompileError(source_path, message)
 
 
 def load_library(path: Path, global_symbols: bool = False) -> ctypes.CDLL:
