@@ -30,6 +30,27 @@ def _parameter_for(fusion: Node, operand: Node) -> Node:
     return param
 
 
+class _Parameters:
+    """`_parameter_for` of one fusion for many operands: the fusion's operands indexed once
+    (a large fusion has hundreds, and a merged body binds each of its own)."""
+
+    def __init__(self, fusion: Node) -> None:
+        self.fusion = fusion
+        self.index: dict[Node, int] = {}
+        for i, operand in enumerate(fusion.operands):
+            self.index.setdefault(operand, i)
+
+    def parameter_for(self, operand: Node) -> Node:
+        fusion = self.fusion
+        i = self.index.get(operand)
+        if i is not None:
+            return fusion.fused.params[i]
+        param = fusion.fused.add_parameter(operand.shape)
+        fusion.parent.append_operand(fusion, operand)
+        self.index[operand] = len(fusion.operands) - 1
+        return param
+
+
 def _unbind_operand(fusion: Node, operand: Node, replacement: Node) -> None:
     """Uses of `operand`'s parameter now use `replacement` (inside); the operand goes."""
     index = fusion.operand_index(operand)
@@ -135,14 +156,15 @@ def _clone_body(fusion: Node, source: Node) -> list[Node]:
         return [clone]
     body = source.fused
     order = body.post_order()
+    parameter_for = _Parameters(fusion).parameter_for
     for node in reversed(order):  # bind parameters root first, as XLA meets them
         for operand in node.operands:
             if operand.op is Op.PARAMETER:
-                _parameter_for(fusion, source.operands[operand.parameter_number])
+                parameter_for(source.operands[operand.parameter_number])
     copies: dict[Node, Node] = {}
     for node in order:
         if node.op is Op.PARAMETER:
-            copies[node] = _parameter_for(fusion, source.operands[node.parameter_number])
+            copies[node] = parameter_for(source.operands[node.parameter_number])
         else:
             copies[node] = fused.clone_into(node, [copies[o] for o in node.operands])
     root = copies[body.root]

@@ -3,10 +3,11 @@
 XLA's fusion passes rewrite the graph one edge at a time and ask for users, post orders and
 reachability after every step; doing that on frozen IR would rebuild the module per step. So
 the fusion layer works on `Node`s (mutable instructions with user lists kept up to date, like
-XLA's HloInstruction) inside `Graph`s (computations), and converts back with `to_module`,
-which re-infers every shape through the builder: a malformed rewrite fails there, naming the
-instruction (`module_graph.ModuleGraph`). Post orders follow XLA's `MakeInstructionPostOrder`
-exactly, because fusion results depend on visiting order.
+XLA's HloInstruction) inside `Graph`s (computations), and converts back with `to_module`
+(`module_graph.ModuleGraph`); a malformed rewrite fails in the verifier, which re-infers every
+shape and names the instruction (after every pass in debug mode, and before code
+generation). Post orders follow XLA's `MakeInstructionPostOrder` exactly, because fusion
+results depend on visiting order.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from hlofuse.analysis.call_graph import callee_order
 from hlofuse.fusion.graph import Graph, Node
-from hlofuse.ir.builder import ComputationBuilder, NameUniquer
+from hlofuse.ir.builder import NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 
@@ -65,23 +65,33 @@ class ModuleGraph:
         assert self.entry is not None
         ordered = self._reachable(self._ordered())
         self._retain(ordered)
-        names, used = self._final_names(ordered)
         fused = {c for g in ordered for n in g.calling_nodes if n.is_fusion for c in n.calls}
-        # Exactly the final names are in use.
-        self.names = NameUniquer(bare_first=True)
-        self.names.reserve_all(used)
+        # Exactly the final names are in use: those of the top-level nodes, then the fused
+        # ones in `_final_names`' order, each renamed as it is met (a new name depends only
+        # on the names taken before it).
+        used = NameUniquer(bare_first=True)
+        reserve = used.reserve
+        for graph in ordered:
+            if not graph.is_fusion:
+                used.reserve_each(node.name for node in graph.nodes)
         self.computation_names = NameUniquer(bare_first=True)
         for graph in ordered:
             self.computation_names.reserve(graph.name)
-            graph.is_fusion = graph in fused
             # A graph unchanged since it was last normalized has its nodes, and every node's
             # users, in post order already.
             unchanged = graph.normalized_version == graph.version
             order = graph.nodes if unchanged else graph.reorder_to_post_order()
-            for node in order:
-                node.name = names[node]
-                if node.memo:
-                    node.memo = {}
+            if graph.is_fusion:
+                for node in order:
+                    if node.op is Op.PARAMETER or not reserve(node.name):
+                        node.name = _fresh_name(node, used)
+                    if node.memo:
+                        node.memo = {}
+            else:
+                for node in order:
+                    if node.memo:
+                        node.memo = {}
+            graph.is_fusion = graph in fused
             if not unchanged:
                 for node in order:
                     node.users = {}
@@ -89,6 +99,8 @@ class ModuleGraph:
                     for operand in node.operands:
                         operand.users[node] = None
             graph.normalized_version = graph.version
+        self.names = NameUniquer(bare_first=True)
+        self.names.reserve_all(used)
 
     def reload(self, module: Module) -> None:
         """Become a fresh copy of `module` (after a frozen-IR rewrite of this one)."""
@@ -195,19 +207,19 @@ class ModuleGraph:
         assert self.entry is not None
         ordered = self._reachable(self._ordered())
         names, _ = self._final_names(ordered)
-        uniquer = NameUniquer()
         built: dict[Graph, Computation] = {}
         for graph in ordered:
-            builder = ComputationBuilder(graph.name, uniquer)
             made: dict[Node, Instruction] = {}
+            # The nodes' shapes are taken as they are, not inferred again: the verifier checks
+            # them (after every pass in debug mode, and before code generation).
             for node in graph.post_order():
-                made[node] = builder.add(
-                    node.op, [made[o] for o in node.operands], attrs=dict(node.attrs),
-                    calls=[built[c] for c in node.calls], shape=node.shape,
-                    name=names[node], metadata=node.metadata, extra=node.extra)
+                made[node] = Instruction(
+                    names[node], node.op, tuple([made[o] for o in node.operands]), node.shape,
+                    node.attrs, tuple([built[c] for c in node.calls]) if node.calls else (),
+                    node.metadata, node.extra)
             params = tuple(made[p] for p in graph.params)
-            built[graph] = Computation(graph.name, tuple(builder.instructions),
-                                       made[graph.root], params)
+            built[graph] = Computation(graph.name, tuple(made.values()), made[graph.root],
+                                       params)
         return Module(self.name, tuple(built[g] for g in ordered), built[self.entry],
                       self.debug_tables)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 import numpy as np
@@ -52,6 +52,14 @@ class NameUniquer:
                 base, number = match.group(1), int(match.group(2))
                 self._next[base] = max(self._next.get(base, 0), number + 1)
         return True
+
+    def reserve_each(self, names: Iterable[str]) -> None:
+        """`reserve` every name of `names` (one set update for the fusion passes' uniquers)."""
+        if self.bare_first:
+            self._used.update(names)
+            return
+        for name in names:
+            self.reserve(name)
 
     def reserve_all(self, other: NameUniquer) -> None:
         """`reserve` every name `other` holds (one set union for the fusion passes' uniquers,

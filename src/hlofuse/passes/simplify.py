@@ -29,7 +29,6 @@ change a floating-point result. Dead instructions are left for `dce`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -365,9 +364,10 @@ def _first_rewrite(rules: tuple[Rule, ...], inst: Instruction,
 
 
 def _same(a: tuple[Instruction, ...], b: tuple[Instruction, ...]) -> bool:
-    return all(x is y for x, y in zip(a, b))
+    return a == b  # instructions compare by identity: one C loop
 
 
 def _with_operands(inst: Instruction, operands: tuple[Instruction, ...]) -> Instruction:
     """A stand-in with the rewritten operands for the rules to look at (never inserted)."""
-    return dataclasses.replace(inst, operands=operands)
+    return Instruction(inst.name, inst.op, operands, inst.shape, inst.attrs, inst.calls,
+                       inst.metadata, inst.extra)
