@@ -358,8 +358,23 @@ class FusionResult:
     strategy: Strategy
     module: Module
     decisions: DecisionLog
-    kernels: list[Kernel] = field(default_factory=list)
-    loops: list[Loop] = field(default_factory=list)
+    # Listed when first asked for: a compile does not need the list (code generation finds
+    # the kernels itself), and on a large module listing them costs a twentieth of the passes.
+    _listed: tuple[list[Kernel], list[Loop]] | None = field(default=None, repr=False,
+                                                           compare=False)
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return self._listing()[0]
+
+    @property
+    def loops(self) -> list[Loop]:
+        return self._listing()[1]
+
+    def _listing(self) -> tuple[list[Kernel], list[Loop]]:
+        if self._listed is None:
+            self._listed = list_kernels(self.module)
+        return self._listed
 
     def kernels_per_iteration(self) -> dict[str, int]:
         """Kernels launched per iteration of each while loop (nested loops separately)."""
@@ -386,5 +401,4 @@ def run_strategy(module: Module, strategy: str | Strategy, *, debug: bool = True
     log = DecisionLog()
     fused, _ = Pipeline(chosen.steps(constants), debug=debug, dump_dir=dump_dir,
                         log=log).run(module)
-    kernels, loops = list_kernels(fused)
-    return FusionResult(chosen, fused, log, kernels, loops)
+    return FusionResult(chosen, fused, log)
