@@ -80,6 +80,21 @@ def duration_ticks(seconds: float) -> int:
     from zero (absl's ScaleDouble rounds with std::round)."""
     ticks = seconds * TICKS_PER_SECOND
     return int(math.floor(ticks + 0.5)) if ticks >= 0 else -int(math.floor(-ticks + 0.5))
+
+
+def scale_duration(ticks: int, factor: float) -> int:
+    """`absl::Duration * double` (absl's ScaleDouble): whole seconds and ticks are scaled
+    apart, the ticks' product is divided by the ticks per second, its fraction multiplied
+    back and rounded half away from zero. The round trip through seconds can land half a
+    tick below the exact product: 130 ticks * 0.95 gives 123, not 124."""
+    hi, lo = divmod(ticks, TICKS_PER_SECOND)
+    hi_frac, hi_int = math.modf(hi * factor)
+    lo_frac, lo_int = math.modf(lo * factor / TICKS_PER_SECOND + hi_frac)
+    scaled = lo_frac * TICKS_PER_SECOND
+    lo_ticks = int(math.floor(scaled + 0.5)) if scaled >= 0 else -int(math.floor(-scaled + 0.5))
+    return (int(hi_int) + int(lo_int)) * TICKS_PER_SECOND + lo_ticks
+
+
 L2_CACHE_SPEEDUP = 2.5  # kL2CacheSpeedup
 L1_CACHE_SPEEDUP = 8.0  # kL1CacheSpeedup
 L1_CACHE_SIZE_PER_SM = 2 * 1024  # bytes, kL1CacheSizePerSM
@@ -518,8 +533,8 @@ class GpuCostModel(CostModel):
         blocks, per_block = self.launch(profile)
         fpus = min(blocks, device.core_count) * min(per_block, device.fpus_per_core)
         flops_per_ns = int(device.clock_rate_ghz * 2 * fpus)
-        compute = duration_ticks(float(_f32(int(profile.operations)) / _f32(flops_per_ns))
-                                 * 1e-9)
+        # absl::Nanoseconds(float) is that many times one nanosecond (4 ticks).
+        compute = scale_duration(4, float(_f32(int(profile.operations)) / _f32(flops_per_ns)))
         dram = self._bandwidth(device.memory_bandwidth, blocks)
         memory = 0
         reads = (profile.xla_reads if isinstance(profile, GpuKernelProfile)
@@ -538,9 +553,8 @@ class GpuCostModel(CostModel):
                        + duration_ticks(float(_f32(total - net) / rest_bandwidth)))
         memory += duration_ticks(float(_f32(int(profile.bytes_written))
                                        / _f32(device.memory_bandwidth)))
-        # Duration * double: the ticks scaled, rounded half away from zero.
         exec_ticks = (compute + memory
-                      - int(math.floor(min(compute, memory) * MEMORY_COMPUTE_PARALLELISM + 0.5)))
+                      - scale_duration(min(compute, memory), MEMORY_COMPUTE_PARALLELISM))
         return KernelTime((LAUNCH_TICKS + exec_ticks) / TICKS_PER_SECOND,
                           KERNEL_LAUNCH_OVERHEAD, compute / TICKS_PER_SECOND,
                           memory / TICKS_PER_SECOND, blocks > 1)

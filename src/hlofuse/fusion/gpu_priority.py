@@ -39,6 +39,7 @@ triton_multi_output_fusion`).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -60,7 +61,14 @@ from hlofuse.fusion.gpu_softmax_rewriter import (
 )
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.priority import _PriorityFuser, consumer_not_bitcast, is_bitcast_like
+from hlofuse.fusion.priority import (
+    COST_MODEL_LOSS,
+    Verdicts,
+    _PriorityFuser,
+    _us,
+    consumer_not_bitcast,
+    is_bitcast_like,
+)
 from hlofuse.fusion.properties import (
     current_xla_rules,
     has_side_effect,
@@ -78,7 +86,7 @@ from hlofuse.fusion.rules import (
 )
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import FusionKind, Op
-from hlofuse.passes.decision_log import FusionDecision, Recorder
+from hlofuse.passes.decision_log import COST_MODEL_GAIN, FusionDecision, Recorder
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -94,6 +102,10 @@ _FUSIBLE_OPS = frozenset({
     Op.DYNAMIC_UPDATE_SLICE, Op.PAD, Op.REDUCE_WINDOW, Op.RESHAPE, Op.REVERSE, Op.SLICE,
     Op.TRANSPOSE,
 })
+
+
+# HloInstruction::IsFusible is false for these (and for side-effecting instructions).
+_NOT_FUSIBLE_AT_ALL = frozenset({Op.PARAMETER, Op.WHILE, Op.CONDITIONAL, Op.CALL})
 
 
 def gpu_is_fusible(node: Node) -> bool:
@@ -292,6 +304,18 @@ class _GpuPriorityFuser(_PriorityFuser):
         for node in nodes:
             if len(node.users) > 1:
                 node.users = dict.fromkeys(sorted(node.users, key=self.order.__getitem__))
+        # XLA's GpuPerformanceModelCache (gpu_performance_model_base.cc), in ticks with the
+        # launch included: each instruction's time and each (producer, consumer) pair's fused
+        # time, kept until XLA invalidates them (`_invalidate`).
+        self.times: dict[Node, int] = {}
+        self.pair_times: dict[Node, dict[Node, int]] = {}
+        # The priority (ticks) of every queued producer (XLA's reverse_map_ keys).
+        self.queued: dict[Node, float] = {}
+        # This round's operands_to_new_consumers_ and operands_to_removed_consumers_runtimes_.
+        self.new_consumers: dict[Node, list[Node]] = {}
+        self.removed: dict[Node, int] = {}
+        self.updating = False
+        self.last_ticks: dict[Node, float] = {}
 
     def worth(self, gain: float) -> bool:
         """XLA queues every producer whose priority is not negative: one whose fusion saves
@@ -306,7 +330,133 @@ class _GpuPriorityFuser(_PriorityFuser):
     def update(self, node: Node) -> None:
         if node not in self.order:  # a fusion created just now: the next id
             self.order[node] = next(self.next_id)
-        super().update(node)
+        self.last_ticks[node] = math.inf  # a bitcast's priority; the cost model sets others
+        self.updating = True
+        try:
+            super().update(node)
+        finally:
+            self.updating = False
+        if node in self.entry:
+            self.queued[node] = self.last_ticks[node]
+        else:
+            self.queued.pop(node, None)
+
+    # --- XLA's cached run times (priority_fusion.cc, gpu_performance_model_base.cc) -----
+
+    def _time(self, node: Node) -> int:
+        """GpuPerformanceModelCache::Get(instruction), filled when first asked."""
+        found = self.times.get(node)
+        if found is None:
+            found = self.times[node] = duration_ticks(self.model.time(node))
+        return found
+
+    def _fused_time(self, producer: Node, consumer: Node) -> int:
+        """GpuPerformanceModelCache::Get(producer, consumer), filled when first asked."""
+        pairs = self.pair_times.setdefault(producer, {})
+        found = pairs.get(consumer)
+        if found is None:
+            found = pairs[consumer] = duration_ticks(self.model.fused_time(producer, consumer))
+        return found
+
+    def _invalidate(self, node: Node) -> None:
+        """GpuPerformanceModelCache::Invalidate: the instruction's time, its pairs as a
+        producer, and its pairs as the consumer of its operands as they are now (none for a
+        consumer a new fusion replaced: it is detached)."""
+        self.times.pop(node, None)
+        self.pair_times.pop(node, None)
+        for operand in node.operands:
+            if operand.op is Op.GET_TUPLE_ELEMENT:
+                operand = operand.operands[0]
+            pairs = self.pair_times.get(operand)
+            if pairs is not None:
+                pairs.pop(node, None)
+
+    def cost_verdicts(self, producer: Node, targets: list[Node],
+                      stays: bool) -> tuple[float, Verdicts]:
+        """EstimateRunTimes over the cached times. A queued producer whose users changed
+        is updated incrementally (CalculateProducerPriority): its queued priority, plus the
+        gain over its new consumers and its own time now, minus what
+        `ComputeRuntimesOfRemovedConsumers` cached for the consumers it lost and its own
+        time then. Cached times of the consumers it kept stay as they were, even where the
+        producer itself has grown since."""
+        incremental = self.updating and producer in self.removed
+        consumers = self.new_consumers[producer] if incremental else targets
+        own = self._time(producer)
+        before = {u: self._time(u) for u in consumers}
+        after = {u: self._fused_time(producer, u) for u in consumers}
+        if incremental:
+            ticks = (self.queued[producer] + own + sum(before[u] - after[u] for u in consumers)
+                     - self.removed[producer])
+        else:
+            ticks = (own * (not stays) + sum(before.values()) - sum(after.values()))
+        gain = ticks / TICKS_PER_SECOND
+        self.last_ticks[producer] = ticks
+        unfused = (own + sum(before.values())) / TICKS_PER_SECOND
+        fused = unfused - gain
+        figures = {"gain_us": _us(gain), "unfused_us": _us(unfused), "fused_us": _us(fused),
+                   "producer_us": _us(own / TICKS_PER_SECOND), "users": len(targets)}
+        verdicts: Verdicts = []
+        for user in targets:
+            edge = dict(figures)
+            if user in before:
+                edge.update(consumer_us=_us(before[user] / TICKS_PER_SECOND),
+                            fused_consumer_us=_us(after[user] / TICKS_PER_SECOND))
+            if self.worth(gain):
+                verdicts.append((user, FusionDecision.yes(
+                    f"fuse %{producer.name} into %{user.name}: fused into its {len(targets)} "
+                    f"user(s) the cost model estimates a gain of {gain * 1e6:.3g} us",
+                    rule=COST_MODEL_GAIN, **edge)))
+            else:
+                verdicts.append((user, refuse(
+                    COST_MODEL_LOSS, producer, user, f"fused into its {len(targets)} user(s) "
+                    f"the cost model estimates a loss of {-gain * 1e6:.3g} us", **edge)))
+        return (gain if self.worth(gain) else -math.inf), verdicts
+
+    def fuse_into_users(self, producer: Node) -> list[Node]:
+        """One round of XLA's RunImpl loop: the dequeued producer leaves the queue, is fused
+        into its users (a replaced consumer leaves the queue: RemoveInstruction), the new
+        fusions' fusible operands are noted with their new consumers (OnFusingInstruction),
+        the cached times of the consumers they lose are summed before the caches of the
+        producer (if it is gone) and of the consumers are invalidated."""
+        self.queued.pop(producer, None)
+        chosen = [(u, d) for u, d in self.verdicts[producer][1] if d]
+        consumers = [u for u, _ in chosen]
+        for node in (producer, *consumers):  # cached at the queue's start in XLA
+            self._time(node)
+        new_consumers: dict[Node, list[Node]] = {}
+        affected: dict[Node, None] = {}
+        for user, decision in chosen:
+            self.record(producer, user, decision)
+            fusion = self.fuse(producer, user)
+            if fusion is not user:
+                self.queued.pop(user, None)
+                self.entry.pop(user, None)
+            for operand in fusion.operands:
+                if (operand is producer or operand.op in (Op.CONSTANT, Op.GET_TUPLE_ELEMENT)
+                        or operand.op in _NOT_FUSIBLE_AT_ALL or has_side_effect(operand)):
+                    continue
+                new_consumers.setdefault(operand, []).append(fusion)
+            affected[fusion] = None
+            affected.update(dict.fromkeys(fusion.operands))
+        self.new_consumers = new_consumers
+        self.removed = {}
+        for operand in new_consumers:
+            cached = self.pair_times.get(operand)
+            if operand not in self.queued or cached is None:
+                continue
+            removed = self._time(operand)
+            for consumer in (*consumers, producer):
+                if consumer in cached:
+                    removed += self._time(consumer) - cached[consumer]
+            self.removed[operand] = removed
+        if not producer.users:
+            self._invalidate(producer)
+            self.graph.remove(producer)
+        else:
+            affected[producer] = None
+        for consumer in consumers:
+            self._invalidate(consumer)
+        return list(affected)
 
     def constant_decision(self, constant: Node, user: Node) -> FusionDecision:
         """XLA fuses every constant of at most one element into every fusible user."""
