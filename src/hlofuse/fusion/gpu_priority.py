@@ -174,21 +174,21 @@ def fits_budget(producer: Node, consumer: Node) -> FusionDecision:
     return refuse(decision.rule, producer, consumer, decision.message, **decision.figures)
 
 
-# ProducerConsumerMergedTooLarge (gpu_hlo_cost_analysis.cc): IR size and basic-block splits.
+# ProducerConsumerMergedTooLarge (gpu_hlo_cost_analysis.cc): the IR size. The XLA jaxlib
+# 0.10.2 is built from no longer counts basic-block splits (kMaxBasicBlockSplitsPerFusion, the
+# size doubled per split): its VLOG gives a producer holding a concatenate, emitted once into
+# a consumer of size 3, "IR sizes: 6, 3 -> 9", and its plugin has no "Basic block split
+# counts" message.
 MAX_IR_SIZE = 10000  # kMaxIRSize
-MAX_BASIC_BLOCK_SPLITS = 10  # kMaxBasicBlockSplitsPerFusion
-# ElementalIrEmitter::OpInvalidatesCache: ops whose code splits basic blocks.
-_SPLITS_BLOCKS = frozenset({Op.CONCATENATE, Op.DOT, Op.DYNAMIC_UPDATE_SLICE, Op.PAD, Op.REDUCE,
-                            Op.REDUCE_WINDOW})
 
 
-def ir_profile(node: Node) -> tuple[float, float, dict[int, float]]:
-    """XLA's IR size and basic-block split count of `node`'s kernel, and how many times each
-    fused parameter is emitted (GpuHloCostAnalysis::FusionCalculateUtilizations): an
-    instruction is emitted once per distinct root of its element-wise uses, and an operand of
-    a non-element-wise instruction becomes a root emitted as often as that instruction."""
+def ir_profile(node: Node) -> tuple[float, dict[int, float]]:
+    """XLA's IR size of `node`'s kernel and how many times each fused parameter is emitted
+    (GpuHloCostAnalysis::FusionCalculateUtilizations): an instruction is emitted once per
+    distinct root of its element-wise uses, and an operand of a non-element-wise instruction
+    becomes a root emitted as often as that instruction."""
     if not node.is_fusion:
-        return 1.0, float(node.op in _SPLITS_BLOCKS), {}
+        return 1.0, {}
     key = (node.fused.version,)
     cached = node.memo.get("xla_ir_profile")
     if cached is not None and cached[0] == key:
@@ -196,12 +196,11 @@ def ir_profile(node: Node) -> tuple[float, float, dict[int, float]]:
     root = node.fused_root
     root_size: dict[Node, float] = {root: 1.0}
     use_roots: dict[Node, set[Node]] = {root: {root}}
-    size = splits = 0.0
+    size = 0.0
     emitted: dict[int, float] = {}
     for inst in reversed(node.fused.post_order()):
         times = sum(root_size.get(r, 0.0) for r in use_roots.get(inst, ()))
         size += times
-        splits += times * (inst.op in _SPLITS_BLOCKS)
         if inst.op is Op.PARAMETER:
             emitted[inst.parameter_number] = times
         passes_roots = (is_elementwise_op(inst)
@@ -213,30 +212,24 @@ def ir_profile(node: Node) -> tuple[float, float, dict[int, float]]:
             else:
                 roots.add(operand)
                 root_size[operand] = root_size.get(operand, 0.0) + times
-    result = (size, splits, emitted)
+    result = (size, emitted)
     node.memo["xla_ir_profile"] = (key, result)
     return result
 
 
 def merged_not_too_large(producer: Node, consumer: Node) -> FusionDecision:
     """ProducerConsumerMergedTooLarge: the producer's code is emitted as often as the consumer
-    emits the parameter it becomes; every split doubles the estimate."""
-    producer_size, producer_splits, _ = ir_profile(producer)
-    consumer_size, consumer_splits, emitted = ir_profile(consumer)
+    emits the parameter it becomes, plus the consumer's own."""
+    producer_size, _ = ir_profile(producer)
+    consumer_size, emitted = ir_profile(consumer)
     replication = 1.0
     if consumer.is_fusion:
         replication = emitted.get(consumer.operands.index(producer), 0.0)
-    splits = replication * producer_splits + consumer_splits
-    if splits > MAX_BASIC_BLOCK_SPLITS:
-        return refuse("merged-too-large", producer, consumer, f"the fused kernel would split "
-                      f"{splits:.0f} basic blocks, over {MAX_BASIC_BLOCK_SPLITS}",
-                      splits=splits, limit=MAX_BASIC_BLOCK_SPLITS)
-    size = (producer_size * replication + consumer_size) * 2.0 ** splits
+    size = int(producer_size * replication + consumer_size)
     if size > MAX_IR_SIZE:
         return refuse("merged-too-large", producer, consumer, f"the fused kernel would emit "
-                      f"about {size:.0f} instructions (the producer {replication:.0f} times, "
-                      f"{splits:.0f} block splits), over {MAX_IR_SIZE}", size=size,
-                      emitted=replication, limit=MAX_IR_SIZE)
+                      f"about {size} instructions (the producer {replication:.0f} times), over "
+                      f"{MAX_IR_SIZE}", size=size, emitted=replication, limit=MAX_IR_SIZE)
     return OK
 
 
