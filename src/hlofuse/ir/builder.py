@@ -114,7 +114,10 @@ class ComputationBuilder:
             attrs: Mapping[str, object] | None = None, calls: Sequence[Computation] = (),
             shape: Shape | None = None, name: str | None = None,
             metadata: Metadata | None = None,
-            extra: Sequence[tuple[str, RawAttr]] = ()) -> Instruction:
+            extra: Sequence[tuple[str, RawAttr]] = (),
+            name_base: str | None = None) -> Instruction:
+        """Append an instruction; without `name`, it is named `name_base` (default: the
+        op's name) with a fresh numeric suffix."""
         attrs = dict(attrs or {})
         inferred = infer_shape(op, [o.shape for o in operands], attrs, calls, shape)
         if shape is not None and op not in DECLARED_SHAPE_OPS and inferred != shape:
@@ -123,7 +126,7 @@ class ComputationBuilder:
         if shape is not None and shape.layout is not None and shape == inferred:
             inferred = shape
         if name is None:
-            name = self.names.unique(op.text)
+            name = self.names.unique(name_base if name_base is not None else op.text)
         elif not self.names.reserve(name):
             raise ValueError(f"duplicate instruction name %{name}")
         instruction = Instruction(

@@ -1,7 +1,8 @@
 """arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order),
 `convert(p) * A -> select(p, A, 0)` for a pred p, and `max(lo, min(x, hi))` or
 `min(hi, max(x, lo))` -> `clamp(lo, x, hi)`, `A - C -> A + (-C)` for a constant C, and
-`broadcast(iota) -> iota`, for `xla-gpu`.
+`broadcast(iota) -> iota`, and an element-wise op of broadcasts as a broadcast of the op,
+for `xla-gpu`.
 
 XLA's AlgebraicSimplifier removes the first two (AlgebraicSimplifierVisitor::HandleAdd,
 "A + 0 => A" and "0 + A => A"; HandleMultiply, "A*1 => A" and "1*A => A"), where the zero or
@@ -19,6 +20,24 @@ the addition of its negation (which constant folding then folds; here the negate
 made directly). HandleBroadcast makes a broadcast of an iota an iota of the broadcast shape
 along the dimension the iota's dimension maps to. The select of `convert(p) * A` differs from
 the product where A is an infinity or a NaN and p is false (0, not NaN), as XLA's does.
+
+HandleBroadcast also sinks a broadcast below its element-wise users
+(`TryToSinkBroadcastAfterElementwiseOps`, under `enable_sink_broadcast`, on by default and
+left on by the GPU compiler; XLA 2022 had the same rule as
+`TryToSinkBroadcastAfterOpWithUniqueNonScalarOperand`): a user that is element-wise (not a
+copy, not a fusion; a bitcast-convert only when it keeps the element width), whose shape is
+not a scalar and whose operands are all "compatible" broadcasts, i.e. each either broadcasts
+a scalar or broadcasts an operand of the same shape (element type included) along the same
+dimensions as the others, is computed on the broadcasts' operands and broadcast once. A scalar
+operand is broadcast to the small shape instead (when the small shape is itself a scalar, XLA
+makes a scalar-to-scalar broadcast that its next visit removes; here the scalar is used as it
+is). The new op keeps the old one's name base and metadata and is created after the
+instructions the program had, as XLA's `CloneWithNewOperands` and `AddInstruction` do. XLA
+tries the sinking before HandleBroadcast's later rules, so a broadcast of an iota with a user
+that can sink stays a broadcast until its users have sunk (then it becomes an iota). `map` is
+left alone here (the front end never emits it). The values are the same: an element-wise op
+computes each element from the elements at the same index, and a broadcast only repeats
+elements.
 hlofuse's own `simplify` leaves arithmetic alone (it is shared with the 2022 pipeline, which
 the study reproduces as it was); `xla-gpu` runs this pass next to the while-loop simplifier,
 whose merged induction variables leave `0 + counter * 1` behind.
@@ -33,7 +52,7 @@ import numpy as np
 
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.decision_log import RewriteLog
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
@@ -143,10 +162,48 @@ def min_max_clamp(inst: Instruction, operands: tuple[Instruction, ...]
     return None
 
 
+def sinkable_broadcast(inst: Instruction, operands: tuple[Instruction, ...]
+                       ) -> Instruction | None:
+    """The broadcast XLA sinks below `inst` (one of its non-scalar broadcast operands, else
+    its first operand), when `inst` is element-wise of compatible broadcasts; else None."""
+    if inst.op not in ELEMENTWISE_OPS or inst.op is Op.MAP or inst.shape.rank == 0:
+        return None
+    if inst.op is Op.BITCAST_CONVERT and operands[0].dtype.bits != inst.dtype.bits:
+        return None
+    if not operands or any(o.op is not Op.BROADCAST for o in operands):
+        return None
+    wide = [o for o in operands if o.operands[0].shape.rank != 0]
+    anchor = wide[0] if wide else operands[0]
+    small = anchor.operands[0].shape
+    dimensions = anchor.ints("dimensions")
+    if any(o.operands[0].shape != small or o.ints("dimensions") != dimensions for o in wide):
+        return None
+    return anchor
+
+
+def _sunk(inst: Instruction, operands: tuple[Instruction, ...], anchor: Instruction,
+          builder: RewriteBuilder) -> Instruction:
+    small = anchor.operands[0].shape
+    new_operands: list[Instruction] = []
+    for operand in operands:
+        inner = operand.operands[0]
+        if inner.shape.rank == 0 and small.rank != 0:
+            inner = builder.add(Op.BROADCAST, [inner], attrs={"dimensions": ()},
+                                shape=Shape(inner.dtype, small.dims), metadata=operand.metadata)
+        new_operands.append(inner)
+    narrow = builder.add(inst.op, new_operands, attrs=dict(inst.attrs),
+                         shape=Shape(inst.dtype, small.dims),
+                         name_base=inst.name, metadata=inst.metadata)
+    return builder.add(Op.BROADCAST, [narrow], attrs={"dimensions": anchor.ints("dimensions")},
+                       shape=inst.shape, metadata=anchor.metadata)
+
+
 @dataclass(frozen=True, slots=True)
 class ArithmeticIdentities:
     """Replaces `A + 0` and `A * 1` by `A`, `convert(p) * A` by `select(p, A, 0)`, a
-    maximum and minimum with constant bounds by a clamp, and `A - C` by `A + (-C)`."""
+    maximum and minimum with constant bounds by a clamp, `A - C` by `A + (-C)`,
+    `broadcast(iota)` by an iota, and an element-wise op of compatible broadcasts by a
+    broadcast of the op."""
 
     name: ClassVar[str] = PASS_NAME
 
@@ -157,16 +214,28 @@ class ArithmeticIdentities:
             if not any(i.op in _IDENTITY or i.op in _CLAMP_INNER
                        or i.op in (Op.SUBTRACT, Op.BROADCAST) for i in comp.instructions):
                 return None
+            users: dict[Instruction, list[Instruction]] = {}
+            for user in comp.instructions:
+                for operand in user.operands:
+                    users.setdefault(operand, []).append(user)
 
             def transform(inst: Instruction, operands: tuple[Instruction, ...],
                           builder: RewriteBuilder) -> Instruction | None:
+                anchor = sinkable_broadcast(inst, operands)
+                if anchor is not None:
+                    records.rewrote(comp.name, inst, "sink-broadcast",
+                                    f"%{inst.name} ({inst.op.text}) reads only broadcasts: "
+                                    "it is computed before broadcasting")
+                    return _sunk(inst, operands, anchor, builder)
                 clamp = min_max_clamp(inst, operands)
                 if clamp is not None:
                     records.rewrote(comp.name, inst, "min-max-clamp",
                                     f"%{inst.name} bounds a value by constants from both "
                                     "sides: it is a clamp")
                     return builder.add(Op.CLAMP, list(clamp), metadata=inst.metadata)
-                if inst.op is Op.BROADCAST and operands[0].op is Op.IOTA:
+                if (inst.op is Op.BROADCAST and operands[0].op is Op.IOTA
+                        and not any(sinkable_broadcast(u, u.operands) is not None
+                                    for u in users.get(inst, ()))):
                     records.rewrote(comp.name, inst, "broadcast-iota",
                                     f"%{inst.name} broadcasts an iota: it is an iota")
                     iota_dimension = operands[0].attrs.get("iota_dimension", 0)

@@ -399,6 +399,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "broadcast(iota) became an iota of the broadcast shape",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleBroadcast"),
+    _rule("sink-broadcast", ARITHMETIC_IDENTITIES,
+          "an element-wise op whose operands are all broadcasts of scalars or of one shape "
+          "along the same dimensions became the op on the broadcasts' operands, broadcast once",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleBroadcast, TryToSinkBroadcastAfterElementwiseOps"),
     _rule("subtract-constant", ARITHMETIC_IDENTITIES,
           "A - C of a constant C became A + (-C)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
