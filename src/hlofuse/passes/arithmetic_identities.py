@@ -1,8 +1,8 @@
 """arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order),
 `convert(p) * A -> select(p, A, 0)` for a pred p, and `max(lo, min(x, hi))` or
 `min(hi, max(x, lo))` -> `clamp(lo, x, hi)`, `A - C -> A + (-C)` for a constant C, and
-`broadcast(iota) -> iota`, and an element-wise op of broadcasts as a broadcast of the op,
-for `xla-gpu`.
+`broadcast(iota) -> iota`, an element-wise op of broadcasts as a broadcast of the op, and
+a slice of the leading rows of a reshape as a reshape of a slice, for `xla-gpu`.
 
 XLA's AlgebraicSimplifier removes the first two (AlgebraicSimplifierVisitor::HandleAdd,
 "A + 0 => A" and "0 + A => A"; HandleMultiply, "A*1 => A" and "1*A => A"), where the zero or
@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
@@ -198,12 +199,44 @@ def _sunk(inst: Instruction, operands: tuple[Instruction, ...], anchor: Instruct
                        shape=inst.shape, metadata=anchor.metadata)
 
 
+def _slice_dims(inst: Instruction) -> tuple[SliceDim, ...]:
+    spec = inst.attrs["slice"]
+    assert isinstance(spec, tuple)
+    return tuple(s for s in spec if isinstance(s, SliceDim))
+
+
+def reshaped_prefix(inst: Instruction, operands: tuple[Instruction, ...]
+                    ) -> tuple[int, ...] | None:
+    """The limits of the slice of the reshape's operand that `inst` (a slice of a reshape)
+    reads, when it is an unstrided slice of the reshape's leading rows; else None."""
+    if inst.op is not Op.SLICE or operands[0].op is not Op.RESHAPE:
+        return None
+    spec = _slice_dims(inst)
+    reshape = operands[0]
+    if any(s.stride != 1 for s in spec):
+        return None
+    cut = [i for i, (s, size) in enumerate(zip(spec, reshape.shape.dims, strict=True))
+           if s.start != 0 or s.limit != size]
+    if cut != [0] or spec[0].start != 0:
+        return None
+    limits = list(reshape.operands[0].shape.dims)
+    elements = inst.shape.num_elements
+    for i in reversed(range(len(limits))):
+        if elements >= limits[i]:
+            if limits[i] == 0 or elements % limits[i]:
+                return None
+            elements //= limits[i]
+        else:
+            limits[i], elements = elements, 1
+    return tuple(limits)
+
+
 @dataclass(frozen=True, slots=True)
 class ArithmeticIdentities:
     """Replaces `A + 0` and `A * 1` by `A`, `convert(p) * A` by `select(p, A, 0)`, a
     maximum and minimum with constant bounds by a clamp, `A - C` by `A + (-C)`,
-    `broadcast(iota)` by an iota, and an element-wise op of compatible broadcasts by a
-    broadcast of the op."""
+    `broadcast(iota)` by an iota, an element-wise op of compatible broadcasts by a
+    broadcast of the op, and a slice of a reshape's leading rows by a reshape of a slice."""
 
     name: ClassVar[str] = PASS_NAME
 
@@ -212,7 +245,8 @@ class ArithmeticIdentities:
 
         def transform_for(comp: Computation) -> Transform | None:
             if not any(i.op in _IDENTITY or i.op in _CLAMP_INNER
-                       or i.op in (Op.SUBTRACT, Op.BROADCAST) for i in comp.instructions):
+                       or i.op in (Op.SUBTRACT, Op.BROADCAST, Op.SLICE)
+                       for i in comp.instructions):
                 return None
             users: dict[Instruction, list[Instruction]] = {}
             for user in comp.instructions:
@@ -243,6 +277,19 @@ class ArithmeticIdentities:
                     dimension = inst.ints("dimensions")[iota_dimension]
                     return builder.add(Op.IOTA, attrs={"iota_dimension": dimension},
                                        shape=inst.shape, metadata=inst.metadata)
+                prefix = reshaped_prefix(inst, operands)
+                if prefix is not None:
+                    records.rewrote(comp.name, inst, "slice-of-reshape",
+                                    f"%{inst.name} slices the leading rows of a reshape: it "
+                                    "reshapes a slice of the reshape's operand")
+                    source = operands[0].operands[0]
+                    piece = builder.add(
+                        Op.SLICE, [source],
+                        attrs={"slice": tuple(SliceDim(0, limit) for limit in prefix)},
+                        shape=Shape(source.dtype, prefix), name_base=inst.name,
+                        metadata=inst.metadata)
+                    return builder.add(Op.RESHAPE, [piece], shape=inst.shape,
+                                       metadata=inst.metadata)
                 subtracted = subtracted_constant(inst, operands)
                 if subtracted is not None:
                     records.rewrote(comp.name, inst, "subtract-constant",

@@ -404,6 +404,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "along the same dimensions became the op on the broadcasts' operands, broadcast once",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleBroadcast, TryToSinkBroadcastAfterElementwiseOps"),
+    _rule("slice-of-reshape", ARITHMETIC_IDENTITIES,
+          "an unstrided slice of a reshape's leading rows became a reshape of a slice of the "
+          "reshape's operand",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleSlice, TryToReorderSliceAndReshape"),
     _rule("subtract-constant", ARITHMETIC_IDENTITIES,
           "A - C of a constant C became A + (-C)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "

@@ -1,6 +1,8 @@
-"""XLA's algebraic simplifier sinks a broadcast below an element-wise op of broadcasts
+"""Rules of XLA's algebraic simplifier that `arithmetic-identities` applies for `xla-gpu`,
+text in, text out: a broadcast sinks below an element-wise op of broadcasts
 (`AlgebraicSimplifierVisitor::TryToSinkBroadcastAfterElementwiseOps`, called from
-HandleBroadcast), which `arithmetic-identities` does for `xla-gpu`: text in, text out."""
+HandleBroadcast), and a slice of a reshape's leading rows becomes a reshape of a slice
+(`TryToReorderSliceAndReshape`, called from HandleSlice)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.passes.arithmetic_identities import ArithmeticIdentities
 from hlofuse.passes.dce import DeadCodeElimination
+from hlofuse.passes.decision_log import DecisionLog, DecisionRecord
+from hlofuse.passes.simplify import AlgebraicSimplifier
 
 # `m` and `n`: random_uniform's Threefry counter (XLA's `broadcast.1` of a `u64[4]` product);
 # the broadcast of the iota stays a broadcast, its user sinks first. `lt` compares two
@@ -98,3 +102,70 @@ def test_the_rewrite_keeps_the_values() -> None:
     for want, got in zip(flatten_value(evaluate(before, args)),
                          flatten_value(evaluate(after, args)), strict=True):
         np.testing.assert_array_equal(want, got)
+
+
+# Threefry's `random.split` as JAX writes it: two keys stacked (`stack`), a row taken and
+# squeezed (`key`), and its two words sliced (`first`, `second`). `first` cuts the squeezed
+# row's leading element, so it moves below the reshape, and with `simplify`'s slice-of-slice
+# and slice-of-concatenate rules reaches `a`, the piece it came from, as in XLA's pre-fusion
+# graph of random_bernoulli; `second` starts at 1 and stays. `head` takes the first two rows
+# of `p` through a flattening reshape; `odd` takes 8 of 24 elements, not whole rows of the
+# minor dimension (6), and stays.
+SLICES = """
+HloModule m
+ENTRY e {
+  a = u32[2] parameter(0)
+  b = u32[2] parameter(1)
+  ra = u32[2,1] reshape(a)
+  rb = u32[2,1] reshape(b)
+  stack = u32[2,2] concatenate(ra, rb), dimensions={1}
+  row = u32[1,2] slice(stack), slice={[0:1], [0:2]}
+  key = u32[2] reshape(row)
+  first = u32[1] slice(key), slice={[0:1]}
+  second = u32[1] slice(key), slice={[1:2]}
+  p = f32[4,6] parameter(2)
+  flat = f32[24] reshape(p)
+  head = f32[12] slice(flat), slice={[0:12]}
+  odd = f32[8] slice(flat), slice={[0:8]}
+  ROOT r = (u32[1], u32[1], f32[12], f32[8]) tuple(first, second, head, odd)
+}
+"""
+
+SLICES_AFTER = """\
+HloModule m, entry_computation_layout={(u32[2]{0}, u32[2]{0}, f32[4,6]{1,0})->(u32[1]{0}, u32[1]{0}, f32[12]{0}, f32[8]{0})}
+
+ENTRY e {
+  a = u32[2]{0} parameter(0)
+  b = u32[2]{0} parameter(1)
+  ra = u32[2,1]{1,0} reshape(a)
+  rb = u32[2,1]{1,0} reshape(b)
+  stack = u32[2,2]{1,0} concatenate(ra, rb), dimensions={1}
+  row = u32[1,2]{1,0} slice(stack), slice={[0:1], [0:2]}
+  key = u32[2]{0} reshape(row)
+  slice.2 = u32[1]{0} slice(a), slice={[0:1]}
+  second = u32[1]{0} slice(key), slice={[1:2]}
+  p = f32[4,6]{1,0} parameter(2)
+  flat = f32[24]{0} reshape(p)
+  head.0 = f32[2,6]{1,0} slice(p), slice={[0:2], [0:6]}
+  reshape.1 = f32[12]{0} reshape(head.0)
+  odd = f32[8]{0} slice(flat), slice={[0:8]}
+  ROOT r = (u32[1]{0}, u32[1]{0}, f32[12]{0}, f32[8]{0}) tuple(slice.2, second, reshape.1, odd)
+}
+"""
+
+
+def test_a_slice_of_leading_rows_moves_below_the_reshape() -> None:
+    module = parse_module(SLICES)
+    for _ in range(4):  # the simplification fixed point, as xla-gpu runs it
+        module, _ = ArithmeticIdentities().run(module)
+        module, _ = AlgebraicSimplifier().run(module)
+        module, _ = DeadCodeElimination().run(module)
+    assert module_text(module) == SLICES_AFTER
+    rules = {r.rule for r in _log(SLICES)}
+    assert rules == {"slice-of-reshape"}
+
+
+def _log(text: str) -> list[DecisionRecord]:
+    log = DecisionLog()
+    ArithmeticIdentities().run(parse_module(text), log)
+    return list(log)
