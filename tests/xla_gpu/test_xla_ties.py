@@ -89,7 +89,14 @@ HloModule m
 ENTRY e {
   i = u32[8] iota(), iota_dimension=0
   j = u32[8] iota(), iota_dimension=0
-  ROOT s = u32[8] add(i, j)
+  s = u32[8] add(i, j)
+  k = u32[8] iota(), iota_dimension=0
+  l = u32[8] iota(), iota_dimension=0
+  c = u32[] constant(3)
+  b = u32[8] broadcast(c), dimensions={}
+  m = u32[8] multiply(k, b)
+  n = u32[8] multiply(l, b)
+  ROOT t = (u32[8], u32[8], u32[8], u32[8]) tuple(s, m, n, k)
 }
 """
 
@@ -161,11 +168,17 @@ def test_min_max_become_a_clamp_and_a_constant_subtraction_an_addition() -> None
     assert iota.op is Op.IOTA and iota.attrs["iota_dimension"] == 0
 
 
-def test_todays_cse_merges_identical_iotas() -> None:
+def test_todays_cse_compares_identical_iotas_as_one_operand() -> None:
+    """HloCSE::Run: an instruction reading two identical iotas reads the first twice, and
+    instructions that differ only in which identical iota they read are merged; the iotas
+    themselves are not (XLA keeps random_uniform's two u64[4] iotas apart)."""
     module, changed = CommonSubexpressionElimination(combine_iotas=True).run(
         parse_module(IOTAS))
     assert changed
-    root = module.entry.root
-    assert root.operands[0] is root.operands[1]
+    s, m, n, k = module.entry.root.operands
+    assert s.operands[0] is s.operands[1] and s.operands[0].name == "i"
+    assert m is n and m.operands[0].name == "k"
+    assert k.name == "k"
+    assert sum(i.op is Op.IOTA for i in module.entry.instructions) == 4
     _, unchanged = CommonSubexpressionElimination().run(parse_module(IOTAS))
     assert not unchanged

@@ -4,15 +4,20 @@ Walks each computation operands-first and replaces an instruction by an earlier 
 same opcode, the same (already de-duplicated) operands, the same shape and the same
 attributes and called computations. Constants are merged by value (bit for bit, so 0.0 and
 -0.0 stay apart). Parameters, instructions without operands other than constants and
-side-effecting instructions are never merged; identical iotas (same shape and dimension) are
-merged with `combine_iotas`, as today's HloCSE does in CombineConstants (the first in
-instruction order stays; `xla-gpu` asks for it, the 2022 pipeline of `xla` keeps them apart). With
+side-effecting instructions are never merged. With `combine_iotas` (`xla-gpu`; the 2022
+pipeline of `xla` does not have it), identical iotas (same shape and dimension) count as the
+same operand, as today's HloCSE compares them (HloCSE::Run: `CseKey` leaves iota operands out
+of its hash, `eq_instructions` takes two identical iotas as equal, and an instruction reading
+two identical iotas reads the first one twice); the iotas themselves are not merged (HloCSE
+skips instructions without operands, and CombineConstants merges constants only: XLA's
+pre-fusion graph of `random_uniform` keeps its two `u64[4]` iotas). With
 `only_fusion_computations` it looks only inside fused computations, as the CSE that XLA's GPU
 fusion pipeline runs between its fusion passes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
@@ -89,6 +94,10 @@ class CommonSubexpressionElimination:
         return rewrite_module(module, transform_for)
 
 
+def _iota_key(iota: Instruction) -> Hashable:
+    return ("iota", iota.shape, iota.shape.layout, iota.attrs.get("iota_dimension", 0))
+
+
 class _Deduplicator:
     def __init__(self, combine_iotas: bool = False) -> None:
         self.seen: dict[Hashable, Instruction] = {}
@@ -98,12 +107,28 @@ class _Deduplicator:
                   builder: RewriteBuilder) -> Instruction | None:
         if inst.op is Op.PARAMETER or has_side_effect(inst):
             return None
-        if not operands and inst.op is not Op.CONSTANT and not (self.combine_iotas
-                                                                 and inst.op is Op.IOTA):
+        if not operands and inst.op is not Op.CONSTANT:
             return None
-        key = instruction_key(inst, operands)
+        if not self.combine_iotas or not any(o.op is Op.IOTA for o in operands):
+            key = instruction_key(inst, operands)
+            earlier = self.seen.get(key)
+            if earlier is not None:
+                return builder.rewritten[earlier]
+            self.seen[key] = inst
+            return None
+        key = (instruction_key(inst, ()),
+               tuple(_iota_key(o) if o.op is Op.IOTA else id(o) for o in operands))
         earlier = self.seen.get(key)
         if earlier is not None:
             return builder.rewritten[earlier]
         self.seen[key] = inst
-        return None
+        first: dict[Hashable, Instruction] = {}
+        reads = tuple(first.setdefault(_iota_key(o), o) if o.op is Op.IOTA else o
+                      for o in operands)
+        if reads == operands:
+            return None
+        # The same instruction (name, attributes) reading the first of identical iotas.
+        kept = dataclasses.replace(inst, operands=reads,
+                                   calls=tuple(builder.callee(c) for c in inst.calls))
+        builder.instructions.append(kept)
+        return kept
