@@ -134,9 +134,33 @@ def test_a_concatenate_along_a_minor_dimension_costs_400_flops() -> None:
         model = GpuCostModel(device("h100"))
         fused = model.fused_profile(nodes["c"], nodes["n"])
         assert fused.operations == 400 * 4 + 3 * 4  # u32 not: XLA's default 3 flops
-        # The concatenate emitter's launch is not modelled: the loop estimate stands.
-        assert kernel_launch(nodes["c"]) is None
-        assert model.launch(model.profile(nodes["c"])) == (1, 4)
+        # The concatenate emitter launches one thread per element of the largest operand.
+        assert kernel_launch(nodes["c"]) == (1, 2)
+        assert model.launch(model.profile(nodes["c"])) == (1, 2)
+        assert kernel_launch(nodes["n"], nodes["c"]) == (1, 2)
+        assert kernel_launch(nodes["n"]) is None  # alone, `not` is a loop kernel
+
+
+# Five keys stacked: more operands than the concatenate emitter takes.
+CONCAT5 = """
+HloModule m
+ENTRY e {
+  k0 = u32[2,1] parameter(0)
+  k1 = u32[2,3] parameter(1)
+  c2 = u32[2,5] concatenate(k0, k1, k0), dimensions={1}
+  c5 = u32[2,5] concatenate(k0, k0, k0, k0, k0), dimensions={1}
+  ROOT t = (u32[2,5], u32[2,5]) tuple(c2, c5)
+}
+"""
+
+
+def test_the_concatenate_emitter_takes_at_most_four_operands() -> None:
+    """UseConcatenateFusion; ConcatenateFusion::launch_dimensions launches the loop
+    emitter's grid over the operand largest along the concatenated dimension."""
+    with ModuleGraph.from_module(parse_module(CONCAT5)) as graphs, current_xla_rules():
+        nodes = _nodes(graphs)
+        assert kernel_launch(nodes["c2"]) == (1, 6)  # k1: 2 x 3 elements
+        assert kernel_launch(nodes["c5"]) is None
 
 
 def test_a_concatenate_of_rows_costs_6_flops_per_element() -> None:

@@ -224,12 +224,70 @@ def kernel_reduction(consumer: Node, producer: Node | None = None) -> Node | Non
 def kernel_launch(consumer: Node, producer: Node | None = None) -> tuple[int, int] | None:
     """(blocks, threads per block) of `consumer`'s kernel (with `producer` fused into it)
     when its emitter, not the loop emitter's estimate, decides them: a tiled reduction hero
-    (`reduction_launch`). Not modelled: the concatenate emitter's launch (one thread per
-    element of the largest operand, ConcatenateFusion::launch_dimensions); with it the
-    estimates of the stacked Threefry keys are XLA's, but the corpus loses cartpole_rollout
-    and random_uniform (README, issue 13's table)."""
+    (`reduction_launch`), or a concatenate hero (`concatenate_launch`)."""
     reduction = kernel_reduction(consumer, producer)
-    return reduction_launch(reduction) if reduction is not None else None
+    if reduction is not None:
+        return reduction_launch(reduction)
+    concatenate = kernel_concatenate(consumer, producer)
+    return concatenate_launch(concatenate) if concatenate is not None else None
+
+
+# UseConcatenateFusion: more operands than this and the loop emitter is used.
+MAX_CONCATENATE_EMITTER_OPERANDS = 4
+
+
+def kernel_concatenate(consumer: Node, producer: Node | None = None) -> Node | None:
+    """The concatenate hero of `consumer`'s kernel (with `producer` fused into it) when XLA
+    emits the kernel with its concatenate emitter (HloFusionAnalysis::GetEmitterFusionKind,
+    UseConcatenateFusion): one output, not a tuple, whose hero (FindNonTrivialHero: the walk
+    back through bitcasts and element-wise ops with one non-scalar operand) is a concatenate
+    of at most four operands (and no input or output narrower than a byte, which hlofuse's
+    element types never are)."""
+    roots = fusion_roots(consumer)
+    if len(roots) != 1 or not roots[0].shape.is_array:
+        return None
+    # `outer`: the fusion whose computation `node` is in; None while `node` is an unfused
+    # instruction, whose operands are outside the kernel unless one is the producer.
+    outer = consumer if consumer.is_fusion else None
+    node = roots[0]
+    for _ in range(10000):
+        if node.op is Op.CONCATENATE:
+            if len(node.operands) > MAX_CONCATENATE_EMITTER_OPERANDS:
+                return None
+            return node
+        if node.op is Op.PARAMETER and outer is not None and node.parent is outer.fused:
+            operand: Node = outer.operands[node.parameter_number]
+        elif node.op in _INTERMEDIATE or is_elementwise_op(node):
+            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
+            if len(wide) != 1:
+                return None
+            operand = wide[0]
+            if outer is not None:
+                node = operand
+                continue
+        else:
+            return None
+        if producer is None or operand is not producer:
+            return None  # the walk leaves the kernel
+        producer_roots = fusion_roots(producer)
+        if len(producer_roots) != 1:
+            return None
+        outer = producer if producer.is_fusion else None
+        node, producer = producer_roots[0], None
+    return None
+
+
+def concatenate_launch(hero: Node) -> tuple[int, int]:
+    """(blocks, threads per block) of the concatenate emitter (ConcatenateFusion::
+    launch_dimensions): the loop emitter's launch (CalculateLaunchDimensions) over the
+    operand that is largest along the concatenated dimension (the first of equals)."""
+    (dimension,) = hero.ints("dimensions")
+    largest = max(hero.operands, key=lambda o: o.shape.dims[dimension])
+    elements = largest.shape.num_elements
+    if elements <= 1:
+        return 1, 1
+    per_block = min(THREADS_PER_BLOCK, elements)
+    return math.ceil(elements / per_block), per_block
 
 
 def reduction_launch(hero: Node) -> tuple[int, int]:
