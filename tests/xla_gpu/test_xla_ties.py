@@ -14,6 +14,7 @@ from hlofuse.fusion.gpu_model import (
     duration_ticks,
     fused_operand_reads,
     kernel_launch,
+    kernel_reduction,
     xla_flops,
 )
 from hlofuse.fusion.graph import Node
@@ -206,3 +207,31 @@ def test_todays_cse_compares_identical_iotas_as_one_operand() -> None:
     assert sum(i.op is Op.IOTA for i in module.entry.instructions) == 4
     _, unchanged = CommonSubexpressionElimination().run(parse_module(IOTAS))
     assert not unchanged
+
+
+# A row sum and an unfused negation of it.
+REDUCED = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[64,256] parameter(0)
+  z = f32[] constant(0)
+  r = f32[64] reduce(p, z), dimensions={1}, to_apply=add
+  ROOT n = f32[64] negate(r)
+}
+"""
+
+
+def test_the_hero_walk_stays_inside_the_kernel() -> None:
+    """FindNonTrivialHero walks the fusion's instructions only: alone, the negation of a
+    reduction is a loop kernel; with the reduction fused into it, the reduction is its
+    hero."""
+    with ModuleGraph.from_module(parse_module(REDUCED)) as graphs, current_xla_rules():
+        nodes = _nodes(graphs)
+        assert kernel_reduction(nodes["n"]) is None
+        assert kernel_launch(nodes["n"]) is None
+        assert kernel_reduction(nodes["n"], nodes["r"]) is nodes["r"]

@@ -187,18 +187,23 @@ def hero_reduction(start: Node, outer: Node | None, producer: Node | None) -> No
     lives in, if any)."""
     node: Node | None = start
     seen = 0
+    inside = True  # `node` is in the kernel
     while node is not None and seen < 10000:
         seen += 1
         if node.op is Op.PARAMETER and outer is not None and node.parent is outer.fused:
             node = outer.operands[node.parameter_number]
             outer = None
+            inside = False
             continue
         if producer is not None and node is producer:
             if producer.is_fusion:
                 return next((h for o in fusion_roots(producer)
                              if (h := hero_reduction(o, producer, None)) is not None), None)
             node, producer = producer, None
+            inside = True
             continue
+        if not inside:
+            return None
         if node.op is Op.REDUCE:
             return node if is_contiguous_reduction(node) else None
         if node.op in _INTERMEDIATE or is_elementwise_op(node):
@@ -206,6 +211,7 @@ def hero_reduction(start: Node, outer: Node | None, producer: Node | None) -> No
             if len(wide) != 1:
                 return None
             node = wide[0]
+            inside = outer is not None
             continue
         return None
     return None
