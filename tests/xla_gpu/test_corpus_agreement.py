@@ -136,8 +136,8 @@ def test_xla_copies_for_loop_state_are_listed_not_compared() -> None:
 
 
 def test_a_difference_names_both_sides() -> None:
-    # random_bernoulli: Threefry key splitting priced differently (README).
-    result = comparison("random_bernoulli")
+    # mountain_car_rollout: 7 kernels per step against XLA's 6, the Threefry blocks (README).
+    result = comparison("mountain_car_rollout")
     assert not result.same_count
     difference = result.first_difference
     assert difference is not None
