@@ -53,6 +53,7 @@ CONDITIONAL_PRED_INDEX = "conditional-pred-index"
 DOT_STRENGTH_REDUCTION = "dot-strength-reduction"
 DOT_DECOMPOSER = "dot-decomposer"
 CONDITIONAL_SIMPLIFIER = "conditional-simplifier"
+RESHAPE_MOVER = "reshape-mover"
 _WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
 # Rules every vertical fusion pass applies through the shared legality checks (rules.py).
@@ -413,6 +414,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "A - C of a constant C became A + (-C)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleSubtract"),
+    _rule("sink-rearrange", RESHAPE_MOVER,
+          "an element-wise op of equivalent reshapes or transposes (other operands constants "
+          "or cheaply rearranged broadcasts) became the op on their operands, rearranged once",
+          "xla/hlo/transforms/simplifiers/reshape_mover.cc: ReshapeMover::"
+          "IsReshapeMoveCandidate, TryReshapeMoveOnCandidates, SinkRearrangeOperands"),
     _rule("folded-constant", CONSTANT_FOLDING,
           "an instruction of constants, broadcast constants and iotas (one operand a "
           "constant) became its value",
