@@ -20,19 +20,10 @@ from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
 
 
-def _parameter_for(fusion: Node, operand: Node) -> Node:
-    """The fused parameter bound to `operand`, adding operand and parameter if needed."""
-    for i, existing in enumerate(fusion.operands):
-        if existing is operand:
-            return fusion.fused.params[i]
-    param = fusion.fused.add_parameter(operand.shape)
-    fusion.parent.append_operand(fusion, operand)
-    return param
-
-
 class _Parameters:
-    """`_parameter_for` of one fusion for many operands: the fusion's operands indexed once
-    (a large fusion has hundreds, and a merged body binds each of its own)."""
+    """The fused parameters of one fusion, bound to its operands: the operands indexed once
+    (a large fusion has hundreds, and a merged body binds each of its own). Valid while
+    nothing else changes the fusion's operands."""
 
     def __init__(self, fusion: Node) -> None:
         self.fusion = fusion
@@ -41,6 +32,7 @@ class _Parameters:
             self.index.setdefault(operand, i)
 
     def parameter_for(self, operand: Node) -> Node:
+        """The fused parameter bound to `operand`, adding operand and parameter if needed."""
         fusion = self.fusion
         i = self.index.get(operand)
         if i is not None:
@@ -71,8 +63,9 @@ def create_fusion(consumer: Node, kind: FusionKind) -> Node:
     fusion = graph.add(Op.FUSION, (), consumer.shape, attrs={"kind": kind}, calls=[fused],
                        metadata=consumer.metadata, name=module.names.unique("fusion"))
     clone = fused.clone_into(consumer, ())
+    parameter_for = _Parameters(fusion).parameter_for
     for operand in consumer.operands:
-        fused.append_operand(clone, _parameter_for(fusion, operand))
+        fused.append_operand(clone, parameter_for(operand))
     fused.root = clone
     graph.replace_instruction(consumer, fusion)
     return fusion
@@ -83,8 +76,9 @@ def fuse_instruction(fusion: Node, producer: Node) -> Node:
     fused = fusion.fused
     clone = fused.clone_into(producer, ())
     _unbind_operand(fusion, producer, clone)
+    parameter_for = _Parameters(fusion).parameter_for
     for operand in producer.operands:
-        fused.append_operand(clone, _parameter_for(fusion, operand))
+        fused.append_operand(clone, parameter_for(operand))
     return clone
 
 
@@ -149,14 +143,14 @@ def _clone_body(fusion: Node, source: Node) -> list[Node]:
     A plain instruction is one clone; a fusion contributes its whole fused body. Operands of
     `source` become (shared) parameters of `fusion`."""
     fused = fusion.fused
+    parameter_for = _Parameters(fusion).parameter_for
     if not source.is_fusion:
         clone = fused.clone_into(source, ())
         for operand in source.operands:
-            fused.append_operand(clone, _parameter_for(fusion, operand))
+            fused.append_operand(clone, parameter_for(operand))
         return [clone]
     body = source.fused
     order = body.post_order()
-    parameter_for = _Parameters(fusion).parameter_for
     for node in reversed(order):  # bind parameters root first, as XLA meets them
         for operand in node.operands:
             if operand.op is Op.PARAMETER:

@@ -65,15 +65,10 @@ class ModuleGraph:
         assert self.entry is not None
         ordered = self._reachable(self._ordered())
         self._retain(ordered)
+        renamed, used = self._final_names(ordered)
+        for node, name in renamed.items():
+            node.name = name
         fused = {c for g in ordered for n in g.calling_nodes if n.is_fusion for c in n.calls}
-        # Exactly the final names are in use: those of the top-level nodes, then the fused
-        # ones in `_final_names`' order, each renamed as it is met (a new name depends only
-        # on the names taken before it).
-        used = NameUniquer(bare_first=True)
-        reserve = used.reserve
-        for graph in ordered:
-            if not graph.is_fusion:
-                used.reserve_each(node.name for node in graph.nodes)
         self.computation_names = NameUniquer(bare_first=True)
         for graph in ordered:
             self.computation_names.reserve(graph.name)
@@ -81,16 +76,9 @@ class ModuleGraph:
             # users, in post order already.
             unchanged = graph.normalized_version == graph.version
             order = graph.nodes if unchanged else graph.reorder_to_post_order()
-            if graph.is_fusion:
-                for node in order:
-                    if node.op is Op.PARAMETER or not reserve(node.name):
-                        node.name = _fresh_name(node, used)
-                    if node.memo:
-                        node.memo = {}
-            else:
-                for node in order:
-                    if node.memo:
-                        node.memo = {}
+            for node in order:
+                if node.memo:
+                    node.memo = {}
             graph.is_fusion = graph in fused
             if not unchanged:
                 for node in order:
@@ -99,6 +87,7 @@ class ModuleGraph:
                     for operand in node.operands:
                         operand.users[node] = None
             graph.normalized_version = graph.version
+        # Exactly the final names are in use.
         self.names = NameUniquer(bare_first=True)
         self.names.reserve_all(used)
 
@@ -206,7 +195,7 @@ class ModuleGraph:
         becomes `name.clone` (`name.clone.N`), fused parameters are `param_N` made unique."""
         assert self.entry is not None
         ordered = self._reachable(self._ordered())
-        names, _ = self._final_names(ordered)
+        renamed, _ = self._final_names(ordered)
         built: dict[Graph, Computation] = {}
         for graph in ordered:
             made: dict[Node, Instruction] = {}
@@ -214,7 +203,8 @@ class ModuleGraph:
             # them (after every pass in debug mode, and before code generation).
             for node in graph.post_order():
                 made[node] = Instruction(
-                    names[node], node.op, tuple([made[o] for o in node.operands]), node.shape,
+                    renamed.get(node, node.name), node.op, tuple([made[o] for o in node.operands]),
+                    node.shape,
                     node.attrs, tuple([built[c] for c in node.calls]) if node.calls else (),
                     node.metadata, node.extra)
             params = tuple(made[p] for p in graph.params)
@@ -238,26 +228,26 @@ class ModuleGraph:
 
     @staticmethod
     def _final_names(ordered: list[Graph]) -> tuple[dict[Node, str], NameUniquer]:
-        """The final name of every node, and a uniquer holding them all."""
-        names: dict[Node, str] = {}
+        """The fused nodes whose final name is not their name, with that name, and a uniquer
+        holding every final name: the top-level names stay, then each fused node, graph by
+        graph in post order, keeps its name if it is still free (a new name depends only on
+        the names taken before it)."""
         used = NameUniquer(bare_first=True)
         for graph in ordered:
-            if graph.is_fusion:
-                continue
-            for node in graph.nodes:
-                names[node] = node.name
-                used.reserve(node.name)
+            if not graph.is_fusion:
+                used.reserve_each(node.name for node in graph.nodes)
         reserve = used.reserve
+        renamed: dict[Node, str] = {}
         for graph in ordered:
             if not graph.is_fusion:
                 continue
-            for node in graph.post_order():
-                # Most fused instructions keep the name they have (the common case first).
-                if node.op is not Op.PARAMETER and reserve(node.name):
-                    names[node] = node.name
-                else:
-                    names[node] = _fresh_name(node, used)
-        return names, used
+            # A graph unchanged since it was last normalized lists its nodes in post order.
+            order = (graph.nodes if graph.normalized_version == graph.version
+                     else graph.post_order())
+            for node in order:
+                if node.op is Op.PARAMETER or not reserve(node.name):
+                    renamed[node] = _fresh_name(node, used)
+        return renamed, used
 
 
 _CLONE_SUFFIX = re.compile(r"(\.clone(\.\d+)?)+$")

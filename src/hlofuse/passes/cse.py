@@ -109,19 +109,16 @@ class _Deduplicator:
             return None
         if not operands and inst.op is not Op.CONSTANT:
             return None
-        if not self.combine_iotas or not any(o.op is Op.IOTA for o in operands):
-            key = instruction_key(inst, operands)
-            earlier = self.seen.get(key)
-            if earlier is not None:
-                return builder.rewritten[earlier]
-            self.seen[key] = inst
-            return None
-        key = (instruction_key(inst, ()),
-               tuple(_iota_key(o) if o.op is Op.IOTA else id(o) for o in operands))
+        reads_iota = self.combine_iotas and any(o.op is Op.IOTA for o in operands)
+        key = ((instruction_key(inst, ()),
+                tuple(_iota_key(o) if o.op is Op.IOTA else id(o) for o in operands))
+               if reads_iota else instruction_key(inst, operands))
         earlier = self.seen.get(key)
         if earlier is not None:
             return builder.rewritten[earlier]
         self.seen[key] = inst
+        if not reads_iota:
+            return None
         first: dict[Hashable, Instruction] = {}
         reads = tuple(first.setdefault(_iota_key(o), o) if o.op is Op.IOTA else o
                       for o in operands)
