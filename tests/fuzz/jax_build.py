@@ -104,8 +104,9 @@ def _bitcast(x: Any, target: str) -> Any:
     A compiler that knows the integer while compiling (a constant; `x / x` that gcc proves
     is 1, seed 5302) evaluates the float arithmetic after the bitcast in IEEE arithmetic,
     where the run-time code reads a denormal as zero (XLA: LLVM's folder, seeds 10276 and
-    15307; hlofuse: gcc's). Which answer comes out depends on how far each compiler folds, so
-    denormals enter programs only through their parameters, which no compiler sees. The test
+    15307; hlofuse's gcc did until a bitcast's bits were hidden from it). Which answer XLA gives
+    depends on how far its folder goes, so denormals enter programs only through their
+    parameters, which no compiler sees. The test
     and the replacement are integer operations, unlike `_denormals_as_zeros`: XLA computes a
     bf16 select in f32, which would drop the payload of a NaN the bitcast made (seed 11944).
     """

@@ -372,17 +372,22 @@ def bits_of(lang: CLanguage, dtype: DType, x: Expr) -> Expr:
 
 
 def from_bits(lang: CLanguage, dtype: DType, bits: Expr) -> Expr:
-    """The register-form value of `dtype` whose bits (of its width, unsigned) are `bits`."""
+    """The register-form value of `dtype` whose bits (of its width, unsigned) are `bits`.
+
+    A float whose register form can hold a denormal is made from bits the C compiler cannot
+    know (templates.HEADER, hlofuse_unseen_zero32), so that it never evaluates arithmetic on
+    such a denormal while compiling, in IEEE arithmetic, where the kernel's DAZ reads zero.
+    An f16 is widened to a normal f32 and needs no such care."""
     if dtype is DType.PRED:
         return Cast("uint8_t", Binary("!=", bits, cir.Int(0)))
     if dtype is DType.F32:
-        return call("hlofuse_f32_from_bits", bits)
+        return call("hlofuse_f32_from_unseen_bits", bits)
     if dtype is DType.F64:
-        return call("hlofuse_f64_from_bits", bits)
+        return call("hlofuse_f64_from_unseen_bits", bits)
     if dtype is DType.F16:
         return call("hlofuse_f16_to_f32", bits)
     if dtype is DType.BF16:
-        return call("hlofuse_bf16_to_f32", bits)
+        return call("hlofuse_bf16_from_unseen_bits", bits)
     return Cast(lang.storage_type(dtype), bits)
 
 

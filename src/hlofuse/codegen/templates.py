@@ -60,6 +60,22 @@ static inline uint32_t hlofuse_f32_bits(float f) { uint32_t b; memcpy(&b, &f, 4)
 static inline double hlofuse_f64_from_bits(uint64_t b) { double f; memcpy(&f, &b, 8); return f; }
 static inline uint64_t hlofuse_f64_bits(double f) { uint64_t b; memcpy(&b, &f, 8); return b; }
 
+/* Zeros no compiler can see: weak, so another definition may win at link time (and each
+   translation unit of a module defines them). A bitcast's bits pass through them on their way
+   to a float, so a denormal the C compiler could work out while compiling (gcc's folder
+   computes in IEEE arithmetic) is made at run time, where DAZ reads it as zero, as XLA's code
+   does (fuzz seed 5302). nvcc's device code has no such variable: there the bits go as they are. */
+#ifdef __CUDACC__
+#define hlofuse_unseen_zero32 0u
+#define hlofuse_unseen_zero64 0ull
+#else
+__attribute__((weak)) uint32_t hlofuse_unseen_zero32 = 0;
+__attribute__((weak)) uint64_t hlofuse_unseen_zero64 = 0;
+#endif
+static inline float hlofuse_f32_from_unseen_bits(uint32_t b) { return hlofuse_f32_from_bits(b ^ hlofuse_unseen_zero32); }
+static inline double hlofuse_f64_from_unseen_bits(uint64_t b) { return hlofuse_f64_from_bits(b ^ hlofuse_unseen_zero64); }
+static inline float hlofuse_bf16_from_unseen_bits(uint16_t h) { return hlofuse_f32_from_unseen_bits((uint32_t)h << 16); }
+
 /* libm may inspect bits with integer operations, which DAZ does not reach: flush by hand. */
 static inline float hlofuse_daz_f(float x) {
   uint32_t b = hlofuse_f32_bits(x); return (b & 0x7f800000u) ? x : hlofuse_f32_from_bits(b & 0x80000000u);
