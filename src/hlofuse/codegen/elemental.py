@@ -46,10 +46,13 @@ class ElementalEmitter:
 
     def __init__(self, lang: CLanguage, body: FunctionBody, bindings: dict[int, Binding],
                  materialize: Materializer | None = None,
-                 simd_reductions: bool = True) -> None:
+                 simd_reductions: bool = True, same_value: dict[int, int] | None = None) -> None:
         self.lang = lang
         self.body = body
         self.bindings = bindings
+        # An instruction that computes the same value as an earlier one (analysis.same_values)
+        # is looked up as that one: its operands are not visited again.
+        self.same_value = same_value or {}
         self.materialize = materialize
         # Inside a simd loop a reduction's own loop gets no simd pragma.
         self.simd_reductions = simd_reductions
@@ -147,7 +150,7 @@ class ElementalEmitter:
                 with self.body.hoisted():
                     return self.value(inst, SCALAR)
             index = SCALAR
-        key = Key((id(inst), *index.key))
+        key = Key((self.same_value.get(id(inst), id(inst)), *index.key))
         found = self.body.lookup(key)
         if found is not None:
             return found  # type: ignore[return-value]

@@ -15,6 +15,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+from hlofuse.analysis.same_values import same_values
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Expr, Stmt
@@ -82,7 +83,10 @@ class KernelEmitter(ReductionEmission):
         # and the index key of the loop that stores each output.
         self.reads: dict[str, set[tuple[object, ...]]] = {}
         self.stored_at: dict[str, set[tuple[object, ...]] | None] = {}
-        self.em = ElementalEmitter(lang, self.body, self._bindings(), self._materialize_exprs)
+        self.em = ElementalEmitter(
+            lang, self.body, self._bindings(), self._materialize_exprs,
+            same_value=same_values([inst for inst, _ in spec.outputs],
+                                   [inst for inst, _ in spec.inputs]))
 
     def release(self) -> None:
         """Break the cycle between this emitter and its elemental emitter (whose loaders and

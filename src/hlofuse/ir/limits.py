@@ -77,9 +77,10 @@ def _largest_buffer(shape: Shape) -> int:
     return max((leaf.byte_size for leaf in shape.leaves()), default=0)
 
 
-def check_limits(module: Module, limits: Limits | None = None) -> None:
-    """Raise ResourceLimitError when `module` is beyond a limit (default: `Limits.from_env`).
-    Costs one pass over the instructions, nothing else."""
+def check_limits(module: Module, limits: Limits | None = None, buffers: bool = True) -> None:
+    """Raise ResourceLimitError when `module` is beyond a limit (default: `Limits.from_env`);
+    without `buffers`, the buffer sizes are left to the caller (the verifier checks them as it
+    passes each instruction). Costs one pass over the instructions, nothing else."""
     limits = limits if limits is not None else Limits.from_env()
     count = sum(len(c.instructions) for c in module.computations)
     if count > limits.max_instructions:
@@ -89,6 +90,8 @@ def check_limits(module: Module, limits: Limits | None = None) -> None:
     if depth > limits.max_nesting:
         raise ResourceLimitError("max_nesting", depth, limits.max_nesting,
                                  f"module {module.name} nests computations {depth} deep")
+    if not buffers:
+        return
     for comp in module.computations:
         for inst in comp.instructions:
             size = _largest_buffer(inst.shape)

@@ -11,6 +11,7 @@ from hlofuse.ir.limits import Limits, ResourceLimitError, check_limits
 from hlofuse.ir.linalg import check_call
 from hlofuse.ir.ops import DECLARED_SHAPE_OPS, AttrType, Op
 from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shapes import Shape
 
 
 class HloVerifyError(ValueError):
@@ -53,7 +54,7 @@ def verify(module: Module, max_buffer_bytes: int | None = None,
         limits = dataclasses.replace(limits, max_buffer_bytes=max_buffer_bytes)
     try:
         # Buffers are checked per instruction below, with the verifier's own rule name.
-        check_limits(module, dataclasses.replace(limits, max_buffer_bytes=2**63))
+        check_limits(module, limits, buffers=False)
     except ResourceLimitError as e:
         raise HloVerifyError(str(e), e.instruction, "resource-limit",
                              e.computation or module.entry.name) from None
@@ -61,6 +62,7 @@ def verify(module: Module, max_buffer_bytes: int | None = None,
     names: dict[str, str] = {}
     comp_names: set[str] = set()
     known = {id(c) for c in module.computations}
+    inferred_before: dict[tuple[Op, tuple[Shape, ...]], Shape] = {}
     if id(module.entry) not in known:
         raise HloVerifyError("entry computation is not in the module", None, "entry-in-module",
                              module.entry.name)
@@ -68,12 +70,13 @@ def verify(module: Module, max_buffer_bytes: int | None = None,
         if comp.name in comp_names:
             raise HloVerifyError("duplicate computation name", None, "unique-names", comp.name)
         comp_names.add(comp.name)
-        _verify_computation(comp, names, known, max_buffer_bytes)
+        _verify_computation(comp, names, known, max_buffer_bytes, inferred_before)
     _verify_no_recursion(module)
 
 
 def _verify_computation(comp: Computation, names: dict[str, str], known: set[int],
-                        max_buffer_bytes: int) -> None:
+                        max_buffer_bytes: int,
+                        inferred_before: dict[tuple[Op, tuple[Shape, ...]], Shape]) -> None:
     defined: set[int] = set()
     numbers: list[int] = []
     if not any(i is comp.root for i in comp.instructions):
@@ -93,7 +96,7 @@ def _verify_computation(comp: Computation, names: dict[str, str], known: set[int
             if id(callee) not in known:
                 raise HloVerifyError(f"calls %{callee.name}, which is not in the module",
                                      inst.name, "callee-in-module", comp.name)
-        _verify_instruction(inst, comp, max_buffer_bytes)
+        _verify_instruction(inst, comp, max_buffer_bytes, inferred_before)
         if inst.op is Op.PARAMETER:
             numbers.append(inst.parameter_number)
         defined.add(id(inst))
@@ -102,7 +105,8 @@ def _verify_computation(comp: Computation, names: dict[str, str], known: set[int
                              None, "parameter-numbers", comp.name)
 
 
-def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: int) -> None:
+def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: int,
+                        inferred_before: dict[tuple[Op, tuple[Shape, ...]], Shape]) -> None:
     definition = inst.definition
     count = len(inst.operands)
     number = inst.attrs.get("parameter_number")
@@ -138,11 +142,19 @@ def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: 
                                  f"{len(inst.calls)}", inst.name, "called-computations",
                                  comp.name)
     declared = inst.shape if inst.op in DECLARED_SHAPE_OPS else None
-    try:
-        inferred = infer_shape(inst.op, [o.shape for o in inst.operands], inst.attrs,
-                               inst.calls, declared)
-    except ShapeError as e:
-        raise HloVerifyError(str(e), inst.name, "shape-inference", comp.name) from None
+    operand_shapes = tuple([o.shape for o in inst.operands])
+    # Most instructions of a large module are attribute-free element-wise ops on a few
+    # shapes: their inferred shape is looked up (a failure is not, and raises below).
+    plain = declared is None and not inst.attrs and not inst.calls
+    inferred = inferred_before.get((inst.op, operand_shapes)) if plain else None
+    if inferred is None:
+        try:
+            inferred = infer_shape(inst.op, list(operand_shapes), inst.attrs, inst.calls,
+                                   declared)
+        except ShapeError as e:
+            raise HloVerifyError(str(e), inst.name, "shape-inference", comp.name) from None
+        if plain:
+            inferred_before[(inst.op, operand_shapes)] = inferred
     if inferred != inst.shape:
         raise HloVerifyError(f"shape is {inst.shape.text(False)} but {inst.op.text} of these "
                              f"operands gives {inferred.text(False)}", inst.name, "shape-inference",
