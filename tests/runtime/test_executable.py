@@ -231,8 +231,8 @@ def _module_of(n: int, small: int = 0) -> str:
             + root.format(n=n, small=small) + "}")
 
 
-def test_the_combiner_is_limited_to_pairs_only_for_small_kernels() -> None:
-    """gcc's combiner limit (SMALL_MODULE_FLAGS) is set for small (-O1) kernels only: for a
+def test_the_combiner_is_off_only_for_small_kernels() -> None:
+    """gcc's combiner is switched off (SMALL_MODULE_FLAGS) for small (-O1) kernels only: for a
     module of them, or for their own translation unit in a module with -O3 kernels too, once
     their code is large enough to pay for the second unit; -O3 kernels lose run time with it,
     and flags a user chose are kept as they are."""
@@ -262,7 +262,7 @@ def test_the_combiner_is_limited_to_pairs_only_for_small_kernels() -> None:
 def test_small_kernels_in_their_own_unit_run_as_in_one(monkeypatch: pytest.MonkeyPatch,
                                                        tmp_path: Path) -> None:
     """A module with -O3 and small kernels, built as two translation units (the small kernels
-    with the combiner limit, called by the driver across units), computes what the
+    without the combiner, called by the driver across units), computes what the
     interpreter does, and its cache entry keeps both sources."""
     from hlofuse.interpreter import evaluate, flatten_value
     from hlofuse.runtime import executable

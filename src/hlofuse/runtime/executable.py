@@ -154,17 +154,19 @@ def _aligned_bytes(count: int) -> np.ndarray:
 
 # gcc's RTL combiner tries up to four instructions at a time; on the long straight-line
 # kernels of unrolled loops that is about a third of the C compiler's time. Kernels under the
-# small-kernel limit compile at -O1 (their run time is launches and memory), and for them
-# combining only pairs measured free (CartPole, 256 environments, unroll 1, 10 and 40, xla and
-# xla+relax_concatenate: run-time ratios 0.95-1.05; the C compiler 7.2 -> 5.3 s at unroll
-# 40), where -O3 kernels lose 3-5% of run time. gcc's optimize attribute takes no --param, so
-# the limit is set per translation unit: for a module whose every kernel is small, and, in a
-# module with both, for a unit of its small kernels (`ModuleSource.split`) where their code
-# is large enough to pay for a second unit.
-SMALL_MODULE_FLAGS: tuple[str, ...] = ("--param=max-combine-insns=2",)
-# A second unit parses the header again (about 30 ms) and adds a link. The combiner's time
-# grows faster than a function's length: at unroll 40, CartPole's one small kernel of 9,600
-# lines took 2.4 s of it (1.3 s with pairs only).
+# small-kernel limit compile at -O1 (their run time is launches and memory), and for them the
+# combiner is off (gcc's -fdisable-rtl-combine). Measured free: CartPole, 256 environments,
+# run-time ratios without/with pair-only combining 0.93-1.00 (unroll 1, 10, 40; xla and
+# xla+relax_concatenate; 31 alternating runs each, equal outputs), as pair-only combining
+# was against the full combiner (0.95-1.05), where -O3 kernels lose 3-5% of run time. At
+# unroll 40 the small kernels' unit compiles in 0.66 s instead of 1.2 s (2.4 s with the full
+# combiner). gcc's optimize attribute takes neither option, so they are set per translation
+# unit: for a module whose every kernel is small, and, in a module with both, for a unit of
+# its small kernels (`ModuleSource.split`) where their code is large enough to pay for a
+# second unit.
+SMALL_MODULE_FLAGS: tuple[str, ...] = ("-fdisable-rtl-combine",)
+# A second unit parses the header again (about 30 ms) and adds a link: worth it where the
+# small kernels are long (the combiner's time grows faster than a function's length).
 SPLIT_MIN_SMALL_BYTES = 64 * 1024
 
 
