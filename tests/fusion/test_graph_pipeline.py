@@ -48,7 +48,8 @@ def _frozen_steps(steps: list[Step]) -> list[Step]:
 
     def one(p: Pass) -> Pass:
         if isinstance(p, FusedComputationCse):
-            return CommonSubexpressionElimination(only_fusion_computations=True)
+            return CommonSubexpressionElimination(only_fusion_computations=True,
+                                                  combine_iotas=p.combine_iotas)
         if isinstance(p, GraphDce):
             return DeadCodeElimination()
         if isinstance(p, GraphVariadicOpSplitter):

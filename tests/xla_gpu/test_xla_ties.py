@@ -18,12 +18,16 @@ from hlofuse.fusion.gpu_model import (
     xla_flops,
 )
 from hlofuse.fusion.graph import Node
+from hlofuse.fusion.graph_cleanup import FusedComputationCse
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import current_xla_rules
+from hlofuse.fusion.strategies import parse_strategy
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.passes.arithmetic_identities import ArithmeticIdentities
 from hlofuse.passes.cse import CommonSubexpressionElimination
+from hlofuse.passes.dce import DeadCodeElimination
+from hlofuse.passes.manager import FixedPoint
 
 # The order XLA's translation creates a computation's instructions in: parameters, the
 # tuple parameter's elements, constants by their uniquer number (a splat constant's broadcast
@@ -207,6 +211,53 @@ def test_todays_cse_compares_identical_iotas_as_one_operand() -> None:
     assert sum(i.op is Op.IOTA for i in module.entry.instructions) == 4
     _, unchanged = CommonSubexpressionElimination().run(parse_module(IOTAS))
     assert not unchanged
+
+
+# Two Threefry counters inside one fused computation, as priority fusion leaves them: each
+# reads its own clone of the same iota (mountain_car_rollout's Threefry kernels hold 24).
+FUSED_IOTAS = """
+HloModule m
+fused {
+  p = u32[8] parameter(0)
+  i = u64[8] iota(), iota_dimension=0
+  ci = u32[8] convert(i)
+  a = u32[8] add(ci, p)
+  j = u64[8] iota(), iota_dimension=0
+  cj = u32[8] convert(j)
+  b = u32[8] add(cj, p)
+  ROOT x = u32[8] xor(a, b)
+}
+ENTRY e {
+  q = u32[8] parameter(0)
+  ROOT f = u32[8] fusion(q), kind=kLoop, calls=fused
+}
+"""
+
+
+def test_cse_after_fusion_compares_identical_iotas_as_one_operand() -> None:
+    """XLA's GPU fusion pipeline runs today's HloCSE (only_fusion_computations) after priority
+    fusion: the two converts of identical iotas are one, so are the adds, and the unused iota
+    goes (what joins mountain_car_rollout's two Threefry kernels in multi-output fusion). The
+    graph pass of xla-gpu's fusion fixed point and the frozen pass agree; without
+    `combine_iotas` (XLA 2022's HloCSE, the `xla` strategy) nothing is merged."""
+    for cse in (FusedComputationCse(combine_iotas=True),
+                CommonSubexpressionElimination(only_fusion_computations=True,
+                                               combine_iotas=True)):
+        merged, changed = cse.run(parse_module(FUSED_IOTAS))
+        assert changed
+        merged, _ = DeadCodeElimination().run(merged)
+        fused = next(c for c in merged.computations if c.name == "fused")
+        ops = [i.op for i in fused.instructions]
+        assert ops.count(Op.IOTA) == 1 and ops.count(Op.CONVERT) == 1
+        assert ops.count(Op.ADD) == 1
+        root = fused.root
+        assert root.operands[0] is root.operands[1]
+    _, unchanged = FusedComputationCse().run(parse_module(FUSED_IOTAS))
+    assert not unchanged
+    for strategy, combines in (("xla-gpu", True), ("xla", False), ("priority", False)):
+        fusion = next(s for s in parse_strategy(strategy).steps()
+                      if isinstance(s, FixedPoint) and s.label == "fusion")
+        assert FusedComputationCse(combine_iotas=combines) in fusion.passes, strategy
 
 
 # A row sum and an unfused negation of it.

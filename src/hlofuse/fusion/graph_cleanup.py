@@ -19,7 +19,7 @@ from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.fusion.properties import has_side_effect
 from hlofuse.ir.ops import Op
-from hlofuse.passes.cse import instruction_key
+from hlofuse.passes.cse import instruction_key, iota_key
 from hlofuse.passes.variadic_op_splitter import MAX_PARAMETERS, VariadicOpSplitter
 
 if TYPE_CHECKING:
@@ -35,12 +35,15 @@ def _unless_clean(graph: Graph, name: str, clean: Callable[[Graph], bool]) -> bo
     return changed
 
 
-def deduplicate(graph: Graph) -> bool:
-    """Replace every node equal to an earlier one (in post order) by that one."""
+def deduplicate(graph: Graph, combine_iotas: bool = False) -> bool:
+    """Replace every node equal to an earlier one (in post order) by that one; with
+    `combine_iotas`, identical iotas count as one operand (`passes/cse.py`)."""
+    if combine_iotas:
+        return _unless_clean(graph, "cse+iotas", lambda g: _deduplicate(g, True))
     return _unless_clean(graph, "cse", _deduplicate)
 
 
-def _deduplicate(graph: Graph) -> bool:
+def _deduplicate(graph: Graph, combine_iotas: bool = False) -> bool:
     seen: dict[Hashable, Node] = {}
     changed = False
     for node in graph.post_order():
@@ -48,16 +51,38 @@ def _deduplicate(graph: Graph) -> bool:
             continue
         if not node.operands and node.op is not Op.CONSTANT:
             continue
-        key = instruction_key(node, node.operands)
+        # Today's HloCSE::Run (as the frozen pass, `passes/cse.py`): an iota operand is
+        # compared as its shape and dimension, and an instruction that reads two identical
+        # iotas reads the first one twice; the second, unused, goes with DCE.
+        reads_iota = combine_iotas and any(o.op is Op.IOTA for o in node.operands)
+        key = ((instruction_key(node, ()),
+                tuple(iota_key(o) if o.op is Op.IOTA else id(o) for o in node.operands))
+               if reads_iota else instruction_key(node, node.operands))
         earlier = seen.get(key)
         if earlier is None:
             seen[key] = node
+            if reads_iota:
+                changed |= _read_first_iotas(graph, node)
             continue
         graph.replace_uses(node, earlier)
         if graph.root is node:
             graph.root = earlier
         graph.remove(node)
         changed = True
+    return changed
+
+
+def _read_first_iotas(graph: Graph, node: Node) -> bool:
+    """`node` reads the first of its identical iota operands wherever it reads another."""
+    first: dict[Hashable, Node] = {}
+    changed = False
+    for index, operand in enumerate(list(node.operands)):
+        if operand.op is not Op.IOTA:
+            continue
+        kept = first.setdefault(iota_key(operand), operand)
+        if kept is not operand:
+            graph.replace_operand(node, index, kept)
+            changed = True
     return changed
 
 
@@ -84,10 +109,14 @@ def _remove_dead_nodes(graph: Graph) -> bool:
 @dataclass(frozen=True, slots=True)
 class FusedComputationCse(ModuleGraphPass):
     """`cse{only_fusion_computations=true}` on graphs: merges equal instructions inside fused
-    computations."""
+    computations. `combine_iotas` (`xla-gpu`): today's HloCSE, which XLA's GPU fusion
+    pipeline runs after priority fusion and after multi-output fusion (fusion_pipeline.cc,
+    `HloCSE(/*is_layout_sensitive=*/true, /*only_fusion_computations=*/true)`), compares
+    identical iotas as one operand there too (`passes/cse.py`)."""
 
     name: ClassVar[str] = "cse"
     only_fusion_computations: bool = True
+    combine_iotas: bool = False
 
     def __post_init__(self) -> None:
         assert self.only_fusion_computations, "graph CSE covers fused computations only"
@@ -96,7 +125,7 @@ class FusedComputationCse(ModuleGraphPass):
         changed = False
         for graph in graphs.graphs:
             if graph.is_fusion:
-                changed |= deduplicate(graph)
+                changed |= deduplicate(graph, self.combine_iotas)
         return changed
 
 

@@ -195,7 +195,8 @@ class Strategy:
         if self.gpu_priority_fusion:
             steps.append(RecordInstructionIds(ids))
         # On the fusion passes' graphs, so a fusion fixed point never leaves them.
-        cleanup = (FusedComputationCse(), GraphDce())
+        # xla-gpu: today's HloCSE there too, identical iotas one operand (graph_cleanup.py).
+        cleanup = (FusedComputationCse(combine_iotas=self.gpu_priority_fusion), GraphDce())
         if self.rng_expansion:
             steps.append(RngExpansion())
         if self.logistic_expansion:

@@ -94,7 +94,8 @@ class CommonSubexpressionElimination:
         return rewrite_module(module, transform_for)
 
 
-def _iota_key(iota: Instruction) -> Hashable:
+def iota_key(iota: Keyed) -> Hashable:
+    """What HloCSE compares of an iota operand: shape, layout and iota dimension."""
     return ("iota", iota.shape, iota.shape.layout, iota.attrs.get("iota_dimension", 0))
 
 
@@ -111,7 +112,7 @@ class _Deduplicator:
             return None
         reads_iota = self.combine_iotas and any(o.op is Op.IOTA for o in operands)
         key = ((instruction_key(inst, ()),
-                tuple(_iota_key(o) if o.op is Op.IOTA else id(o) for o in operands))
+                tuple(iota_key(o) if o.op is Op.IOTA else id(o) for o in operands))
                if reads_iota else instruction_key(inst, operands))
         earlier = self.seen.get(key)
         if earlier is not None:
@@ -120,7 +121,7 @@ class _Deduplicator:
         if not reads_iota:
             return None
         first: dict[Hashable, Instruction] = {}
-        reads = tuple(first.setdefault(_iota_key(o), o) if o.op is Op.IOTA else o
+        reads = tuple(first.setdefault(iota_key(o), o) if o.op is Op.IOTA else o
                       for o in operands)
         if reads == operands:
             return None
