@@ -186,3 +186,33 @@ def test_a_bitcast_convert_of_one_width_is_a_bitcast(backend: str) -> None:
     for want, have in zip(expected, compiled(*args), strict=True):
         assert np.asarray(have).dtype == np.asarray(want).dtype
         assert np.asarray(have).tobytes() == np.asarray(want).tobytes()
+
+
+# A slice read only through a reshape that is a bitcast in XLA (rollout_mountain_car's key
+# slice into the loop state), and a negation read by an exponential and by such a reshape.
+BITCAST_USERS = """
+HloModule m
+ENTRY e {
+  x = u32[3,2] parameter(0)
+  y = f32[8] parameter(1)
+  s = u32[1,2] slice(x), slice={[0:1], [0:2]}
+  r = u32[2] reshape(s)
+  n = f32[8] negate(y)
+  e = f32[8] exponential(n)
+  rn = f32[2,4] reshape(n)
+  ROOT t = (u32[2], f32[8], f32[2,4]) tuple(r, e, rn)
+}
+"""
+
+
+def test_a_reshape_that_is_a_bitcast_is_a_bitcast_user() -> None:
+    """priority_fusion.cc: CanFuse fuses nothing into a bitcast, and a producer's priority
+    covers its non-bitcast users only (CanFuseWithAllNonBitcastUsers); a row-major reshape is
+    a bitcast in XLA. The slice stays a kernel of its own (XLA's `wrapped_slice`), and the
+    negation is priced for the exponential alone."""
+    result = run_strategy(parse_module(BITCAST_USERS), "xla-gpu")
+    fusion = [d for d in result.decisions if d.pass_name == "gpu-priority-fusion"]
+    assert [(d.verdict, d.rule) for d in fusion if d.producer == "s"] == [
+        ("no", "consumer-is-bitcast")]
+    assert {d.consumer for d in fusion if d.producer == "n"} == {"e"}
+    assert ("s",) in [k.instructions for k in result.kernels]

@@ -66,7 +66,6 @@ from hlofuse.fusion.priority import (
     Verdicts,
     _PriorityFuser,
     _us,
-    consumer_not_bitcast,
     is_bitcast_like,
 )
 from hlofuse.fusion.properties import (
@@ -131,6 +130,16 @@ def consumer_is_fusible(producer: Node, consumer: Node) -> FusionDecision:
         return OK
     rule, reason = barrier(consumer)
     return refuse(rule, producer, consumer, reason)
+
+
+def consumer_not_bitcast_like(producer: Node, consumer: Node) -> FusionDecision:
+    """CanFuse (priority_fusion.cc) fuses nothing into a single bitcast as consumer. A reshape
+    that only reinterprets its row-major buffer is such a bitcast in XLA: the layout-sensitive
+    AlgebraicSimplifier after layout assignment replaces it by one (HandleReshape,
+    ReshapeIsBitcast)."""
+    if is_bitcast_like(consumer):
+        return refuse("consumer-is-bitcast", producer, consumer, "bitcasts are not fused into")
+    return OK
 
 
 def _significant_reduce(node: Node) -> bool:
@@ -235,7 +244,7 @@ def merged_not_too_large(producer: Node, consumer: Node) -> FusionDecision:
 
 NATIVE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
     producer_is_fusible, consumer_is_fusible, producer_is_not_multi_output,
-    consumer_not_bitcast, not_both_reductions, reduction_stays_reduction, fits_budget,
+    consumer_not_bitcast_like, not_both_reductions, reduction_stays_reduction, fits_budget,
 )
 NATIVE_SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (merged_not_too_large,
                                                                           in_place_safe)
@@ -309,6 +318,11 @@ class _GpuPriorityFuser(_PriorityFuser):
         self.removed: dict[Node, int] = {}
         self.updating = False
         self.last_ticks: dict[Node, float] = {}
+
+    def is_bitcast_user(self, user: Node) -> bool:
+        """CanFuseWithAllNonBitcastUsers (priority_fusion.cc) skips bitcast users, reshapes
+        that are bitcasts in XLA (`consumer_not_bitcast_like`) among them."""
+        return is_bitcast_like(user)
 
     def worth(self, gain: float) -> bool:
         """XLA queues every producer whose priority is not negative: one whose fusion saves

@@ -328,11 +328,15 @@ class _PriorityFuser:
             self.entry[node] = sequence
             heapq.heappush(self.heap, (-priority, -self.order[node], sequence, node))
 
+    def is_bitcast_user(self, user: Node) -> bool:
+        """A user the producer need not join (it stays for it): a bitcast."""
+        return user.op is Op.BITCAST
+
     def evaluate(self, producer: Node) -> tuple[float, Verdicts]:
         """The producer's priority (seconds saved; -inf: cannot or should not fuse) and the
         decision for each user."""
         users = list(producer.users)
-        targets = [u for u in users if u.op is not Op.BITCAST]
+        targets = [u for u in users if not self.is_bitcast_user(u)]
         decisions = [(u, can_fuse(producer, u, self.checks)) for u in users]
         refused = [(u, d) for u, d in decisions if not d and u in targets]
         if not targets:
