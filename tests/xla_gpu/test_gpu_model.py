@@ -9,6 +9,7 @@ from hlofuse.fusion.gpu_model import KERNEL_LAUNCH_OVERHEAD, GpuCostModel, flops
 from hlofuse.fusion.gpu_priority import gpu_is_fusible, ir_profile, merged_not_too_large
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.strategies import StrategyError, parse_strategy, run_strategy
+from hlofuse.ir.ops import FusionKind
 from hlofuse.ir.parser import parse_module
 
 ELEMENTWISE = """
@@ -216,3 +217,48 @@ def test_a_reshape_that_is_a_bitcast_is_a_bitcast_user() -> None:
         ("no", "consumer-is-bitcast")]
     assert {d.consumer for d in fusion if d.producer == "n"} == {"e"}
     assert ("s",) in [k.instructions for k in result.kernels]
+
+
+# A scatter-add whose updates are computed, and a user of its result (rollout_bandit's and
+# rollout_catch's per-step counters); a gather read by an element-wise op.
+SCATTER = """
+HloModule m
+add_s32 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+ENTRY e {
+  buf = s32[10] parameter(0)
+  idx = s32[4,1] parameter(1)
+  u = s32[4] parameter(2)
+  one = s32[] constant(1)
+  b1 = s32[4] broadcast(one), dimensions={}
+  upd = s32[4] add(u, b1)
+  sc = s32[10] scatter(buf, idx, upd), update_window_dims={}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add_s32
+  n = s32[10] negate(sc)
+  g = s32[4,1] gather(n, idx), offset_dims={1}, collapsed_slice_dims={}, start_index_map={0},
+    index_vector_dim=1, slice_sizes={1}
+  ROOT m = s32[4,1] multiply(g, g)
+}
+"""
+
+
+def test_scatter_and_gather_are_fusible_and_a_scatter_fusion_is_an_input_fusion() -> None:
+    """priority_fusion.cc IsFusible lists gather and scatter. The updates' producers join the
+    scatter, whose fusion is kInput (PriorityFusion::ChooseKind: the scatter emitter), and
+    nothing fuses into a scatter's output (CanEmitInputFusedScatter); the negation joins the
+    gather and its user."""
+    with ModuleGraph.from_module(parse_module(SCATTER)) as graphs:
+        entry = graphs.entry
+        assert entry is not None
+        fusible = {n.name: gpu_is_fusible(n) for n in entry.nodes}
+    assert fusible["sc"] and fusible["g"]
+    result = run_strategy(parse_module(SCATTER), "xla-gpu")
+    kernels = {k.instructions: k.kind for k in result.kernels}
+    assert kernels == {("one", "b1", "upd", "sc"): FusionKind.INPUT,
+                       ("n", "g", "m"): FusionKind.LOOP}
+    refused = [d.message for d in result.decisions
+               if d.pass_name == "gpu-priority-fusion" and d.verdict == "no"]
+    assert any("do not fuse into the output of a scatter" in m for m in refused)

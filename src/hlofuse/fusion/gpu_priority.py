@@ -31,9 +31,10 @@ Triton: a pair where the producer or the consumer is a generic Triton fusion (ma
 `gpu_softmax_rewriter.py`) skips the native checks and is judged by `CanFuseTriton` (both
 fusible, every instruction one Triton emits; the tiling analysis is not modelled); the grown
 fusion stays a Triton fusion, priced as a tiled kernel (`TritonGpuCostModel`). Triton GEMM
-fusions (`gpu_gemm_fusion.py`) are kCustom and never fused. Not modelled: scatter checks
-(hlofuse has no scatter) and Triton multi-output fusion (`xla_gpu_unsupported_enable_
-triton_multi_output_fusion`).
+fusions (`gpu_gemm_fusion.py`) are kCustom and never fused. A scatter takes its updates'
+producers (`CanEmitInputFusedScatter`: not the buffer it updates in place, nor a producer
+reading it) and becomes a kInput fusion, into whose output nothing fuses. Not modelled:
+Triton multi-output fusion (`xla_gpu_unsupported_enable_triton_multi_output_fusion`).
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ SIGNIFICANT_REDUCTION = 16  # elements reduced per output from which a reduce is
 # Non-element-wise ops XLA's elemental emitter fuses (priority_fusion.cc, IsFusible).
 _FUSIBLE_OPS = frozenset({
     Op.COPY, Op.IOTA, Op.CONSTANT, Op.REDUCE, Op.BROADCAST, Op.CONCATENATE, Op.DYNAMIC_SLICE,
-    Op.DYNAMIC_UPDATE_SLICE, Op.PAD, Op.REDUCE_WINDOW, Op.RESHAPE, Op.REVERSE, Op.SLICE,
-    Op.TRANSPOSE,
+    Op.DYNAMIC_UPDATE_SLICE, Op.GATHER, Op.PAD, Op.REDUCE_WINDOW, Op.RESHAPE, Op.REVERSE,
+    Op.SCATTER, Op.SLICE, Op.TRANSPOSE,
 })
 
 
@@ -478,11 +479,16 @@ class _GpuPriorityFuser(_PriorityFuser):
                                   "(small constants are fused last, into every user)")
 
     def fuse(self, producer: Node, consumer: Node) -> Node:
-        """A fusion grown from a generic Triton fusion stays one (priority_fusion.cc)."""
+        """A fusion grown from a generic Triton fusion stays one (priority_fusion.cc). A
+        fusion made from a scatter is an input fusion (PriorityFusion::ChooseKind: the scatter
+        emitter's kind is kInput), so nothing fuses into its output later
+        (CanEmitInputFusedScatter, IsInputFusibleScatter)."""
         triton = _triton_pair(producer, consumer)
         fusion = super().fuse(producer, consumer)
         if triton:
             mark_triton(fusion)
+        elif fusion.fused_root.op is Op.SCATTER and fusion.kind != FusionKind.INPUT:
+            fusion.set_kind(FusionKind.INPUT)
         return fusion
 
 
