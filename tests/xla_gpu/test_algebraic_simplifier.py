@@ -1,8 +1,9 @@
 """Rules of XLA's algebraic simplifier that `arithmetic-identities` applies for `xla-gpu`,
 text in, text out: a broadcast sinks below an element-wise op of broadcasts
 (`AlgebraicSimplifierVisitor::TryToSinkBroadcastAfterElementwiseOps`, called from
-HandleBroadcast), and a slice of a reshape's leading rows becomes a reshape of a slice
-(`TryToReorderSliceAndReshape`, called from HandleSlice)."""
+HandleBroadcast), a slice of a reshape's leading rows becomes a reshape of a slice
+(`TryToReorderSliceAndReshape`, called from HandleSlice), and a concatenate with a broadcast
+scalar becomes a pad (HandleConcatenate)."""
 
 from __future__ import annotations
 
@@ -169,3 +170,39 @@ def _log(text: str) -> list[DecisionRecord]:
     log = DecisionLog()
     ArithmeticIdentities().run(parse_module(text), log)
     return list(log)
+
+
+# rollout_mountain_car_continuous stacks a column with a column of zeros (`stack.17`); `both`
+# concatenates two broadcast scalars (the first one counts: padding low); `three` has three
+# operands and stays a concatenate.
+CONCATS = """
+HloModule m
+ENTRY e {
+  x = f32[8,1] parameter(0)
+  z = f32[] constant(0)
+  bz = f32[8,1] broadcast(z), dimensions={}
+  high = f32[8,2] concatenate(x, bz), dimensions={1}
+  o = f32[] constant(1)
+  bo = f32[8,3] broadcast(o), dimensions={}
+  both = f32[8,4] concatenate(bo, bz), dimensions={1}
+  three = f32[8,3] concatenate(x, bz, x), dimensions={1}
+  ROOT r = (f32[8,2], f32[8,4], f32[8,3]) tuple(high, both, three)
+}
+"""
+
+
+def test_a_concatenate_with_a_broadcast_scalar_is_a_pad() -> None:
+    """AlgebraicSimplifierVisitor::HandleConcatenate: a concatenate of two operands one of
+    which broadcasts a scalar pads the other with that scalar (XLA's `loop_pad_fusion` of
+    rollout_mountain_car_continuous)."""
+    module, changed = ArithmeticIdentities().run(parse_module(CONCATS))
+    assert changed
+    high, both, three = module.entry.root.operands
+    assert high.op.text == "pad" and high.operands[0].name == "x"
+    assert [(d.low, d.high) for d in high.attrs["padding"]] == [(0, 0), (0, 1)]
+    assert high.operands[1].name == "z"
+    assert both.op.text == "pad" and both.operands[0].name == "bz"
+    assert [(d.low, d.high) for d in both.attrs["padding"]] == [(0, 0), (3, 0)]
+    assert both.operands[1].name == "o"
+    assert three.op.text == "concatenate"
+    assert {r.rule for r in _log(CONCATS)} == {"concatenate-as-pad"}

@@ -1,8 +1,9 @@
 """arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order),
 `convert(p) * A -> select(p, A, 0)` for a pred p, and `max(lo, min(x, hi))` or
 `min(hi, max(x, lo))` -> `clamp(lo, x, hi)`, `A - C -> A + (-C)` for a constant C, and
-`broadcast(iota) -> iota`, an element-wise op of broadcasts as a broadcast of the op, and
-a slice of the leading rows of a reshape as a reshape of a slice, for `xla-gpu`.
+`broadcast(iota) -> iota`, an element-wise op of broadcasts as a broadcast of the op,
+a slice of the leading rows of a reshape as a reshape of a slice, and a concatenate of an
+operand and a broadcast scalar as a pad, for `xla-gpu`.
 
 XLA's AlgebraicSimplifier removes the first two (AlgebraicSimplifierVisitor::HandleAdd,
 "A + 0 => A" and "0 + A => A"; HandleMultiply, "A*1 => A" and "1*A => A"), where the zero or
@@ -18,8 +19,12 @@ XLA's dump shows `clamp.N` where the program had `max` and `min`). HandleSubtrac
 canonicalises the subtraction of a constant or a broadcast constant from a non-constant into
 the addition of its negation (which constant folding then folds; here the negated constant is
 made directly). HandleBroadcast makes a broadcast of an iota an iota of the broadcast shape
-along the dimension the iota's dimension maps to. The select of `convert(p) * A` differs from
-the product where A is an infinity or a NaN and p is false (0, not NaN), as XLA's does.
+along the dimension the iota's dimension maps to. HandleConcatenate turns a concatenate of two
+operands, one a broadcast of a (rank-0) scalar, into a pad of the other with that scalar, low
+when the first operand is the broadcast, else high (XLA's `loop_pad_fusion` of
+`rollout_mountain_car_continuous`, where the program stacks a column with zeros). The select
+of `convert(p) * A` differs from the product where A is an infinity or a NaN and p is false
+(0, not NaN), as XLA's does.
 
 HandleBroadcast also sinks a broadcast below its element-wise users
 (`TryToSinkBroadcastAfterElementwiseOps`, under `enable_sink_broadcast`, on by default and
@@ -50,7 +55,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from hlofuse.ir.attrs import SliceDim
+from hlofuse.ir.attrs import PaddingDim, SliceDim
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
@@ -231,12 +236,35 @@ def reshaped_prefix(inst: Instruction, operands: tuple[Instruction, ...]
     return tuple(limits)
 
 
+def _broadcast_scalar(inst: Instruction) -> bool:
+    return inst.op is Op.BROADCAST and inst.operands[0].shape.rank == 0
+
+
+def concatenate_as_pad(inst: Instruction, operands: tuple[Instruction, ...]
+                       ) -> tuple[Instruction, Instruction, tuple[PaddingDim, ...]] | None:
+    """(operand, padding value, padding) when `inst` concatenates two operands one of which
+    broadcasts a scalar (the first one: padding low, else the second: padding high)."""
+    if inst.op is not Op.CONCATENATE or len(operands) != 2:
+        return None
+    low = _broadcast_scalar(operands[0])
+    if not low and not _broadcast_scalar(operands[1]):
+        return None
+    (dimension,) = inst.ints("dimensions")
+    padded, value = (operands[1], operands[0]) if low else (operands[0], operands[1])
+    width = value.shape.dims[dimension]
+    padding = tuple(PaddingDim(width if low and d == dimension else 0,
+                               width if not low and d == dimension else 0)
+                    for d in range(inst.shape.rank))
+    return padded, value.operands[0], padding
+
+
 @dataclass(frozen=True, slots=True)
 class ArithmeticIdentities:
     """Replaces `A + 0` and `A * 1` by `A`, `convert(p) * A` by `select(p, A, 0)`, a
     maximum and minimum with constant bounds by a clamp, `A - C` by `A + (-C)`,
     `broadcast(iota)` by an iota, an element-wise op of compatible broadcasts by a
-    broadcast of the op, and a slice of a reshape's leading rows by a reshape of a slice."""
+    broadcast of the op, a slice of a reshape's leading rows by a reshape of a slice, and a
+    concatenate with a broadcast scalar by a pad."""
 
     name: ClassVar[str] = PASS_NAME
 
@@ -245,7 +273,7 @@ class ArithmeticIdentities:
 
         def transform_for(comp: Computation) -> Transform | None:
             if not any(i.op in _IDENTITY or i.op in _CLAMP_INNER
-                       or i.op in (Op.SUBTRACT, Op.BROADCAST, Op.SLICE)
+                       or i.op in (Op.SUBTRACT, Op.BROADCAST, Op.SLICE, Op.CONCATENATE)
                        for i in comp.instructions):
                 return None
             users: dict[Instruction, list[Instruction]] = {}
@@ -276,6 +304,14 @@ class ArithmeticIdentities:
                     assert isinstance(iota_dimension, int)
                     dimension = inst.ints("dimensions")[iota_dimension]
                     return builder.add(Op.IOTA, attrs={"iota_dimension": dimension},
+                                       shape=inst.shape, metadata=inst.metadata)
+                pad = concatenate_as_pad(inst, operands)
+                if pad is not None:
+                    records.rewrote(comp.name, inst, "concatenate-as-pad",
+                                    f"%{inst.name} concatenates a broadcast scalar: it pads "
+                                    "its other operand with the scalar")
+                    padded, value, padding = pad
+                    return builder.add(Op.PAD, [padded, value], attrs={"padding": padding},
                                        shape=inst.shape, metadata=inst.metadata)
                 prefix = reshaped_prefix(inst, operands)
                 if prefix is not None:
