@@ -410,6 +410,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "reshape's operand",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleSlice, TryToReorderSliceAndReshape"),
+    _rule("concatenate-as-pad", ARITHMETIC_IDENTITIES,
+          "a concatenate of two operands, one a broadcast scalar, became a pad of the other "
+          "with the scalar",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleConcatenate"),
     _rule("subtract-constant", ARITHMETIC_IDENTITIES,
           "A - C of a constant C became A + (-C)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
