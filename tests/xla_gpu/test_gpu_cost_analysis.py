@@ -8,7 +8,9 @@ from hlofuse.fusion.gpu_devices import device
 from hlofuse.fusion.gpu_model import (
     GpuCostModel,
     consumer_utilisation,
+    duration_ticks,
     fused_operand_reads,
+    kernel_launch,
     kernel_reduction,
     operand_reads,
     reduction_launch,
@@ -125,3 +127,51 @@ def test_reductions_launch_what_the_reduction_emitter_launches() -> None:
         assert model.launch(model.profile(nodes["row"])) == (1, 32)
         assert model.launch(model.fused_profile(nodes["e"], nodes["row"])) == (1, 32)
         assert model.launch(model.profile(nodes["e"])) == (2, 128)
+
+
+# rollout_rigid_body's loop body: a step's reward written into row i of the f32[30,8] history
+# (XLA's fusion.7, after its bitcast was fused) and the subtract computing it (sub.8).
+DUS_ROW = """
+HloModule m
+fused_dus {
+  p0 = f32[30,8] parameter(0)
+  p1 = s32[] parameter(1)
+  p2 = f32[8] parameter(2)
+  zero = s32[] constant(0)
+  row = f32[1,8] bitcast(p2)
+  ROOT update = f32[30,8] dynamic-update-slice(p0, row, p1, zero)
+}
+ENTRY e {
+  buf = f32[30,8] parameter(0)
+  i = s32[] parameter(1)
+  a = f32[8] parameter(2)
+  b = f32[8] parameter(3)
+  s = f32[8] subtract(a, b)
+  f = f32[30,8] fusion(buf, i, s), kind=kLoop, calls=fused_dus
+  r = f32[1,8] bitcast(s)
+  z = s32[] constant(0)
+  d = f32[30,8] dynamic-update-slice(buf, r, i, z)
+  ROOT t = (f32[30,8], f32[30,8]) tuple(f, d)
+}
+"""
+
+
+def test_a_dynamic_update_slice_is_priced_in_place() -> None:
+    """The base of a dynamic-update-slice aliases its output: XLA's cost analysis reads none
+    of it (HandleDynamicUpdateSlice; a fusion's root: FusionProcessOutputBytesAccessed zeroes
+    its utilisation), and before buffer assignment the in-place emitter is assumed, which
+    launches over the update (InPlaceDynamicUpdateSliceFusion). XLA's priority-fusion dump of
+    rollout_rigid_body prices sub.8 with its consumer fusion.7 at 2.00225 us apart and at
+    1.00175 us fused."""
+    with ModuleGraph.from_module(parse_module(DUS_ROW)) as graphs, current_xla_rules():
+        entry = graphs.entry
+        assert entry is not None
+        nodes = _nodes(list(entry.nodes))
+        fusion, bare, sub = nodes["f"], nodes["d"], nodes["s"]
+        assert xla_utilisation(fusion).parameters[0] == 0.0
+        assert operand_reads(fusion, nodes["buf"]) == operand_reads(bare, nodes["buf"]) == 0.0
+        assert kernel_launch(fusion) == kernel_launch(bare) == (1, 8)
+        assert kernel_launch(fusion, sub) == (1, 8)
+        model = GpuCostModel(device("h100"))
+        assert duration_ticks(model.time(sub)) + duration_ticks(model.time(fusion)) == 8009
+        assert duration_ticks(model.fused_time(sub, fusion)) == 4007

@@ -9,7 +9,9 @@ bytes written, the size of its loop); here it is priced the way XLA prices it on
 - launch: XLA's `kKernelLaunchOverhead`, 1 us per kernel; free instructions cost nothing;
 - launch dimensions: one thread per element of the largest output, 128 threads per block
   (`EstimateFusionLaunchDimensions`' estimate), except for a kernel whose hero is a tiled
-  reduction, which launches what the reduction emitter launches (`reduction_launch`);
+  reduction, which launches what the reduction emitter launches (`reduction_launch`), and
+  for one whose outputs are dynamic-update-slices, taken to be in place, which launches over
+  the update (`kernel_dynamic_update_slice`);
 - compute (`ComputeTime`, `CalculateEffectiveFlopsPerNs`): flops over
   `min(blocks, cores) * min(threads per block, FPUs per core) * 2 * clock`; the flops are
   XLA's cost-analysis figures (`GpuHloCostAnalysis`: an element-wise op costs its per-op
@@ -24,7 +26,9 @@ bytes written, the size of its loop); here it is priced the way XLA prices it on
   at DRAM bandwidth, re-reads at DRAM bandwidth times 2.5 when the operand fits in L2 and
   times 8 more when it fits in the L1 of all cores (`kL2CacheSpeedup`, `kL1CacheSpeedup`,
   2 KiB per core); both limited by the blocks in flight (`AdjustBandwidth`: one 32-byte
-  transaction per clock per block), reads assumed coalesced; writes at DRAM bandwidth;
+  transaction per clock per block), reads assumed coalesced; writes at DRAM bandwidth; the
+  base of a dynamic-update-slice that is an output is not read (it aliases the output:
+  `HandleDynamicUpdateSlice`, `FusionProcessOutputBytesAccessed`);
 - `exec = compute + memory - 0.95 * min(compute, memory)` (`CombineComputeAndMemoryAccessTime`);
 - in XLA's arithmetic: each time an `absl::Duration` (whole quarter nanoseconds, rounded where
   XLA converts), single precision where XLA computes in `float`, whole flops, bytes and flops
@@ -55,6 +59,7 @@ from hlofuse.fusion.cost_model import (
 )
 from hlofuse.fusion.gpu_devices import GpuDevice
 from hlofuse.fusion.graph import Node
+from hlofuse.fusion.kernels import is_free
 from hlofuse.fusion.properties import (
     WARP_SIZE,
     is_contiguous_reduction,
@@ -230,12 +235,44 @@ def kernel_reduction(consumer: Node, producer: Node | None = None) -> Node | Non
 def kernel_launch(consumer: Node, producer: Node | None = None) -> tuple[int, int] | None:
     """(blocks, threads per block) of `consumer`'s kernel (with `producer` fused into it)
     when its emitter, not the loop emitter's estimate, decides them: a tiled reduction hero
-    (`reduction_launch`), or a concatenate hero (`concatenate_launch`)."""
+    (`reduction_launch`), a concatenate hero (`concatenate_launch`), or dynamic-update-slice
+    outputs (`kernel_dynamic_update_slice`)."""
     reduction = kernel_reduction(consumer, producer)
     if reduction is not None:
         return reduction_launch(reduction)
     concatenate = kernel_concatenate(consumer, producer)
-    return concatenate_launch(concatenate) if concatenate is not None else None
+    if concatenate is not None:
+        return concatenate_launch(concatenate)
+    update = kernel_dynamic_update_slice(consumer)
+    return loop_launch(update.operands[1].shape.num_elements) if update is not None else None
+
+
+def kernel_dynamic_update_slice(consumer: Node) -> Node | None:
+    """The first dynamic-update-slice of `consumer`'s kernel when XLA's performance model
+    launches it with the in-place emitter: every output is a dynamic-update-slice or a
+    bitcast of one (IsDynamicUpdateSliceFusion in fusions.cc), which before buffer
+    assignment is taken to be in place (PreBufferAssignmentFusionInfo::
+    CanEmitDynamicUpdateSliceInPlace), and InPlaceDynamicUpdateSliceFusion launches over the
+    first one's update. A producer fused into the consumer leaves its outputs as they are."""
+    updates = []
+    for root in fusion_roots(consumer):
+        if root.op is not Op.DYNAMIC_UPDATE_SLICE and consumer.is_fusion and (
+                root.op is Op.BITCAST or (root.op is Op.RESHAPE and is_free(root))):
+            root = root.operands[0]
+        if root.op is not Op.DYNAMIC_UPDATE_SLICE:
+            return None
+        updates.append(root)
+    return updates[0] if updates else None
+
+
+def loop_launch(elements: int) -> tuple[int, int]:
+    """CalculateLaunchDimensions (launch_dimensions.cc) over `elements` elements, unrolled
+    once: one thread per element, at most 128 per block (a warp times the scheduling
+    granularity, 4)."""
+    if elements <= 1:
+        return 1, 1
+    per_block = min(THREADS_PER_BLOCK, elements)
+    return math.ceil(elements / per_block), per_block
 
 
 # UseConcatenateFusion: more operands than this and the loop emitter is used.
@@ -289,11 +326,7 @@ def concatenate_launch(hero: Node) -> tuple[int, int]:
     operand that is largest along the concatenated dimension (the first of equals)."""
     (dimension,) = hero.ints("dimensions")
     largest = max(hero.operands, key=lambda o: o.shape.dims[dimension])
-    elements = largest.shape.num_elements
-    if elements <= 1:
-        return 1, 1
-    per_block = min(THREADS_PER_BLOCK, elements)
-    return math.ceil(elements / per_block), per_block
+    return loop_launch(largest.shape.num_elements)
 
 
 def reduction_launch(hero: Node) -> tuple[int, int]:
@@ -400,6 +433,11 @@ def xla_utilisation(fusion: Node) -> XlaUtilisation:
     root = fusion.fused_root
     root_use: dict[Node, float] = {root: 1.0}
     use_roots: dict[Node, set[Node]] = {root: {root}}
+    # HloCostAnalysis::FusionProcessOutputBytesAccessed, which runs first, sets the operand
+    # utilisation of the base of a dynamic-update-slice that is an output (the root or an
+    # operand of a tuple root) to zero: the output is updated in place.
+    outputs = root.operands if root.op is Op.TUPLE else [root]
+    in_place = {o for o in outputs if o.op is Op.DYNAMIC_UPDATE_SLICE}
     flops = 0.0
     parameters: dict[int, float] = {}
     parameter_roots: dict[int, frozenset[Node]] = {}
@@ -418,7 +456,9 @@ def xla_utilisation(fusion: Node) -> XlaUtilisation:
                 continue
             roots.add(operand)
             elements = _elements(operand)
-            share = use * operand_utilisation(inst, index)
+            utilisation = 0.0 if index == 0 and inst in in_place else \
+                operand_utilisation(inst, index)
+            share = use * utilisation
             share = math.ceil(share * elements) / elements if elements else 0.0
             root_use[operand] = root_use.get(operand, 0.0) + share
     result = XlaUtilisation(flops, parameters, parameter_roots, root_use, root)
@@ -441,6 +481,10 @@ def operand_reads(node: Node, operand: Node) -> float:
     index = node.operands.index(operand)
     if node.is_fusion:
         use = xla_utilisation(node).parameters.get(index, 0.0)
+    elif node.op is Op.DYNAMIC_UPDATE_SLICE and index == 0:
+        # HloCostAnalysis::HandleDynamicUpdateSlice: the base aliases the output, so none of
+        # its bytes are accessed (its utilisation stays what the window leaves of it).
+        use = 0.0
     else:
         use = operand_utilisation(node, index)
     return use * _elements(operand)
