@@ -3,9 +3,12 @@ text in, text out: a broadcast sinks below an element-wise op of broadcasts
 (`AlgebraicSimplifierVisitor::TryToSinkBroadcastAfterElementwiseOps`, called from
 HandleBroadcast), a slice of a reshape's leading rows becomes a reshape of a slice
 (`TryToReorderSliceAndReshape`, called from HandleSlice), and a concatenate with a broadcast
-scalar becomes a pad (HandleConcatenate)."""
+scalar becomes a pad (HandleConcatenate), and a product of a product with constants multiplies
+the constants once (HandleMultiply)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
@@ -206,3 +209,44 @@ def test_a_concatenate_with_a_broadcast_scalar_is_a_pad() -> None:
     assert both.operands[1].name == "o"
     assert three.op.text == "concatenate"
     assert {r.rule for r in _log(CONCATS)} == {"concatenate-as-pad"}
+
+
+# rollout_rigid_body's `mul.20`: a normal sample times sqrt(2) (`mul.19`), times 2. `ints`
+# multiplies by full-shape constants, the inner product's constant first; `kept` has its
+# broadcast factor first and stays (XLA matches broadcasts in one operand order only).
+PRODUCTS = """
+HloModule m
+ENTRY e {
+  x = f32[8,5] parameter(0)
+  r2 = f32[] constant(1.41421354)
+  b1 = f32[8,5] broadcast(r2), dimensions={}
+  mul.19 = f32[8,5] multiply(x, b1)
+  two = f32[] constant(2)
+  b2 = f32[8,5] broadcast(two), dimensions={}
+  mul.20 = f32[8,5] multiply(mul.19, b2)
+  k = s32[3] parameter(1)
+  c3 = s32[3] constant({1, 2, 3})
+  c4 = s32[3] constant({4, 5, 6})
+  inner = s32[3] multiply(c3, k)
+  ints = s32[3] multiply(c4, inner)
+  kept = f32[8,5] multiply(b2, mul.19)
+  ROOT t = (f32[8,5], s32[3], f32[8,5]) tuple(mul.20, ints, kept)
+}
+"""
+
+
+def test_a_product_of_a_product_with_constants_multiplies_the_constants_once() -> None:
+    """AlgebraicSimplifierVisitor::HandleMultiply, "(A * C1) * C2 => A * (C1 * C2)": XLA's
+    `loop_select_subtract_fusion` of rollout_rigid_body multiplies by 2.82842708."""
+    module, changed = ArithmeticIdentities().run(parse_module(PRODUCTS))
+    assert changed
+    product, ints, kept = module.entry.root.operands
+    assert product.op.text == "multiply" and product.operands[0].name == "x"
+    factor = product.operands[1]
+    assert factor.op.text == "broadcast" and factor.shape.dims == (8, 5)
+    assert float(factor.operands[0].attrs["literal"]) == float(
+        np.float32(1.41421354) * np.float32(2))
+    assert ints.op.text == "multiply" and ints.operands[0].name == "k"
+    assert ints.operands[1].attrs["literal"].tolist() == [4, 10, 18]
+    assert kept.name == "kept" and kept.operands[1].name == "mul.19"
+    assert {r.rule for r in _log(PRODUCTS)} == {"constant-product"}

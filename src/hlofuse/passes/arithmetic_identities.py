@@ -1,30 +1,37 @@
-"""arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order),
-`convert(p) * A -> select(p, A, 0)` for a pred p, and `max(lo, min(x, hi))` or
-`min(hi, max(x, lo))` -> `clamp(lo, x, hi)`, `A - C -> A + (-C)` for a constant C, and
-`broadcast(iota) -> iota`, an element-wise op of broadcasts as a broadcast of the op,
-a slice of the leading rows of a reshape as a reshape of a slice, and a concatenate of an
-operand and a broadcast scalar as a pad, for `xla-gpu`.
+"""arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order), `convert(p) * A ->
+select(p, A, 0)` for a pred p, and `max(lo, min(x, hi))` or `min(hi, max(x, lo))` -> `clamp(lo,
+x, hi)`, `A - C -> A + (-C)` for a constant C, `(A * C1) * C2 -> A * (C1 * C2)`, and
+`broadcast(iota) -> iota`, an element-wise op of broadcasts as a broadcast of the op, a slice
+of the leading rows of a reshape as a reshape of a slice, and a concatenate of an operand and a
+broadcast scalar as a pad, for `xla-gpu`.
 
-XLA's AlgebraicSimplifier removes the first two (AlgebraicSimplifierVisitor::HandleAdd,
-"A + 0 => A" and "0 + A => A"; HandleMultiply, "A*1 => A" and "1*A => A"), where the zero or
-one is a constant or a broadcast of a one-element constant and the result has the other
-operand's shape. Its HandleMultiply also turns a product with a pred converted to a number
-into a select of the other operand and zeros (either operand order; XLA's per-pass dump of the
-corpus program `mlp` shows `multiply(convert(eq), sub)` become `select(eq, sub, broadcast(0))`
-in the "algsimp" step). Its HandleMaximum and HandleMinimum (MinMaxToClamp) turn a maximum
-of a broadcast constant lower bound and a minimum of x and a broadcast constant upper bound
-(or the minimum of the upper bound and such a maximum, any operand order) into one clamp when
-the lower bound is less than the upper (the corpus' rollouts clip their state this way;
-XLA's dump shows `clamp.N` where the program had `max` and `min`). HandleSubtract
-canonicalises the subtraction of a constant or a broadcast constant from a non-constant into
-the addition of its negation (which constant folding then folds; here the negated constant is
-made directly). HandleBroadcast makes a broadcast of an iota an iota of the broadcast shape
-along the dimension the iota's dimension maps to. HandleConcatenate turns a concatenate of two
-operands, one a broadcast of a (rank-0) scalar, into a pad of the other with that scalar, low
-when the first operand is the broadcast, else high (XLA's `loop_pad_fusion` of
-`rollout_mountain_car_continuous`, where the program stacks a column with zeros). The select
-of `convert(p) * A` differs from the product where A is an infinity or a NaN and p is false
-(0, not NaN), as XLA's does.
+XLA's AlgebraicSimplifier removes the first two (AlgebraicSimplifierVisitor::HandleAdd, "A + 0
+=> A" and "0 + A => A"; HandleMultiply, "A*1 => A" and "1*A => A"), where the zero or one is a
+constant or a broadcast of a one-element constant and the result has the other operand's shape.
+Its HandleMultiply also turns a product with a pred converted to a number into a select of the
+other operand and zeros (either operand order; XLA's per-pass dump of the corpus program `mlp`
+shows `multiply(convert(eq), sub)` become `select(eq, sub, broadcast(0))` in the "algsimp"
+step). Its HandleMaximum and HandleMinimum (MinMaxToClamp) turn a maximum of a broadcast
+constant lower bound and a minimum of x and a broadcast constant upper bound (or the minimum of
+the upper bound and such a maximum, any operand order) into one clamp when the lower bound is
+less than the upper (the corpus' rollouts clip their state this way; XLA's dump shows `clamp.N`
+where the program had `max` and `min`). HandleSubtract canonicalises the subtraction of a
+constant or a broadcast constant from a non-constant into the addition of its negation (which
+constant folding then folds; here the negated constant is made directly). HandleMultiply's "(A
+* C1) * C2 => A * (C1 * C2)" multiplies the two constants of a product of a product once: C1
+and C2 constants and A not a constant (either operand order of either product), or C1 and C2
+broadcasts of rank-0 constants (A anything, operands in that order), the inner product left to
+its other users (XLA's per-pass dump of `rollout_rigid_body` shows `mul.20`, a normal sample
+times sqrt(2) times 2, become one multiply by 2.82842708 in the "algsimp" step; here the
+product constant is made directly). XLA's other reassociations of products with constants in
+HandleMultiply (a product of two such products, a broadcast non-constant factor) are not
+modelled. HandleBroadcast makes a broadcast of an iota an iota of the broadcast shape along the
+dimension the iota's dimension maps to. HandleConcatenate turns a concatenate of two operands,
+one a broadcast of a (rank-0) scalar, into a pad of the other with that scalar, low when the
+first operand is the broadcast, else high (XLA's `loop_pad_fusion` of
+`rollout_mountain_car_continuous`, where the program stacks a column with zeros). The select of
+`convert(p) * A` differs from the product where A is an infinity or a NaN and p is false (0,
+not NaN), as XLA's does.
 
 HandleBroadcast also sinks a broadcast below its element-wise users
 (`TryToSinkBroadcastAfterElementwiseOps`, under `enable_sink_broadcast`, on by default and
@@ -108,6 +115,51 @@ def _select_of(inst: Instruction, pred: Instruction, other: Instruction,
     zeros = zero if inst.shape.rank == 0 else builder.add(
         Op.BROADCAST, [zero], attrs={"dimensions": ()}, shape=inst.shape)
     return builder.add(Op.SELECT, [pred, other, zeros], metadata=inst.metadata)
+
+
+def constant_product(inst: Instruction, operands: tuple[Instruction, ...]
+                     ) -> tuple[Instruction, np.ndarray, Instruction | None] | None:
+    """(A, C1 * C2, the broadcast of C2 or None) when `inst` is `(A * C1) * C2` as XLA's
+    HandleMultiply matches it: C1 and C2 constants and A not a constant, in either operand
+    order of either product, or else, operands in that order, C1 and C2 broadcasts of rank-0
+    constants (A anything)."""
+    if inst.op is not Op.MULTIPLY or len(operands) != 2:
+        return None
+    for inner, c2 in (operands, operands[::-1]):
+        if inner.op is not Op.MULTIPLY or c2.op is not Op.CONSTANT:
+            continue
+        for a, c1 in (inner.operands, inner.operands[::-1]):
+            if a.op is not Op.CONSTANT and c1.op is Op.CONSTANT:
+                return _product(a, c1, c2, None)
+    inner, c2 = operands
+    if inner.op is not Op.MULTIPLY:
+        return None
+    a, c1 = inner.operands
+    if (c1.op is Op.BROADCAST and c2.op is Op.BROADCAST
+            and c1.operands[0].op is Op.CONSTANT and c1.operands[0].shape.rank == 0
+            and c2.operands[0].op is Op.CONSTANT and c2.operands[0].shape.rank == 0):
+        return _product(a, c1.operands[0], c2.operands[0], c2)
+    return None
+
+
+def _product(a: Instruction, c1: Instruction, c2: Instruction, broadcast: Instruction | None
+             ) -> tuple[Instruction, np.ndarray, Instruction | None] | None:
+    left, right = c1.attrs.get("literal"), c2.attrs.get("literal")
+    if not isinstance(left, np.ndarray) or not isinstance(right, np.ndarray):
+        return None
+    with np.errstate(all="ignore"):
+        product = np.asarray(np.multiply(left, right), dtype=left.dtype)
+    return a, product, broadcast
+
+
+def _multiplied(inst: Instruction, a: Instruction, product: np.ndarray,
+                broadcast: Instruction | None, builder: RewriteBuilder) -> Instruction:
+    shape = inst.shape if broadcast is None else Shape.scalar(inst.dtype)
+    constant = builder.add(Op.CONSTANT, attrs={"literal": product}, shape=shape)
+    if broadcast is not None:
+        constant = builder.add(Op.BROADCAST, [constant], attrs={"dimensions": ()},
+                               shape=inst.shape)
+    return builder.add(Op.MULTIPLY, [a, constant], metadata=inst.metadata)
 
 
 def _scalar_bound(inst: Instruction) -> float | None:
@@ -262,6 +314,7 @@ def concatenate_as_pad(inst: Instruction, operands: tuple[Instruction, ...]
 class ArithmeticIdentities:
     """Replaces `A + 0` and `A * 1` by `A`, `convert(p) * A` by `select(p, A, 0)`, a
     maximum and minimum with constant bounds by a clamp, `A - C` by `A + (-C)`,
+    `(A * C1) * C2` by `A * (C1 * C2)`,
     `broadcast(iota)` by an iota, an element-wise op of compatible broadcasts by a
     broadcast of the op, a slice of a reshape's leading rows by a reshape of a slice, and a
     concatenate with a broadcast scalar by a pad."""
@@ -335,7 +388,13 @@ class ArithmeticIdentities:
                 if kept is None:
                     factor = pred_factor(inst, operands)
                     if factor is None:
-                        return None
+                        product = constant_product(inst, operands)
+                        if product is None:
+                            return None
+                        records.rewrote(comp.name, inst, "constant-product",
+                                        f"%{inst.name} multiplies a product with a constant "
+                                        "by a constant: it multiplies by their product")
+                        return _multiplied(inst, *product, builder)
                     records.rewrote(comp.name, inst, "pred-product-select",
                                     f"%{inst.name} multiplies by a converted pred: it selects "
                                     "its other operand or zero")

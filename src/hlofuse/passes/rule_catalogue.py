@@ -415,6 +415,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "with the scalar",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleConcatenate"),
+    _rule("constant-product", ARITHMETIC_IDENTITIES,
+          "(A * C1) * C2 of constants, or of broadcasts of rank-0 constants, became "
+          "A * (C1 * C2)",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleMultiply"),
     _rule("subtract-constant", ARITHMETIC_IDENTITIES,
           "A - C of a constant C became A + (-C)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
