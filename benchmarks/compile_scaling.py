@@ -13,8 +13,9 @@ Programs:
 
 hlofuse compiles cold: an empty cache directory per program (the runtime library is built
 once beforehand, as after any first use). Per program the JSON has the instruction count and
-the CPU seconds for tracing/export, verifying the input, the passes (`run_strategy`), code
-generation (`generate`), the C compiler and the cycle collection after the compile (`jit`
+the CPU seconds for tracing/export, verifying the input, the passes (`run_strategy`, without
+the decision log, as `jit` runs them), code generation (`generate`), the C compiler (with the
+kernel counts saved beside the executable) and the cycle collection after the compile (`jit`
 pauses the collector over the whole compile), and JAX's `jit(...).lower(...).compile()`.
 CPU time (this process's, plus its finished children's for the C compiler) rather than wall
 time, because the machine is shared: another job's load does not show in it; the wall seconds
@@ -76,13 +77,15 @@ def hlofuse_cold(module: Any, strategy: str, with_cc: bool = True) -> dict[str, 
     with gc_paused():
         verify(module)
         verified = cpu_seconds()
-        fused = run_strategy(module, strategy, debug=False)
+        # As `Compiled.compile_fusion`: the decisions are recorded only when explained.
+        fused = run_strategy(module, strategy, debug=False, log_decisions=False)
         passes = cpu_seconds()
         if with_cc:
             generated = generate(fused.module, options)
             codegen = cpu_seconds()
             build_shared_object(compile_units(generated, options.flags), options.flags,
                                 Cache.open())
+            fused.kernels_per_iteration()  # saved with the executable (`cached_executable`)
             built = cpu_seconds()
     gc.collect(0)  # what the first allocation after the pause would start
     done = cpu_seconds()

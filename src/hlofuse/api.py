@@ -73,7 +73,7 @@ def _executable(compiled: Compiled) -> tuple[FlatFn, Executable | None]:
     """The fused module as a function of flat arrays, on the interpreter or compiled to C
     (from the compiled-program cache when it holds it: then no pass runs)."""
     if compiled.backend == "interpreter":
-        fused = compiled.fusion
+        fused = compiled.compile_fusion()
 
         def interpret(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
             return flatten_value(evaluate(fused.module, arrays))
@@ -83,11 +83,11 @@ def _executable(compiled: Compiled) -> tuple[FlatFn, Executable | None]:
     if compiled.backend in ("cuda", "cuda-emulated"):
         from hlofuse.runtime.cuda_executable import compile_cuda
 
-        executable = compile_cuda(compiled.fusion.module,
+        executable = compile_cuda(compiled.compile_fusion().module,
                                   emulate=compiled.backend == "cuda-emulated")
     else:
         executable = cached_executable(compiled.module, compiled.strategy,
-                                       lambda: compiled.fusion)
+                                       compiled.compile_fusion)
 
     def run(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         # Kernels index their operands densely; any strided view is copied once here.
@@ -109,18 +109,33 @@ class Compiled:
         self.backend = backend
         self.signature = signature
         self._fusion: FusionResult | None = None
+        self._unlogged: FusionResult | None = None  # the compile's, without decisions
         with gc_paused():
             self._run, self.executable = _executable(self)
 
     @property
     def fusion(self) -> FusionResult:
-        """The strategy's result (run now if the executable came from the cache)."""
+        """The strategy's result with its decision log (run now, logging, when the compile
+        ran it without the log or the executable came from the cache)."""
         if self._fusion is None:
             verify(self.module)
             with gc_paused():
                 self._fusion = run_strategy(self.module, self.strategy, debug=False,
                                             constants=strategy_constants(self.strategy))
         return self._fusion
+
+    def compile_fusion(self) -> FusionResult:
+        """The strategy's fused module for compiling: the same passes, the same decisions,
+        none recorded (`fusion` records them when asked, for explain and the graph)."""
+        if self._fusion is not None:
+            return self._fusion
+        if self._unlogged is None:
+            verify(self.module)
+            with gc_paused():
+                self._unlogged = run_strategy(self.module, self.strategy, debug=False,
+                                              constants=strategy_constants(self.strategy),
+                                              log_decisions=False)
+        return self._unlogged
 
     def kernels_per_iteration(self) -> dict[str, int]:
         """Kernels launched per iteration of each while loop (saved with a cached executable,
@@ -129,7 +144,7 @@ class Compiled:
             saved = self.executable.plan.facts.get("kernels_per_iteration")
             if isinstance(saved, dict):
                 return {str(k): int(v) for k, v in saved.items()}
-        return self.fusion.kernels_per_iteration()
+        return self.compile_fusion().kernels_per_iteration()
 
     def hlo(self) -> str:
         """The module as HLO text, before fusion."""
@@ -137,11 +152,11 @@ class Compiled:
 
     def fused_hlo(self) -> str:
         """The module after the strategy's passes: fusion instructions as XLA prints them."""
-        return module_text(self.fusion.module)
+        return module_text(self.compile_fusion().module)
 
     @property
     def kernels(self) -> list[Kernel]:
-        return self.fusion.kernels
+        return self.compile_fusion().kernels
 
     def explain(self, as_dict: bool = False) -> str | dict[str, Any]:
         """The kernels and every blocked fusion edge grouped by rule (see `hlofuse explain`)."""

@@ -16,7 +16,7 @@ import pytest
 
 from hlofuse.fusion.graph_cleanup import FusedComputationCse, GraphDce, GraphVariadicOpSplitter
 from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.strategies import parse_strategy
+from hlofuse.fusion.strategies import parse_strategy, run_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
@@ -78,6 +78,21 @@ def test_shared_graphs_decide_as_round_trips(path: Path, strategy: str) -> None:
     assert shared_text == frozen_text
     assert shared_log == frozen_log
     assert len(shared_log) > 0
+
+
+@pytest.mark.parametrize("strategy", ["xla", "xla+relax_concatenate", "priority", "max",
+                                      "xla-gpu"])
+@pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.stem)
+def test_passes_decide_the_same_without_a_decision_log(path: Path, strategy: str) -> None:
+    # A compile runs the strategy without recording (`Compiled.compile_fusion`).
+    module = parse_module(path.read_text())
+    logged = run_strategy(module, strategy, debug=False)
+    unlogged = run_strategy(module, strategy, debug=False, log_decisions=False)
+    assert len(logged.decisions) > 0 and len(unlogged.decisions) == 0
+    assert module_text(unlogged.module) == module_text(logged.module)
+    assert unlogged.kernels_per_iteration() == logged.kernels_per_iteration()
+    with pytest.raises(ValueError, match="without its decision log"):
+        unlogged.explain()
 
 
 CSE_DCE = """

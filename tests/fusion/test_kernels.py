@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from hlofuse.fusion.kernels import kernels_per_iteration, list_kernels
+from pathlib import Path
+
+from hlofuse.fusion.kernels import count_kernels_per_iteration, kernels_per_iteration, list_kernels
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
 
@@ -87,3 +89,24 @@ def test_fused_kernels_list_their_instructions() -> None:
         assert kernel.kind in ("kLoop", "kInput", "kOutput")
         assert "parameter" not in kernel.ops and "tuple" not in kernel.ops
         assert len(kernel.instructions) == len(kernel.ops) >= 1
+
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_counted_on_the_frozen_module_as_listed() -> None:
+    # Unfused (conditions of unannotated loops count) and fused, nested loops and conditionals.
+    module = parse_module(NESTED)
+    assert count_kernels_per_iteration(module) == {"oloop": 4, "iloop": 3}
+    programs = [DATA / "xla_gpu" / f"{name}.before.hlo" for name in
+                ("cartpole_rollout", "mountain_car_rollout", "cond", "while_loop")]
+    programs += sorted((DATA / "rollouts").glob("*.gpu.hlo"))[:3]
+    loops = 0
+    for path in programs:
+        module = parse_module(path.read_text())
+        for strategy in ("none", "xla", "xla-gpu"):
+            fused = run_strategy(module, strategy, debug=False).module
+            expected = kernels_per_iteration(*list_kernels(fused))
+            loops += len(expected)
+            assert count_kernels_per_iteration(fused) == expected, (path.name, strategy)
+    assert loops >= 15

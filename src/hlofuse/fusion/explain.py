@@ -42,12 +42,19 @@ def _top_level_names(module: Module) -> dict[str, set[str]]:
     return {comp.name: {i.name for i in comp.instructions} for comp in module.computations}
 
 
+def _decisions(result: FusionResult) -> list[DecisionRecord]:
+    if not result.logged:
+        raise ValueError("this strategy result was computed without its decision log; run "
+                         "run_strategy(..., log_decisions=True) to explain it")
+    return result.decisions.unique()
+
+
 def blocked_edges(result: FusionResult) -> list[DecisionRecord]:
     """The refusal that decided each edge (and sibling group) still present in the module."""
     edges = _edges(result.module)
     names = _top_level_names(result.module)
     per_edge: dict[tuple[object, ...], list[DecisionRecord]] = defaultdict(list)
-    for record in result.decisions.unique():
+    for record in _decisions(result):
         if not record.is_refusal or record.pass_name in _REWRITE_PASSES:
             continue
         if len(record.siblings) > 1:
@@ -206,7 +213,7 @@ def explain_dict(result: FusionResult) -> dict[str, object]:
         "hints": hints(blocked, result.strategy.name),
         "rewrites": [r.as_dict() for r in rewrites(result)],
         "whole_loops": [r.as_dict() for r in whole_loops(result)],
-        "decisions": [r.as_dict() for r in result.decisions.unique()],
+        "decisions": [r.as_dict() for r in _decisions(result)],
     }
 
 
@@ -254,7 +261,7 @@ def explain_text(result: FusionResult, verbose: bool = False) -> str:
 
 def whole_loops(result: FusionResult) -> list[DecisionRecord]:
     """What whole-loop fusion decided about each loop: one kernel, or why not."""
-    return [r for r in result.decisions.unique() if r.pass_name == WholeLoopFusion.name]
+    return [r for r in _decisions(result) if r.pass_name == WholeLoopFusion.name]
 
 
 def _whole_loop_lines(result: FusionResult) -> list[str]:
@@ -271,7 +278,7 @@ def _whole_loop_lines(result: FusionResult) -> list[str]:
 
 def rewrites(result: FusionResult) -> list[DecisionRecord]:
     """What the passes before fusion rewrote and refused, each once."""
-    return [r for r in result.decisions.unique() if r.pass_name in _REWRITE_PASSES]
+    return [r for r in _decisions(result) if r.pass_name in _REWRITE_PASSES]
 
 
 def _rewrite_lines(result: FusionResult, verbose: bool) -> list[str]:

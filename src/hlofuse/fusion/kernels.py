@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.fusion.properties import is_contiguous_reduction, minor_to_major
-from hlofuse.ir.hlo import Module
+from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import FusionKind, Op, OpKind
 from hlofuse.ir.shapes import default_layout
 from hlofuse.passes.trip_count import known_trip_count
@@ -52,11 +52,12 @@ class Kernel:
                 "source_lines": list(self.source_lines), "fused": self.is_fusion}
 
 
-def is_free(node: Node) -> bool:
+def is_free(node: Node | Instruction) -> bool:
     """Launches nothing: buffer plumbing (the op table's `buffer_only`), and the ops that
     run other computations (their kernels are those of the computations)."""
     definition = node.op.definition
-    if definition.buffer_only or (definition.kind is OpKind.CONTROL and not node.is_fusion):
+    if definition.buffer_only or (definition.kind is OpKind.CONTROL
+                                  and node.op is not Op.FUSION):
         return True
     if node.op is Op.RESHAPE:
         source = node.operands[0].shape
@@ -130,6 +131,33 @@ def _walk(graph: Graph, enclosing: tuple[str, ...], kernels: list[Kernel], loops
                     _walk(callee, enclosing, kernels, loops, active)
         elif not is_free(node):
             kernels.append(_kernel(node, enclosing))
+
+
+def count_kernels_per_iteration(module: Module) -> dict[str, int]:
+    """`kernels_per_iteration(*list_kernels(module))`, counted on the frozen module without
+    listing each kernel's instructions (a compile saves the counts with its executable)."""
+    counts: dict[str, int] = {}
+
+    def walk(computation: Computation, loop: str | None,
+             active: frozenset[Computation]) -> None:
+        active = active | {computation}
+        for inst in computation.instructions:
+            if inst.op is Op.WHILE:
+                counts[inst.name] = 0
+                condition, body = inst.calls
+                counted = known_trip_count(inst.extra) is not None
+                for callee in (body,) if counted else (condition, body):
+                    if callee not in active:
+                        walk(callee, inst.name, active)
+            elif inst.op in (Op.CONDITIONAL, Op.CALL):
+                for callee in inst.calls:
+                    if callee not in active:
+                        walk(callee, loop, active)
+            elif loop is not None and not is_free(inst):
+                counts[loop] += 1
+
+    walk(module.entry, None, frozenset())
+    return counts
 
 
 def kernels_per_iteration(kernels: list[Kernel], loops: list[Loop]) -> dict[str, int]:

@@ -73,7 +73,13 @@ from hlofuse.fusion.graph_cleanup import (
 )
 from hlofuse.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
 from hlofuse.fusion.instruction_fusion import InstructionFusion
-from hlofuse.fusion.kernels import Kernel, Loop, kernels_per_iteration, list_kernels
+from hlofuse.fusion.kernels import (
+    Kernel,
+    Loop,
+    count_kernels_per_iteration,
+    kernels_per_iteration,
+    list_kernels,
+)
 from hlofuse.fusion.multi_output import MultiOutputFusion
 from hlofuse.fusion.priority import PriorityFusion
 from hlofuse.fusion.tree_reduction import TreeReductionRewriter
@@ -359,6 +365,9 @@ class FusionResult:
     strategy: Strategy
     module: Module
     decisions: DecisionLog
+    # False where the strategy ran without a decision log (a compile: `jit` asks for the
+    # decisions only when explaining, and recording them costs a tenth of the passes).
+    logged: bool = True
     # Listed when first asked for: a compile does not need the list (code generation finds
     # the kernels itself), and on a large module listing them costs a twentieth of the passes.
     _listed: tuple[list[Kernel], list[Loop]] | None = field(default=None, repr=False,
@@ -379,6 +388,8 @@ class FusionResult:
 
     def kernels_per_iteration(self) -> dict[str, int]:
         """Kernels launched per iteration of each while loop (nested loops separately)."""
+        if self._listed is None:
+            return count_kernels_per_iteration(self.module)
         return kernels_per_iteration(self.kernels, self.loops)
 
     def kernels_outside_loops(self) -> int:
@@ -395,11 +406,14 @@ class FusionResult:
 
 def run_strategy(module: Module, strategy: str | Strategy, *, debug: bool = True,
                  dump_dir: Path | str | None = None,
-                 constants: MachineConstants | None = None) -> FusionResult:
+                 constants: MachineConstants | None = None,
+                 log_decisions: bool = True) -> FusionResult:
     """Run a strategy's pipeline on `module` (verifying after every pass when `debug`);
-    `constants`: this machine's measured constants, for a strategy that `measures_costs`."""
+    `constants`: this machine's measured constants, for a strategy that `measures_costs`.
+    Without `log_decisions` the passes decide the same and record nothing (the result's
+    `decisions` stay empty and `explain` refuses it)."""
     chosen = parse_strategy(strategy) if isinstance(strategy, str) else strategy
     log = DecisionLog()
     fused, _ = Pipeline(chosen.steps(constants), debug=debug, dump_dir=dump_dir,
-                        log=log).run(module)
-    return FusionResult(chosen, fused, log)
+                        log=log if log_decisions else None).run(module)
+    return FusionResult(chosen, fused, log, logged=log_decisions)
