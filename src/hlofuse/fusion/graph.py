@@ -160,6 +160,9 @@ class Graph:
         self.calling_nodes: dict[Node, None] = {}
         # `version` when `ModuleGraph.normalize` last left this graph.
         self.normalized_version = -1
+        # A fused graph's names other than its parameters', at `normalized_version`, when they
+        # are distinct and none looks like a parameter's (`ModuleGraph._final_names`).
+        self.plain_names: frozenset[str] | None = None
         self.params: list[Node] = []
         self._root: Node | None = None
         self.version = 0  # bumped by every change of nodes, edges or root

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from hlofuse.analysis.call_graph import callee_order
@@ -67,6 +67,8 @@ class ModuleGraph:
         self._retain(ordered)
         renamed, used = self._final_names(ordered)
         for node, name in renamed.items():
+            if node.op is not Op.PARAMETER and node.name != name:
+                node.parent.plain_names = None  # known again below
             node.name = name
         fused = {c for g in ordered for n in g.calling_nodes if n.is_fusion for c in n.calls}
         self.computation_names = NameUniquer(bare_first=True)
@@ -86,6 +88,8 @@ class ModuleGraph:
                 for node in order:
                     for operand in node.operands:
                         operand.users[node] = None
+            if graph.is_fusion and (not unchanged or graph.plain_names is None):
+                graph.plain_names = _plain_names(order)
             graph.normalized_version = graph.version
         # Exactly the final names are in use.
         self.names = NameUniquer(bare_first=True)
@@ -242,8 +246,16 @@ class ModuleGraph:
             if not graph.is_fusion:
                 continue
             # A graph unchanged since it was last normalized lists its nodes in post order.
-            order = (graph.nodes if graph.normalized_version == graph.version
-                     else graph.post_order())
+            unchanged = graph.normalized_version == graph.version
+            order = graph.nodes if unchanged else graph.post_order()
+            plain = graph.plain_names if unchanged else _plain_names(order)
+            if plain is not None and used.reserve_new(plain):
+                # Every name but the parameters' is free and none can be a parameter's new
+                # name, so the walk below would keep them all and rename the parameters
+                # alone, each from its own base (`param_N`): the same names in one step.
+                for param in graph.params:
+                    renamed[param] = _fresh_name(param, used)
+                continue
             for node in order:
                 if node.op is Op.PARAMETER or not reserve(node.name):
                     renamed[node] = _fresh_name(node, used)
@@ -251,6 +263,16 @@ class ModuleGraph:
 
 
 _CLONE_SUFFIX = re.compile(r"(\.clone(\.\d+)?)+$")
+
+
+def _plain_names(order: Iterable[Node]) -> frozenset[str] | None:
+    """The names of the nodes in `order` other than parameters, if they are distinct and none
+    starts as a parameter's final name does (`param_`)."""
+    names = [node.name for node in order if node.op is not Op.PARAMETER]
+    plain = frozenset(names)
+    if len(plain) != len(names) or any(name.startswith("param_") for name in plain):
+        return None
+    return plain
 
 
 def _fresh_name(node: Node, used: NameUniquer) -> str:

@@ -61,6 +61,15 @@ class NameUniquer:
         for name in names:
             self.reserve(name)
 
+    def reserve_new(self, names: frozenset[str]) -> bool:
+        """Reserve all of `names` if none is used yet (True), else none of them (False);
+        for the fusion passes' uniquers."""
+        assert self.bare_first
+        if not self._used.isdisjoint(names):
+            return False
+        self._used |= names
+        return True
+
     def reserve_all(self, other: NameUniquer) -> None:
         """`reserve` every name `other` holds (one set union for the fusion passes' uniquers,
         which number from the lowest free name and so remember nothing else)."""
