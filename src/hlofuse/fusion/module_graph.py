@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -65,10 +66,13 @@ class ModuleGraph:
         assert self.entry is not None
         ordered = self._reachable(self._ordered())
         self._retain(ordered)
+        for graph in ordered:
+            if graph.normalized_version != graph.version:
+                graph.plain_names = None  # known again below
         renamed, used = self._final_names(ordered)
         for node, name in renamed.items():
             if node.op is not Op.PARAMETER and node.name != name:
-                node.parent.plain_names = None  # known again below
+                node.parent.plain_names = None
             node.name = name
         fused = {c for g in ordered for n in g.calling_nodes if n.is_fusion for c in n.calls}
         self.computation_names = NameUniquer(bare_first=True)
@@ -88,7 +92,7 @@ class ModuleGraph:
                 for node in order:
                     for operand in node.operands:
                         operand.users[node] = None
-            if graph.is_fusion and (not unchanged or graph.plain_names is None):
+            if graph.is_fusion and graph.plain_names is None:
                 graph.plain_names = _plain_names(order)
             graph.normalized_version = graph.version
         # Exactly the final names are in use.
@@ -240,7 +244,7 @@ class ModuleGraph:
         for graph in ordered:
             if not graph.is_fusion:
                 used.reserve_each(node.name for node in graph.nodes)
-        reserve = used.reserve
+        taken = used.names_in_use()
         renamed: dict[Node, str] = {}
         for graph in ordered:
             if not graph.is_fusion:
@@ -253,12 +257,18 @@ class ModuleGraph:
                 # Every name but the parameters' is free and none can be a parameter's new
                 # name, so the walk below would keep them all and rename the parameters
                 # alone, each from its own base (`param_N`): the same names in one step.
-                for param in graph.params:
-                    renamed[param] = _fresh_name(param, used)
+                for number, param in enumerate(graph.params):
+                    renamed[param] = used.unique_root(f"param_{number}")
+                if not unchanged:
+                    graph.plain_names = plain  # for `normalize`, which orders it next
                 continue
             for node in order:
-                if node.op is Op.PARAMETER or not reserve(node.name):
+                if node.op is Op.PARAMETER:
+                    renamed[node] = used.unique_root(f"param_{node.parameter_number}")
+                elif node.name in taken:
                     renamed[node] = _fresh_name(node, used)
+                else:
+                    taken.add(node.name)
         return renamed, used
 
 
@@ -279,13 +289,20 @@ def _fresh_name(node: Node, used: NameUniquer) -> str:
     """A fused instruction's name, now reserved: its own, else the original's, else
     `original.clone`, `original.clone.1`, ... (`param_N`, `param_N.1`, ... for parameters)."""
     if node.op is Op.PARAMETER:
-        return used.unique(f"param_{node.parameter_number}")
+        return used.unique_root(f"param_{node.parameter_number}")
     if used.reserve(node.name):
         return node.name
-    base = _CLONE_SUFFIX.sub("", node.name)
+    base = _original_name(node.name)
     if used.reserve(base):
         return base
-    return used.unique(base + ".clone")
+    return used.unique_root(base + ".clone")  # no numeric suffix: `.clone` ends it
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _original_name(name: str) -> str:
+    """`name` without its `.clone` / `.clone.N` suffixes (asked again in every normalize for
+    every duplicated instruction)."""
+    return _CLONE_SUFFIX.sub("", name)
 
 
 class ModuleGraphPass:

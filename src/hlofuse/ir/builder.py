@@ -61,6 +61,12 @@ class NameUniquer:
         for name in names:
             self.reserve(name)
 
+    def names_in_use(self) -> set[str]:
+        """The names in use, as a set the caller may add to directly (what `reserve` does
+        for the fusion passes' uniquers, which keep nothing else)."""
+        assert self.bare_first
+        return self._used
+
     def reserve_new(self, names: frozenset[str]) -> bool:
         """Reserve all of `names` if none is used yet (True), else none of them (False);
         for the fusion passes' uniquers."""
@@ -78,6 +84,21 @@ class NameUniquer:
             return
         for name in other._used:
             self.reserve(name)
+
+    def unique_root(self, root: str) -> str:
+        """`unique(root)` for a base without a numeric suffix (a fused parameter's
+        `param_N`), without matching it: the fusion passes' uniquers only."""
+        assert self.bare_first
+        used = self._used
+        if root not in used:
+            used.add(root)
+            return root
+        number = self._next.get(root, 1)
+        while f"{root}.{number}" in used:
+            number += 1
+        used.add(f"{root}.{number}")
+        self._next[root] = number + 1
+        return f"{root}.{number}"
 
     def unique(self, base: str) -> str:
         match = _SUFFIX.match(base)
