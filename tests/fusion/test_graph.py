@@ -5,10 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlofuse.fusion.fusing import create_fusion, fuse_instruction, fuse_into_multi_output
+from hlofuse.fusion.fusing import (
+    create_fusion,
+    fuse_instruction,
+    fuse_into_multi_output,
+    merge_fusion,
+)
 from hlofuse.fusion.module_graph import ModuleGraph
 from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.builder import NameUniquer
+from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
@@ -100,6 +106,56 @@ def test_multi_output_fusion_redirects_users() -> None:
     for got, want in zip(flatten_value(evaluate(fused, inputs)),
                          flatten_value(evaluate(module, inputs))):
         np.testing.assert_array_equal(got, want)
+
+
+PRODUCER = """HloModule m
+
+fused_producer {
+  q0 = f32[4]{0} parameter(0)
+  q1 = f32[4]{0} parameter(1)
+  s = f32[4]{0} subtract(q0, q1), metadata={source_file="f.py" source_line=2}
+  e = f32[4]{0} exponential(s)
+  ROOT m = f32[4]{0} multiply(e, s)
+}
+
+ENTRY main {
+  p0 = f32[4]{0} parameter(0)
+  p1 = f32[4]{0} parameter(1)
+  f = f32[4]{0} fusion(p0, p1), kind=kLoop, calls=fused_producer
+  u = f32[4]{0} negate(f)
+  v = f32[4]{0} add(f, p1)
+  ROOT t = (f32[4]{0}, f32[4]{0}) tuple(u, v)
+}
+"""
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_merging_into_the_last_user_moves_the_body_as_a_copy_would(last: bool) -> None:
+    module = parse_module(PRODUCER)
+    inputs = [np.linspace(0, 1, 4, dtype=np.float32), np.ones(4, np.float32)]
+
+    def merged(move: bool) -> tuple[str, list[str]]:
+        graph = ModuleGraph.from_module(module)
+        assert graph.entry is not None
+        nodes = {n.name: n for n in graph.entry.nodes}
+        producer = nodes["f"]
+        consumers = [create_fusion(nodes["u"], "kLoop"), create_fusion(nodes["v"], "kLoop")]
+        merge_fusion(consumers[0], producer)
+        body = producer.fused
+        merge_fusion(consumers[1], producer, last=move and last)
+        moved = [n for n in body.nodes if n.op is not Op.PARAMETER]
+        graph.entry.remove(producer)
+        users = [f"{n.name}:{[u.name for u in n.users]}" for c in consumers
+                 for n in c.fused.post_order()]
+        fused = graph.to_module()
+        verify(fused)
+        for got, want in zip(flatten_value(evaluate(fused, inputs)),
+                             flatten_value(evaluate(module, inputs)), strict=True):
+            np.testing.assert_array_equal(got, want)
+        assert not moved if move and last else len(moved) == 3
+        return module_text(fused), users
+
+    assert merged(True) == merged(False)
 
 
 @pytest.mark.thorough

@@ -137,11 +137,15 @@ def _redirect_to_outputs(fusion: Node, old: Node, first: int) -> None:
         graph.root = gte
 
 
-def _clone_body(fusion: Node, source: Node) -> list[Node]:
+def _clone_body(fusion: Node, source: Node, take: bool = False) -> list[Node]:
     """Clone what `source` computes into `fusion`; returns the clones of its outputs.
 
     A plain instruction is one clone; a fusion contributes its whole fused body. Operands of
-    `source` become (shared) parameters of `fusion`."""
+    `source` become (shared) parameters of `fusion`. With `take` (the caller removes the
+    fusion `source` next, and nothing reads its body before), the body's instructions move
+    into `fusion` instead of being copied: the same graph as the copies would make, without
+    making them (merging a large fusion into its last user copied most of the passes'
+    nodes)."""
     fused = fusion.fused
     parameter_for = _Parameters(fusion).parameter_for
     if not source.is_fusion:
@@ -156,11 +160,19 @@ def _clone_body(fusion: Node, source: Node) -> list[Node]:
             if operand.op is Op.PARAMETER:
                 parameter_for(source.operands[operand.parameter_number])
     copies: dict[Node, Node] = {}
-    for node in order:
-        if node.op is Op.PARAMETER:
-            copies[node] = parameter_for(source.operands[node.parameter_number])
-        else:
-            copies[node] = fused.clone_into(node, [copies[o] for o in node.operands])
+    if take:
+        for node in order:
+            if node.op is Op.PARAMETER:
+                copies[node] = parameter_for(source.operands[node.parameter_number])
+            else:
+                copies[node] = fused.move_into(node, [copies[o] for o in node.operands])
+        body.keep_parameters_only()
+    else:
+        for node in order:
+            if node.op is Op.PARAMETER:
+                copies[node] = parameter_for(source.operands[node.parameter_number])
+            else:
+                copies[node] = fused.clone_into(node, [copies[o] for o in node.operands])
     root = copies[body.root]
     if root.op is not Op.TUPLE:
         return [root]
@@ -175,7 +187,7 @@ def fuse_into_multi_output(fusion: Node, producer: Node) -> None:
     (plain or a fusion) joins `fusion`, keeping its results available to its other users.
     The caller removes `producer`, which is left without users."""
     is_operand = producer in fusion.operands
-    outputs = _clone_body(fusion, producer)
+    outputs = _clone_body(fusion, producer, take=True)
     if is_operand:
         assert len(outputs) == 1, "a multi-output producer cannot feed its consumer directly"
         _unbind_operand(fusion, producer, outputs[0])
@@ -185,10 +197,11 @@ def fuse_into_multi_output(fusion: Node, producer: Node) -> None:
     _redirect_to_outputs(fusion, producer, first)
 
 
-def merge_fusion(consumer: Node, producer: Node) -> None:
+def merge_fusion(consumer: Node, producer: Node, last: bool = False) -> None:
     """XLA's MergeFusionInstruction: inline the fusion `producer` into the fusion `consumer`
-    (which reads it); the producer stays for its other users."""
-    outputs = _clone_body(consumer, producer)
+    (which reads it); the producer stays for its other users. `last`: the caller removes the
+    producer next (its body moves instead of being copied)."""
+    outputs = _clone_body(consumer, producer, take=last)
     assert len(outputs) == 1, "merging a multi-output fusion"
     _unbind_operand(consumer, producer, outputs[0])
 

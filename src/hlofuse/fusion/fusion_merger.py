@@ -171,7 +171,8 @@ def merged_bytes_transferred(fusion: Node) -> float:
 
 def merge_into_all_users(fusion: Node) -> None:
     graph = fusion.parent
-    for user in list(fusion.users):
+    users = list(fusion.users)
+    for i, user in enumerate(users):
         consumer = user if user.is_fusion else create_fusion(user, choose_kind(fusion, user))
-        merge_fusion(consumer, fusion)
+        merge_fusion(consumer, fusion, last=i == len(users) - 1)
     graph.remove(fusion)

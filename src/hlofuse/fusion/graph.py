@@ -232,6 +232,27 @@ class Graph:
         clone._location = node._location  # the same metadata: no need to look it up again
         return self._insert(clone, operands)
 
+    def move_into(self, node: Node, operands: Sequence[Node]) -> Node:
+        """`node` of another graph, about to be dropped with it (`keep_parameters_only`), now
+        in this one, reading `operands`: what `clone_into` gives, without the copy. Its
+        users come back as the nodes after it are moved, as they would to a copy."""
+        node.parent = self
+        node.users = {}
+        if node.memo:
+            node.memo = {}  # analyses keyed by the other graph's versions
+        return self._insert(node, operands)
+
+    def keep_parameters_only(self) -> None:
+        """Forget every node but the parameters (the others moved to another graph with
+        `move_into`); the graph is dead afterwards, as its fusion is removed."""
+        self.nodes = dict.fromkeys(self.params)
+        self.special_nodes = {}
+        self.calling_nodes = {}
+        self.version += 1
+        self._post_order = None
+        self._locations = None
+        self._sorted_locations = None
+
     def append_operand(self, node: Node, operand: Node) -> None:
         """`node` (of this graph) reads `operand` as its last operand."""
         node.operands.append(operand)
