@@ -78,16 +78,32 @@ class IndexingEvaluation:
         self.indexing_users: dict[Node, set[Node]] = defaultdict(set)
         self.indexing_users[fusion.fused_root].add(fusion)
         usage = self.usage
-        for inst in reversed(fusion.fused.post_order()):
-            if inst.op is Op.PARAMETER:
+        indexing_users = self.indexing_users
+        fused = fusion.fused
+        # A parameter's key is the fusion operand it stands for.
+        keys: dict[Node, Node] = dict(zip(fused.params, fusion.operands, strict=True))
+        parameter, transpose = Op.PARAMETER, Op.TRANSPOSE
+        # `add_operand_users` inline: this loop runs for every instruction of every fusion
+        # the merger and multi-output fusion are asked about.
+        for inst in reversed(fused.post_order()):
+            if inst.op is parameter:
                 continue
-            mine = self.indexing_users[inst]
+            mine = indexing_users[inst]
             if len(mine) == 1:  # the common case, without a generator
                 for user in mine:
                     usage[inst] = usage[user]
             else:
                 usage[inst] = sum(usage[u] for u in mine)
-            self.add_operand_users(inst)
+            shape = inst.shape
+            same_indexing = inst.op is transpose
+            for operand in inst.operands:
+                key = keys.get(operand, operand)
+                operand_shape = operand.shape
+                if same_indexing or operand_shape is shape or _indexed_alike(operand_shape,
+                                                                             shape):
+                    indexing_users[key] |= mine
+                else:
+                    indexing_users[key].add(inst)
 
     def add_operand_users(self, inst: Node) -> None:
         """Operands of `inst` are indexed by `inst`'s users (same shape) or by `inst`."""
