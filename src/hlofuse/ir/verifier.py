@@ -62,7 +62,8 @@ def verify(module: Module, max_buffer_bytes: int | None = None,
     names: dict[str, str] = {}
     comp_names: set[str] = set()
     known = {id(c) for c in module.computations}
-    inferred_before: dict[tuple[Op, tuple[Shape, ...]], Shape] = {}
+    inferred_before: dict[tuple[object, ...], Shape] = {}
+    sizes_checked: set[tuple[object, ...]] = set()
     if id(module.entry) not in known:
         raise HloVerifyError("entry computation is not in the module", None, "entry-in-module",
                              module.entry.name)
@@ -70,19 +71,25 @@ def verify(module: Module, max_buffer_bytes: int | None = None,
         if comp.name in comp_names:
             raise HloVerifyError("duplicate computation name", None, "unique-names", comp.name)
         comp_names.add(comp.name)
-        _verify_computation(comp, names, known, max_buffer_bytes, inferred_before)
+        _verify_computation(comp, names, known, max_buffer_bytes, inferred_before,
+                            sizes_checked)
     _verify_no_recursion(module)
 
 
 def _verify_computation(comp: Computation, names: dict[str, str], known: set[int],
                         max_buffer_bytes: int,
-                        inferred_before: dict[tuple[Op, tuple[Shape, ...]], Shape]) -> None:
+                        inferred_before: dict[tuple[object, ...], Shape],
+                        sizes_checked: set[tuple[object, ...]]) -> None:
     defined: set[int] = set()
     numbers: list[int] = []
-    if not any(i is comp.root for i in comp.instructions):
+    instructions = comp.instructions
+    root = comp.root
+    # The root is usually the last instruction: the walk over all of them is the exception.
+    if not (instructions and instructions[-1] is root) and \
+            not any(i is root for i in instructions):
         raise HloVerifyError("root is not one of the computation's instructions", comp.root.name,
                              "root-in-computation", comp.name)
-    for inst in comp.instructions:
+    for inst in instructions:
         if inst.name in names:
             raise HloVerifyError(f"name also used in %{names[inst.name]}", inst.name,
                                  "unique-names", comp.name)
@@ -96,7 +103,7 @@ def _verify_computation(comp: Computation, names: dict[str, str], known: set[int
             if id(callee) not in known:
                 raise HloVerifyError(f"calls %{callee.name}, which is not in the module",
                                      inst.name, "callee-in-module", comp.name)
-        _verify_instruction(inst, comp, max_buffer_bytes, inferred_before)
+        _verify_instruction(inst, comp, max_buffer_bytes, inferred_before, sizes_checked)
         if inst.op is Op.PARAMETER:
             numbers.append(inst.parameter_number)
         defined.add(id(inst))
@@ -106,10 +113,12 @@ def _verify_computation(comp: Computation, names: dict[str, str], known: set[int
 
 
 def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: int,
-                        inferred_before: dict[tuple[Op, tuple[Shape, ...]], Shape]) -> None:
+                        inferred_before: dict[tuple[object, ...], Shape],
+                        sizes_checked: set[tuple[object, ...]]) -> None:
     definition = inst.definition
     count = len(inst.operands)
-    number = inst.attrs.get("parameter_number")
+    attrs = inst.attrs
+    number = attrs.get("parameter_number")
     if inst.op is Op.PARAMETER and (not isinstance(number, int) or isinstance(number, bool)
                                     or number < 0):
         raise HloVerifyError(f"parameter needs a parameter_number >= 0, has {number!r}",
@@ -121,7 +130,8 @@ def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: 
         raise HloVerifyError(f"{inst.op.text} takes at least {definition.min_arity} operand(s), "
                              f"has {count}", inst.name, "operand-count", comp.name)
     # Attributes outside the schema would silently vanish when the module is printed.
-    unknown = set(inst.attrs) - set(definition.attrs) - _INTERNAL_ATTRS.get(inst.op, set())
+    unknown = (set(attrs) - set(definition.attrs) - _INTERNAL_ATTRS.get(inst.op, set())
+               if attrs else ())
     if unknown:
         raise HloVerifyError(f"{inst.op.text} has no attribute {sorted(unknown)[0]}=", inst.name,
                              "attribute-schema", comp.name)
@@ -141,21 +151,26 @@ def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: 
             raise HloVerifyError(f"needs {len(expected_calls)} called computation(s), has "
                                  f"{len(inst.calls)}", inst.name, "called-computations",
                                  comp.name)
-    declared = inst.shape if inst.op in DECLARED_SHAPE_OPS else None
-    operand_shapes = tuple([o.shape for o in inst.operands])
+    shape = inst.shape
+    declared = shape if inst.op in DECLARED_SHAPE_OPS else None
+    operand_shapes = [o.shape for o in inst.operands]
     # Most instructions of a large module are attribute-free element-wise ops on a few
-    # shapes: their inferred shape is looked up (a failure is not, and raises below).
-    plain = declared is None and not inst.attrs and not inst.calls
-    inferred = inferred_before.get((inst.op, operand_shapes)) if plain else None
+    # shapes: their inferred shape is looked up (a failure is not, and raises below). The
+    # key spells each operand shape by the fields Shape compares (tuples hash without a call
+    # into Python).
+    plain = declared is None and not attrs and not inst.calls
+    inferred_key: tuple[object, ...] = (
+        (inst.op, *[(s.dtype, s.dims, s.elements) for s in operand_shapes]) if plain else ())
+    inferred = inferred_before.get(inferred_key) if plain else None
     if inferred is None:
         try:
-            inferred = infer_shape(inst.op, list(operand_shapes), inst.attrs, inst.calls,
-                                   declared)
+            inferred = infer_shape(inst.op, operand_shapes, attrs, inst.calls, declared)
         except ShapeError as e:
             raise HloVerifyError(str(e), inst.name, "shape-inference", comp.name) from None
         if plain:
-            inferred_before[(inst.op, operand_shapes)] = inferred
-    if inferred != inst.shape:
+            inferred_before[inferred_key] = inferred
+    if inferred is not shape and (inferred.dtype, inferred.dims, inferred.elements) != (
+            shape.dtype, shape.dims, shape.elements):
         raise HloVerifyError(f"shape is {inst.shape.text(False)} but {inst.op.text} of these "
                              f"operands gives {inferred.text(False)}", inst.name, "shape-inference",
                              comp.name)
@@ -164,12 +179,17 @@ def _verify_instruction(inst: Instruction, comp: Computation, max_buffer_bytes: 
             check_call(inst)  # a library call's backend_config (ir/linalg.py)
         except ValueError as e:
             raise HloVerifyError(str(e), inst.name, "custom-call-config", comp.name) from None
-    for leaf in inst.shape.leaves():
+    # Shapes repeat across a module: each is measured against the cap once.
+    measured = (shape.dtype, shape.dims, shape.elements)
+    if measured in sizes_checked:
+        return
+    for leaf in shape.leaves():
         if leaf.byte_size > max_buffer_bytes:
             raise HloVerifyError(f"buffer of {leaf.byte_size} bytes is above the cap of "
                                  f"{max_buffer_bytes} (max_buffer_bytes; to raise it set "
                                  "$HLOFUSE_MAX_BUFFER_BYTES or pass limits=Limits("
                                  "max_buffer_bytes=...))", inst.name, "buffer-size", comp.name)
+    sizes_checked.add(measured)
 
 
 def _verify_no_recursion(module: Module) -> None:
