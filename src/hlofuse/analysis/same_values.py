@@ -33,8 +33,10 @@ def _key(inst: Instruction, operands: Iterable[int]) -> Hashable:
     shape = inst.shape
     attrs = (tuple(sorted((k, _attribute_key(v)) for k, v in inst.attrs.items()))
              if inst.attrs else ())
-    return (inst.op, tuple(operands), shape, shape.layout, attrs,
-            tuple(map(id, inst.calls)) if inst.calls else (),
+    # The shape as the fields it compares by (tuples hash without calling into Python), and
+    # its layout, which it does not compare.
+    return (inst.op, tuple(operands), shape.dtype, shape.dims, shape.elements, shape.layout,
+            attrs, tuple(map(id, inst.calls)) if inst.calls else (),
             tuple((k, r.text) for k, r in inst.extra) if inst.extra else ())
 
 

@@ -33,6 +33,16 @@ class Key:
         self.value = value
         self.hash = hash(value)
 
+    @classmethod
+    def of_element(cls, value: int, position: tuple[object, ...], position_hash: int) -> Key:
+        """The key `(value, *position)` of an element value, hashed from `position`'s hash
+        (which the index keeps): every key of this form is made here, so equal keys hash
+        alike."""
+        key = cls.__new__(cls)
+        key.value = (value, *position)
+        key.hash = hash((value, position_hash))
+        return key
+
     def __hash__(self) -> int:
         return self.hash
 
@@ -75,10 +85,11 @@ class FunctionBody:
         return self.scopes[-1] is self.prologue
 
     def emit(self, stmt: Stmt) -> None:
-        for name in cir.assigned_names(stmt):
-            if name not in self.assigned_once:
-                self.mutable.add(name)
-        self.scope.stmts.append(stmt)
+        if type(stmt) is not cir.Declare:  # a declaration assigns nothing after itself
+            for name in cir.assigned_names(stmt):
+                if name not in self.assigned_once:
+                    self.mutable.add(name)
+        self.scopes[-1].stmts.append(stmt)
 
     def assign(self, target: Expr | str, value: Expr, op: str = "=") -> None:
         self.emit(cir.Assign(cir.Var(target) if isinstance(target, str) else target, value, op))
@@ -94,8 +105,8 @@ class FunctionBody:
             return expr
         names, memory = cir.reads(expr)
         numbered = not memory  # a load may see a store in between
-        key = Key(("let", ctype, expr))
         if numbered:
+            key = Key(("let", ctype, expr))
             found = self.lookup(key)
             if isinstance(found, cir.Var) and not self._reads[found.name] & self.mutable:
                 return found
@@ -129,7 +140,7 @@ class FunctionBody:
         return None
 
     def remember(self, key: Key, value: object) -> None:
-        self.scope.cache[key] = value
+        self.scopes[-1].cache[key] = value
 
     # --- nesting ------------------------------------------------------------------------
 

@@ -117,9 +117,10 @@ def load(array: Expr | str, *indices: Expr) -> Load:
 
 def is_simple(expr: Expr) -> bool:
     """A name or literal: cheap to repeat, needs no local of its own."""
-    if isinstance(expr, Unary) and expr.op == "-":
-        return isinstance(expr.operand, Int | Const)
-    return isinstance(expr, Var | Int | Const)
+    kind = type(expr)  # the node classes have no subclasses
+    if kind is Unary:
+        return expr.op == "-" and isinstance(expr.operand, Int | Const)  # type: ignore[attr-defined]
+    return kind is Var or kind is Int or kind is Const
 
 
 def reads(expr: Expr) -> tuple[frozenset[str], bool]:

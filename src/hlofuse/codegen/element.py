@@ -67,12 +67,34 @@ class Index:
     def key(self) -> tuple[object, ...]:
         """One key per element position, however the index is spelled: a value reached both
         through the linear index and through per-dimension indices is computed once."""
-        if self.multi is not None:
-            return ("M", *(ZERO if d == 1 else m for m, d in zip(self.multi, self.dims)))
+        # Asked for each operand an index is passed to: kept on the (immutable) index.
+        found: tuple[object, ...] | None = self.__dict__.get("_key")
+        if found is None:
+            found = self._key()
+            object.__setattr__(self, "_key", found)
+            object.__setattr__(self, "_key_hash", hash(found))
+        return found
+
+    @property
+    def key_hash(self) -> int:
+        """hash(self.key), kept with it."""
+        found: int | None = self.__dict__.get("_key_hash")
+        if found is None:
+            self.key  # noqa: B018 (sets both)
+            found = self.__dict__["_key_hash"]
+        return found
+
+    def _key(self) -> tuple[object, ...]:
+        dims = self.dims
+        multi = self.multi
+        if multi is not None:
+            if 1 not in dims and len(multi) == len(dims):
+                return ("M", *multi)
+            return ("M", *(ZERO if d == 1 else m for m, d in zip(multi, dims)))
         assert self.linear is not None
-        wide = [k for k, d in enumerate(self.dims) if d != 1]
+        wide = [k for k, d in enumerate(dims) if d != 1]
         if len(wide) <= 1:  # the linear index is the one wide dimension's index
-            return ("M", *(self.linear if k in wide else ZERO for k in range(len(self.dims))))
+            return ("M", *(self.linear if k in wide else ZERO for k in range(len(dims))))
         return ("L", self.linear)
 
 
@@ -86,7 +108,10 @@ def at(dims: tuple[int, ...], *multi: Expr | int) -> Index:
 
 def is_scalar_valued(inst: Instruction) -> bool:
     """Rank-0 results (or tuples of them): the same value at every output position."""
-    leaves = inst.shape.leaves()
+    shape = inst.shape
+    if not shape.is_tuple:  # its one leaf
+        return shape.is_array and not shape.dims
+    leaves = shape.leaves()
     return bool(leaves) and all(leaf.is_array and not leaf.dims for leaf in leaves)
 
 

@@ -40,6 +40,10 @@ from hlofuse.ir.ops import Op, OpKind
 
 Materializer = Callable[[Instruction], tuple[Expr, ...]]
 
+# The ops computed by `ElementalEmitter._elementwise` (map applies a computation instead).
+_ELEMENTWISE_OPS = frozenset(op for op in Op
+                             if op.definition.kind is OpKind.ELEMENTWISE and op is not Op.MAP)
+
 
 class ElementalEmitter:
     """Emits element values of instructions; `bindings` give arguments' elements."""
@@ -150,7 +154,7 @@ class ElementalEmitter:
                 with self.body.hoisted():
                     return self.value(inst, SCALAR)
             index = SCALAR
-        key = Key((self.same_value.get(id(inst), id(inst)), *index.key))
+        key = Key.of_element(self.same_value.get(id(inst), id(inst)), index.key, index.key_hash)
         found = self.body.lookup(key)
         if found is not None:
             return found  # type: ignore[return-value]
@@ -177,7 +181,7 @@ class ElementalEmitter:
         return result
 
     def _compute(self, inst: Instruction, index: Index) -> Value:
-        if inst.definition.kind is OpKind.ELEMENTWISE and inst.op is not Op.MAP:
+        if inst.op in _ELEMENTWISE_OPS:
             return self._elementwise(inst, index)
         handler = STRUCTURAL.get(inst.op)
         if handler is None:

@@ -113,9 +113,10 @@ def kernel_instructions(spec: KernelSpec) -> list[Instruction]:
 
 def kernel_comment(spec: KernelSpec) -> str:
     """`label: the fused instructions`, sanitised for a C comment."""
-    names = [sanitize(n) for n in (spec.instructions or (spec.label,))]
-    if len(names) > 40:
-        names = names[:40] + [f"and {len(names) - 40} more"]
+    every = spec.instructions or (spec.label,)
+    names = [sanitize(n) for n in every[:40]]  # a large kernel fuses tens of thousands
+    if len(every) > 40:
+        names.append(f"and {len(every) - 40} more")
     return f"{sanitize(spec.label)}: " + " ".join(names)
 
 

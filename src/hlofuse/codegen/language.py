@@ -244,7 +244,9 @@ class CLanguage:
 
     def expr(self, e: Expr) -> str:
         """`e` as an operand: parenthesised unless it is one name, literal or call."""
-        if isinstance(e, cir.Affine):
+        if type(e) is cir.Var:
+            return e.name
+        if type(e) is cir.Affine:
             text = self._affine(e)
             return text if len(e.terms) + (e.const != 0) <= 1 and not text.startswith("-") \
                 else f"({text})"
@@ -252,6 +254,14 @@ class CLanguage:
 
     def top(self, e: Expr) -> str:
         """`e` where nothing binds tighter around it (an initialiser, an index, an argument)."""
+        # The node classes have no subclasses: the commonest are told by their exact type
+        # first (printing is a sixth of code generation), the rest as before.
+        if type(e) is cir.Var:
+            return e.name
+        if type(e) is cir.Cast:
+            return f"(({e.ctype}){self.expr(e.operand)})"
+        if type(e) is cir.Binary:
+            return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
         if isinstance(e, cir.Var):
             return e.name
         if isinstance(e, cir.Int):
@@ -325,7 +335,8 @@ class CLanguage:
         pad = self.indent * depth
         if isinstance(s, cir.Declare):
             text = ("const " if s.const else "") + self.declaration(s.ctype, s.name)
-            text += "".join(f"[{self.top(d) if isinstance(d, Expr) else d}]" for d in s.dims)
+            if s.dims:
+                text += "".join(f"[{self.top(d) if isinstance(d, Expr) else d}]" for d in s.dims)
             if s.zeroed:
                 text += " = {0}"
             elif s.init is not None:

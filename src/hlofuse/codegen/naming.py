@@ -30,7 +30,10 @@ def sanitize(name: str) -> str:
 @functools.lru_cache(maxsize=1 << 18)
 def identifier(name: str) -> str:
     """An HLO name as a C identifier stem that names nothing else in the generated file."""
-    stem = _IDENTIFIER_UNSAFE.sub("_", name)[:MAX_NAME] or "_"
+    stem = name.replace(".", "_")  # XLA's names: letters, digits, dots, underscores
+    if not (stem.isascii() and stem.replace("_", "a").isalnum()):
+        stem = _IDENTIFIER_UNSAFE.sub("_", stem)
+    stem = stem[:MAX_NAME] or "_"
     if stem[0].isdigit():
         stem = "_" + stem
     if stem.startswith("_"):
