@@ -497,7 +497,8 @@ class LoadRetargeting:
             return None
 
     def _exprs(self, exprs: tuple[Expr, ...]) -> tuple[Expr, ...]:
-        return tuple(self._expr(e) for e in exprs)
+        out = tuple(self._expr(e) for e in exprs)
+        return exprs if all(a is b for a, b in zip(out, exprs)) else out
 
     def _expr(self, e: Expr) -> Expr:
         done = self._done.get(id(e))
@@ -511,27 +512,35 @@ class LoadRetargeting:
             out = e
         elif kind is Int or kind is Const or kind is TypeName:
             out = e
-        elif kind is Load:
-            array = e.array  # type: ignore[attr-defined]
+        # A node whose parts come back unchanged is kept (most read no renamed pointer).
+        elif type(e) is Load:
+            array = e.array
             if isinstance(array, Var) and array.name in self.renamed:
                 array = Var(self.renamed[array.name])
             else:
                 array = self._expr(array)
-            out = Load(array, self._exprs(e.indices))  # type: ignore[attr-defined]
-        elif kind is Unary:
-            out = Unary(e.op, self._expr(e.operand))  # type: ignore[attr-defined]
-        elif kind is Cast:
-            out = Cast(e.ctype, self._expr(e.operand))  # type: ignore[attr-defined]
-        elif kind is Binary:
-            out = Binary(e.op, self._expr(e.left), self._expr(e.right))  # type: ignore[attr-defined]
-        elif kind is Call:
-            out = Call(e.function, self._exprs(e.arguments))  # type: ignore[attr-defined]
-        elif kind is Select:
-            out = Select(self._expr(e.condition), self._expr(e.on_true),  # type: ignore[attr-defined]
-                         self._expr(e.on_false))  # type: ignore[attr-defined]
-        elif kind is Affine:
-            out = Affine(e.const, tuple((self._expr(atom), k)  # type: ignore[attr-defined]
-                                        for atom, k in e.terms))  # type: ignore[attr-defined]
+            indices = self._exprs(e.indices)
+            out = e if array is e.array and indices is e.indices else Load(array, indices)
+        elif type(e) is Unary:
+            operand = self._expr(e.operand)
+            out = e if operand is e.operand else Unary(e.op, operand)
+        elif type(e) is Cast:
+            operand = self._expr(e.operand)
+            out = e if operand is e.operand else Cast(e.ctype, operand)
+        elif type(e) is Binary:
+            left, right = self._expr(e.left), self._expr(e.right)
+            out = e if left is e.left and right is e.right else Binary(e.op, left, right)
+        elif type(e) is Call:
+            arguments = self._exprs(e.arguments)
+            out = e if arguments is e.arguments else Call(e.function, arguments)
+        elif type(e) is Select:
+            was = (e.condition, e.on_true, e.on_false)
+            parts = tuple(self._expr(x) for x in was)
+            out = e if all(a is b for a, b in zip(parts, was)) else Select(*parts)
+        elif type(e) is Affine:
+            atoms = [self._expr(atom) for atom, _ in e.terms]
+            out = e if all(a is atom for a, (atom, _) in zip(atoms, e.terms)) else Affine(
+                e.const, tuple((a, k) for a, (_, k) in zip(atoms, e.terms)))
         else:
             raise _NotOnlyLoaded  # an expression kind this does not know: emit again
         self._done[id(e)] = out
@@ -544,13 +553,17 @@ class LoadRetargeting:
         if isinstance(s, Declare):
             if s.name in self.renamed:
                 raise _NotOnlyLoaded
-            return Declare(s.ctype, s.name, None if s.init is None else self._expr(s.init),
-                           s.const, tuple(self._expr(d) if isinstance(d, Expr) else d
-                                          for d in s.dims), s.zeroed)
+            init = None if s.init is None else self._expr(s.init)
+            dims = tuple(self._expr(d) if isinstance(d, Expr) else d for d in s.dims)
+            if init is s.init and all(a is b for a, b in zip(dims, s.dims)):
+                return s
+            return Declare(s.ctype, s.name, init, s.const, dims, s.zeroed)
         if isinstance(s, Assign):
-            return Assign(self._expr(s.target), self._expr(s.value), s.op)
+            target, value = self._expr(s.target), self._expr(s.value)
+            return s if target is s.target and value is s.value else Assign(target, value, s.op)
         if isinstance(s, ExprStmt):
-            return ExprStmt(self._expr(s.expr))
+            expr = self._expr(s.expr)
+            return s if expr is s.expr else ExprStmt(expr)
         if isinstance(s, Comment | Break):
             return s
         if isinstance(s, Return):
