@@ -41,18 +41,19 @@ def _key(inst: Instruction, operands: Iterable[int]) -> Hashable:
 
 
 def same_values(roots: Iterable[Instruction],
-                bound: Iterable[Instruction] = ()) -> dict[int, int]:
+                bound: Iterable[Instruction] = (),
+                order: list[Instruction] | None = None) -> dict[int, int]:
     """For each instruction reachable from `roots` (not through `bound` ones, which stand
     for values given from outside and are never merged) that computes the same value as one
     before it in post order, the id of the first such: equal opcode, shape, attributes and
     called computations (by identity), and operands of the same values. Iotas of one shape
     and dimension are one value; parameters and side-effecting instructions are each their
-    own."""
+    own. `order`, where the caller has it, is `post_order(roots, stop_at=bound)`."""
     bound = list(bound)
     fixed = {id(inst) for inst in bound}
     first: dict[Hashable, int] = {}
     same: dict[int, int] = {}
-    for inst in post_order(roots, stop_at=bound):
+    for inst in post_order(roots, stop_at=bound) if order is None else order:
         if id(inst) in fixed or inst.op is Op.PARAMETER or has_side_effect(inst.op, inst.attrs):
             continue
         if not inst.operands and inst.op not in (Op.CONSTANT, Op.IOTA):

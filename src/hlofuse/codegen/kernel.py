@@ -83,10 +83,12 @@ class KernelEmitter(ReductionEmission):
         # and the index key of the loop that stores each output.
         self.reads: dict[str, set[tuple[object, ...]]] = {}
         self.stored_at: dict[str, set[tuple[object, ...]] | None] = {}
+        # Every instruction the kernel computes, operands first (kernel_instructions).
+        self.instructions = kernel_instructions(spec)
         self.em = ElementalEmitter(
             lang, self.body, self._bindings(), self._materialize_exprs,
             same_value=same_values([inst for inst, _ in spec.outputs],
-                                   [inst for inst, _ in spec.inputs]))
+                                   [inst for inst, _ in spec.inputs], self.instructions))
 
     def release(self) -> None:
         """Break the cycle between this emitter and its elemental emitter (whose loaders and
@@ -213,7 +215,7 @@ class KernelEmitter(ReductionEmission):
         for inst, path in self.spec.outputs:
             if _largest_leaf(leaf_shape(inst, path)) >= limit:
                 return False
-        for inst in kernel_instructions(self.spec):
+        for inst in self.instructions:
             if _largest_leaf(inst.shape) >= limit:
                 return False
             for operand in inst.operands:
@@ -263,7 +265,7 @@ class KernelEmitter(ReductionEmission):
 
     def _only_user(self, operand: Instruction, dus: Instruction) -> bool:
         """The update may be written over the operand only if nothing else reads it."""
-        users = sum(1 for inst in kernel_instructions(self.spec)
+        users = sum(1 for inst in self.instructions
                     for o in inst.operands if o is operand)
         users += sum(1 for inst, _ in self.spec.outputs if inst is operand)
         return users == 1 and dus.operands[0] is operand
