@@ -124,6 +124,7 @@ class _MultiOutputFuser:
         self.recorder = recorder
         self.relax_concatenate = relax_concatenate
         self.reachability = graph.reachability()
+        self._candidates: dict[Node, bool] = {}
 
     def run(self) -> bool:
         changed = False
@@ -142,6 +143,9 @@ class _MultiOutputFuser:
         if parent.op is Op.CONSTANT and is_effective_scalar(parent.shape):
             return False  # IsProfitableOperand: nothing is read, nothing is saved
         siblings = sorted(parent.users, key=fusion_priority, reverse=True)
+        # Whether each sibling can be an output, asked once per pair: a sibling other than
+        # the one growing does not change until it is fused (then it is gone).
+        self._candidates: dict[Node, bool] = {}
         changed = False
         i = 0
         while i < len(siblings):
@@ -171,7 +175,10 @@ class _MultiOutputFuser:
         def names() -> str:
             return f"siblings %{a.name} and %{b.name} (both read %{parent.name})"
 
-        if not is_sibling_candidate(b):
+        candidate = self._candidates.get(b)
+        if candidate is None:
+            candidate = self._candidates[b] = is_sibling_candidate(b)
+        if not candidate:
             return FusionDecision.no("not-multi-output-root",
                                      f"cannot fuse {names()}: %{b.name} cannot be a fusion "
                                      "output")
