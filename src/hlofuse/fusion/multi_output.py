@@ -145,7 +145,7 @@ class _MultiOutputFuser:
         siblings = sorted(parent.users, key=fusion_priority, reverse=True)
         # Whether each sibling can be an output, asked once per pair: a sibling other than
         # the one growing does not change until it is fused (then it is gone).
-        self._candidates: dict[Node, bool] = {}
+        self._candidates = {}
         changed = False
         i = 0
         while i < len(siblings):
