@@ -460,6 +460,9 @@ DECLARED_SHAPE_OPS = frozenset({Op.PARAMETER, Op.CONSTANT, Op.IOTA, Op.BROADCAST
                                 Op.BITCAST_CONVERT, Op.DOT, Op.CONVOLUTION})
 
 ELEMENTWISE_OPS = frozenset(op for op, d in OP_TABLE.items() if d.kind is OpKind.ELEMENTWISE)
+# The ops that have or may declare side effects (`has_side_effect` asks the others nothing).
+SIDE_EFFECT_OPS = frozenset(op for op, d in OP_TABLE.items()
+                            if d.side_effect is not SideEffect.NONE)
 
 
 def op_from_text(text: str) -> Op | None:
@@ -468,6 +471,8 @@ def op_from_text(text: str) -> Op | None:
 
 def has_side_effect(op: Op, attrs: Mapping[str, object]) -> bool:
     """XLA's HasSideEffectNoRecurse for an instruction of `op` with attributes `attrs`."""
+    if op not in SIDE_EFFECT_OPS:
+        return False
     effect = OP_TABLE[op].side_effect
     if effect is SideEffect.DECLARED:
         return bool(attrs.get("custom_call_has_side_effect"))

@@ -26,7 +26,7 @@ import numpy as np
 
 from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.hlo import Computation, Instruction, Module
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import SIDE_EFFECT_OPS, Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
@@ -35,8 +35,18 @@ if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
 
 
+# Attribute values that are their own key (most are: ints, names, flags).
+_PLAIN = frozenset({int, str, bool, float, type(None)})
+
+
 def attr_key(value: object) -> Hashable:
     """A hashable stand-in for an attribute value (literals are compared bit for bit)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is tuple:  # dimensions and the like: one list comprehension
+        assert isinstance(value, tuple)
+        return tuple([v if type(v) in _PLAIN else attr_key(v) for v in value])
     if isinstance(value, np.ndarray):
         return ("literal", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, tuple):
@@ -64,9 +74,11 @@ def instruction_key(inst: Keyed, operands: Sequence[object]) -> Hashable:
     """Instructions with equal keys compute the same value (operands and called computations
     by identity)."""
     shape = inst.shape
-    attrs = (tuple(sorted((k, attr_key(v)) for k, v in inst.attrs.items())) if inst.attrs
+    attrs = (tuple(sorted([(k, attr_key(v)) for k, v in inst.attrs.items()])) if inst.attrs
              else ())
-    return (inst.op, tuple(map(id, operands)), shape, shape.layout, attrs,
+    # The shape as its compared fields (Shape's own hash and equality run in Python).
+    return (inst.op, tuple(map(id, operands)), shape.dtype, shape.dims, shape.elements,
+            shape.layout, attrs,
             tuple(map(id, inst.calls)) if inst.calls else (),
             tuple((k, r.text) for k, r in inst.extra) if inst.extra else ())
 
@@ -106,9 +118,10 @@ class _Deduplicator:
 
     def transform(self, inst: Instruction, operands: tuple[Instruction, ...],
                   builder: RewriteBuilder) -> Instruction | None:
-        if inst.op is Op.PARAMETER or has_side_effect(inst):
-            return None
-        if not operands and inst.op is not Op.CONSTANT:
+        op = inst.op
+        if not operands and op is not Op.CONSTANT:
+            return None  # parameters among them
+        if op in SIDE_EFFECT_OPS and has_side_effect(inst):
             return None
         reads_iota = self.combine_iotas and any(o.op is Op.IOTA for o in operands)
         key = ((instruction_key(inst, ()),

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.analysis.graph import post_order
 from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import SIDE_EFFECT_OPS
 from hlofuse.ir.ops import has_side_effect as op_has_side_effect
 from hlofuse.passes.rewrite import rewrite_module, without_unreachable
 
@@ -23,12 +23,22 @@ if TYPE_CHECKING:
 
 def has_side_effect(inst: Instruction) -> bool:
     """XLA's HasSideEffect for the ops hlofuse knows."""
-    return op_has_side_effect(inst.op, inst.attrs)
+    op = inst.op
+    return op in SIDE_EFFECT_OPS and op_has_side_effect(op, inst.attrs)
 
 
 def live_instructions(comp: Computation) -> set[Instruction]:
-    roots = [comp.root] + [i for i in comp.instructions if has_side_effect(i)]
-    return set(post_order(roots)) | set(comp.parameters)
+    """The root, the side-effecting instructions and the parameters, and everything they
+    depend on: one sweep from the last instruction back (operands come before users)."""
+    live = {comp.root}
+    live.update(comp.parameters)
+    live.update([i for i in comp.instructions
+                 if i.op in SIDE_EFFECT_OPS and has_side_effect(i)])
+    add = live.update
+    for inst in reversed(comp.instructions):
+        if inst in live:
+            add(inst.operands)
+    return live
 
 
 def _keep_live(comp: Computation) -> Callable[[Instruction], bool] | None:

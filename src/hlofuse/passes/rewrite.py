@@ -74,16 +74,25 @@ def rebuild_computation(computation: Computation, transform: Transform | None,
 
     Instructions for which `keep` is false are dropped; nothing kept may use them.
     """
+    if transform is None and keep is None and (
+            not callees or not any(c in callees for inst in computation.instructions
+                                   for c in inst.calls)):
+        # Nothing to rewrite or drop and no callee replaced: every instruction would be kept
+        # as it is, operands first, so the computation stays.
+        return computation, False
     builder = RewriteBuilder(computation.name, names, callees)
     order: list[Instruction] = []
     mapping = builder.rewritten
     changed = False
     added = builder.instructions
+    rewritten = mapping.__getitem__
     for inst in computation.instructions:
         if keep is not None and not keep(inst):
             changed = True
             continue
-        operands = tuple(map(mapping.__getitem__, inst.operands))
+        operands = inst.operands
+        if operands:
+            operands = tuple(map(rewritten, operands))
         calls = tuple(callees.get(c, c) for c in inst.calls) if inst.calls else ()
         start = len(added)
         result = transform(inst, operands, builder) if transform is not None else None

@@ -286,12 +286,14 @@ def make_constant_folding(max_elements: int, max_broadcast_elements: int = 0) ->
     """Evaluates an instruction of constants. Broadcasts stay (XLA leaves them, so that a
     large splat is not materialised) unless at most `max_broadcast_elements` large."""
     def fold_constants(inst: Instruction, builder: RewriteBuilder) -> Instruction | None:
-        if (inst.definition.kind not in _FOLDABLE_KINDS or not inst.operands
-                or has_side_effect(inst)):
+        if not inst.operands:
+            return None
+        for operand in inst.operands:  # the cheapest test, and the one that fails most
+            if operand.op is not Op.CONSTANT:
+                return None
+        if inst.definition.kind not in _FOLDABLE_KINDS or has_side_effect(inst):
             return None
         if inst.op is Op.BROADCAST and inst.shape.num_elements > max_broadcast_elements:
-            return None
-        if not all(o.op is Op.CONSTANT for o in inst.operands):
             return None
         if not inst.shape.is_array or inst.shape.num_elements > max_elements:
             return None
@@ -336,12 +338,46 @@ def simplify_computation(comp: Computation, names: NameUniquer,
     return simplified
 
 
+# The ops each structural rule can rewrite (each returns None for any other op at once): the
+# rules an instruction is offered are those of its op, in STRUCTURAL_RULES's order, so the
+# first that applies is the same one as when every rule is asked.
+_RULE_OPS: dict[Rule, frozenset[Op]] = {
+    noop_reshape: frozenset({Op.RESHAPE, Op.BITCAST}),
+    noop_broadcast: frozenset({Op.BROADCAST}),
+    noop_transpose: frozenset({Op.TRANSPOSE}),
+    noop_slice: frozenset({Op.SLICE}),
+    noop_convert: frozenset({Op.CONVERT, Op.BITCAST_CONVERT}),
+    get_tuple_element_of_tuple: frozenset({Op.GET_TUPLE_ELEMENT}),
+    tuple_of_all_elements: frozenset({Op.TUPLE}),
+    scalar_broadcasts: frozenset({Op.RESHAPE, Op.BROADCAST}),
+    reshape_of_reshape: frozenset({Op.RESHAPE}),
+    broadcast_of_broadcast: frozenset({Op.BROADCAST}),
+    transpose_of_transpose: frozenset({Op.TRANSPOSE}),
+    slice_of_slice: frozenset({Op.SLICE}),
+    slice_of_concatenate: frozenset({Op.SLICE}),
+    boolean_identities: frozenset({Op.AND, Op.OR}),
+    never_true_compare: frozenset({Op.COMPARE}),
+    reduce_keeping_every_element: frozenset({Op.REDUCE}),
+}
+
+
+def _rules_by_op(folding: Rule) -> dict[Op, tuple[Rule, ...]]:
+    """Per op, the rules that can rewrite an instruction of it, in order: the structural ones
+    that name the op, then constant folding if the op's kind is foldable."""
+    return {op: tuple(rule for rule in STRUCTURAL_RULES if op in _RULE_OPS[rule])
+            + ((folding,) if op.definition.kind in _FOLDABLE_KINDS else ())
+            for op in Op}
+
+
 def _simplifying(max_folded_elements: int, max_broadcast_elements: int = 0) -> Transform:
-    rules = STRUCTURAL_RULES + (make_constant_folding(max_folded_elements,
-                                                      max_broadcast_elements),)
+    rules_of = _rules_by_op(make_constant_folding(max_folded_elements,
+                                                  max_broadcast_elements))
 
     def transform(inst: Instruction, operands: tuple[Instruction, ...],
                   builder: RewriteBuilder) -> Instruction | None:
+        rules = rules_of[inst.op]
+        if not rules:
+            return None
         current = inst if _same(operands, inst.operands) else _with_operands(inst, operands)
         replaced = False
         for _ in range(_MAX_REWRITES_PER_INSTRUCTION):
@@ -349,6 +385,7 @@ def _simplifying(max_folded_elements: int, max_broadcast_elements: int = 0) -> T
             if result is None:
                 break
             current, replaced = result, True
+            rules = rules_of[current.op]
         return current if replaced else None
 
     return transform
