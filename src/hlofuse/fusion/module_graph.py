@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Iterator
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from hlofuse.analysis.call_graph import callee_order
@@ -37,24 +38,32 @@ class ModuleGraph:
     @staticmethod
     def from_module(module: Module) -> ModuleGraph:
         mg = ModuleGraph(module.name, module.debug_tables)
-        for inst in module.all_instructions():
-            mg.names.reserve(inst.name)
-        fused = {id(c) for i in module.all_instructions() if i.op is Op.FUSION for c in i.calls}
-        graphs: dict[int, Graph] = {}
+        fused: set[Computation] = set()
+        for comp in module.computations:
+            mg.names.reserve_each([inst.name for inst in comp.instructions])
+            fused.update([c for inst in comp.instructions if inst.op is Op.FUSION
+                          for c in inst.calls])
+        graphs: dict[Computation, Graph] = {}
         for comp in callee_order(module):
             mg.computation_names.reserve(comp.name)
-            graph = Graph(comp.name, mg, is_fusion=id(comp) in fused)
-            nodes: dict[int, Node] = {}
+            graph = Graph(comp.name, mg, is_fusion=comp in fused)
+            insert = graph._insert
+            nodes: dict[Instruction, Node] = {}
             for inst in comp.instructions:
-                node = graph.add(inst.op, [nodes[id(o)] for o in inst.operands], inst.shape,
-                                 attrs=inst.attrs, calls=[graphs[id(c)] for c in inst.calls],
-                                 metadata=inst.metadata, extra=inst.extra, name=inst.name)
-                nodes[id(inst)] = node
-            graph.params = [nodes[id(p)] for p in comp.parameters]
-            graph.root = nodes[id(comp.root)]
-            graphs[id(comp)] = graph
+                # What `graph.add` does, without its keyword handling: a read-only view of
+                # the attributes is shared as it is.
+                attrs = inst.attrs
+                node = Node(inst.name, inst.op, inst.shape, graph,
+                            attrs if isinstance(attrs, MappingProxyType)
+                            else MappingProxyType(dict(attrs or {})),
+                            [graphs[c] for c in inst.calls] if inst.calls else (),
+                            inst.metadata, inst.extra)
+                nodes[inst] = insert(node, [nodes[o] for o in inst.operands])
+            graph.params = [nodes[p] for p in comp.parameters]
+            graph.root = nodes[comp.root]
+            graphs[comp] = graph
             mg.graphs.append(graph)
-        mg.entry = graphs[id(module.entry)]
+        mg.entry = graphs[module.entry]
         return mg
 
     def normalize(self) -> None:
@@ -205,13 +214,15 @@ class ModuleGraph:
         ordered = self._reachable(self._ordered())
         renamed, _ = self._final_names(ordered)
         built: dict[Graph, Computation] = {}
+        name_of = renamed.get
         for graph in ordered:
             made: dict[Node, Instruction] = {}
+            instruction_of = made.__getitem__
             # The nodes' shapes are taken as they are, not inferred again: the verifier checks
             # them (after every pass in debug mode, and before code generation).
             for node in graph.post_order():
                 made[node] = Instruction(
-                    renamed.get(node, node.name), node.op, tuple([made[o] for o in node.operands]),
+                    name_of(node, node.name), node.op, tuple(map(instruction_of, node.operands)),
                     node.shape,
                     node.attrs, tuple([built[c] for c in node.calls]) if node.calls else (),
                     node.metadata, node.extra)

@@ -14,7 +14,7 @@ from hlofuse.ir.shapes import Shape
 _EMPTY: Mapping[str, object] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, init=False)
 class Instruction:
     """One HLO instruction. Identity equality: two instructions are equal only if the same object.
 
@@ -31,6 +31,22 @@ class Instruction:
     calls: tuple[Computation, ...] = ()
     metadata: Metadata | None = None
     extra: tuple[tuple[str, RawAttr], ...] = ()
+
+    def __init__(self, name: str, op: Op, operands: tuple[Instruction, ...], shape: Shape,
+                 attrs: Mapping[str, object] = _EMPTY, calls: tuple[Computation, ...] = (),
+                 metadata: Metadata | None = None,
+                 extra: tuple[tuple[str, RawAttr], ...] = ()) -> None:
+        # The dataclass's own __init__ sets each field by `object.__setattr__(self, "name",
+        # ...)`; the slots' descriptors set them directly, at half the cost. Instructions are
+        # created by the hundred thousand per pass on a large module.
+        _set_name(self, name)
+        _set_op(self, op)
+        _set_operands(self, operands)
+        _set_shape(self, shape)
+        _set_attrs(self, attrs)
+        _set_calls(self, calls)
+        _set_metadata(self, metadata)
+        _set_extra(self, extra)
 
     @property
     def dtype(self) -> DType:
@@ -62,6 +78,11 @@ class Instruction:
         return f"<{self.op.text} %{self.name} {self.shape.text(False)}>"
 
 
+(_set_name, _set_op, _set_operands, _set_shape, _set_attrs, _set_calls, _set_metadata,
+ _set_extra) = (getattr(Instruction, f).__set__ for f in (
+    "name", "op", "operands", "shape", "attrs", "calls", "metadata", "extra"))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Computation:
     """Parameters plus instructions in definition order (operands before users) and a root."""
@@ -73,14 +94,15 @@ class Computation:
 
     def __post_init__(self) -> None:
         if not self.parameters:
-            params = sorted((i for i in self.instructions if i.op is Op.PARAMETER),
+            params = sorted([i for i in self.instructions if i.op is Op.PARAMETER],
                             key=lambda i: i.parameter_number)
             object.__setattr__(self, "parameters", tuple(params))
 
     @property
     def called_computations(self) -> Iterator[Computation]:
-        for instruction in self.instructions:
-            yield from instruction.calls
+        # Listed by one comprehension, not yielded: most instructions call nothing, and a
+        # generator's step per instruction costs more than the test.
+        return iter([c for inst in self.instructions if inst.calls for c in inst.calls])
 
     def __repr__(self) -> str:
         return f"<computation %{self.name}: {len(self.instructions)} instructions>"

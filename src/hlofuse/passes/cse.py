@@ -72,14 +72,15 @@ class Keyed(Protocol):
 
 def instruction_key(inst: Keyed, operands: Sequence[object]) -> Hashable:
     """Instructions with equal keys compute the same value (operands and called computations
-    by identity)."""
+    by identity: instructions, nodes, computations and graphs hash and compare so, in C; a
+    tuple of operands is its own key)."""
     shape = inst.shape
     attrs = (tuple(sorted([(k, attr_key(v)) for k, v in inst.attrs.items()])) if inst.attrs
              else ())
     # The shape as its compared fields (Shape's own hash and equality run in Python).
-    return (inst.op, tuple(map(id, operands)), shape.dtype, shape.dims, shape.elements,
+    return (inst.op, tuple(operands), shape.dtype, shape.dims, shape.elements,
             shape.layout, attrs,
-            tuple(map(id, inst.calls)) if inst.calls else (),
+            tuple(inst.calls) if inst.calls else (),
             tuple((k, r.text) for k, r in inst.extra) if inst.extra else ())
 
 
