@@ -142,6 +142,14 @@ def _location_at(fields: tuple[tuple[str, str | int], ...], resolved: str | None
     return Metadata(fields, resolved).source_location
 
 
+def frozen_attrs(attrs: Mapping[str, object] | None) -> Mapping[str, object]:
+    """A node's attributes: a read-only view is shared as it is (clones and copies from
+    frozen IR pass one), anything else is copied into one."""
+    if isinstance(attrs, MappingProxyType):
+        return attrs
+    return MappingProxyType(dict(attrs or {}))
+
+
 class Graph:
     """A mutable computation: nodes in insertion order (XLA's instruction list), a root, and
     parameters by number."""
@@ -197,11 +205,8 @@ class Graph:
             attrs: Mapping[str, object] | None = None, calls: Sequence[Graph] = (),
             metadata: Metadata | None = None, extra: tuple[tuple[str, RawAttr], ...] = (),
             name: str | None = None) -> Node:
-        # A read-only view is shared as it is (clones and copies from frozen IR pass one).
-        frozen_attrs = (attrs if isinstance(attrs, MappingProxyType)
-                        else MappingProxyType(dict(attrs or {})))
         node = Node(name if name is not None else self.module.names.unique(op.text), op, shape,
-                    self, frozen_attrs, calls, metadata, extra)
+                    self, frozen_attrs(attrs), calls, metadata, extra)
         return self._insert(node, operands)
 
     def _insert(self, node: Node, operands: Sequence[Node]) -> Node:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Iterator
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from hlofuse.analysis.call_graph import callee_order
-from hlofuse.fusion.graph import Graph, Node
+from hlofuse.fusion.graph import Graph, Node, frozen_attrs
 from hlofuse.ir.builder import NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
@@ -50,12 +49,8 @@ class ModuleGraph:
             insert = graph._insert
             nodes: dict[Instruction, Node] = {}
             for inst in comp.instructions:
-                # What `graph.add` does, without its keyword handling: a read-only view of
-                # the attributes is shared as it is.
-                attrs = inst.attrs
-                node = Node(inst.name, inst.op, inst.shape, graph,
-                            attrs if isinstance(attrs, MappingProxyType)
-                            else MappingProxyType(dict(attrs or {})),
+                # What `graph.add` does, without its keyword handling.
+                node = Node(inst.name, inst.op, inst.shape, graph, frozen_attrs(inst.attrs),
                             [graphs[c] for c in inst.calls] if inst.calls else (),
                             inst.metadata, inst.extra)
                 nodes[inst] = insert(node, [nodes[o] for o in inst.operands])
