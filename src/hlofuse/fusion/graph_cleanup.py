@@ -18,9 +18,17 @@ from typing import TYPE_CHECKING, ClassVar
 from hlofuse.fusion.graph import Graph, Node
 from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.fusion.properties import has_side_effect
+from hlofuse.ir.builder import NameUniquer, result_shape
 from hlofuse.ir.ops import Op
 from hlofuse.passes.cse import instruction_key, iota_key
-from hlofuse.passes.variadic_op_splitter import MAX_PARAMETERS, VariadicOpSplitter
+from hlofuse.passes.decision_log import RewriteLog
+from hlofuse.passes.variadic_op_splitter import (
+    MAX_PARAMETERS,
+    check_limit,
+    concatenate_dimension,
+    concatenate_tree,
+    part_shape,
+)
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -144,19 +152,89 @@ class GraphDce(ModuleGraphPass):
 
 @dataclass(frozen=True, slots=True)
 class GraphVariadicOpSplitter(ModuleGraphPass):
-    """`variadic-op-splitter` for the graphs: looks for a concatenate to split there, and
-    only when it finds one rewrites the module in frozen IR (`passes.variadic_op_splitter`)."""
+    """`variadic-op-splitter` on the graphs (`passes/variadic_op_splitter.py`, XLA's
+    VariadicOpSplitter): a concatenate of more than `max_operands` operands, outside fused
+    computations, becomes a tree of concatenates, in place.
+
+    The graphs are left as the frozen pass's round trip would leave them (`to_module`, the
+    frozen pass, `ModuleGraph.reload`): normalized first (what `to_module` freezes: final
+    names, post order); the new concatenates named as the frozen rewrite names them (one
+    module-wide default numbering, `concatenate.N` after the highest N in use) and listed
+    where the split one was, in the order they were made; each operand's users in list order,
+    as `from_module` adds them; the name uniquer holding exactly the names in use."""
 
     name: ClassVar[str] = "variadic-op-splitter"
     max_operands: int = MAX_PARAMETERS
 
     def run_on_graphs(self, graphs: ModuleGraph, log: DecisionSink | None = None) -> bool:
-        frozen = VariadicOpSplitter(self.max_operands)
-        if self.max_operands >= 2 and not any(
-                node.op is Op.CONCATENATE and len(node.operands) > self.max_operands
-                for graph in graphs.graphs if not graph.is_fusion for node in graph.nodes):
+        check_limit(self.max_operands)
+        limit = self.max_operands
+        if not any(node.op is Op.CONCATENATE and len(node.operands) > limit
+                   for graph in graphs.graphs if not graph.is_fusion for node in graph.nodes):
             return False
-        split, changed = frozen.run(graphs.to_module(), log)
-        if changed:
-            graphs.reload(split)
+        graphs.normalize()
+        records = RewriteLog(log, self.name)
+        # The frozen rewrite's uniquer (`passes.rewrite.module_names`) holds every name of the
+        # module; only those of the new instructions' base bear on the names it hands out.
+        frozen_names = NameUniquer()
+        frozen_names.reserve_each(name for name in graphs.names.names_in_use()
+                                  if name.startswith("concatenate."))
+        changed = False
+        for graph in graphs.graphs:  # callees first, as the frozen rewrite visits them
+            if not graph.is_fusion and any(node.op is Op.CONCATENATE
+                                           and len(node.operands) > limit
+                                           for node in graph.nodes):
+                _split_concatenates(graph, limit, frozen_names, records)
+                changed = True
         return changed
+
+
+def _split_concatenates(graph: Graph, limit: int, frozen_names: NameUniquer,
+                        records: RewriteLog) -> None:
+    """Split each concatenate of `graph` (in list order) with more than `limit` operands."""
+    names = graph.module.names
+    order: list[Node] = []
+    for node in list(graph.nodes):
+        if node.op is not Op.CONCATENATE or len(node.operands) <= limit:
+            order.append(node)
+            continue
+        operands = list(node.operands)
+        dim = concatenate_dimension(node.attrs)
+        made: list[Node] = []
+
+        def concatenate(parts: list[Node], node: Node = node, dim: int = dim,
+                        made: list[Node] = made) -> Node:
+            shape = result_shape(Op.CONCATENATE, [p.shape for p in parts], node.attrs, (),
+                                 part_shape(node.shape, dim, [p.shape for p in parts]))
+            name = frozen_names.unique("concatenate")
+            names.reserve(name)
+            made.append(graph.add(Op.CONCATENATE, parts, shape, attrs=dict(node.attrs),
+                                  metadata=node.metadata, name=name))
+            return made[-1]
+
+        # Each operand's users as they were, in list order (this node among them).
+        readers = {operand: list(operand.users) for operand in operands}
+        split = concatenate_tree(operands, limit, concatenate)
+        records.rewrote(graph.name, node, "concatenate-split",
+                        f"%{node.name} had {len(operands)} operands, over {limit}; it is now "
+                        f"{len(made)} concatenates", operands=len(operands), limit=limit)
+        graph.replace_instruction(node, split)
+        names.release(node.name)  # gone from the module, as from the round trip's copy
+        # The new concatenates take the split one's place in the list, and in the user
+        # lists of its operands.
+        order.extend(made)
+        new_readers: dict[Node, list[Node]] = {operand: [] for operand in readers}
+        for new in made:
+            for operand in dict.fromkeys(new.operands):
+                if operand in new_readers:
+                    new_readers[operand].append(new)
+        for operand, users in readers.items():
+            reordered: dict[Node, None] = {}
+            for user in users:
+                if user is node:
+                    reordered.update(dict.fromkeys(new_readers[operand]))
+                else:
+                    reordered[user] = None
+            assert reordered.keys() == operand.users.keys()
+            operand.users = reordered
+    graph.reorder(order)

@@ -67,6 +67,12 @@ class NameUniquer:
         assert self.bare_first
         return self._used
 
+    def release(self, name: str) -> None:
+        """`name` is no longer in use (its instruction was removed); for the fusion passes'
+        uniquers, which keep nothing else about it."""
+        assert self.bare_first
+        self._used.discard(name)
+
     def reserve_new(self, names: frozenset[str]) -> bool:
         """Reserve all of `names` if none is used yet (True), else none of them (False);
         for the fusion passes' uniquers."""
@@ -131,6 +137,20 @@ def infer_shape(op: Op, operand_shapes: Sequence[Shape], attrs: Mapping[str, obj
     return definition.infer(list(operand_shapes), attrs, list(calls), declared, op=op.text)
 
 
+def result_shape(op: Op, operand_shapes: Sequence[Shape], attrs: Mapping[str, object],
+                 calls: Sequence[Computation], declared: Shape | None) -> Shape:
+    """The shape `ComputationBuilder.add` gives an instruction: the inferred one, which must
+    equal `declared` unless the op declares its shape; `declared` itself when it has a layout
+    (inference may not carry one)."""
+    inferred = infer_shape(op, operand_shapes, attrs, calls, declared)
+    if declared is not None and op not in DECLARED_SHAPE_OPS and inferred != declared:
+        raise ShapeError(f"{op.text} produces {inferred.text(False)}, but "
+                         f"{declared.text(False)} was declared")
+    if declared is not None and declared.layout is not None and declared == inferred:
+        return declared
+    return inferred
+
+
 class ComputationBuilder:
     """Appends instructions to one computation, inferring shapes from the op table."""
 
@@ -149,12 +169,7 @@ class ComputationBuilder:
         """Append an instruction; without `name`, it is named `name_base` (default: the
         op's name) with a fresh numeric suffix."""
         attrs = dict(attrs or {})
-        inferred = infer_shape(op, [o.shape for o in operands], attrs, calls, shape)
-        if shape is not None and op not in DECLARED_SHAPE_OPS and inferred != shape:
-            raise ShapeError(f"{op.text} produces {inferred.text(False)}, but "
-                             f"{shape.text(False)} was declared")
-        if shape is not None and shape.layout is not None and shape == inferred:
-            inferred = shape
+        inferred = result_shape(op, [o.shape for o in operands], attrs, calls, shape)
         if name is None:
             name = self.names.unique(name_base if name_base is not None else op.text)
         elif not self.names.reserve(name):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
 
 
 class Verdict(enum.StrEnum):
@@ -212,7 +212,21 @@ class Recorder:
 # --- rewrites before fusion ----------------------------------------------------------------
 
 
-def _lines(inst: Instruction | None) -> tuple[str, ...]:
+class Rewritten(Protocol):
+    """What a rewrite record reads of an instruction: a frozen one, or a fusion graph's node
+    (the graph passes that rewrite before fusion, `fusion/graph_cleanup.py`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def op(self) -> Op: ...
+
+    @property
+    def source_location(self) -> str | None: ...
+
+
+def _lines(inst: Rewritten | None) -> tuple[str, ...]:
     location = inst.source_location if inst is not None else None
     return (location,) if location else ()
 
@@ -224,16 +238,16 @@ class RewriteLog:
         self.sink = sink
         self.pass_name = pass_name
 
-    def rewrote(self, computation: str, inst: Instruction, rule: str, message: str,
-                user: Instruction | None = None, **figures: Figure) -> None:
+    def rewrote(self, computation: str, inst: Rewritten, rule: str, message: str,
+                user: Rewritten | None = None, **figures: Figure) -> None:
         self._append(Verdict.REWRITE, computation, inst, rule, message, user, figures)
 
-    def refused(self, computation: str, inst: Instruction, rule: str, message: str,
-                user: Instruction | None = None, **figures: Figure) -> None:
+    def refused(self, computation: str, inst: Rewritten, rule: str, message: str,
+                user: Rewritten | None = None, **figures: Figure) -> None:
         self._append(Verdict.NO, computation, inst, rule, message, user, figures)
 
-    def _append(self, verdict: Verdict, computation: str, inst: Instruction, rule: str,
-                message: str, user: Instruction | None, figures: dict[str, Figure]) -> None:
+    def _append(self, verdict: Verdict, computation: str, inst: Rewritten, rule: str,
+                message: str, user: Rewritten | None, figures: dict[str, Figure]) -> None:
         if self.sink is None:
             return
         self.sink.append(DecisionRecord(

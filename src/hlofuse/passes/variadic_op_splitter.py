@@ -11,8 +11,9 @@ names other variadic ops), and only in computations that are not fusion bodies.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
@@ -22,30 +23,55 @@ from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 MAX_PARAMETERS = 128  # kMaxParameters
 
+T = TypeVar("T")
 
-def _concatenate(parts: list[Instruction], like: Instruction, dim: int,
-                 builder: RewriteBuilder) -> Instruction:
-    dims = list(like.shape.dims)
-    dims[dim] = sum(p.shape.dims[dim] for p in parts)
-    shape = Shape(like.dtype, tuple(dims), (), like.shape.layout)
-    return builder.add(Op.CONCATENATE, parts, attrs=dict(like.attrs), shape=shape)
+
+def part_shape(like: Shape, dim: int, parts: Sequence[Shape]) -> Shape:
+    """The shape declared for a concatenate of `parts` that stands for part of `like`."""
+    dims = list(like.dims)
+    dims[dim] = sum(p.dims[dim] for p in parts)
+    return Shape(like.dtype, tuple(dims), (), like.layout)
+
+
+def concatenate_tree(operands: Sequence[T], limit: int,
+                     concatenate: Callable[[list[T]], T]) -> T:
+    """SplitConcatenate's rounds: `concatenate(group)` for each group of `limit` operands
+    (a last group of fewer, not the first, waits for the next round) until one is left;
+    the groups are concatenated in the order the new instructions are made."""
+    pending = list(operands)
+    while len(pending) > 1:
+        joined: list[T] = []
+        for offset in range(0, len(pending), limit):
+            if offset > 0 and offset + limit > len(pending):
+                joined.extend(pending[offset:])  # too few for a group: next round
+            else:
+                joined.append(concatenate(pending[offset:offset + limit]))
+        pending = joined
+    return pending[0]
 
 
 def split_concatenate(inst: Instruction, operands: tuple[Instruction, ...],
                       builder: RewriteBuilder, limit: int = MAX_PARAMETERS) -> Instruction:
     """SplitConcatenate: the tree of concatenates of at most `limit` operands each."""
-    dim = inst.attrs["dimensions"][0]  # type: ignore[index]
+    dim = concatenate_dimension(inst.attrs)
+
+    def concatenate(parts: list[Instruction]) -> Instruction:
+        shape = part_shape(inst.shape, dim, [p.shape for p in parts])
+        return builder.add(Op.CONCATENATE, parts, attrs=dict(inst.attrs), shape=shape)
+
+    return concatenate_tree(operands, limit, concatenate)
+
+
+def concatenate_dimension(attrs: Mapping[str, object]) -> int:
+    dim = attrs["dimensions"][0]  # type: ignore[index]
     assert isinstance(dim, int)
-    pending = list(operands)
-    while len(pending) > 1:
-        joined: list[Instruction] = []
-        for offset in range(0, len(pending), limit):
-            if offset > 0 and offset + limit > len(pending):
-                joined.extend(pending[offset:])  # too few for a group: next round
-            else:
-                joined.append(_concatenate(pending[offset:offset + limit], inst, dim, builder))
-        pending = joined
-    return pending[0]
+    return dim
+
+
+def check_limit(max_operands: int) -> None:
+    if max_operands < 2:
+        raise ValueError(f"variadic-op-splitter: max_operands must be at least 2, got "
+                         f"{max_operands}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +82,7 @@ class VariadicOpSplitter:
     max_operands: int = MAX_PARAMETERS
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
-        if self.max_operands < 2:
-            raise ValueError(f"variadic-op-splitter: max_operands must be at least 2, got "
-                             f"{self.max_operands}")
+        check_limit(self.max_operands)
         records = RewriteLog(log, self.name)
         limit = self.max_operands
         fusion_bodies = {id(c) for i in module.all_instructions() if i.op is Op.FUSION
