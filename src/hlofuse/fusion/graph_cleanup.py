@@ -212,8 +212,11 @@ def _split_concatenates(graph: Graph, limit: int, frozen_names: NameUniquer,
                                   metadata=node.metadata, name=name))
             return made[-1]
 
-        # Each operand's users as they were, in list order (this node among them).
-        readers = {operand: list(operand.users) for operand in operands}
+        # Each operand's users as they were, in list order (this node among them), where this
+        # node is not the last: the new concatenates are added after the others, and belong
+        # at its place.
+        readers = {operand: list(operand.users) for operand in dict.fromkeys(operands)
+                   if next(reversed(operand.users)) is not node}
         split = concatenate_tree(operands, limit, concatenate)
         records.rewrote(graph.name, node, "concatenate-split",
                         f"%{node.name} had {len(operands)} operands, over {limit}; it is now "
@@ -223,6 +226,8 @@ def _split_concatenates(graph: Graph, limit: int, frozen_names: NameUniquer,
         # The new concatenates take the split one's place in the list, and in the user
         # lists of its operands.
         order.extend(made)
+        if not readers:
+            continue
         new_readers: dict[Node, list[Node]] = {operand: [] for operand in readers}
         for new in made:
             for operand in dict.fromkeys(new.operands):
