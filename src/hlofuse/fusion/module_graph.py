@@ -269,9 +269,7 @@ class ModuleGraph:
                     graph.plain_names = plain  # for `normalize`, which orders it next
                 continue
             for node in order:
-                if node.op is Op.PARAMETER:
-                    renamed[node] = used.unique_root(f"param_{node.parameter_number}")
-                elif node.name in taken:
+                if node.op is Op.PARAMETER or node.name in taken:
                     renamed[node] = _fresh_name(node, used)
                 else:
                     taken.add(node.name)
