@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.interpreter import flatten_value
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import flatten_value
 from hlofuse.runtime.cuda_executable import compile_cuda
 
 ROOT = Path(__file__).resolve().parent.parent

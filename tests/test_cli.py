@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from hlofuse.cli import build_parser, main, random_inputs
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 from tests.conftest import CORPUS, CORPUS_DIR, assert_matches, load_corpus_case
 

@@ -19,7 +19,7 @@ import hlofuse.api
 import hlofuse.compile_cache
 from hlofuse.api import compile_module, jit
 from hlofuse.compile_cache import program_key
-from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS
+from hlofuse.fusion.beyond_xla.cost_model import DEFAULT_CONSTANTS
 from hlofuse.ir.parser import parse_module
 from hlofuse.runtime.executable import runtime_library
 from hlofuse.toolchain import compiler

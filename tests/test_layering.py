@@ -20,31 +20,22 @@ PACKAGE = Path(hlofuse.__file__).parent
 # the simplifier, eager evaluation in the front end; it shares analysis's reducer recogniser)
 # and rnglib (Threefry as NumPy and as a sequence of HLO ops, shared by the front end and rng
 # expansion).
-REFERENCE = ("hlofuse.interpreter", "hlofuse.interpreter_indexing", "hlofuse.rnglib",
-             "hlofuse.interpreter_linalg", "hlofuse.linalg_reference", "hlofuse.interpreter_dot")
+REFERENCE = "hlofuse.reference"
 
 # layer -> the hlofuse modules it may import besides its own. A name covers its submodules.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "hlofuse.ir": (),
-    "hlofuse.rnglib": ("hlofuse.ir",),
-    "hlofuse.interpreter": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.interpreter_indexing",
-                            "hlofuse.rnglib", "hlofuse.interpreter_linalg",
-                            "hlofuse.interpreter_dot"),
-    "hlofuse.interpreter_indexing": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.interpreter"),
-    "hlofuse.interpreter_dot": ("hlofuse.ir", "hlofuse.interpreter"),
-    # Linear algebra: NumPy routines of their own, read by the interpreter (issue 17).
-    "hlofuse.linalg_reference": (),
-    "hlofuse.interpreter_linalg": ("hlofuse.ir", "hlofuse.linalg_reference"),
+    "hlofuse.reference": ("hlofuse.ir", "hlofuse.analysis"),
     "hlofuse.analysis": ("hlofuse.ir",),
-    "hlofuse.passes": ("hlofuse.ir", "hlofuse.analysis", *REFERENCE),
-    "hlofuse.fusion": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.passes", *REFERENCE),
+    "hlofuse.passes": ("hlofuse.ir", "hlofuse.analysis", REFERENCE),
+    "hlofuse.fusion": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.passes", REFERENCE),
     # rnglib names the one library call codegen emits (its target and convention).
-    "hlofuse.codegen": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.rnglib"),
+    "hlofuse.codegen": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.reference.rnglib"),
     "hlofuse.toolchain": (),
     # The runtime pauses the garbage collector as the pass manager does, nothing more of passes.
     "hlofuse.runtime": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.codegen",
                         "hlofuse.toolchain", "hlofuse.passes.manager"),
-    "hlofuse.frontend": ("hlofuse.ir", "hlofuse.analysis", *REFERENCE),
+    "hlofuse.frontend": ("hlofuse.ir", "hlofuse.analysis", REFERENCE),
     "hlofuse.lax": ("hlofuse.frontend",),
     "hlofuse.numpy": ("hlofuse.frontend",),
     "hlofuse.random": ("hlofuse.frontend",),
@@ -57,7 +48,7 @@ CLI = "hlofuse.cli"
 NOT_LOADED_BY: dict[str, tuple[str, ...]] = {
     "hlofuse.ir.ops": ("hlofuse.runtime", "hlofuse.codegen", "hlofuse.toolchain", "hlofuse.api",
                        "hlofuse.fusion", "hlofuse.passes", "hlofuse.frontend", "hlofuse.cli",
-                       "hlofuse.compile_cache", "hlofuse.interpreter"),
+                       "hlofuse.compile_cache", "hlofuse.reference.interpreter"),
     "hlofuse.random": ("hlofuse.runtime", "hlofuse.codegen", "hlofuse.toolchain", "hlofuse.api",
                        "hlofuse.fusion", "hlofuse.passes", "hlofuse.cli", "hlofuse.compile_cache"),
     "hlofuse.fusion.strategies": ("hlofuse.runtime", "hlofuse.codegen", "hlofuse.toolchain",

@@ -25,12 +25,12 @@ from hlofuse.frontend.tracer import Tracer
 from hlofuse.frontend.tracing import is_tracing, located
 from hlofuse.fusion.kernels import Kernel
 from hlofuse.fusion.strategies import FusionResult, parse_strategy, run_strategy
-from hlofuse.interpreter import coerce_argument, evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.limits import check_limits
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.manager import gc_paused
+from hlofuse.reference.interpreter import coerce_argument, evaluate, flatten_value
 from hlofuse.runtime import Executable, Profile
 
 # "cuda-emulated": the CUDA backend's source built for the CPU against cuda_emulation.h.

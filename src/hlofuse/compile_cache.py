@@ -17,8 +17,8 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 
-from hlofuse.fusion.cost_model import MachineConstants, constants_from_figures
-from hlofuse.fusion.priority import PriorityFusion
+from hlofuse.fusion.beyond_xla.cost_model import MachineConstants, constants_from_figures
+from hlofuse.fusion.beyond_xla.priority import PriorityFusion
 from hlofuse.fusion.strategies import FusionResult, Strategy, parse_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text

@@ -1,4 +1,4 @@
-"""Counted loops and loop-carried values (hlofuse.analysis.loops), and the call graph
+"""Counted loops and loop-carried values (hlofuse.analysis.counted_loops), and the call graph
 (hlofuse.analysis.call_graph)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hlofuse.analysis.call_graph import call_counts, callee_order
-from hlofuse.analysis.loops import NotCounted, counted_loop, element_reads, parameter_users
+from hlofuse.analysis.counted_loops import NotCounted, counted_loop, element_reads, parameter_users
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hlofuse.codegen.elementwise import ELEMENTWISE
+from hlofuse.codegen.op_expressions import ELEMENTWISE
 from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.dtypes import ARRAY_DTYPES, DType

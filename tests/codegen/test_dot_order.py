@@ -16,9 +16,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
-from hlofuse.interpreter_dot import fma_f32, fma_f64
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.dot import fma_f32, fma_f64
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 MAX32, MAX64 = float(np.finfo(np.float32).max), float(np.finfo(np.float64).max)
 

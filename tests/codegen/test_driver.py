@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime.executable import compile_cpu, generate
 from hlofuse.runtime.program import WhileThunk
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from hlofuse.cli import random_inputs
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.verifier import verify
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime import compile_cpu, generate
 from hlofuse.runtime.program import CopyThunk, walk
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime import compile_cpu
 
 pytestmark = pytest.mark.needs_cc

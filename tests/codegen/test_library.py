@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
-from hlofuse.rnglib import threefry2x32
+from hlofuse.reference.interpreter import evaluate, flatten_value
+from hlofuse.reference.rnglib import threefry2x32
 from hlofuse.runtime import CodegenError, compile_cpu, generate
 
 THREEFRY = """HloModule threefry

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from hlofuse.codegen.elemental import NOT_ELEMENTAL, STRUCTURAL
-from hlofuse.codegen.elementwise import ELEMENTWISE
 from hlofuse.codegen.kernel_spec import KernelOptions
-from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.codegen.op_expressions import ELEMENTWISE
 from hlofuse.ir.dtypes import ARRAY_DTYPES, DType
 from hlofuse.ir.ops import ELEMENTWISE_OPS, OP_TABLE, Op
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime import CompileOptions, compile_cpu
 
 from tests.codegen.op_programs import (

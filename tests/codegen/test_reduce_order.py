@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from hlofuse.analysis import parallel_loop as pl
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.passes.manager import Pipeline
 from hlofuse.passes.simplify import AlgebraicSimplifier
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 from tests.analysis.test_parallel_loop import loop_text, plan_of
 from tests.codegen.test_whole_loop import assert_compiled_matches, whole_loop

@@ -9,9 +9,8 @@ from hypothesis import HealthCheck, given, settings
 
 from hlofuse.codegen import whole_loop as emitter
 from hlofuse.envs import cartpole
+from hlofuse.fusion.beyond_xla.whole_loop import WholeLoopFusion
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.fusion.whole_loop import WholeLoopFusion
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.dtypes import DType
@@ -20,6 +19,7 @@ from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.manager import Pipeline
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime import compile_cpu
 
 from tests.analysis.test_parallel_loop import loop_text

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from hlofuse.analysis import parallel_loop as pl
-from hlofuse.interpreter import flatten_value
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import flatten_value
 
 from tests.analysis.test_parallel_loop import loop_text
 from tests.codegen.test_whole_loop import assert_compiled_matches, compile_cpu, whole_loop

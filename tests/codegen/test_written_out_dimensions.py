@@ -9,8 +9,8 @@ import pytest
 
 from hlofuse.api import compile_module
 from hlofuse.cli import random_inputs
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime import generate
 
 from tests.codegen.test_ops import assert_same

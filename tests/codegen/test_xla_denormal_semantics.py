@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 D32, D64 = 0x000116C2, 0x000012688B70E62B  # 1e-40 and 1e-310, both denormal
 NEG32, NEG64 = 0x80000000, 0x8000000000000000

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime.cuda_executable import compile_cuda
 
 from tests.conftest import assert_matches, load_corpus_case

@@ -10,7 +10,7 @@ import pytest
 from hlofuse import random
 from hlofuse.api import compile_module, jit
 from hlofuse.envs import cartpole
-from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime.cuda_executable import compile_cuda
 from hlofuse.studies.cartpole_study import SEQUENCE, is_available
 

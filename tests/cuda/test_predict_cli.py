@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hlofuse.cli import main
-from hlofuse.fusion.gpu_devices import UnknownDeviceError
+from hlofuse.fusion.xla_gpu.devices import UnknownDeviceError
 from hlofuse.studies.gpu_predict import PREDICT_DEVICES, predict_device, price_call
 
 from tests.cuda.conftest import needs_nvcc

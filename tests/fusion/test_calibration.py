@@ -10,12 +10,12 @@ import pytest
 
 from hlofuse.cli import UsageError
 from hlofuse.cli.opt import run_opt
-from hlofuse.fusion.cost_model import (
+from hlofuse.fusion.beyond_xla.cost_model import (
     DEFAULT_CONSTANTS,
     MachineConstants,
     constants_from_figures,
 )
-from hlofuse.fusion.priority import PriorityFusion
+from hlofuse.fusion.beyond_xla.priority import PriorityFusion
 from hlofuse.fusion.strategies import parse_strategy, run_strategy
 from hlofuse.ir.parser import parse_module
 
@@ -74,7 +74,7 @@ def test_measured_constants_reach_priority_fusion_through_run_strategy() -> None
 
 def test_importing_the_api_registers_nothing() -> None:
     import hlofuse.api
-    from hlofuse.fusion import cost_model
+    from hlofuse.fusion.beyond_xla import cost_model
 
     assert not hasattr(cost_model, "set_measured_provider")
     assert not hasattr(cost_model, "measured_constants")

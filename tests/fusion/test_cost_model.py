@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from hlofuse.fusion.cost_model import (
+from hlofuse.fusion.beyond_xla.cost_model import (
     AT_OUTPUT,
     DEFAULT_CONSTANTS,
     CostModel,
@@ -17,9 +17,9 @@ from hlofuse.fusion.cost_model import (
     estimate_module,
     profile_kernel,
 )
-from hlofuse.fusion.graph import Node
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.priority import can_fuse, fuse
+from hlofuse.fusion.beyond_xla.priority import can_fuse, fuse
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.ir.parser import parse_module
 
 from tests.hlo_programs import RandomProgram, programs

@@ -5,19 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlofuse.fusion.fusing import (
+from hlofuse.fusion.graphs.fusing import (
     create_fusion,
     fuse_instruction,
     fuse_into_multi_output,
     merge_fusion,
 )
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.ir.builder import NameUniquer
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 from tests.conftest import CORPUS, load_corpus_case
 
@@ -200,7 +200,7 @@ def test_the_reachability_map_updated_after_each_fusion_equals_a_rebuilt_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Multi-output fusion updates its map through the grown fusion instead of rebuilding it;
     after every update each pair of live nodes must answer as a freshly built map does."""
-    from hlofuse.fusion.graph import Graph, Node, Reachability
+    from hlofuse.fusion.graphs.graph import Graph, Node, Reachability
     from hlofuse.fusion.strategies import run_strategy
 
     update = Reachability.update_after_fusion

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hlofuse.fusion.graph import SPECIAL_OPS, Graph
-from hlofuse.fusion.indexing import IndexingEvaluation, emitted_in
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.graphs.graph import SPECIAL_OPS, Graph
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
+from hlofuse.fusion.legality.emission_counts import IndexingEvaluation, emitted_in
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
 

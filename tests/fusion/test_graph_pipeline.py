@@ -3,7 +3,7 @@ and copy it again: same fused module text, same decision log.
 
 The pipeline keeps a ModuleGraph between consecutive graph passes (`ModuleGraph.normalize`
 stands in for the round trip through frozen IR), and the fusion fixed points clean up with
-graph CSE and DCE (`fusion/graph_cleanup.py`) instead of the frozen-IR passes.
+graph CSE and DCE (`fusion/graphs/cleanup.py`) instead of the frozen-IR passes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import ClassVar
 
 import pytest
 
-from hlofuse.fusion.graph_cleanup import FusedComputationCse, GraphDce, GraphVariadicOpSplitter
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.graphs.cleanup import FusedComputationCse, GraphDce, GraphVariadicOpSplitter
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.strategies import parse_strategy, run_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module

@@ -13,20 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from hlofuse.envs.cartpole import PRESETS, trace
-from hlofuse.fusion.cost_model import DEFAULT_CONSTANTS, estimate_module
-from hlofuse.fusion.multi_output import MultiOutputFusion
-from hlofuse.fusion.priority import COST_MODEL_LOSS, PriorityFusion
+from hlofuse.fusion.beyond_xla.cost_model import DEFAULT_CONSTANTS, estimate_module
+from hlofuse.fusion.beyond_xla.priority import COST_MODEL_LOSS, PriorityFusion
 from hlofuse.fusion.strategies import (
     STRATEGIES,
     FusionResult,
     parse_strategy,
     run_strategy,
 )
-from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.fusion.xla2022.multi_output import MultiOutputFusion
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.passes.decision_log import COST_MODEL_GAIN, FUSIBLE, DecisionLog
 from hlofuse.passes.manager import FixedPoint
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 from tests.conftest import assert_matches, load_corpus_case
 from tests.hlo_programs import RandomProgram, programs

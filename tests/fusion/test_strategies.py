@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hlofuse.fusion.fusion_merger import FusionMerger
-from hlofuse.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
-from hlofuse.fusion.instruction_fusion import InstructionFusion
-from hlofuse.fusion.multi_output import MultiOutputFusion
 from hlofuse.fusion.strategies import STRATEGIES, StrategyError, parse_strategy, run_strategy
+from hlofuse.fusion.xla2022.fusion_merger import FusionMerger
+from hlofuse.fusion.xla2022.horizontal import HorizontalInputFusion, HorizontalLoopFusion
+from hlofuse.fusion.xla2022.instruction_fusion import InstructionFusion
+from hlofuse.fusion.xla2022.multi_output import MultiOutputFusion
 from hlofuse.ir.parser import parse_module
 from hlofuse.passes.manager import FixedPoint
 

@@ -11,15 +11,15 @@ import pytest
 from hlofuse.analysis.parallel_loop import read_whole_loop_config
 from hlofuse.cli import main
 from hlofuse.envs import cartpole
+from hlofuse.fusion.beyond_xla.whole_loop import WholeLoopFusion
 from hlofuse.fusion.strategies import STRATEGIES, parse_strategy, run_strategy
-from hlofuse.fusion.whole_loop import WholeLoopFusion
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.manager import Pipeline, parse_pass_list
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 from tests.analysis.test_parallel_loop import loop_text
 

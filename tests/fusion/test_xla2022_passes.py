@@ -8,21 +8,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlofuse.fusion.horizontal import HorizontalInputFusion
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.fusion.tree_reduction import (
+from hlofuse.fusion.xla2022.horizontal import HorizontalInputFusion
+from hlofuse.fusion.xla2022.tree_reduction import (
     COLUMN_LIMIT,
     ROW_LIMIT,
     TreeReductionRewriter,
     sqrt_of_round_up_to_square,
 )
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.logistic_expander import LogisticExpander
 from hlofuse.passes.trip_count import WhileLoopTripCountAnnotator, known_trip_count
 from hlofuse.passes.variadic_op_splitter import VariadicOpSplitter
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 REDUCE = """HloModule r
 

@@ -154,9 +154,9 @@ def compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray],
 
 def run_target(text: str, inputs: Sequence[np.ndarray], target: str) -> tuple[str, Any]:
     """("ok", outputs) | ("refused", message) | ("crash", message): hlofuse on one program."""
-    from hlofuse.interpreter import InterpreterError, evaluate, flatten_value
     from hlofuse.ir.parser import HloParseError, parse_module
     from hlofuse.ir.verifier import HloVerifyError, verify
+    from hlofuse.reference.interpreter import InterpreterError, evaluate, flatten_value
     from hlofuse.runtime.executable import CodegenError
 
     try:

@@ -117,8 +117,8 @@ def test_comparison_rules() -> None:
 
 def test_unsupported_opcodes_come_from_the_readme() -> None:
     listed = unsupported_opcodes()
-    from hlofuse.interpreter import UNSUPPORTED_OPS
     from hlofuse.ir.ops import UNSUPPORTED_XLA_OPCODES
+    from hlofuse.reference.interpreter import UNSUPPORTED_OPS
 
     # Every opcode the parser or the interpreter refuses is listed (parameter is no
     # computation); the README also lists those the compiled backend refuses.

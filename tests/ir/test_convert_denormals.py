@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 STORAGE = {"bf16": np.uint16, "f16": np.uint16, "f32": np.uint32, "f64": np.uint64}
 VIEW = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32, "f64": np.float64}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 from tests.conftest import CORPUS, assert_matches
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlofuse.fusion.graph import Node
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
+from hlofuse.fusion.legality.properties import (
     in_place_operands,
     is_elementwise,
     is_expensive,
@@ -23,12 +23,12 @@ from hlofuse.fusion.properties import (
     reads_elements_multiple_times,
     scatter_fusion_refusal,
 )
-from hlofuse.interpreter import evaluate, flatten_value
-from hlofuse.interpreter_indexing import reduce_precision
 from hlofuse.ir.ops import OP_BY_NAME, UNSUPPORTED_XLA_OPCODES, XLA_OPCODES, Op
 from hlofuse.ir.parser import HloParseError, parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
+from hlofuse.reference.indexing import reduce_precision
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 INDEXING_DIR = Path(__file__).parent.parent / "data" / "indexing"
 INDEXING = sorted(p.stem for p in INDEXING_DIR.glob("*.hlo"))

@@ -19,7 +19,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import Interpreter, InterpreterError, Value, evaluate
 from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.dtypes import ARRAY_DTYPES, DType
@@ -30,6 +29,7 @@ from hlofuse.ir.printer import module_text
 from hlofuse.ir.shape_inference import ShapeError
 from hlofuse.ir.shapes import Shape
 from hlofuse.ir.verifier import verify
+from hlofuse.reference.interpreter import Interpreter, InterpreterError, Value, evaluate
 
 # Ops the interpreter refuses, and why. Each must raise InterpreterError naming the op.
 UNSUPPORTED: dict[Op, str] = {

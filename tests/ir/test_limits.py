@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.limits import Limits, ResourceLimitError, check_limits, nesting_depth
 from hlofuse.ir.parser import HloParseError, parse_module
 from hlofuse.ir.verifier import HloVerifyError, verify
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 
 def chain(n: int) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 NANS32 = np.array([0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFC12345], np.uint32)
 

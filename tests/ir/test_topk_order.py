@@ -11,8 +11,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 # Rows 3 and 4 of fuzz seed 1237 (bf16 bits): a NaN with its sign set, and one without.
 BF16_ROWS = np.array([[0xFFC0, 0x3C0F, 0xBD8A, 0x3D9D], [0xBC34, 0x7FC0, 0xBEB0, 0x41AB]],

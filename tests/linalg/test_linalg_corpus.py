@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime import Executable
 
 from tests.conftest import compiled_once

@@ -10,14 +10,14 @@ import itertools
 import numpy as np
 import pytest
 
-from hlofuse import linalg_reference as ref
 from hlofuse.cli.errors import UsageError, load_module
-from hlofuse.interpreter import InterpreterError, evaluate, flatten_value
 from hlofuse.ir.linalg import LINALG_CALLS, Routine, parse_backend_config
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import HloParseError, parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
+from hlofuse.reference import linalg_numerics as ref
+from hlofuse.reference.interpreter import InterpreterError, evaluate, flatten_value
 from hlofuse.runtime import CodegenError, compile_cpu
 
 RNG = np.random.default_rng(17)

@@ -15,10 +15,10 @@ from hlofuse import random
 from hlofuse.envs import cartpole as cp
 from hlofuse.fusion.explain import blocked_edges, rewrites
 from hlofuse.fusion.strategies import FusionResult, StrategyError, parse_strategy, run_strategy
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
 from hlofuse.passes.manager import FixedPoint, Pipeline
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 from tests.passes.test_rewrites_preserve_results import PIPELINES
 

@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import pytest
 
-from hlofuse.fusion.instruction_fusion import InstructionFusion
 from hlofuse.fusion.strategies import ALL_PASSES
+from hlofuse.fusion.xla2022.instruction_fusion import InstructionFusion
 from hlofuse.ir.hlo import Computation, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from hlofuse.analysis.loops import trip_count
-from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.analysis.counted_loops import trip_count
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.dtypes import DType
@@ -32,7 +31,8 @@ from hlofuse.passes.rng_expansion import RngExpansion
 from hlofuse.passes.scalarize_state import ScalarizeState
 from hlofuse.passes.simplify import AlgebraicSimplifier
 from hlofuse.passes.unroll import LoopUnroll
-from hlofuse.rnglib import threefry2x32
+from hlofuse.reference.interpreter import evaluate, flatten_value
+from hlofuse.reference.rnglib import threefry2x32
 
 from tests.conftest import CORPUS, load_corpus_case
 from tests.hlo_programs import RandomProgram, programs

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 from tests.conftest import CORPUS, assert_matches, load_corpus_case
 from tests.hlo_programs import RandomProgram, programs

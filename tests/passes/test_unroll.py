@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hlofuse.analysis.loops import CountedLoop, trip_count
+from hlofuse.analysis.counted_loops import CountedLoop, trip_count
 from hlofuse.passes.unroll import AUTO_MAX_FACTOR, auto_unroll_factor
 
 

@@ -7,9 +7,9 @@ import importlib.util
 
 import pytest
 
-from hlofuse.interpreter import flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import flatten_value
 from hlofuse.runtime import Executable, compile_many
 
 from tests.conftest import CORPUS, assert_matches, load_corpus_case

@@ -207,7 +207,7 @@ ENTRY main {
 
 @pytest.mark.needs_cc
 def test_loop_state_that_swaps_places_and_branches_inside_loops() -> None:
-    from hlofuse.interpreter import evaluate, flatten_value
+    from hlofuse.reference.interpreter import evaluate, flatten_value
 
     module = parse_module(SWAP)
     a = np.array([1, 2, 3], np.float32)
@@ -264,7 +264,7 @@ def test_small_kernels_in_their_own_unit_run_as_in_one(monkeypatch: pytest.Monke
     """A module with -O3 and small kernels, built as two translation units (the small kernels
     without the combiner, called by the driver across units), computes what the
     interpreter does, and its cache entry keeps both sources."""
-    from hlofuse.interpreter import evaluate, flatten_value
+    from hlofuse.reference.interpreter import evaluate, flatten_value
     from hlofuse.runtime import executable
     from hlofuse.toolchain.compiler import Compiler
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime import compile_cpu
 
 from tests.codegen.test_ops import assert_same

@@ -95,7 +95,7 @@ def test_broadcasts_sink_below_element_wise_ops_of_broadcasts() -> None:
 def test_the_rewrite_keeps_the_values() -> None:
     import numpy as np
 
-    from hlofuse.interpreter import evaluate, flatten_value
+    from hlofuse.reference.interpreter import evaluate, flatten_value
 
     before = parse_module(BEFORE)
     after, _ = ArithmeticIdentities().run(before)

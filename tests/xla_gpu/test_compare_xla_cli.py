@@ -11,9 +11,9 @@ import pytest
 from hlofuse.cli import main
 from hlofuse.compare_xla import oracle
 from hlofuse.compare_xla.compare import input_name
-from hlofuse.interpreter import evaluate
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.verifier import verify
+from hlofuse.reference.interpreter import evaluate
 
 DATA = Path(__file__).parents[1] / "data" / "xla_gpu"
 BEFORE = DATA / "pendulum_rollout.before.hlo"

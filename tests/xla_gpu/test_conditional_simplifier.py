@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
@@ -16,6 +15,7 @@ from hlofuse.passes.conditional_simplifier import ConditionalPredIndex, Conditio
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.manager import Pipeline
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 PROGRAM = """
 HloModule conditionals

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.passes.constant_folding import ConstantFolding
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.manager import Pipeline
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 DATA = Path(__file__).parents[1] / "data" / "xla_gpu"
 

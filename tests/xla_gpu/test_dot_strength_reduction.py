@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.parser import parse_module
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.dot_strength_reduction import DotDecomposer, DotStrengthReduction
 from hlofuse.passes.manager import Pipeline
 from hlofuse.passes.simplify import AlgebraicSimplifier
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 PROGRAM = """
 HloModule dots

@@ -1,4 +1,4 @@
-"""xla-gpu's Triton GEMM fusions (fusion/gpu_gemm_fusion.py) against XLA's own output in the
+"""xla-gpu's Triton GEMM fusions (fusion/xla_gpu/gemm_fusion.py) against XLA's own output in the
 stored corpus, and the fused modules run on the CPU backend as the interpreter does."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from hlofuse.compare_xla.compare import compare_texts
-from hlofuse.fusion.gpu_gemm_fusion import TRITON_GEMM_KIND
 from hlofuse.fusion.strategies import run_strategy
+from hlofuse.fusion.xla_gpu.gemm_fusion import TRITON_GEMM_KIND
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.parser import parse_module
 
@@ -96,7 +96,7 @@ def test_tiny_dots_stay_dots() -> None:
 @pytest.mark.needs_cc
 @pytest.mark.parametrize("name", ["matmul_bias_relu", "mlp_grad"])
 def test_gemm_fusions_run_on_the_cpu_backend(name: str) -> None:
-    from hlofuse.interpreter import evaluate, flatten_value
+    from hlofuse.reference.interpreter import evaluate, flatten_value
     from hlofuse.runtime import compile_cpu
 
     module = _module(name)

@@ -4,8 +4,11 @@ shares (GetSharedOperandBytesAccessed) and the reduction emitter's launch dimens
 
 from __future__ import annotations
 
-from hlofuse.fusion.gpu_devices import device
-from hlofuse.fusion.gpu_model import (
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
+from hlofuse.fusion.legality.properties import current_xla_rules
+from hlofuse.fusion.xla_gpu.devices import device
+from hlofuse.fusion.xla_gpu.performance_model import (
     GpuCostModel,
     consumer_utilisation,
     duration_ticks,
@@ -17,9 +20,6 @@ from hlofuse.fusion.gpu_model import (
     xla_flops,
     xla_utilisation,
 )
-from hlofuse.fusion.graph import Node
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.properties import current_xla_rules
 from hlofuse.ir.parser import parse_module
 
 # A one-element key broadcast into two places of a 256-element kernel, as Threefry's key

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from hlofuse.fusion.gpu_devices import DEVICES, UnknownDeviceError, device
-from hlofuse.fusion.gpu_model import KERNEL_LAUNCH_OVERHEAD, GpuCostModel, flops_per_element
-from hlofuse.fusion.gpu_priority import gpu_is_fusible, ir_profile, merged_not_too_large
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.strategies import StrategyError, parse_strategy, run_strategy
+from hlofuse.fusion.xla_gpu.devices import DEVICES, UnknownDeviceError, device
+from hlofuse.fusion.xla_gpu.performance_model import (
+    KERNEL_LAUNCH_OVERHEAD,
+    GpuCostModel,
+    flops_per_element,
+)
+from hlofuse.fusion.xla_gpu.priority import gpu_is_fusible, ir_profile, merged_not_too_large
 from hlofuse.ir.ops import FusionKind
 from hlofuse.ir.parser import parse_module
 
@@ -164,7 +168,7 @@ def test_a_bitcast_convert_of_one_width_is_a_bitcast(backend: str) -> None:
     bits are the interpreter's."""
     import numpy as np
 
-    from hlofuse.interpreter import evaluate
+    from hlofuse.reference.interpreter import evaluate
     from hlofuse.runtime.cuda_executable import compile_cuda
     from hlofuse.runtime.executable import compile_cpu
 

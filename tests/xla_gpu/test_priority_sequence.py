@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from hlofuse.fusion import gpu_priority
-from hlofuse.fusion.gpu_model import scale_duration
-from hlofuse.fusion.gpu_multi_output import GpuMultiOutputFusion
-from hlofuse.fusion.gpu_priority import ir_profile, merged_not_too_large
-from hlofuse.fusion.graph import Node
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.strategies import run_strategy
+from hlofuse.fusion.xla_gpu import priority as gpu_priority
+from hlofuse.fusion.xla_gpu.multi_output import GpuMultiOutputFusion
+from hlofuse.fusion.xla_gpu.performance_model import scale_duration
+from hlofuse.fusion.xla_gpu.priority import ir_profile, merged_not_too_large
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlofuse.fusion.gpu_while_simplify import GPU_LOOP_SIMPLIFICATION
-from hlofuse.interpreter import evaluate, flatten_value
+from hlofuse.fusion.xla_gpu.while_simplify import GPU_LOOP_SIMPLIFICATION
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.passes.constant_folding import ConstantFolding
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.reshape_mover import ReshapeMover, common_factors
 from hlofuse.passes.simplify import AlgebraicSimplifier
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 # `cv`..`b5`: mountain_car_rollout's Threefry key words (XLA's `convert_element_type.6`,
 # `shift_right_logical.123`, `broadcast_in_dim.4/5`): a dynamic-slice squeezed to a scalar,

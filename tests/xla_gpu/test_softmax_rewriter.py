@@ -1,4 +1,4 @@
-"""xla-gpu's Triton normalisation fusions (fusion/gpu_softmax_rewriter.py and the Triton path
+"""xla-gpu's Triton normalisation fusions (fusion/xla_gpu/softmax_rewriter.py and the Triton path
 of gpu_priority.py) against XLA's own output in the stored corpus; the fused modules run on
 the CPU backend as the interpreter does."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from hlofuse.compare_xla.compare import Comparison, compare_texts
-from hlofuse.fusion.gpu_softmax_rewriter import match_diamond
-from hlofuse.fusion.graph import Node
-from hlofuse.fusion.module_graph import ModuleGraph
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.strategies import run_strategy
+from hlofuse.fusion.xla_gpu.softmax_rewriter import match_diamond
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 
@@ -110,7 +110,7 @@ def test_mlp_loss_diamonds_become_triton_and_priority_fusion_logs_triton_rules()
 @pytest.mark.needs_cc
 @pytest.mark.parametrize("name", ["softmax", "layer_norm", "mlp"])
 def test_triton_fusions_run_on_the_cpu_backend(name: str) -> None:
-    from hlofuse.interpreter import evaluate, flatten_value
+    from hlofuse.reference.interpreter import evaluate, flatten_value
     from hlofuse.runtime import compile_cpu
 
     module = _module(name)
@@ -134,7 +134,7 @@ def test_triton_fusions_run_on_the_cpu_backend(name: str) -> None:
 @pytest.mark.parametrize("name", ["layer_norm", "mlp_grad"])
 def test_triton_and_gemm_fusions_run_on_the_emulated_cuda_backend(name: str) -> None:
     """The CUDA backend emits them as ordinary kernels too (built against its emulation)."""
-    from hlofuse.interpreter import evaluate, flatten_value
+    from hlofuse.reference.interpreter import evaluate, flatten_value
     from hlofuse.runtime.cuda_executable import compile_cuda
 
     module = _module(name)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.passes.arithmetic_identities import ArithmeticIdentities
@@ -20,6 +19,7 @@ from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.manager import FixedPoint, Pipeline
 from hlofuse.passes.simplify import AlgebraicSimplifier
 from hlofuse.passes.while_loop_simplifier import WhileLoopSimplifier
+from hlofuse.reference.interpreter import evaluate, flatten_value
 
 DATA = Path(__file__).parents[1] / "data" / "xla_gpu"
 JAX_DATA = Path(__file__).parents[1] / "data" / "jax"
@@ -241,7 +241,7 @@ def test_fori_loop_state_matches_xla() -> None:
 
 
 def test_multi_output_shapes_may_be_bitcasts_of_each_other() -> None:
-    from hlofuse.fusion.gpu_multi_output import is_reshape_or_transpose_bitcast
+    from hlofuse.fusion.xla_gpu.multi_output import is_reshape_or_transpose_bitcast
     from hlofuse.ir.dtypes import DType
     from hlofuse.ir.shapes import Shape
 

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hlofuse.fusion.gpu_devices import device
-from hlofuse.fusion.gpu_ids import creation_order
-from hlofuse.fusion.gpu_model import (
+from hlofuse.fusion.graphs.cleanup import FusedComputationCse
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
+from hlofuse.fusion.legality.properties import current_xla_rules
+from hlofuse.fusion.strategies import parse_strategy
+from hlofuse.fusion.xla_gpu.devices import device
+from hlofuse.fusion.xla_gpu.ids import creation_order
+from hlofuse.fusion.xla_gpu.performance_model import (
     GpuCostModel,
     duration_ticks,
     fused_operand_reads,
@@ -17,11 +22,6 @@ from hlofuse.fusion.gpu_model import (
     kernel_reduction,
     xla_flops,
 )
-from hlofuse.fusion.graph import Node
-from hlofuse.fusion.graph_cleanup import FusedComputationCse
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.properties import current_xla_rules
-from hlofuse.fusion.strategies import parse_strategy
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.passes.arithmetic_identities import ArithmeticIdentities

@@ -7,7 +7,8 @@ uniform values without that dimension (the step counter, an RNG key), and one it
 computes lane e's new state from lane e's old state and uniform values alone,
 while the uniform values, and so the trip count, never depend on per-lane values. Every
 lane can then run the whole loop on its own, which is what whole-loop fusion emits
-(fusion/whole_loop.py decides, codegen/whole_loop.py emits; both read the plan made here).
+(fusion/beyond_xla/whole_loop.py decides, codegen/whole_loop.py emits; both read the plan
+made here).
 
 The analysis, for a candidate N (the dimension most elements of the state have first):
 

@@ -4,7 +4,7 @@ A per-lane element whose new value is `select(p, a, b)`, where `a` takes many op
 does not depend on the loop state (an auto-reset: `where(done, fresh_draws, next_state)`),
 needs `a` only in the lanes where `p` picks it. The whole-loop kernel computes such an
 operand apart, for those lanes only (codegen/whole_loop_lanes.py, `Deferred`); the fusion
-pass sizes its blocks of lanes by whether the loop has one (fusion/whole_loop.py).
+pass sizes its blocks of lanes by whether the loop has one (fusion/beyond_xla/whole_loop.py).
 """
 
 from __future__ import annotations

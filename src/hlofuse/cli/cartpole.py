@@ -114,7 +114,7 @@ def cmd_cartpole(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from hlofuse.fusion.gpu_devices import UnknownDeviceError
+    from hlofuse.fusion.xla_gpu.devices import UnknownDeviceError
     from hlofuse.studies.gpu_predict import predict_device, predict_study, prediction_table
 
     try:

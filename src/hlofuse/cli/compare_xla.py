@@ -21,8 +21,8 @@ from hlofuse.compare_xla.oracle import (
     XlaCompileError,
     compile_file,
 )
-from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, DEVICES
 from hlofuse.fusion.strategies import StrategyError
+from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, DEVICES
 
 
 def cmd_compare_xla(args: argparse.Namespace) -> int:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hlofuse.cli.errors import EXIT_OK, UsageError, load_module, one_line
-from hlofuse.interpreter import InterpreterError, coerce_argument
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.shapes import Shape
+from hlofuse.reference.interpreter import InterpreterError, coerce_argument
 
 if TYPE_CHECKING:
     from hlofuse.api import Compiled

@@ -53,7 +53,7 @@ from hlofuse.analysis.reducers import identity, reducer_op
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.cuda_language import CudaLanguage, allocates
-from hlofuse.codegen.element import (
+from hlofuse.codegen.emitter_types import (
     Index,
     NeedsLoopNest,
     UnsupportedInstruction,

@@ -4,7 +4,7 @@ whole-loop kernel's lane code: a particle's force matrix times its state, per la
 Element (batch, lhs free, rhs free) of the result is the sum over the contracting positions
 of lhs * rhs, accumulated from +0 in ascending order of the contracting index with one fused
 multiply-add per position, as XLA's CPU dot loops and the runtime's dot routine
-(hlofuse_rt_dot) do (the reference: interpreter_dot.py); the positions are written out, so
+(hlofuse_rt_dot) do (the reference: reference/dot.py); the positions are written out, so
 the lane loop holds no inner loop and stays a simd loop.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from hlofuse.analysis.parallel_loop import contraction_size, is_small_dot
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr
-from hlofuse.codegen.element import Index, UnsupportedInstruction, Value
+from hlofuse.codegen.emitter_types import Index, UnsupportedInstruction, Value
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 

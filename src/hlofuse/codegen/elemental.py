@@ -18,7 +18,7 @@ from collections.abc import Callable
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody, Key
 from hlofuse.codegen.cir import Binary, Cast, Expr, Select
-from hlofuse.codegen.element import (
+from hlofuse.codegen.emitter_types import (
     SCALAR,
     UNROLL_ELEMENTS,
     Binding,
@@ -30,10 +30,10 @@ from hlofuse.codegen.element import (
     is_scalar_valued,
     strides_of,
 )
-from hlofuse.codegen.elementwise import ELEMENTWISE, bitcast_joined, bitcast_piece
 from hlofuse.codegen.index_maps import NOT_ELEMENTAL, STRUCTURAL
 from hlofuse.codegen.language import CLanguage
 from hlofuse.codegen.licm import LoadCheck, is_speculable
+from hlofuse.codegen.op_expressions import ELEMENTWISE, bitcast_joined, bitcast_piece
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op, OpKind

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Cast, Expr, Select
-from hlofuse.codegen.element import (
+from hlofuse.codegen.emitter_types import (
     SCALAR,
     Binding,
     Index,

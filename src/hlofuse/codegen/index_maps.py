@@ -19,7 +19,7 @@ from hlofuse.analysis.lane_linalg import lane_linalg_routine
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.dot_elemental import dot_elemental
-from hlofuse.codegen.element import (
+from hlofuse.codegen.emitter_types import (
     SCALAR,
     Binding,
     Index,
@@ -28,9 +28,9 @@ from hlofuse.codegen.element import (
     conjunction,
     expr_of,
 )
-from hlofuse.codegen.elementwise import bits_of, convert_expression, from_bits
 from hlofuse.codegen.gather_scatter import gather, map_, scatter
 from hlofuse.codegen.linalg_elemental import linalg_elemental, linalg_leaf_elemental
+from hlofuse.codegen.op_expressions import bits_of, convert_expression, from_bits
 from hlofuse.codegen.reductions_elemental import materialized, reduce, reduce_window
 from hlofuse.ir.attrs import PaddingDim, SliceDim
 from hlofuse.ir.dtypes import DType

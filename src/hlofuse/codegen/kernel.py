@@ -1,7 +1,7 @@
 """One C function per kernel: loops over output elements around elemental expressions.
 
 A kernel is a fusion (its fused computation) or a single unfused instruction. Its outputs are
-grouped by shape and each group is one loop nest (codegen/loops.py: a multi-output fusion
+grouped by shape and each group is one loop nest (codegen/loop_nests.py: a multi-output fusion
 writes all its outputs in one pass; a horizontal fusion becomes several loops in one call);
 reductions at the root go through codegen/reductions.py. Outputs may overwrite inputs read
 only at the element being stored (the runtime decides whether they share a buffer); a
@@ -19,7 +19,8 @@ from hlofuse.analysis.same_values import same_values
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Expr, Stmt
-from hlofuse.codegen.element import (
+from hlofuse.codegen.elemental import ElementalEmitter
+from hlofuse.codegen.emitter_types import (
     Binding,
     Index,
     NeedsLoopNest,
@@ -27,8 +28,6 @@ from hlofuse.codegen.element import (
     UnsupportedInstruction,
     pick,
 )
-from hlofuse.codegen.elemental import ElementalEmitter
-from hlofuse.codegen.elementwise import convert_expression
 from hlofuse.codegen.gather_scatter import emit_scatter
 from hlofuse.codegen.kernel_spec import (
     THREEFRY_TARGET,
@@ -42,7 +41,8 @@ from hlofuse.codegen.kernel_spec import (
 )
 from hlofuse.codegen.language import CLanguage
 from hlofuse.codegen.linalg import LINALG_OPS, emit_linalg, is_linalg
-from hlofuse.codegen.loops import Part
+from hlofuse.codegen.loop_nests import Part
+from hlofuse.codegen.op_expressions import convert_expression
 from hlofuse.codegen.reductions import Outputs, ReductionEmission
 from hlofuse.codegen.sort import emit_sort, emit_topk
 from hlofuse.codegen.templates import DOT_ROUTINES

@@ -12,7 +12,7 @@ from hlofuse.codegen import cir
 from hlofuse.codegen.naming import Names, sanitize
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.shapes import Shape
-from hlofuse.rnglib import THREEFRY_TARGET
+from hlofuse.reference.rnglib import THREEFRY_TARGET
 
 _KIND_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
@@ -45,7 +45,7 @@ class KernelSpec:
     @property
     def own_emitter(self) -> bool:
         """A kCustom fusion with an emitter of its own (the whole loop). A Triton GEMM fusion
-        (fusion/gpu_gemm_fusion.py) is kCustom too, but is emitted as any other kernel."""
+        (fusion/xla_gpu/gemm_fusion.py) is kCustom too, but is emitted as any other kernel."""
         return self.kind == "kCustom" and "__triton" not in self.backend_config
 
     def argument_names(self, names: Names) -> tuple[list[str], list[str]]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr
 from hlofuse.codegen.cuda_language import CudaLanguage
-from hlofuse.codegen.element import UnsupportedInstruction
+from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.linalg import LinalgCall, Routine, linalg_call, options_of

@@ -21,7 +21,7 @@ from hlofuse.analysis.lane_linalg import batch_rank, is_lane_linalg, lane_linalg
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import Key
 from hlofuse.codegen.cir import Binary, Expr
-from hlofuse.codegen.element import Index, UnsupportedInstruction, Value
+from hlofuse.codegen.emitter_types import Index, UnsupportedInstruction, Value
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.linalg import Routine, options_of

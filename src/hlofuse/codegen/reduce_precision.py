@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Cast, Expr, Select
-from hlofuse.codegen.element import UnsupportedInstruction
+from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction

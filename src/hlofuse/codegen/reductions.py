@@ -17,9 +17,9 @@ from collections.abc import Callable
 from hlofuse.analysis.reducers import in_index_order
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr, Stmt
-from hlofuse.codegen.element import Index
+from hlofuse.codegen.emitter_types import Index
 from hlofuse.codegen.kernel_spec import leaf_shape
-from hlofuse.codegen.loops import LoopEmission, Store
+from hlofuse.codegen.loop_nests import LoopEmission, Store
 from hlofuse.codegen.reductions_elemental import (
     Accumulation,
     accumulate,

@@ -20,7 +20,7 @@ import numpy as np
 from hlofuse.analysis.reducers import identity, in_index_order, reducer_op
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
-from hlofuse.codegen.element import (
+from hlofuse.codegen.emitter_types import (
     Index,
     UnsupportedInstruction,
     Value,

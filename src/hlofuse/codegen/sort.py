@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Cast, Expr, Select, Unary
-from hlofuse.codegen.element import Index, UnsupportedInstruction
+from hlofuse.codegen.emitter_types import Index, UnsupportedInstruction
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 

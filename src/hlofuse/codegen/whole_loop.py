@@ -1,8 +1,8 @@
 """The kernel of a whole-loop fusion: a while loop run per lane, inside one C function.
 
-The fusion (fusion/whole_loop.py) holds a while loop that `hlofuse.analysis.parallel_loop`
-found to be independent per lane. The kernel runs it as the hand-written CartPole
-kernel does, in chunks of at most CHUNK steps:
+The fusion (fusion/beyond_xla/whole_loop.py) holds a while loop that
+`hlofuse.analysis.parallel_loop` found to be independent per lane. The kernel runs it as the
+hand-written CartPole kernel does, in chunks of at most CHUNK steps:
 
 1. uniform steps (one thread): evaluate the condition from the uniform state and stop when it
    is false; record the uniform state the per-lane code's uniform values ("lane
@@ -37,8 +37,14 @@ from hlofuse.analysis.parallel_loop import (
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr, Stmt
-from hlofuse.codegen.element import UNROLL_ELEMENTS, Binding, Index, UnsupportedInstruction, Value
 from hlofuse.codegen.elemental import ElementalEmitter
+from hlofuse.codegen.emitter_types import (
+    UNROLL_ELEMENTS,
+    Binding,
+    Index,
+    UnsupportedInstruction,
+    Value,
+)
 from hlofuse.codegen.kernel_spec import (
     EmittedKernel,
     KernelOptions,

@@ -33,11 +33,11 @@ from hlofuse.analysis.parallel_loop import Accumulator, LoopPlan, Streamed
 from hlofuse.codegen import cir, mathlib
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr, Stmt
-from hlofuse.codegen.element import SCALAR, UNROLL_ELEMENTS, Index, Value, expr_of, strides_of
 from hlofuse.codegen.elemental import ElementalEmitter
-from hlofuse.codegen.elementwise import math_arguments
+from hlofuse.codegen.emitter_types import SCALAR, UNROLL_ELEMENTS, Index, Value, expr_of, strides_of
 from hlofuse.codegen.language import CLanguage
 from hlofuse.codegen.licm import hoist_invariants, index_range
+from hlofuse.codegen.op_expressions import math_arguments
 from hlofuse.codegen.whole_loop_lanes import Deferred, math_lane_dim, staged_storage
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.analysis.rare_selects import lane_operations, rare_selects
 from hlofuse.codegen import mathlib
-from hlofuse.codegen.element import SCALAR, Index
+from hlofuse.codegen.emitter_types import SCALAR, Index
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction

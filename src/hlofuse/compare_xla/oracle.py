@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.passes.call_inliner import CallInliner

@@ -36,7 +36,7 @@ def eager(fn: F) -> F:
 def run_eagerly(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     # The interpreter is the reference evaluator one layer up; imported here only, so tracing
     # itself never depends on it.
-    from hlofuse.interpreter import evaluate, flatten_value
+    from hlofuse.reference.interpreter import evaluate, flatten_value
 
     leaves, treedef = pytree.flatten((args, kwargs))
     positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, np.ndarray | np.generic)]

@@ -8,7 +8,7 @@ keys; `fold_in(key, d)` is Threefry of the single pair (0, d).
 
 Threefry itself comes in two implementations with identical bits:
 - "fused": element-wise integer HLO (add, xor, shifts), which fusion can merge with its users;
-- "custom_call": one opaque `custom-call` to "hlofuse_threefry2x32" (see rnglib.py), the
+- "custom_call": one opaque `custom-call` to "hlofuse_threefry2x32" (see reference/rnglib.py), the
   fusion barrier the study measured (XLA's GPU Threefry kernel).
 Choose per call (`impl=`) or for everything traced later (`set_default_impl`).
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-import hlofuse.rnglib as rnglib
+import hlofuse.reference.rnglib as rnglib
 from hlofuse.frontend import primitives as prim
 from hlofuse.frontend.dtype_rules import to_dtype
 from hlofuse.frontend.eager import eager

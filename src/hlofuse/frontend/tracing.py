@@ -48,9 +48,10 @@ _FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PACKAGE_DIR = os.path.dirname(_FRONTEND_DIR.rstrip(os.sep)) + os.sep
 # hlofuse's own frames are skipped when looking for the user's line. envs/ is user code of
 # hlofuse's own (CartPole), so its lines are the ones to report.
-_INTERNAL_PREFIXES = (_FRONTEND_DIR, os.path.join(_PACKAGE_DIR, "ir") + os.sep)
+_INTERNAL_PREFIXES = (_FRONTEND_DIR, os.path.join(_PACKAGE_DIR, "ir") + os.sep,
+                      os.path.join(_PACKAGE_DIR, "reference") + os.sep)
 _INTERNAL_FILES = frozenset(os.path.join(_PACKAGE_DIR, f)
-                            for f in ("api.py", "numpy.py", "lax.py", "random.py", "rnglib.py"))
+                            for f in ("api.py", "numpy.py", "lax.py", "random.py"))
 
 
 def _is_internal(filename: str) -> bool:

@@ -15,8 +15,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from hlofuse.fusion.tree_reduction import TreeReductionRewriter
-from hlofuse.fusion.whole_loop import WholeLoopFusion
+from hlofuse.fusion.beyond_xla.whole_loop import WholeLoopFusion
+from hlofuse.fusion.xla2022.tree_reduction import TreeReductionRewriter
 from hlofuse.ir.hlo import Module
 from hlofuse.passes.decision_log import DecisionRecord
 from hlofuse.passes.manager import PASSES

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.properties import is_contiguous_reduction, minor_to_major
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
+from hlofuse.fusion.legality.properties import is_contiguous_reduction, minor_to_major
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import FusionKind, Op, OpKind
 from hlofuse.ir.shapes import default_layout

@@ -21,10 +21,11 @@ A strategy names which passes run and their knobs:
 
 - `xla-gpu`: XLA's current GPU pipeline (gpu_compiler.cc, fusion_pipeline.cc): XLA's
   while-loop simplifier, arithmetic identities and conditional rewrites
-  (`gpu_while_simplify.py`), computation deduplication, variadic-op splitting, then once
-  priority fusion with XLA's GPU rules and performance model (`gpu_priority.py`,
-  `gpu_model.py`) for the device `+device=a100|h100|h200` names (default h100), CSE, DCE,
-  multi-output fusion with today's rules (`gpu_multi_output.py`), CSE, DCE; no horizontal
+  (`xla_gpu/while_simplify.py`), computation deduplication, variadic-op splitting, then once
+  priority fusion with XLA's GPU rules and performance model (`xla_gpu/priority.py`,
+  `xla_gpu/performance_model.py`) for the device `+device=a100|h100|h200` names (default
+  h100), CSE, DCE,
+  multi-output fusion with today's rules (`xla_gpu/multi_output.py`), CSE, DCE; no horizontal
   fusion (the XLA of jaxlib 0.10.2 has none; `+horizontal` adds `xla`'s); loops get XLA's
   trip-count annotation.
 
@@ -55,24 +56,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hlofuse.fusion.cost_model import MachineConstants
+from hlofuse.fusion.beyond_xla.cost_model import MachineConstants
+from hlofuse.fusion.beyond_xla.priority import PriorityFusion
+from hlofuse.fusion.beyond_xla.whole_loop import WholeLoopFusion
 from hlofuse.fusion.explain import explain_dict, explain_text
-from hlofuse.fusion.fusion_merger import FusionMerger
-from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
-from hlofuse.fusion.gpu_gemm_fusion import GemmFusion
-from hlofuse.fusion.gpu_ids import InstructionIds, RecordInstructionIds
-from hlofuse.fusion.gpu_layout import TransposeToBitcast
-from hlofuse.fusion.gpu_multi_output import GpuMultiOutputFusion
-from hlofuse.fusion.gpu_priority import GpuPriorityFusion
-from hlofuse.fusion.gpu_softmax_rewriter import SoftmaxRewriterTriton
-from hlofuse.fusion.gpu_while_simplify import GPU_LOOP_PASSES, GPU_LOOP_SIMPLIFICATION
-from hlofuse.fusion.graph_cleanup import (
+from hlofuse.fusion.graphs.cleanup import (
     FusedComputationCse,
     GraphDce,
     GraphVariadicOpSplitter,
 )
-from hlofuse.fusion.horizontal import HorizontalInputFusion, HorizontalLoopFusion
-from hlofuse.fusion.instruction_fusion import InstructionFusion
 from hlofuse.fusion.kernels import (
     Kernel,
     Loop,
@@ -80,10 +72,19 @@ from hlofuse.fusion.kernels import (
     kernels_per_iteration,
     list_kernels,
 )
-from hlofuse.fusion.multi_output import MultiOutputFusion
-from hlofuse.fusion.priority import PriorityFusion
-from hlofuse.fusion.tree_reduction import TreeReductionRewriter
-from hlofuse.fusion.whole_loop import WholeLoopFusion
+from hlofuse.fusion.xla2022.fusion_merger import FusionMerger
+from hlofuse.fusion.xla2022.horizontal import HorizontalInputFusion, HorizontalLoopFusion
+from hlofuse.fusion.xla2022.instruction_fusion import InstructionFusion
+from hlofuse.fusion.xla2022.multi_output import MultiOutputFusion
+from hlofuse.fusion.xla2022.tree_reduction import TreeReductionRewriter
+from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.xla_gpu.gemm_fusion import GemmFusion
+from hlofuse.fusion.xla_gpu.ids import InstructionIds, RecordInstructionIds
+from hlofuse.fusion.xla_gpu.layout import TransposeToBitcast
+from hlofuse.fusion.xla_gpu.multi_output import GpuMultiOutputFusion
+from hlofuse.fusion.xla_gpu.priority import GpuPriorityFusion
+from hlofuse.fusion.xla_gpu.softmax_rewriter import SoftmaxRewriterTriton
+from hlofuse.fusion.xla_gpu.while_simplify import GPU_LOOP_PASSES, GPU_LOOP_SIMPLIFICATION
 from hlofuse.ir.hlo import Module
 from hlofuse.passes.call_inliner import CallInliner
 from hlofuse.passes.computation_deduplicator import ComputationDeduplicator
@@ -170,7 +171,7 @@ class Strategy:
     priority_fusion: bool = False
     default_costs: bool = False  # priority fusion's fixed constants instead of measured ones
     whole_loop: bool = False  # loops independent per environment become one kernel each
-    # xla-gpu: XLA's current GPU priority fusion for a named device (`gpu_priority.py`); its
+    # xla-gpu: XLA's current GPU priority fusion for a named device (`xla_gpu/priority.py`); its
     # fusion pipeline runs once, not to a fixed point.
     gpu_priority_fusion: bool = False
     device: str = DEFAULT_DEVICE
@@ -196,12 +197,12 @@ class Strategy:
         priority fusion prices with (unless `default_costs`)."""
         steps: list[Step] = []
         # XLA breaks priority ties by unique ids, the creation order of the module before
-        # optimisation (gpu_ids.py): recorded before any pass rewrites it.
+        # optimisation (xla_gpu/ids.py): recorded before any pass rewrites it.
         ids = InstructionIds()
         if self.gpu_priority_fusion:
             steps.append(RecordInstructionIds(ids))
         # On the fusion passes' graphs, so a fusion fixed point never leaves them.
-        # xla-gpu: today's HloCSE there too, identical iotas one operand (graph_cleanup.py).
+        # xla-gpu: today's HloCSE there too, identical iotas one operand (graphs/cleanup.py).
         cleanup = (FusedComputationCse(combine_iotas=self.gpu_priority_fusion), GraphDce())
         if self.rng_expansion:
             steps.append(RngExpansion())
@@ -220,7 +221,7 @@ class Strategy:
         if self.unroll != 1:
             steps.append(LoopUnroll(factor=self.unroll))
             steps.append(FixedPoint(tidy, label="after unrolling"))
-        if self.gpu_priority_fusion:  # XLA's while-loop simplifier (gpu_while_simplify.py)
+        if self.gpu_priority_fusion:  # XLA's while-loop simplifier (xla_gpu/while_simplify.py)
             steps.append(FixedPoint(GPU_LOOP_SIMPLIFICATION + tidy, label="while loops"))
             # XLA's HloComputationDeduplicator, then FlattenCallGraph's copies per call site.
             steps.append(ComputationDeduplicator())
@@ -232,8 +233,8 @@ class Strategy:
             steps.append(FixedPoint((TreeReductionRewriter(),), label="tree reduction"))
         if self.gpu_priority_fusion:  # XLA's simplifier after layout assignment
             steps.append(TransposeToBitcast())
-            # Normalisation diamonds, then dots, to Triton fusions (gpu_softmax_rewriter.py,
-            # gpu_gemm_fusion.py), in gpu_compiler.cc's order.
+            # Normalisation diamonds, then dots, to Triton fusions (xla_gpu/softmax_rewriter.py,
+            # xla_gpu/gemm_fusion.py), in gpu_compiler.cc's order.
             steps.append(SoftmaxRewriterTriton(self.device))
             steps.append(GemmFusion())
         if self.whole_loop:
@@ -333,7 +334,7 @@ def _switch(word: str, value: bool, spec: str) -> dict[str, bool | int | str]:
 
 
 def _device_name(word: str, value: bool, spec: str) -> str:
-    """`device=h100`: the GPU description xla-gpu's model prices for (`gpu_devices.py`)."""
+    """`device=h100`: the GPU description xla-gpu's model prices for (`xla_gpu/devices.py`)."""
     _, has_name, name = word.partition("=")
     if not value or not has_name:
         raise StrategyError(f"strategy {spec!r}: write +device=NAME (a100, h100 or h200)")

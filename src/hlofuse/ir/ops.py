@@ -48,7 +48,7 @@ class SideEffect(enum.Enum):
 
 class Fusibility(enum.Enum):
     """How XLA's fusion classifies an op (HloInstruction::IsFusible, gpu_fusible.cc's
-    IsLoopFusible); `fusion/properties.py` adds what depends on the instruction."""
+    IsLoopFusible); `fusion/legality/properties.py` adds what depends on the instruction."""
 
     NEVER = "never"  # IsFusible is false: parameter and the ops that call computations
     ELEMENTWISE = "elementwise"  # loop-fusible whenever IsElementwise holds
@@ -103,7 +103,7 @@ class OpDef:
     # in "*" is a list: branch_computations={a, b}.
     call_attrs: tuple[str, ...] = ()
     # XLA's generic InstructionFusion::IsExpensive (divide and remainder also depend on the
-    # operands: fusion/properties.py).
+    # operands: fusion/legality/properties.py).
     expensive: bool = False
     numpy: Callable[..., Any] | None = None  # reference for elementwise rows
     min_arity: int = 0  # for variadic ops

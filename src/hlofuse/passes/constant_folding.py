@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from hlofuse.interpreter import Interpreter
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op, OpKind
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.decision_log import RewriteLog
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.reference.interpreter import Interpreter
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink

@@ -214,7 +214,7 @@ class Recorder:
 
 class Rewritten(Protocol):
     """What a rewrite record reads of an instruction: a frozen one, or a fusion graph's node
-    (the graph passes that rewrite before fusion, `fusion/graph_cleanup.py`)."""
+    (the graph passes that rewrite before fusion, `fusion/graphs/cleanup.py`)."""
 
     @property
     def name(self) -> str: ...

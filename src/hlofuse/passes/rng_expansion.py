@@ -1,7 +1,7 @@
 """rng-expansion: the opaque Threefry custom call rewritten into element-wise integer HLO.
 
 `custom-call(k0, k1, x0, x1), custom_call_target="hlofuse_threefry2x32"` (four u32 arrays of
-one shape; result the tuple (y0, y1), see rnglib.py) is replaced by the 20 rounds of
+one shape; result the tuple (y0, y1), see reference/rnglib.py) is replaced by the 20 rounds of
 Threefry-2x32 in plain HLO: the third key word k0 ^ k1 ^ 0x1BD11BDA, then five blocks of four
 add / rotate (shift-left, shift-right-logical, or) / xor rounds, each block followed by the key
 injection with the block number, as jax.random computes it. The instructions come from
@@ -30,7 +30,7 @@ from hlofuse.ir.shapes import Shape
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.decision_log import RewriteLog
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
-from hlofuse.rnglib import PARITY, THREEFRY_TARGET, threefry2x32_ops
+from hlofuse.reference.rnglib import PARITY, THREEFRY_TARGET, threefry2x32_ops
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink

@@ -349,7 +349,7 @@ CATALOGUE: tuple[Rule, ...] = (
     _rule("concatenate-split", VARIADIC_SPLITTER,
           "a concatenate of too many operands became a tree of smaller ones",
           "xla/service/gpu/variadic_op_splitter.cc: SplitConcatenate"),
-    # --- xla-gpu's Triton GEMM fusions (fusion/gpu_gemm_fusion.py) ---------------------------
+    # --- xla-gpu's Triton GEMM fusions (fusion/xla_gpu/gemm_fusion.py) ---------------------------
     _rule("gemm-too-small", GEMM_FUSION,
           "the dot stays a dot for the loop emitter: (non-contracting + non-contracting) x "
           "contracting elements under xla_gpu_gemm_rewrite_size_threshold (100)",
@@ -360,7 +360,7 @@ CATALOGUE: tuple[Rule, ...] = (
           "batch dimensions, no non-contracting dimension, non-default precision)",
           f"{_GEMM_FUSION_CC}: CreateDotFusion; xla/backends/gpu/codegen/triton/"
           "support_legacy.cc: IsTritonSupportedInstruction, CanTritonHandleGEMM"),
-    # --- xla-gpu's Triton normalisation fusions (fusion/gpu_softmax_rewriter.py) ------------
+    # --- xla-gpu's Triton normalisation fusions (fusion/xla_gpu/softmax_rewriter.py) ------------
     _rule("triton-unsupported", GPU_PRIORITY,
           "not fused into or out of a Triton fusion: an instruction of the producer or the "
           "consumer is one Triton does not emit",

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.analysis.call_graph import call_counts
+from hlofuse.analysis.counted_loops import element_reads, parameter_users
 from hlofuse.analysis.graph import users
-from hlofuse.analysis.loops import element_reads, parameter_users
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
@@ -47,7 +47,7 @@ from hlofuse.passes.concat_forwarding import (
     slice_in_piece,
 )
 from hlofuse.passes.decision_log import RewriteLog
-from hlofuse.passes.loops import tuple_elements, with_reachable_computations
+from hlofuse.passes.loop_rebuild import tuple_elements, with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from hlofuse.analysis.reducers import is_identity, reducer_op
-from hlofuse.interpreter import Interpreter
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.builder import NameUniquer
 from hlofuse.ir.dtypes import DType
@@ -45,6 +44,7 @@ from hlofuse.ir.ops import Op, OpKind
 from hlofuse.ir.shapes import Shape, default_layout
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rebuild_computation, rewrite_module
+from hlofuse.reference.interpreter import Interpreter
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink

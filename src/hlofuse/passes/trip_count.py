@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hlofuse.analysis.loops import NotCounted, counted_loop
+from hlofuse.analysis.counted_loops import NotCounted, counted_loop
 from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op

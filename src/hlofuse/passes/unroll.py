@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.analysis.call_graph import call_counts
-from hlofuse.analysis.loops import CountedLoop, NotCounted, counted_loop
+from hlofuse.analysis.counted_loops import CountedLoop, NotCounted, counted_loop
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.passes.call_inliner import inline_computation
 from hlofuse.passes.decision_log import RewriteLog
-from hlofuse.passes.loops import has_control_flow, with_reachable_computations
+from hlofuse.passes.loop_rebuild import has_control_flow, with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.decision_log import RewriteLog
-from hlofuse.passes.loops import tuple_elements, with_reachable_computations
+from hlofuse.passes.loop_rebuild import tuple_elements, with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 
 if TYPE_CHECKING:

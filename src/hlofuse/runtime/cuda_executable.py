@@ -17,7 +17,7 @@ import time
 
 from hlofuse.codegen.cuda_language import CUDA, CudaLanguage
 from hlofuse.codegen.cuda_reductions import emit_cuda_reduction
-from hlofuse.codegen.element import UnsupportedInstruction
+from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.codegen.kernel import emit_kernel
 from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, KernelSpec, sanitize
 from hlofuse.codegen.whole_loop import whole_loop_in_place

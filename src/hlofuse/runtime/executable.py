@@ -19,7 +19,7 @@ from importlib import resources
 
 import numpy as np
 
-from hlofuse.codegen.element import UnsupportedInstruction
+from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.codegen.kernel import emit_aliased, emit_kernel
 from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, sanitize
 from hlofuse.codegen.language import C, CLanguage

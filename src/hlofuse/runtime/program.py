@@ -20,7 +20,7 @@ from typing import TypeAlias
 import numpy as np
 
 from hlofuse.analysis.graph import post_order
-from hlofuse.codegen.element import UnsupportedInstruction
+from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.codegen.kernel_spec import KernelSpec
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module

@@ -36,8 +36,8 @@ from hlofuse import random
 from hlofuse.api import Compiled, compile_module
 from hlofuse.envs import cartpole
 from hlofuse.fusion.strategies import StrategyError, parse_strategy
-from hlofuse.interpreter import evaluate, flatten_value
 from hlofuse.ir.hlo import Module
+from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.runtime import CodegenError
 from hlofuse.studies.peers.bench import PRELIMINARY_NOTE, machine_description, write_json_file
 from hlofuse.toolchain import ToolchainError

@@ -3,11 +3,11 @@
 What runs comes from hlofuse itself: each step is compiled (for the CPU) and profiled once,
 which counts every kernel launch and copy of a rollout and the bytes each moves; the flops of
 a kernel are the ops of its fused instructions times their elements, per op at XLA's GPU cost
-figures (fusion/gpu_model.py). Each launch is then priced as XLA's GPU performance model
-prices one: its launch overhead (1 us, `kKernelLaunchOverhead`), bytes over the device's
-memory bandwidth, flops over its FP32 throughput (limited by the blocks the kernel fills),
-combined as `compute + memory - 0.95 * min(compute, memory)`. A copy is priced as a launch
-moving its bytes. Device figures are XLA's device descriptions (fusion/gpu_devices.py) and,
+figures (fusion/xla_gpu/performance_model.py). Each launch is then priced as XLA's GPU
+performance model prices one: its launch overhead (1 us, `kKernelLaunchOverhead`), bytes over
+the device's memory bandwidth, flops over its FP32 throughput (limited by the blocks the kernel
+fills), combined as `compute + memory - 0.95 * min(compute, memory)`. A copy is priced as a launch
+moving its bytes. Device figures are XLA's device descriptions (fusion/xla_gpu/devices.py) and,
 for the V100, NVIDIA's data sheet; nothing is fitted to the study's figures.
 
 Not modelled: a while loop whose trip count is unknown reads its predicate back each trip
@@ -20,8 +20,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hlofuse.fusion.gpu_devices import DEVICES, GpuDevice, UnknownDeviceError, parse_target_config
-from hlofuse.fusion.gpu_model import (
+from hlofuse.fusion.xla_gpu.devices import (
+    DEVICES,
+    GpuDevice,
+    UnknownDeviceError,
+    parse_target_config,
+)
+from hlofuse.fusion.xla_gpu.performance_model import (
     _PROFILES,
     DEFAULT_FLOPS_PER_ELEMENT,
     KERNEL_LAUNCH_OVERHEAD,
@@ -30,7 +35,7 @@ from hlofuse.fusion.gpu_model import (
 )
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op, OpKind
-from hlofuse.rnglib import THREEFRY_TARGET
+from hlofuse.reference.rnglib import THREEFRY_TARGET
 from hlofuse.runtime.profile import Profile
 
 # Tesla V100 SXM2 16 GB, from NVIDIA's V100 data sheet and the Volta whitepaper: 80 SMs of 64
@@ -105,7 +110,7 @@ def _op_flops(inst: Instruction) -> float:
 
 
 def _trips(loop: Instruction) -> int:
-    from hlofuse.analysis.loops import NotCounted, counted_loop
+    from hlofuse.analysis.counted_loops import NotCounted, counted_loop
     from hlofuse.runtime.loop_config import known_trip_count
 
     known = known_trip_count(loop)

@@ -38,7 +38,7 @@ from jax import lax  # noqa: E402
 
 from hlofuse.compare_xla import xla_child  # noqa: E402
 from hlofuse.compare_xla.oracle import XLA_COMMIT, prepare_for_xla  # noqa: E402
-from hlofuse.fusion.gpu_devices import TARGET_CONFIGS  # noqa: E402
+from hlofuse.fusion.xla_gpu.devices import TARGET_CONFIGS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 JAX_CORPUS = HERE.parent / "jax" / "generate.py"

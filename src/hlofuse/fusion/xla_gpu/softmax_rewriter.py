@@ -3,7 +3,7 @@
 fusion before priority fusion, which then grows such fusions (`can_fuse_triton`).
 
 What XLA does (`softmax_rewriter_triton.cc`; gpu_compiler.cc runs it after layout
-normalisation on Ampere and newer GPUs, all of `gpu_devices.py`'s, before GemmFusion):
+normalisation on Ampere and newer GPUs, all of `devices.py`'s, before GemmFusion):
 
 - `MatchesTritonCompatibleClosedReductionDiamondImpl`, over every instruction in post order:
   the root is a binary element-wise op Triton emits; from its second operand a chain of
@@ -30,8 +30,8 @@ Analysis`: the block-level tiling search). The rewriter's profitability test
 alone) needs that model; here every diamond is fused: as one kernel it launches once and
 reads its input once, where XLA's native emitters need at least two kernels for it (a
 reduction is never fused into its broadcast consumer: `reduction-epilogue-becomes-loop`)
-that read the input twice, which `gpu_model.py`'s roofline always prices higher. Priority
-fusion prices Triton fusions with `gpu_model.py` like any kernel.
+that read the input twice, which `performance_model.py`'s roofline always prices higher. Priority
+fusion prices Triton fusions with `performance_model.py` like any kernel.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hlofuse.fusion.cost_model import AT_OUTPUT, KernelProfile
-from hlofuse.fusion.fusing import absorb_operands, create_fusion
-from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
-from hlofuse.fusion.gpu_model import GpuCostModel, flops_per_element
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
-from hlofuse.fusion.rules import OK, refuse
+from hlofuse.fusion.beyond_xla.cost_model import AT_OUTPUT, KernelProfile
+from hlofuse.fusion.graphs.fusing import absorb_operands, create_fusion
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.legality.rules import OK, refuse
+from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.xla_gpu.performance_model import GpuCostModel, flops_per_element
 from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import FusionKind, Op
@@ -153,7 +153,7 @@ def mark_triton(fusion: Node) -> None:
 
 def can_fuse_triton(producer: Node, consumer: Node) -> FusionDecision:
     """CanFuseTriton (tiling not modelled): both fusible, every instruction one Triton emits."""
-    from hlofuse.fusion.gpu_priority import gpu_is_fusible
+    from hlofuse.fusion.xla_gpu.priority import gpu_is_fusible
 
     for node, role in ((producer, "producer"), (consumer, "consumer")):
         if not gpu_is_fusible(node):

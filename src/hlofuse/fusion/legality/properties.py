@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlofuse.fusion.graph import Node
+from hlofuse.fusion.graphs.graph import Node
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import Fusibility, FusionKind, Op, OpKind, SideEffect
 from hlofuse.ir.ops import has_side_effect as op_has_side_effect

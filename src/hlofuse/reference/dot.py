@@ -1,6 +1,6 @@
 """Reference semantics of dot: integer dots wrap, float dots sum in XLA's CPU order.
 
-Part of the reference interpreter (`interpreter.py` registers `HANDLERS`).
+Part of the reference interpreter (`reference/interpreter.py` registers `HANDLERS`).
 
 XLA's CPU backend computes a dot too small for a library call (its naive loop and its tiled
 LLVM IR GEMM, `service/cpu/dot_op_emitter.cc`) one result element at a time: an accumulator
@@ -26,9 +26,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from hlofuse.interpreter import Interpreter, Value, _array, flush_denormals
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
+from hlofuse.reference.common import Runner, Value, as_array, flush_denormals
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 # Veltkamp's splitting constant for f64 (2**27 + 1): a = hi + lo with 26-bit halves.
@@ -136,9 +136,9 @@ def float_dot(lhs: np.ndarray, rhs: np.ndarray, dims: tuple[tuple[int, ...], ...
         return np.asarray(acc.reshape(out_shape).astype(result), order="C")
 
 
-def _dot(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+def _dot(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
     dtype = np.dtype(inst.dtype.numpy)
-    lhs, rhs = _array(ops[0]), _array(ops[1])
+    lhs, rhs = as_array(ops[0]), as_array(ops[1])
     lb, rb = inst.ints("lhs_batch_dims"), inst.ints("rhs_batch_dims")
     lc, rc = inst.ints("lhs_contracting_dims"), inst.ints("rhs_contracting_dims")
     if dtype.kind == "f" or dtype.name == "bfloat16":

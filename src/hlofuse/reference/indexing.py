@@ -1,8 +1,8 @@
 """Reference semantics of the indexing, sorting and windowed ops: gather, scatter, sort, topk,
 map, reduce-precision, select-and-scatter and convolution (XLA's operation semantics).
 
-Part of the reference interpreter (`interpreter.py` registers `HANDLERS`); kept apart because
-these ops have index arithmetic of their own. Simple rather than fast: loops run over index
+Part of the reference interpreter (`interpreter.py` registers `HANDLERS`); kept apart
+because these ops have index arithmetic of their own. Simple rather than fast: loops run over index
 vectors or window positions, and called computations (scatter's update, sort's comparator,
 map's function) are evaluated on whole arrays at once, as the interpreter does for reducers.
 """
@@ -10,25 +10,23 @@ map's function) are evaluated on whole arrays at once, as the interpreter does f
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from hlofuse.interpreter import (
-    Interpreter,
-    InterpreterError,
-    Value,
-    _array,
-    _combine,
-    _pad_axis,
-    flush_denormals,
-)
 from hlofuse.ir.attrs import ConvDimLabels, PaddingDim, Window
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
-
-Handler = Callable[[Interpreter, Instruction, list[Value]], Value]
-
+from hlofuse.reference.common import (
+    Handler,
+    InterpreterError,
+    Runner,
+    Value,
+    as_array,
+    combine,
+    flush_denormals,
+    pad_axis,
+)
 
 # --- gather and scatter -------------------------------------------------------------------
 
@@ -66,8 +64,8 @@ def _starts(inst: Instruction, operand_dims: Sequence[int], indices: np.ndarray,
     return start
 
 
-def _gather(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    operand, indices = _array(ops[0]), _array(ops[1])
+def _gather(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
+    operand, indices = as_array(ops[0]), as_array(ops[1])
     offset_dims = inst.ints("offset_dims")
     collapsed = inst.ints("collapsed_slice_dims")
     operand_batching = inst.ints("operand_batching_dims")
@@ -94,11 +92,11 @@ def _gather(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     return out
 
 
-def _scatter(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+def _scatter(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
     n = (len(ops) - 1) // 2
-    outs = [_array(o).copy() for o in ops[:n]]
-    indices = _array(ops[n])
-    updates = [_array(u) for u in ops[n + 1:]]
+    outs = [as_array(o).copy() for o in ops[:n]]
+    indices = as_array(ops[n])
+    updates = [as_array(u) for u in ops[n + 1:]]
     window_dims = inst.ints("update_window_dims")
     inserted = inst.ints("inserted_window_dims")
     input_batching = inst.ints("input_batching_dims")
@@ -126,7 +124,7 @@ def _scatter(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
         region = tuple(slice(s, s + w) for s, w in zip(start, window_size))
         values = [u[tuple(where_update)].reshape(window_size) for u in updates]
         current = [o[region] for o in outs]
-        combined = _combine(self, reducer, current, values)
+        combined = combine(self, reducer, current, values)
         for o, c in zip(outs, combined):
             o[region] = np.broadcast_to(c, window_size)
     return outs[0] if n == 1 else tuple(outs)
@@ -135,7 +133,7 @@ def _scatter(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
 # --- sort and top-k -----------------------------------------------------------------------
 
 
-def _comparisons(self: Interpreter, comparator: Computation, rows: list[np.ndarray]
+def _comparisons(self: Runner, comparator: Computation, rows: list[np.ndarray]
                  ) -> np.ndarray:
     """less[..., i, j] = comparator(element i, element j) over the last axis, for all pairs."""
     args: list[Value] = []
@@ -145,11 +143,11 @@ def _comparisons(self: Interpreter, comparator: Computation, rows: list[np.ndarr
     result = self.run(comparator, args)
     if isinstance(result, tuple):
         result = result[0]
-    return np.broadcast_to(_array(result), rows[0].shape + rows[0].shape[-1:]).astype(bool)
+    return np.broadcast_to(as_array(result), rows[0].shape + rows[0].shape[-1:]).astype(bool)
 
 
-def _sort(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    inputs = [_array(o) for o in ops]
+def _sort(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
+    inputs = [as_array(o) for o in ops]
     axis = inst.ints("dimensions")[0]
     moved = [np.moveaxis(x, axis, -1) for x in inputs]
     length = moved[0].shape[-1]
@@ -184,8 +182,8 @@ def _total_order_key(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64)
 
 
-def _topk(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    x = _array(ops[0])
+def _topk(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
+    x = as_array(ops[0])
     k = inst.attrs["k"]
     assert isinstance(k, int)
     largest = inst.attrs.get("largest", True)
@@ -199,11 +197,11 @@ def _topk(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
 # --- map and reduce-precision -------------------------------------------------------------
 
 
-def _map(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+def _map(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
     result = self.run(inst.calls[0], list(ops))
     if isinstance(result, tuple):
         result = result[0]
-    out = np.broadcast_to(_array(result), inst.shape.dims)
+    out = np.broadcast_to(as_array(result), inst.shape.dims)
     return np.ascontiguousarray(out.astype(inst.dtype.numpy))
 
 
@@ -247,10 +245,10 @@ def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> n
     return np.asarray(result, dtype=x.dtype)
 
 
-def _reduce_precision(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+def _reduce_precision(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
     exponent, mantissa = inst.attrs["exponent_bits"], inst.attrs["mantissa_bits"]
     assert isinstance(exponent, int) and isinstance(mantissa, int)
-    return reduce_precision(_array(ops[0]), exponent, mantissa)
+    return reduce_precision(as_array(ops[0]), exponent, mantissa)
 
 
 # --- select-and-scatter and convolution ---------------------------------------------------
@@ -265,8 +263,8 @@ def _window_positions(dims: Sequence[int], window: Window) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _select_and_scatter(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    x, source, init = _array(ops[0]), _array(ops[1]), _array(ops[2])
+def _select_and_scatter(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
+    x, source, init = as_array(ops[0]), as_array(ops[1]), as_array(ops[2])
     window = inst.attrs["window"]
     assert isinstance(window, Window)
     select, scatter = inst.calls
@@ -283,17 +281,17 @@ def _select_and_scatter(self: Interpreter, inst: Instruction, ops: list[Value]) 
             value = x[element]
             if chosen_value is not None:
                 keep = self.run(select, [np.asarray(chosen_value), np.asarray(value)])
-                if bool(_array(keep)):
+                if bool(as_array(keep)):
                     continue
             chosen, chosen_value = element, value
         if chosen is None:
             continue
         combined = self.run(scatter, [np.asarray(out[chosen]), np.asarray(source[where])])
-        out[chosen] = _array(combined)
+        out[chosen] = as_array(combined)
     return out
 
 
-def _convolution(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+def _convolution(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
     labels = inst.attrs["dim_labels"]
     assert isinstance(labels, ConvDimLabels)
     spatial = labels.spatial_rank
@@ -305,15 +303,15 @@ def _convolution(self: Interpreter, inst: Instruction, ops: list[Value]) -> Valu
     dtype = inst.dtype.numpy
     accumulate = np.float64 if np.dtype(dtype).kind == "f" else np.int64
     # Canonical layouts: input [b, f, s...], kernel [o, i, s...], output [b, f, s...].
-    lhs = np.transpose(_array(ops[0]),
+    lhs = np.transpose(as_array(ops[0]),
                        (labels.input_batch, labels.input_feature) + labels.input_spatial)
-    rhs = np.transpose(_array(ops[1]), (labels.kernel_output_feature,
+    rhs = np.transpose(as_array(ops[1]), (labels.kernel_output_feature,
                                         labels.kernel_input_feature) + labels.kernel_spatial)
     lhs, rhs = lhs.astype(accumulate), rhs.astype(accumulate)
     zero = np.zeros((), accumulate)
     for axis in range(spatial):
         p = PaddingDim(window.pad_low[axis], window.pad_high[axis], window.lhs_dilate[axis] - 1)
-        lhs = _pad_axis(lhs, axis + 2, p, zero)
+        lhs = pad_axis(lhs, axis + 2, p, zero)
     out_spatial = _window_positions(lhs.shape[2:], Window(
         window.size, window.stride, (0,) * spatial, (0,) * spatial, (1,) * spatial,
         window.rhs_dilate))

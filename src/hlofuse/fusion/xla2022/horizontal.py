@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.fusing import create_fusion, fuse_into_multi_output
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.fusing import create_fusion, fuse_into_multi_output
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.legality.properties import (
     fusion_outputs,
     is_elementwise,
     is_input_fusible_reduction,
@@ -38,7 +38,7 @@ from hlofuse.fusion.properties import (
     real_hero,
     shapes_compatible_for_multi_output,
 )
-from hlofuse.fusion.rules import fits_in_budget
+from hlofuse.fusion.legality.rules import fits_in_budget
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import FusionKind, Op

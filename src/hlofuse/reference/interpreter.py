@@ -17,7 +17,6 @@ maximum and minimum order -0 below +0.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeAlias
 
 import numpy as np
 
@@ -27,20 +26,21 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op, OpKind
 from hlofuse.ir.shapes import Shape
-from hlofuse.rnglib import THREEFRY_TARGET
-
-Value: TypeAlias = np.ndarray | tuple["Value", ...] | None
-
-
-class InterpreterError(RuntimeError):
-    """Evaluation failed; the message names the instruction."""
-
-
-CustomCallFn = Callable[[Instruction, Sequence[Value]], Value]
+from hlofuse.reference import dot, indexing, linalg
+from hlofuse.reference.common import (
+    CustomCallFn,
+    InterpreterError,
+    Value,
+    as_array,
+    combine,
+    flush_denormals,
+    pad_axis,
+)
+from hlofuse.reference.rnglib import THREEFRY_TARGET
 
 
 def _threefry_custom_call(instruction: Instruction, operands: Sequence[Value]) -> Value:
-    from hlofuse import rnglib  # a library of ours, like the runtime's; pure NumPy
+    from hlofuse.reference import rnglib  # a library of ours, like the runtime's; pure NumPy
 
     return rnglib.threefry2x32_custom_call(instruction, operands)
 
@@ -130,31 +130,13 @@ _UNFLUSHED_OPERANDS = _NO_FLUSH | {Op.POWER}
 # result, which stay unflushed; only the divisor meets a floating-point comparison with zero,
 # so a denormal divisor reads as zero (NaN).
 _EXACT_RESULT = _NO_FLUSH | {Op.REMAINDER}
-# bf16 is computed in f32 registers, where its denormals are f32 denormals; f16's are normal
-# f32 numbers there, so f16 is never flushed.
-_FLUSHED_TYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(DType.BF16.numpy))
 # XLA's CPU convert between bf16 and f32 is integer work on the bits (bf16 -> f32 a shift,
 # f32 -> bf16 rounding away the low half), so a denormal passes unflushed (fuzz seed 3667).
 _BIT_CONVERTS = frozenset({(np.dtype(DType.BF16.numpy), np.dtype(np.float32)),
                            (np.dtype(np.float32), np.dtype(DType.BF16.numpy))})
-_SMALLEST_NORMAL = {np.dtype(np.float32): float(np.finfo(np.float32).tiny),
-                    np.dtype(np.float64): float(np.finfo(np.float64).tiny),
-                    np.dtype(DType.BF16.numpy): 2.0**-126}
 # XLA's CPU max and min (and clamp) prefer +0 and -0 respectively when both operands are
 # zeros, whatever their order (NumPy returns the first).
 _SIGNED_ZERO_RULES = frozenset({Op.MAXIMUM, Op.MINIMUM, Op.CLAMP})
-
-
-def flush_denormals(x: np.ndarray) -> np.ndarray:
-    """Denormal float32/float64 (and bfloat16) values become zeros of the same sign."""
-    if x.dtype not in _FLUSHED_TYPES:
-        return x
-    tiny = _SMALLEST_NORMAL[x.dtype]
-    with np.errstate(invalid="ignore"):
-        is_denormal = (x != 0) & (np.abs(x) < tiny)
-    if not is_denormal.any():
-        return x
-    return np.where(is_denormal, np.copysign(np.zeros((), x.dtype), x), x).astype(x.dtype)
 
 
 def _elementwise(inst: Instruction, operands: list[Value]) -> np.ndarray:
@@ -207,15 +189,7 @@ def _zero_signs(op: Op, result: np.ndarray, arrays: list[np.ndarray]) -> np.ndar
     return np.where(both_zero, signed, result).astype(result.dtype)
 
 
-def _array(value: Value) -> np.ndarray:
-    assert isinstance(value, np.ndarray), value
-    return value
-
-
 # --- structural handlers -----------------------------------------------------------------
-
-Handler = Callable[[Interpreter, Instruction, list[Value]], Value]
-
 
 def _constant(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     literal = inst.attrs["literal"]
@@ -234,32 +208,32 @@ def _iota(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
 
 
 def _broadcast(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    x = _array(ops[0])
+    x = as_array(ops[0])
     dims = inst.ints("dimensions")
     order = sorted(range(len(dims)), key=lambda i: dims[i])
     x = np.transpose(x, order)
     view = [1] * inst.shape.rank
     for i in order:
-        view[dims[i]] = _array(ops[0]).shape[i]
+        view[dims[i]] = as_array(ops[0]).shape[i]
     return np.asarray(np.broadcast_to(x.reshape(view), inst.shape.dims), order="C")
 
 
 def _reshape(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    value = _array(ops[0]).reshape(inst.shape.dims)
+    value = as_array(ops[0]).reshape(inst.shape.dims)
     if inst.op is Op.BITCAST and value.dtype != inst.shape.dtype.numpy:
         return value.view(inst.shape.dtype.numpy)  # same width: the bits reinterpreted
     return value
 
 
 def _transpose(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    return np.asarray(np.transpose(_array(ops[0]), inst.ints("dimensions")), order="C")
+    return np.asarray(np.transpose(as_array(ops[0]), inst.ints("dimensions")), order="C")
 
 
 def _slice(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     spec = inst.attrs["slice"]
     assert isinstance(spec, tuple)
     index = tuple(slice(s.start, s.limit, s.stride) for s in spec if isinstance(s, SliceDim))
-    return np.asarray(_array(ops[0])[index], order="C")
+    return np.asarray(as_array(ops[0])[index], order="C")
 
 
 def _clamped_starts(starts: Sequence[Value], dims: Sequence[int],
@@ -267,13 +241,13 @@ def _clamped_starts(starts: Sequence[Value], dims: Sequence[int],
     """XLA clamps start indices so the window stays inside the operand."""
     out = []
     for start, dim, size in zip(starts, dims, sizes):
-        value = int(_array(start))
+        value = int(as_array(start))
         out.append(min(max(value, 0), dim - size))
     return out
 
 
 def _dynamic_slice(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    x = _array(ops[0])
+    x = as_array(ops[0])
     sizes = inst.ints("dynamic_slice_sizes")
     starts = _clamped_starts(ops[1:], x.shape, sizes)
     index = tuple(slice(s, s + n) for s, n in zip(starts, sizes))
@@ -281,8 +255,8 @@ def _dynamic_slice(self: Interpreter, inst: Instruction, ops: list[Value]) -> Va
 
 
 def _dynamic_update_slice(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    x = _array(ops[0]).copy()
-    update = _array(ops[1])
+    x = as_array(ops[0]).copy()
+    update = as_array(ops[1])
     starts = _clamped_starts(ops[2:], x.shape, update.shape)
     index = tuple(slice(s, s + n) for s, n in zip(starts, update.shape))
     x[index] = update
@@ -290,40 +264,22 @@ def _dynamic_update_slice(self: Interpreter, inst: Instruction, ops: list[Value]
 
 
 def _concatenate(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    return np.concatenate([_array(o) for o in ops], axis=inst.ints("dimensions")[0])
+    return np.concatenate([as_array(o) for o in ops], axis=inst.ints("dimensions")[0])
 
 
 def _pad(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    x, value = _array(ops[0]), _array(ops[1])
+    x, value = as_array(ops[0]), as_array(ops[1])
     config = inst.attrs["padding"]
     assert isinstance(config, tuple)
     for axis, p in enumerate(config):
         assert isinstance(p, PaddingDim)
-        x = _pad_axis(x, axis, p, value)
+        x = pad_axis(x, axis, p, value)
     return np.asarray(x, order="C")
-
-
-def _pad_axis(x: np.ndarray, axis: int, p: PaddingDim, value: np.ndarray) -> np.ndarray:
-    n = x.shape[axis]
-    if p.interior and n > 1:
-        dilated_shape = list(x.shape)
-        dilated_shape[axis] = (n - 1) * (p.interior + 1) + 1
-        dilated = np.full(dilated_shape, value, dtype=x.dtype)
-        index = [slice(None)] * x.ndim
-        index[axis] = slice(None, None, p.interior + 1)
-        dilated[tuple(index)] = x
-        x = dilated
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (max(p.low, 0), max(p.high, 0))
-    x = np.pad(x, widths, constant_values=value)
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(max(-p.low, 0), x.shape[axis] - max(-p.high, 0))
-    return x[tuple(index)]
 
 
 def _reverse(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     dims = inst.ints("dimensions")
-    x = _array(ops[0])
+    x = as_array(ops[0])
     return np.asarray(np.flip(x, axis=dims)) if dims else x
 
 
@@ -345,14 +301,6 @@ def _simple_reducer(comp: Computation) -> np.ufunc | None:
     if dtype.is_float and op in (Op.AND, Op.OR, Op.XOR):
         return None
     return _UFUNC_REDUCERS[op]
-
-
-def _combine(self: Interpreter, reducer: Computation, acc: list[np.ndarray],
-             values: list[np.ndarray]) -> list[np.ndarray]:
-    result = self.run(reducer, [*acc, *values])
-    if isinstance(result, tuple):
-        return [_array(r) for r in result]
-    return [_array(result)]
 
 
 def _reduced_zero_signs(is_max: bool, result: np.ndarray, values: np.ndarray,
@@ -400,8 +348,8 @@ def _in_index_order(ufunc: np.ufunc, values: np.ndarray, base: np.ndarray) -> np
 
 def _reduce(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     n = len(ops) // 2
-    inputs = [_array(o) for o in ops[:n]]
-    inits = [_array(o) for o in ops[n:]]
+    inputs = [as_array(o) for o in ops[:n]]
+    inits = [as_array(o) for o in ops[n:]]
     dims = inst.ints("dimensions")
     reducer = inst.calls[0]
     kept = [d for d in range(inputs[0].ndim) if d not in dims]
@@ -429,15 +377,15 @@ def _reduce(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     acc = [np.asarray(np.broadcast_to(init, out_dims)) for init in inits]
     for k in range(moved[0].shape[-1]):
         acc = [np.broadcast_to(a, out_dims) for a in
-               _combine(self, reducer, acc, [m[..., k] for m in moved])]
+               combine(self, reducer, acc, [m[..., k] for m in moved])]
     acc = [np.asarray(a, order="C") for a in acc]
     return acc[0] if n == 1 else tuple(acc)
 
 
 def _reduce_window(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     n = len(ops) // 2
-    inputs = [_array(o) for o in ops[:n]]
-    inits = [_array(o) for o in ops[n:]]
+    inputs = [as_array(o) for o in ops[:n]]
+    inits = [as_array(o) for o in ops[n:]]
     window = inst.attrs["window"]
     assert isinstance(window, Window)
     reducer = inst.calls[0]
@@ -452,7 +400,7 @@ def _reduce_window(self: Interpreter, inst: Instruction, ops: list[Value]) -> Va
             if out_dims[a] else slice(0, 0)
             for a, o in enumerate(offset))
         values = [p[index] for p in padded]
-        acc = [np.broadcast_to(a, out_dims) for a in _combine(self, reducer, acc, values)]
+        acc = [np.broadcast_to(a, out_dims) for a in combine(self, reducer, acc, values)]
     acc = [np.asarray(a, order="C") for a in acc]
     return acc[0] if n == 1 else tuple(acc)
 
@@ -461,7 +409,7 @@ def _window_input(x: np.ndarray, init: np.ndarray, window: Window) -> np.ndarray
     """Base-dilate and pad with the initial value, as XLA does for reduce-window."""
     for axis in range(x.ndim):
         p = PaddingDim(window.pad_low[axis], window.pad_high[axis], window.lhs_dilate[axis] - 1)
-        x = _pad_axis(x, axis, p, init)
+        x = pad_axis(x, axis, p, init)
     return x
 
 
@@ -480,13 +428,13 @@ def _get_tuple_element(self: Interpreter, inst: Instruction, ops: list[Value]) -
 def _while(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     condition, body = inst.calls
     state = ops[0]
-    while bool(_array(self.run(condition, [state]))):
+    while bool(as_array(self.run(condition, [state]))):
         state = self.run(body, [state])
     return state
 
 
 def _conditional(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    selector = _array(ops[0])
+    selector = as_array(ops[0])
     branches = inst.calls
     if selector.dtype == np.bool_:
         index = 0 if bool(selector) else 1
@@ -512,7 +460,7 @@ def _custom_call(self: Interpreter, inst: Instruction, ops: list[Value]) -> Valu
 
 
 def _copy(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    return _array(ops[0]).copy()
+    return as_array(ops[0]).copy()
 
 
 def _identity(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
@@ -523,7 +471,9 @@ def _token(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
     return None
 
 
-_HANDLERS: dict[Op, Handler] = {
+# The handlers here read the interpreter itself (its custom calls); those of the other
+# modules only run computations (`common.Handler`).
+_HANDLERS: dict[Op, Callable[[Interpreter, Instruction, list[Value]], Value]] = {
     Op.AFTER_ALL: _token,
     Op.BITCAST: _reshape,
     Op.BROADCAST: _broadcast,
@@ -550,19 +500,10 @@ _HANDLERS: dict[Op, Handler] = {
     Op.WHILE: _while,
 }
 
-from hlofuse.interpreter_indexing import HANDLERS as _INDEXING_HANDLERS  # noqa: E402
-
-_HANDLERS.update(_INDEXING_HANDLERS)  # gather, scatter, sort, ...: defined over the helpers above
-
-from hlofuse.interpreter_dot import HANDLERS as _DOT_HANDLERS  # noqa: E402
-
-_HANDLERS.update(_DOT_HANDLERS)  # dot: XLA's CPU summation order
-
-from hlofuse.interpreter_linalg import CUSTOM_CALLS as _LINALG_CALLS  # noqa: E402
-from hlofuse.interpreter_linalg import HANDLERS as _LINALG_HANDLERS  # noqa: E402
-
-_HANDLERS.update(_LINALG_HANDLERS)  # cholesky, triangular-solve
-CUSTOM_CALL_TARGETS.update(_LINALG_CALLS)  # LAPACK and cuSOLVER calls JAX emits (ir/linalg.py)
+_HANDLERS.update(indexing.HANDLERS)  # gather, scatter, sort, ...
+_HANDLERS.update(dot.HANDLERS)  # dot: XLA's CPU summation order
+_HANDLERS.update(linalg.HANDLERS)  # cholesky, triangular-solve
+CUSTOM_CALL_TARGETS.update(linalg.CUSTOM_CALLS)  # JAX's LAPACK and cuSOLVER calls (ir/linalg.py)
 
 # Ops that are neither element-wise nor handled above; the completeness test lists them.
 UNSUPPORTED_OPS = frozenset({Op.PARAMETER, Op.RNG_BIT_GENERATOR})

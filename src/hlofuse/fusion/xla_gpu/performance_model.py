@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlofuse.fusion.cost_model import (
+from hlofuse.fusion.beyond_xla.cost_model import (
     DEFAULT_CONSTANTS,
     CostModel,
     KernelProfile,
@@ -57,16 +57,16 @@ from hlofuse.fusion.cost_model import (
     node_key,
     read_factor,
 )
-from hlofuse.fusion.gpu_devices import GpuDevice
-from hlofuse.fusion.graph import Node
+from hlofuse.fusion.graphs.graph import Node
 from hlofuse.fusion.kernels import is_free
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.legality.properties import (
     WARP_SIZE,
     is_contiguous_reduction,
     is_effective_scalar,
     is_elementwise_op,
     reduction_dimensions,
 )
+from hlofuse.fusion.xla_gpu.devices import GpuDevice
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import Op
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.analysis.loops import NotCounted, counted_loop
+from hlofuse.analysis.counted_loops import NotCounted, counted_loop
 from hlofuse.analysis.parallel_loop import (
     DEFAULT_MAX_STATE_ELEMENTS_PER_ENV,
     DEFAULT_MAX_UNIFORM_ELEMENTS,
@@ -53,7 +53,7 @@ from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.passes.call_inliner import inline_computation
 from hlofuse.passes.decision_log import FUSIBLE, DecisionRecord, Figure, Verdict
-from hlofuse.passes.loops import with_reachable_computations
+from hlofuse.passes.loop_rebuild import with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
 from hlofuse.passes.simplify import simplify_computation
 

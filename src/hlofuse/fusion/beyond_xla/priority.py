@@ -57,29 +57,29 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.cost_model import (
+from hlofuse.fusion.beyond_xla.cost_model import (
     DEFAULT_CONSTANTS,
     CostModel,
     MachineConstants,
     node_key,
 )
-from hlofuse.fusion.fusing import create_fusion, fuse_instruction, merge_fusion
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.indexing import (
+from hlofuse.fusion.graphs.fusing import create_fusion, fuse_instruction, merge_fusion
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.kernels import is_free
+from hlofuse.fusion.legality.emission_counts import (
     IndexingEvaluation,
     cached_evaluation,
     indexing_evaluation,
     update_after_fusing,
 )
-from hlofuse.fusion.kernels import is_free
-from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.legality.properties import (
     has_side_effect,
     is_effective_scalar,
     is_input_fusible_reduction,
     subshape_count,
 )
-from hlofuse.fusion.rules import (
+from hlofuse.fusion.legality.rules import (
     OK,
     barrier,
     in_place_safe,
@@ -283,7 +283,7 @@ Verdicts = list[tuple[Node, FusionDecision]]
 
 class _PriorityFuser:
     # The legality checks: the cheap ones asked of every user, the size checks only where the
-    # model sees a gain (`xla-gpu` puts XLA's GPU checks here: `gpu_priority.py`).
+    # model sees a gain (`xla-gpu` puts XLA's GPU checks here: `xla_gpu/priority.py`).
     checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = CHECKS
     size_checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = SIZE_CHECKS
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hlofuse.fusion.graph import Node
-from hlofuse.fusion.indexing import indexing_evaluation, real_user_count
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.legality.emission_counts import indexing_evaluation, real_user_count
+from hlofuse.fusion.legality.properties import (
     ALLOWED_CODE_DUPLICATION,
     MAX_OPERANDS_AND_OUTPUTS_PER_FUSION,
     MAX_UNNESTED_REDUCTIONS_PER_FUSION,

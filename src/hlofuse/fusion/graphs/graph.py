@@ -23,7 +23,7 @@ from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 
 if TYPE_CHECKING:
-    from hlofuse.fusion.module_graph import ModuleGraph
+    from hlofuse.fusion.graphs.module_graph import ModuleGraph
 
 _EMPTY: Mapping[str, object] = MappingProxyType({})
 # The ops `Graph.special_nodes` lists: the only ones a fusion's tiled reductions, shared

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Expr, Stmt
-from hlofuse.codegen.element import (
+from hlofuse.codegen.elemental import ElementalEmitter
+from hlofuse.codegen.emitter_types import (
     SCALAR,
     UNROLL_ELEMENTS,
     WRITE_OUT_BUDGET,
     Index,
     UnsharedColumns,
 )
-from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.kernel_spec import KernelOptions, KernelSpec
 from hlofuse.codegen.language import CLanguage
 from hlofuse.ir.dtypes import DType

@@ -26,17 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.fusing import create_fusion, fuse_instruction
-from hlofuse.fusion.graph import Graph, Node, Reachability
-from hlofuse.fusion.indexing import cached_evaluation, update_after_fusing
-from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.fusing import create_fusion, fuse_instruction
+from hlofuse.fusion.graphs.graph import Graph, Node, Reachability
+from hlofuse.fusion.graphs.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.legality.emission_counts import cached_evaluation, update_after_fusing
+from hlofuse.fusion.legality.properties import (
     is_effective_scalar,
     is_fusible,
     is_input_fusible,
     true_rank,
 )
-from hlofuse.fusion.rules import (
+from hlofuse.fusion.legality.rules import (
     FusionOptions,
     barrier,
     producer_is_fusible,

@@ -1,26 +1,19 @@
 """Reference evaluation of linear algebra: the `cholesky` and `triangular-solve` opcodes and
-the LAPACK/cuSOLVER custom calls of `ir/linalg.py`, on `linalg_reference`'s NumPy routines."""
+the LAPACK/cuSOLVER custom calls of `ir/linalg.py`, on `linalg_numerics.py`'s NumPy
+routines."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import TypeAlias
+from collections.abc import Sequence
 
 import numpy as np
 
-from hlofuse import linalg_reference as ref
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.linalg import LINALG_CALLS, Routine, linalg_call, options_of
 from hlofuse.ir.ops import Op
-
-Value: TypeAlias = np.ndarray | tuple["Value", ...] | None
-Handler = Callable[[object, Instruction, list[Value]], Value]
-CustomCallFn = Callable[[Instruction, Sequence[Value]], Value]
-
-def _array(value: Value) -> np.ndarray:
-    assert isinstance(value, np.ndarray)
-    return value
+from hlofuse.reference import linalg_numerics as ref
+from hlofuse.reference.common import CustomCallFn, Handler, Runner, Value, as_array
 
 
 def _batched(x: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -31,15 +24,15 @@ def _batched(x: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
     return x.reshape((math.prod(batch), *x.shape[-2:])).astype(compute), batch
 
 
-def _cholesky(self: object, inst: Instruction, ops: list[Value]) -> Value:
-    a, batch = _batched(_array(ops[0]))
+def _cholesky(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
+    a, batch = _batched(as_array(ops[0]))
     lower = inst.attrs.get("lower", False) is True
     return ref.cholesky(a, lower).reshape(inst.shape.dims).astype(inst.dtype.numpy)
 
 
-def _triangular_solve(self: object, inst: Instruction, ops: list[Value]) -> Value:
-    a, _ = _batched(_array(ops[0]))
-    b, _ = _batched(_array(ops[1]))
+def _triangular_solve(self: Runner, inst: Instruction, ops: list[Value]) -> Value:
+    a, _ = _batched(as_array(ops[0]))
+    b, _ = _batched(as_array(ops[1]))
     x = ref.trsm(a, b, left_side=inst.attrs.get("left_side", False) is True,
                  lower=inst.attrs.get("lower", False) is True,
                  transpose=inst.attrs.get("transpose_a", "NO_TRANSPOSE") != "NO_TRANSPOSE",
@@ -64,16 +57,16 @@ def evaluate_call(inst: Instruction, operands: Sequence[Value]) -> Value:
     options = options_of(inst)
     dims = _leaf_dims(inst)
     if call.routine is Routine.PIVOTS_TO_PERMUTATION:
-        pivots = _array(operands[0])
+        pivots = as_array(operands[0])
         flat = pivots.reshape((math.prod(pivots.shape[:-1]), pivots.shape[-1]))
         return ref.pivots_to_permutation(flat, dims[0][-1]).reshape(dims[0])
-    a, batch = _batched(_array(operands[0]))
+    a, batch = _batched(as_array(operands[0]))
     routine = call.routine
     if routine is Routine.POTRF:
         out, info = ref.potrf(a, options.lower)
         return out.reshape(dims[0]), info.reshape(batch)
     if routine is Routine.TRSM:
-        b, _ = _batched(_array(operands[1]))
+        b, _ = _batched(as_array(operands[1]))
         x = ref.trsm(a, b, options.left_side, options.lower, options.transpose != "N",
                      options.unit_diagonal)
         return x.reshape(dims[0])
@@ -84,7 +77,7 @@ def evaluate_call(inst: Instruction, operands: Sequence[Value]) -> Value:
         r, tau = ref.geqrf(a)
         return r.reshape(dims[0]), tau.reshape(dims[1])
     if routine is Routine.ORGQR:
-        tau = _array(operands[1])
+        tau = as_array(operands[1])
         taus = tau.reshape((math.prod(tau.shape[:-1]), tau.shape[-1]))
         return ref.orgqr(a, taus).reshape(dims[0])
     if routine is Routine.SYEVD:

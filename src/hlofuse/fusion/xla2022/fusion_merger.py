@@ -29,18 +29,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.fusing import create_fusion, merge_fusion
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.indexing import fused_emitter_inefficient
-from hlofuse.fusion.instruction_fusion import choose_kind
-from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.fusing import create_fusion, merge_fusion
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.legality.emission_counts import fused_emitter_inefficient
+from hlofuse.fusion.legality.properties import (
     expensive_instruction_count,
     is_expensive,
     is_loop_fusion,
     reuses_operand_elements,
 )
-from hlofuse.fusion.rules import fits_in_budget, is_producer_consumer_fusible, refuse
+from hlofuse.fusion.legality.rules import fits_in_budget, is_producer_consumer_fusible, refuse
+from hlofuse.fusion.xla2022.instruction_fusion import choose_kind
 from hlofuse.ir.ops import Op
 from hlofuse.passes.decision_log import FUSIBLE, FusionDecision, Recorder
 

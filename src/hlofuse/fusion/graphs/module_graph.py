@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from hlofuse.analysis.call_graph import callee_order
-from hlofuse.fusion.graph import Graph, Node, frozen_attrs
+from hlofuse.fusion.graphs.graph import Graph, Node, frozen_attrs
 from hlofuse.ir.builder import NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op

@@ -15,9 +15,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
-from hlofuse.fusion.properties import has_side_effect
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.legality.properties import has_side_effect
 from hlofuse.ir.builder import NameUniquer, result_shape
 from hlofuse.ir.ops import Op
 from hlofuse.passes.cse import instruction_key, iota_key

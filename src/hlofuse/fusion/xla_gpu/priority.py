@@ -1,15 +1,15 @@
 """Priority fusion as XLA's GPU compiler runs it today (`priority_fusion.cc`): the queue of
-`priority.py`, XLA's GPU legality checks, and XLA's GPU performance model (`gpu_model.py`)
-over a named device description (`gpu_devices.py`).
+`priority.py`, XLA's GPU legality checks, and XLA's GPU performance model (`performance_model.py`)
+over a named device description (`devices.py`).
 
 The queue is the one `priority` uses (a producer joins all its non-bitcast users or none, the
 largest estimated gain first, bitcasts first, incremental updates); what differs from our CPU
 strategy:
 
 - ties go to the larger XLA unique id (`priority_fusion.cc` keys its queue by `(priority,
-  unique_id)`): the creation order `gpu_ids.py` rebuilds from the module before optimisation,
+  unique_id)`): the creation order `ids.py` rebuilds from the module before optimisation,
   then what hlofuse's passes created, then each new fusion; users are visited in that order;
-- gains are whole quarter nanoseconds (XLA's `absl::Duration`s, `gpu_model.py`), and a
+- gains are whole quarter nanoseconds (XLA's `absl::Duration`s, `performance_model.py`), and a
   producer of gain zero is fused too (only negative priorities stay out of XLA's queue);
 
 - `IsFusible` is XLA's list: element-wise ops, bitcasts that keep the bit width, copies, iotas,
@@ -28,10 +28,10 @@ strategy:
   without asking the model; larger ones stay buffers.
 
 Triton: a pair where the producer or the consumer is a generic Triton fusion (made by
-`gpu_softmax_rewriter.py`) skips the native checks and is judged by `CanFuseTriton` (both
+`softmax_rewriter.py`) skips the native checks and is judged by `CanFuseTriton` (both
 fusible, every instruction one Triton emits; the tiling analysis is not modelled); the grown
 fusion stays a Triton fusion, priced as a tiled kernel (`TritonGpuCostModel`). Triton GEMM
-fusions (`gpu_gemm_fusion.py`) are kCustom and never fused. A scatter takes its updates'
+fusions (`gemm_fusion.py`) are kCustom and never fused. A scatter takes its updates'
 producers (`CanEmitInputFusedScatter`: not the buffer it updates in place, nor a producer
 reading it) and becomes a kInput fusion, into whose output nothing fuses. Not modelled:
 Triton multi-output fusion (`xla_gpu_unsupported_enable_triton_multi_output_fusion`).
@@ -45,37 +45,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.cost_model import CostModel
-from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, GpuDevice, device
-from hlofuse.fusion.gpu_ids import InstructionIds
-from hlofuse.fusion.gpu_model import (
-    TICKS_PER_SECOND,
-    duration_ticks,
-    fusion_roots,
-    hero_reduction,
-)
-from hlofuse.fusion.gpu_softmax_rewriter import (
-    TritonGpuCostModel,
-    can_fuse_triton,
-    is_generic_triton,
-    mark_triton,
-)
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.priority import (
+from hlofuse.fusion.beyond_xla.cost_model import CostModel
+from hlofuse.fusion.beyond_xla.priority import (
     COST_MODEL_LOSS,
     Verdicts,
     _PriorityFuser,
     _us,
     is_bitcast_like,
 )
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
+from hlofuse.fusion.legality.properties import (
     current_xla_rules,
     has_side_effect,
     is_elementwise_op,
     is_input_fusible_reduction,
 )
-from hlofuse.fusion.rules import (
+from hlofuse.fusion.legality.rules import (
     OK,
     barrier,
     fits_in_budget,
@@ -83,6 +69,20 @@ from hlofuse.fusion.rules import (
     producer_is_not_multi_output,
     producer_not_root,
     refuse,
+)
+from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, GpuDevice, device
+from hlofuse.fusion.xla_gpu.ids import InstructionIds
+from hlofuse.fusion.xla_gpu.performance_model import (
+    TICKS_PER_SECOND,
+    duration_ticks,
+    fusion_roots,
+    hero_reduction,
+)
+from hlofuse.fusion.xla_gpu.softmax_rewriter import (
+    TritonGpuCostModel,
+    can_fuse_triton,
+    is_generic_triton,
+    mark_triton,
 )
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import FusionKind, Op
@@ -288,7 +288,7 @@ class _GpuPriorityFuser(_PriorityFuser):
 
     def __init__(self, graph: Graph, model: CostModel, recorder: Recorder,
                  ids: InstructionIds | None = None) -> None:
-        """Ties go to the larger unique id (`gpu_ids.py`): the recorded creation order, then
+        """Ties go to the larger unique id (`ids.py`): the recorded creation order, then
         the instructions hlofuse's passes made, in post order, then each new fusion."""
         super().__init__(graph, model, recorder)
         ranks = ids.ranks if ids is not None else {}
@@ -331,7 +331,7 @@ class _GpuPriorityFuser(_PriorityFuser):
         return gain >= 0
 
     def difference(self, unfused: float, fused: float) -> float:
-        """XLA's times are `absl::Duration`s, whole quarter nanoseconds (`gpu_model.py`
+        """XLA's times are `absl::Duration`s, whole quarter nanoseconds (`performance_model.py`
         prices each kernel in them): the gain is too, so equal sums tie exactly."""
         return duration_ticks(unfused - fused) / TICKS_PER_SECOND
 
@@ -499,7 +499,7 @@ class GpuPriorityFusion:
 
     name: ClassVar[str] = PASS_NAME
     device: str = DEFAULT_DEVICE
-    # XLA's unique ids of the module before optimisation (`gpu_ids.py`), for the ties.
+    # XLA's unique ids of the module before optimisation (`ids.py`), for the ties.
     ids: InstructionIds | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from hlofuse.fusion.graph import Node
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.legality.properties import (
     ALLOWED_CODE_DUPLICATION,
     equal_ignoring_element_type,
 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from hlofuse.fusion.graph import Node
+from hlofuse.fusion.graphs.graph import Node
 from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
 

@@ -13,7 +13,7 @@ Producer and consumer (`ProducerCandidateIsFusible`): a producer with several us
 one consumer as an extra output when the producer is not a multi-output fusion, updates no
 buffer in place, is loop-fusible and does not transpose memory; the consumer can be a fusion
 output; the shapes are compatible; no cycle; the budget and the emitted size allow it; and
-the GPU model (`gpu_model.py`) does not estimate the fused kernel slower than the two
+the GPU model (`performance_model.py`) does not estimate the fused kernel slower than the two
 (`EstimateRunTimesForMultiOutputFusion`: the producer's output is still written).
 """
 
@@ -22,13 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.gpu_devices import DEFAULT_DEVICE, device
-from hlofuse.fusion.gpu_model import GpuCostModel
-from hlofuse.fusion.gpu_priority import merged_not_too_large
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.multi_output import _MultiOutputFuser, is_sibling_candidate
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
+from hlofuse.fusion.legality.properties import (
     current_xla_rules,
     in_place_operands,
     is_contiguous_reduction,
@@ -41,7 +37,11 @@ from hlofuse.fusion.properties import (
     reduction_dimensions,
     shapes_compatible_for_multi_output,
 )
-from hlofuse.fusion.rules import barrier, fits_in_budget, refuse
+from hlofuse.fusion.legality.rules import barrier, fits_in_budget, refuse
+from hlofuse.fusion.xla2022.multi_output import _MultiOutputFuser, is_sibling_candidate
+from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.xla_gpu.performance_model import GpuCostModel
+from hlofuse.fusion.xla_gpu.priority import merged_not_too_large
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape, default_layout

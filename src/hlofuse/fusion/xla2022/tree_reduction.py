@@ -36,7 +36,7 @@ from math import isqrt
 from typing import ClassVar
 
 from hlofuse.analysis.reducers import reducer_op
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.legality.properties import (
     ReductionDimensions,
     are_dimensions_consecutive,
     minor_to_major,

@@ -36,10 +36,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from hlofuse.fusion.graph import Graph, Node
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.kernels import is_free, list_kernels
-from hlofuse.fusion.module_graph import ModuleGraph
-from hlofuse.fusion.properties import fusion_outputs, is_elementwise_op
+from hlofuse.fusion.legality.properties import fusion_outputs, is_elementwise_op
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import CostClass, Op, OpKind
 from hlofuse.ir.shapes import Shape

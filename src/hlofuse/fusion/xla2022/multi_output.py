@@ -24,12 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from hlofuse.fusion.fusing import create_fusion, fuse_into_multi_output
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.indexing import fused_emitter_inefficient
-from hlofuse.fusion.instruction_fusion import choose_kind
-from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
-from hlofuse.fusion.properties import (
+from hlofuse.fusion.graphs.fusing import create_fusion, fuse_into_multi_output
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.legality.emission_counts import fused_emitter_inefficient
+from hlofuse.fusion.legality.properties import (
     in_place_operands,
     is_contiguous_reduction,
     is_effective_scalar,
@@ -38,13 +37,14 @@ from hlofuse.fusion.properties import (
     is_loop_fusion,
     shapes_compatible_for_multi_output,
 )
-from hlofuse.fusion.rules import (
+from hlofuse.fusion.legality.rules import (
     barrier,
     creates_nested_loop,
     fits_in_budget,
     layouts_reduce_input_friendly,
     refuse,
 )
+from hlofuse.fusion.xla2022.instruction_fusion import choose_kind
 from hlofuse.ir.ops import Op
 from hlofuse.passes.decision_log import FusionDecision, Recorder
 

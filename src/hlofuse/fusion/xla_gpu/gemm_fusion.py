@@ -41,9 +41,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hlofuse.fusion.fusing import absorb_operands, create_fusion
-from hlofuse.fusion.graph import Graph, Node
-from hlofuse.fusion.module_graph import ModuleGraph, ModuleGraphPass
+from hlofuse.fusion.graphs.fusing import absorb_operands, create_fusion
+from hlofuse.fusion.graphs.graph import Graph, Node
+from hlofuse.fusion.graphs.module_graph import ModuleGraph, ModuleGraphPass
 from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import FusionKind, Op
