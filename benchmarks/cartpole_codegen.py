@@ -45,7 +45,7 @@ def measure(module, inputs: list[np.ndarray], strategy: str, n_envs: int, n_step
             repeat: int, label: str) -> Row:  # type: ignore[no-untyped-def]
     from hlofuse.compile_cache import strategy_constants
     from hlofuse.fusion.strategies import run_strategy
-    from hlofuse.runtime import compile_cpu
+    from hlofuse.targets.c import compile_cpu
 
     constants = strategy_constants(strategy)  # measured once per machine: not timed
     start = time.perf_counter()

@@ -57,8 +57,8 @@ def digest(text: str) -> str:
 
 def generated_sources(fused: object) -> dict[str, str]:
     """target -> digest of the source generated for it (or the error's first line)."""
-    from hlofuse.runtime import generate
-    from hlofuse.runtime.cuda_executable import generate_cuda
+    from hlofuse.targets.c import generate_c as generate
+    from hlofuse.targets.cuda.compile import generate_cuda
 
     out: dict[str, str] = {}
     for target, make in (("c", generate), ("cuda", generate_cuda)):

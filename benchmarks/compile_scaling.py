@@ -66,7 +66,9 @@ def hlofuse_cold(module: Any, strategy: str, with_cc: bool = True) -> dict[str, 
     from hlofuse.fusion.strategies import run_strategy
     from hlofuse.ir.verifier import verify
     from hlofuse.passes.manager import gc_paused
-    from hlofuse.runtime.executable import CompileOptions, compile_units, generate
+    from hlofuse.targets.c import CompileOptions
+    from hlofuse.targets.c import generate_c as generate
+    from hlofuse.targets.c.build import compile_units
     from hlofuse.toolchain.cache import Cache
     from hlofuse.toolchain.compiler import build_shared_object
 
@@ -224,7 +226,7 @@ def main() -> None:
                              "of more than N instructions (their huge kernels take the C "
                              "compiler tens of minutes; 0: never skip)")
     args = parser.parse_args()
-    from hlofuse.runtime.executable import runtime_library
+    from hlofuse.targets.c import runtime_library
 
     _fresh_cache()
     runtime_library()

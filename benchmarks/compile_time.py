@@ -101,9 +101,9 @@ class Timers:
     def installed(self) -> Iterator[None]:
         import hlofuse.api as api
         import hlofuse.compile_cache as compile_cache
-        import hlofuse.runtime.executable as executable
+        import hlofuse.runtime.lowering as lowering
 
-        patches = [(api, "run_strategy", "passes_s"), (executable, "_generate", "codegen_s"),
+        patches = [(api, "run_strategy", "passes_s"), (lowering, "_generate", "codegen_s"),
                    (subprocess, "run", "cc_s")]
         originals = [(module, name, getattr(module, name)) for module, name, _ in patches]
         for (module, name, phase), (_, _, original) in zip(patches, originals):
@@ -163,8 +163,7 @@ def seed(directory: Path, machine_cache: Path) -> None:
         for path in machine_cache.glob(pattern):
             shutil.copy2(path, directory / path.name)
     os.environ["HLOFUSE_CACHE_DIR"] = str(directory)
-    from hlofuse.runtime import CompileOptions
-    from hlofuse.runtime.executable import runtime_library
+    from hlofuse.targets.c import CompileOptions, runtime_library
     from hlofuse.toolchain import compiler
 
     compiler._find_compiler.cache_clear()

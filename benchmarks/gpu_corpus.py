@@ -16,7 +16,7 @@ import numpy as np
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import flatten_value
-from hlofuse.runtime.cuda_executable import compile_cuda
+from hlofuse.targets.cuda.compile import compile_cuda
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "jax"

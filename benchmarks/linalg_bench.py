@@ -28,7 +28,7 @@ import numpy as np
 
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
-from hlofuse.runtime import compile_cpu
+from hlofuse.targets.c import compile_cpu
 
 PROGRAMS: dict[str, Callable[..., object]] = {
     "cholesky": jnp.linalg.cholesky,

@@ -71,7 +71,7 @@ def hlofuse_rollout(strategy: str, n_envs: int, n_steps: int
     from hlofuse.compile_cache import strategy_constants
     from hlofuse.envs import cartpole
     from hlofuse.fusion.strategies import run_strategy
-    from hlofuse.runtime import compile_cpu
+    from hlofuse.targets.c import compile_cpu
 
     variant = cartpole.PRESETS["baseline"]
     aux = np.asarray(cartpole._rollout_input(variant, n_envs, 0, None))

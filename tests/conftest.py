@@ -46,7 +46,7 @@ def compiled_once(request: pytest.FixtureRequest, built: dict[tuple[str, ...], A
                   prepare: Callable[..., Any]) -> Any:
     """The executable for `key` (the values of `params`): on first use, every selected test
     of the calling test module is compiled at once, two compilers at a time, into `built`."""
-    from hlofuse.runtime import compile_many
+    from hlofuse.targets.c import compile_many
 
     if key not in built:
         wanted = [tuple(item.callspec.params[p] for p in params)

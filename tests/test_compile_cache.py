@@ -17,11 +17,12 @@ import pytest
 
 import hlofuse.api
 import hlofuse.compile_cache
+from hlofuse import targets
 from hlofuse.api import compile_module, jit
 from hlofuse.compile_cache import program_key
 from hlofuse.fusion.beyond_xla.cost_model import DEFAULT_CONSTANTS
 from hlofuse.ir.parser import parse_module
-from hlofuse.runtime.executable import runtime_library
+from hlofuse.targets.c import runtime_library
 from hlofuse.toolchain import compiler
 
 PROGRAM = '''
@@ -58,6 +59,7 @@ print(compiled.executable.cache_hit, repr(float(total)), compiled.kernels_per_it
 '''
 
 STRATEGY = "xla"  # fixed costs: no calibration probe in a fresh cache directory
+CPU = targets.get("cpu")
 
 
 @pytest.fixture()
@@ -159,19 +161,19 @@ def test_the_key_follows_strategy_module_and_measured_costs(
     other = parse_module("HloModule k\nENTRY main {\n  ROOT x = f32[5]{0} parameter(0)\n}\n")
     monkeypatch.setattr(hlofuse.compile_cache, "measured_machine_constants",
                         lambda: DEFAULT_CONSTANTS)
-    keys = {program_key(module, "xla"), program_key(module, "none"), program_key(other, "xla"),
-            program_key(module, "priority")}
+    keys = {program_key(module, "xla", CPU), program_key(module, "none", CPU),
+            program_key(other, "xla", CPU), program_key(module, "priority", CPU)}
     assert len(keys) == 4
-    assert program_key(module, "xla") == program_key(parse_module(
-        "HloModule k\nENTRY main {\n  ROOT x = f32[4]{0} parameter(0)\n}\n"), "xla")
-    measured = program_key(module, "priority")
-    fixed = program_key(module, "priority+default_costs")
+    assert program_key(module, "xla", CPU) == program_key(parse_module(
+        "HloModule k\nENTRY main {\n  ROOT x = f32[4]{0} parameter(0)\n}\n"), "xla", CPU)
+    measured = program_key(module, "priority", CPU)
+    fixed = program_key(module, "priority+default_costs", CPU)
     slower = dataclasses.replace(DEFAULT_CONSTANTS,
                                  call_overhead=2 * DEFAULT_CONSTANTS.call_overhead)
     monkeypatch.setattr(hlofuse.compile_cache, "measured_machine_constants", lambda: slower)
-    assert program_key(module, "priority") != measured  # decided with other constants
-    assert program_key(module, "priority+default_costs") == fixed
-    assert program_key(module, "xla") == program_key(module, "xla")
+    assert program_key(module, "priority", CPU) != measured  # decided with other constants
+    assert program_key(module, "priority+default_costs", CPU) == fixed
+    assert program_key(module, "xla", CPU) == program_key(module, "xla", CPU)
 
 
 @pytest.mark.needs_cc

@@ -32,9 +32,22 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # rnglib names the one library call codegen emits (its target and convention).
     "hlofuse.codegen": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.reference.rnglib"),
     "hlofuse.toolchain": (),
-    # The runtime pauses the garbage collector as the pass manager does, nothing more of passes.
+    # Target-neutral lowering. It pauses the garbage collector as the pass manager does,
+    # nothing more of passes.
     "hlofuse.runtime": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.codegen",
                         "hlofuse.toolchain", "hlofuse.passes.manager"),
+    # The registry itself imports no target (each loads on first use).
+    "hlofuse.targets": ("hlofuse.runtime.target",),
+    # One folder per target over the lowering layer; no target imports another, except that
+    # CUDA C++ extends the C target (its language table and fixed text) and both load shared
+    # objects the same way.
+    "hlofuse.targets.native": ("hlofuse.ir", "hlofuse.runtime", "hlofuse.toolchain"),
+    "hlofuse.targets.c": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.codegen",
+                          "hlofuse.runtime", "hlofuse.toolchain", "hlofuse.targets.native"),
+    "hlofuse.targets.cuda": ("hlofuse.ir", "hlofuse.analysis", "hlofuse.codegen",
+                             "hlofuse.runtime", "hlofuse.toolchain", "hlofuse.targets.native",
+                             "hlofuse.targets.c"),
+    "hlofuse.targets.reference": ("hlofuse.ir", REFERENCE, "hlofuse.runtime"),
     "hlofuse.frontend": ("hlofuse.ir", "hlofuse.analysis", REFERENCE),
     "hlofuse.lax": ("hlofuse.frontend",),
     "hlofuse.numpy": ("hlofuse.frontend",),
@@ -133,6 +146,33 @@ def test_every_layer_of_the_table_exists(layer: str) -> None:
     assert path.is_dir() or path.with_suffix(".py").is_file(), layer
 
 
+# Outside the targets' folders, a target is reached through the registry only. The peers of
+# the study are hand-written kernels built with the CUDA target's emulation support.
+TARGET_FOLDERS = ("hlofuse.targets.c", "hlofuse.targets.cuda", "hlofuse.targets.native",
+                  "hlofuse.targets.reference")
+TARGET_USERS_ALLOWED = ("hlofuse.targets", "hlofuse.studies.peers.cuda_peer")
+
+
+def test_only_the_registry_reaches_into_a_target_folder() -> None:
+    found = [f"{path.relative_to(PACKAGE)}:{line}: {module}"
+             for path in sources() for line, module in imported_modules(path)
+             if any(covers(folder, module) for folder in TARGET_FOLDERS)
+             and not covers("hlofuse.targets", module_name(path))
+             and module_name(path) not in TARGET_USERS_ALLOWED]
+    assert found == []
+
+
+def test_target_sources_live_in_their_target_folders() -> None:
+    """C, C++ and CUDA files belong to a target (the math library's header is read by the
+    emitters' vector-math table until the kernel IR stops naming C functions; the peers'
+    kernels are hand-written programs, not generated code)."""
+    kept_elsewhere = ("codegen/mathlib/", "studies/peers/")
+    stray = [str(p.relative_to(PACKAGE)) for suffix in ("*.c", "*.h", "*.cu", "*.cuh")
+             for p in PACKAGE.rglob(suffix)
+             if not str(p.relative_to(PACKAGE)).startswith(("targets/", *kept_elsewhere))]
+    assert stray == []
+
+
 def test_the_command_line_is_a_package_on_top() -> None:
     assert (PACKAGE / "cli" / "__init__.py").is_file()
     assert not list(PACKAGE.rglob("commands.py"))
@@ -155,8 +195,13 @@ def test_the_table_reads_as_architecture_md_says() -> None:
     assert module_name(PACKAGE / "cli" / "__init__.py") == "hlofuse.cli"
     assert violation("hlofuse.passes.dce", "hlofuse.codegen.c")
     assert not violation("hlofuse.passes.dce", "hlofuse.analysis.graph")
-    assert not violation("hlofuse.runtime.executable", "hlofuse.passes.manager")
-    assert violation("hlofuse.runtime.executable", "hlofuse.passes.dce")
+    assert not violation("hlofuse.runtime.lowering", "hlofuse.passes.manager")
+    assert violation("hlofuse.runtime.lowering", "hlofuse.passes.dce")
+    assert violation("hlofuse.runtime.lowering", "hlofuse.targets.c")
+    assert violation("hlofuse.targets.c.build", "hlofuse.targets.cuda.compile")
+    assert not violation("hlofuse.targets.cuda.language", "hlofuse.targets.c.language")
+    assert violation("hlofuse.targets.native.executable", "hlofuse.targets.c")
+    assert violation("hlofuse.codegen.kernel", "hlofuse.targets.c.language")
     assert violation("hlofuse.api", "hlofuse.cli.errors")
     assert not violation("hlofuse.cli.run", "hlofuse.api")
     assert not violation("hlofuse.studies.cartpole_study", "hlofuse.random")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse import targets
 from hlofuse.compile_cache import cached_executable, strategy_constants
 from hlofuse.frontend import pytree
 from hlofuse.frontend.dtype_rules import AbstractValue, python_scalar_type, to_dtype
@@ -30,11 +31,10 @@ from hlofuse.ir.limits import check_limits
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.manager import gc_paused
-from hlofuse.reference.interpreter import coerce_argument, evaluate, flatten_value
-from hlofuse.runtime import Executable, Profile
+from hlofuse.reference.interpreter import coerce_argument, flatten_value
+from hlofuse.runtime.profile import Profile
+from hlofuse.runtime.target import Executable
 
-# "cuda-emulated": the CUDA backend's source built for the CPU against cuda_emulation.h.
-BACKENDS = ("interpreter", "cpu", "cuda", "cuda-emulated")
 DEFAULT_STRATEGY = "xla"
 _STRATEGY_NAME = re.compile(r"^[a-z][a-z0-9_+\-]*$")
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -50,9 +50,9 @@ def check_strategy(strategy: object) -> str:
 
 
 def check_backend(backend: object) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    assert isinstance(backend, str)
+    if not isinstance(backend, str) or backend not in targets.names():
+        raise ValueError(f"backend must be one of {', '.join(targets.names())}, got "
+                         f"{backend!r}")
     return backend
 
 
@@ -70,24 +70,17 @@ def set_default_backend(backend: str) -> None:
 
 
 def _executable(compiled: Compiled) -> tuple[FlatFn, Executable | None]:
-    """The fused module as a function of flat arrays, on the interpreter or compiled to C
-    (from the compiled-program cache when it holds it: then no pass runs)."""
-    if compiled.backend == "interpreter":
-        fused = compiled.compile_fusion()
-
+    """The fused module as a function of flat arrays on the compiled's target (from the
+    compiled-program cache when the target keeps programs and it holds this one: then no pass
+    runs), and the executable when the target compiles (None for the interpreter)."""
+    target = targets.get(compiled.backend)
+    executable = cached_executable(target, compiled.module, compiled.strategy,
+                                   compiled.compile_fusion)
+    if not target.is_compiled:
         def interpret(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-            return flatten_value(evaluate(fused.module, arrays))
+            return flatten_value(executable(*arrays))  # type: ignore[arg-type]
 
         return interpret, None
-    executable: Executable
-    if compiled.backend in ("cuda", "cuda-emulated"):
-        from hlofuse.runtime.cuda_executable import compile_cuda
-
-        executable = compile_cuda(compiled.compile_fusion().module,
-                                  emulate=compiled.backend == "cuda-emulated")
-    else:
-        executable = cached_executable(compiled.module, compiled.strategy,
-                                       compiled.compile_fusion)
 
     def run(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         # Kernels index their operands densely; any strided view is copied once here.
@@ -141,7 +134,7 @@ class Compiled:
         """Kernels launched per iteration of each while loop (saved with a cached executable,
         so asking does not run the strategy again)."""
         if self._fusion is None and self.executable is not None:
-            saved = self.executable.plan.facts.get("kernels_per_iteration")
+            saved = self.executable.facts.get("kernels_per_iteration")
             if isinstance(saved, dict):
                 return {str(k): int(v) for k, v in saved.items()}
         return self.compile_fusion().kernels_per_iteration()

@@ -1,12 +1,13 @@
 """The compiled-program cache: a module compiled once under a strategy is loaded, not compiled.
 
-`compile_module` looks a module up by a key made of its HLO text, the strategy, the backend,
-hlofuse's own code (the size and modification time of every source file of the package), the
-cost model's measured constants when the strategy prices with them, and the C compiler's
-identity, flags and host (the shared-object cache's key). A hit loads the saved plan and its
-shared object (`runtime.load_plan`): no pass, no code generation, no C compiler; the fused
-module, the decision log and the C source are produced again only if asked for. A miss runs
-the strategy, compiles (the shared-object cache may still hold the object) and saves the plan.
+`compile_module` looks a module up by a key made of its HLO text, the strategy, hlofuse's own
+code (the size and modification time of every source file of the package), the cost model's
+measured constants when the strategy prices with them, and the target's identity (for the C
+target: its compiler, flags and host). A hit loads what the target saved (the C target: the
+plan and its shared object): no pass, no code generation, no compiler; the fused module, the
+decision log and the source are produced again only if asked for. A miss runs the strategy,
+compiles (the shared-object cache may still hold the object) and saves the program. Targets
+that save nothing (`Target.load_program` gives None) compile every time.
 """
 
 from __future__ import annotations
@@ -23,13 +24,11 @@ from hlofuse.fusion.strategies import FusionResult, Strategy, parse_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
 from hlofuse.passes.manager import Step
-from hlofuse.runtime import CompileOptions, Executable, compile_cpu, generate, load_plan, save_plan
-from hlofuse.runtime.executable import Generated
+from hlofuse.runtime.target import Executable, Target
 from hlofuse.toolchain.calibration import measured_figures
-from hlofuse.toolchain.compiler import Compiler, cache_key
 
 # Bump when what a plan means changes in a way the source fingerprint cannot see.
-KEY_FORMAT = "hlofuse-program-1"
+KEY_FORMAT = "hlofuse-program-2"
 _SOURCE_SUFFIXES = (".py", ".c", ".h")
 
 
@@ -79,28 +78,23 @@ def with_measured_constants(steps: Sequence[Step]) -> list[Step]:
             and step.constants is None else step for step in steps]
 
 
-def program_key(module: Module, strategy: str, options: CompileOptions = CompileOptions()
-                ) -> str:
-    """The cache key of `module` compiled for the CPU under `strategy` with `options`."""
-    text = "\0".join([KEY_FORMAT, source_fingerprint(), strategy, "cpu",
-                      _cost_constants(strategy), repr(options.kernel), str(options.verify),
-                      module_text(module)])
-    return "p" + cache_key(text, options.flags, Compiler.find())
+def program_key(module: Module, strategy: str, target: Target) -> str:
+    """The cache key of `module` compiled for `target` under `strategy`."""
+    text = "\0".join([KEY_FORMAT, source_fingerprint(), strategy, _cost_constants(strategy),
+                      target.cache_identity(), module_text(module)])
+    return "p" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def cached_executable(module: Module, strategy: str, fusion: Callable[[], FusionResult],
-                      options: CompileOptions = CompileOptions()) -> Executable:
-    """`module` under `strategy` as an executable: from the cache, or compiled (`fusion()`
-    runs the strategy) and saved."""
-    key = program_key(module, strategy, options)
-
-    def regenerate() -> Generated:
-        return generate(fusion().module, options)
-
-    executable = load_plan(key, regenerate, options)
+def cached_executable(target: Target, module: Module, strategy: str,
+                      fusion: Callable[[], FusionResult]) -> Executable:
+    """`module` under `strategy` compiled for `target`: from the cache, or compiled
+    (`fusion()` runs the strategy) and saved."""
+    key = program_key(module, strategy, target)
+    executable = target.load_program(key, lambda: fusion().module)
     if executable is not None:
         return executable
     fused = fusion()
-    executable = compile_cpu(fused.module, options)
-    save_plan(key, executable, {"kernels_per_iteration": fused.kernels_per_iteration()})
+    executable = target.compile(fused.module)
+    target.save_program(key, executable,
+                        {"kernels_per_iteration": fused.kernels_per_iteration()})
     return executable

@@ -31,7 +31,7 @@ from hlofuse.api import (
 )
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
-from hlofuse.runtime import Profile
+from hlofuse.runtime.profile import Profile
 
 JAX_EXTRA = "pip install 'hlofuse[jax]'"
 

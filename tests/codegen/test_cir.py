@@ -10,8 +10,8 @@ import pytest
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Int, Var
-from hlofuse.codegen.language import C
 from hlofuse.ir.dtypes import DType
+from hlofuse.targets.c.language import C
 
 i0, j1, j2, j3 = Var("i0"), Var("j1"), Var("j2"), Var("j3")
 

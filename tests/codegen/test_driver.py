@@ -9,8 +9,9 @@ import pytest
 
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime.executable import compile_cpu, generate
 from hlofuse.runtime.program import WhileThunk
+from hlofuse.targets.c import compile_cpu
+from hlofuse.targets.c import generate_c as generate
 
 from tests.codegen.test_ops import assert_same
 

@@ -14,8 +14,9 @@ from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.verifier import verify
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import compile_cpu, generate
 from hlofuse.runtime.program import CopyThunk, walk
+from hlofuse.targets.c import compile_cpu
+from hlofuse.targets.c import generate_c as generate
 
 from tests.codegen.test_ops import assert_same
 

@@ -8,7 +8,9 @@ import pytest
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.reference.rnglib import threefry2x32
-from hlofuse.runtime import CodegenError, compile_cpu, generate
+from hlofuse.runtime.target import CodegenError
+from hlofuse.targets.c import compile_cpu
+from hlofuse.targets.c import generate_c as generate
 
 THREEFRY = """HloModule threefry
 ENTRY main {

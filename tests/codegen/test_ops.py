@@ -11,7 +11,7 @@ from hlofuse.codegen.op_expressions import ELEMENTWISE
 from hlofuse.ir.dtypes import ARRAY_DTYPES, DType
 from hlofuse.ir.ops import ELEMENTWISE_OPS, OP_TABLE, Op
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import CompileOptions, compile_cpu
+from hlofuse.targets.c import CompileOptions, compile_cpu
 
 from tests.codegen.op_programs import (
     SAMPLED_IN_TEXT,
@@ -62,7 +62,7 @@ def test_every_op_is_compiled_or_listed_as_unsupported() -> None:
 
 
 def test_every_element_type_has_a_c_type() -> None:
-    from hlofuse.codegen.language import C
+    from hlofuse.targets.c.language import C
 
     for dtype in ARRAY_DTYPES:
         assert C.storage_type(dtype)

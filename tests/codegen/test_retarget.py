@@ -11,10 +11,10 @@ import pytest
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.kernel import emit_aliased, emit_kernel
-from hlofuse.codegen.language import C
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
-from hlofuse.runtime import generate
+from hlofuse.targets.c import generate_c as generate
+from hlofuse.targets.c.language import C
 
 ROLLOUTS = Path(__file__).parents[1] / "data" / "rollouts"
 CODEGEN_DATA = Path(__file__).parent / "data"

@@ -20,7 +20,7 @@ from hlofuse.ir.parser import parse_module
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.manager import Pipeline
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import compile_cpu
+from hlofuse.targets.c import compile_cpu
 
 from tests.analysis.test_parallel_loop import loop_text
 from tests.codegen.test_ops import assert_same

@@ -9,7 +9,7 @@ import pytest
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import compile_cpu
+from hlofuse.targets.c import compile_cpu
 
 PROGRAM = """HloModule lanes
 add {

@@ -11,7 +11,7 @@ from hlofuse.analysis import parallel_loop as pl
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
-from hlofuse.runtime import compile_cpu
+from hlofuse.targets.c import compile_cpu
 
 from tests.analysis.test_parallel_loop import loop_text
 from tests.codegen.test_whole_loop import assert_compiled_matches, whole_loop

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlofuse.codegen.language import C
 from hlofuse.codegen.whole_loop_lanes import lane_language, staged_storage
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import compile_cpu
-from hlofuse.runtime.executable import generate
+from hlofuse.targets.c import compile_cpu
+from hlofuse.targets.c import generate_c as generate
+from hlofuse.targets.c.language import C
 from hlofuse.toolchain.compiler import DEFAULT_FLAGS, Compiler
 
 STEPS = 6

@@ -11,7 +11,7 @@ from hlofuse.api import compile_module
 from hlofuse.cli import random_inputs
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import generate
+from hlofuse.targets.c import generate_c as generate
 
 from tests.codegen.test_ops import assert_same
 

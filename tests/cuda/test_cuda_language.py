@@ -4,9 +4,9 @@ declares (a grid only where no grid-wide barrier is needed)."""
 from __future__ import annotations
 
 from hlofuse.codegen import cir
-from hlofuse.codegen.cuda_language import CUDA, device_header, launch_threads
-from hlofuse.codegen.language import C
 from hlofuse.ir.dtypes import DType
+from hlofuse.targets.c.language import C
+from hlofuse.targets.cuda.language import CUDA, device_header, launch_threads
 
 
 def _parallel_loop() -> cir.For:

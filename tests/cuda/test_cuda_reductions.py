@@ -16,7 +16,7 @@ from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime.cuda_executable import compile_cuda
+from hlofuse.targets.cuda.compile import compile_cuda
 
 from tests.conftest import assert_matches, load_corpus_case
 from tests.cuda.conftest import fused_corpus, needs_nvcc
@@ -162,7 +162,7 @@ def test_every_reduction_kind_compiles_with_nvcc() -> None:
     """One module per kind (8-bit and 64-bit shuffles, the batched row, the elemental kernel,
     f16 and bf16 accumulators, side outputs, loop kernels with reduces), each compiled for
     sm_80 and sm_90."""
-    from hlofuse.runtime.cuda_executable import compile_check, generate_cuda
+    from hlofuse.targets.cuda.compile import compile_check, generate_cuda
 
     texts = [_module(c[0], c[1], c[2], c[3]) for c in
              [CASES[1], CASES[2], CASES[9], CASES[10], _case((6, 20, 64), (0, 2), "warp-row"),

@@ -11,8 +11,8 @@ from hlofuse import random
 from hlofuse.api import compile_module, jit
 from hlofuse.envs import cartpole
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime.cuda_executable import compile_cuda
 from hlofuse.studies.cartpole_study import SEQUENCE, is_available
+from hlofuse.targets.cuda.compile import compile_cuda
 
 from tests.conftest import CORPUS, assert_matches, load_corpus_case
 from tests.cuda.conftest import fused_corpus

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlofuse.runtime.cuda_driver import support_text
-from hlofuse.runtime.cuda_executable import EMULATION_FLAGS
+from hlofuse.targets.cuda.compile import EMULATION_FLAGS
+from hlofuse.targets.cuda.driver import support_text
 from hlofuse.toolchain.cache import Cache
 from hlofuse.toolchain.compiler import Compiler, build_shared_object, load_library
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from hlofuse.envs import cartpole
-from hlofuse.runtime.cuda_executable import compile_check, generate_cuda
 from hlofuse.studies.cartpole_study import SEQUENCE, is_available
+from hlofuse.targets.cuda.compile import compile_check, generate_cuda
 from hlofuse.toolchain.compiler import NvccNotFound, _find_nvcc, find_nvcc
 
 from tests.conftest import CORPUS

@@ -112,7 +112,7 @@ def _compiled_c(module: Module, strategy: str | None) -> str:
     """`hlofuse compile --emit c`: the kernels and the driver (codegen/ tests)."""
     from hlofuse.compile_cache import strategy_constants
     from hlofuse.fusion.strategies import run_strategy
-    from hlofuse.runtime.executable import generate
+    from hlofuse.targets.c import generate_c as generate
 
     if strategy is not None:
         module = run_strategy(module, strategy, constants=strategy_constants(strategy)).module

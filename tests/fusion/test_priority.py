@@ -213,7 +213,7 @@ def test_cartpole_step_estimated_faster_than_xla(preset: str) -> None:
 def test_compiled_corpus_program(name: str) -> None:
     """The C emitter compiles what priority fusion builds (reductions inside kernels, reduce
     into reduce, duplicated producers) to JAX's results."""
-    from hlofuse.runtime import compile_cpu
+    from hlofuse.targets.c import compile_cpu
 
     text, inputs, expected = load_corpus_case(name)
     fused = run_strategy(parse_module(text), STRATEGY, debug=False).module

@@ -157,7 +157,7 @@ def run_target(text: str, inputs: Sequence[np.ndarray], target: str) -> tuple[st
     from hlofuse.ir.parser import HloParseError, parse_module
     from hlofuse.ir.verifier import HloVerifyError, verify
     from hlofuse.reference.interpreter import InterpreterError, evaluate, flatten_value
-    from hlofuse.runtime.executable import CodegenError
+    from hlofuse.runtime.target import CodegenError
 
     try:
         module = parse_module(text)

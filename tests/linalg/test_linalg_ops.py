@@ -18,7 +18,8 @@ from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
 from hlofuse.reference import linalg_numerics as ref
 from hlofuse.reference.interpreter import InterpreterError, evaluate, flatten_value
-from hlofuse.runtime import CodegenError, compile_cpu
+from hlofuse.runtime.target import CodegenError
+from hlofuse.targets.c import compile_cpu
 
 RNG = np.random.default_rng(17)
 # Ops this file checks by hand (read by the interpreter's completeness test in tests/ir).
@@ -381,7 +382,7 @@ def test_bad_numbers_compile_to_the_interpreters_results() -> None:
 
 
 def test_the_cuda_backend_refuses_linear_algebra_by_name() -> None:
-    from hlofuse.runtime.cuda_executable import generate_cuda
+    from hlofuse.targets.cuda.compile import generate_cuda
 
     module = parse_module(_POTRF)
     with pytest.raises(CodegenError, match="lapack_spotrf_ffi has no CUDA routine"):

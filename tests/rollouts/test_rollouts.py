@@ -16,7 +16,7 @@ from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
 from hlofuse.ir.verifier import verify
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import Executable
+from hlofuse.targets.native.executable import SharedObjectExecutable as Executable
 
 from tests.conftest import compiled_once
 

@@ -10,7 +10,8 @@ import pytest
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import flatten_value
-from hlofuse.runtime import Executable, compile_many
+from hlofuse.targets.c import compile_many
+from hlofuse.targets.native.executable import SharedObjectExecutable as Executable
 
 from tests.conftest import CORPUS, assert_matches, load_corpus_case
 

@@ -10,7 +10,8 @@ import pytest
 
 from hlofuse.cli import main
 from hlofuse.ir.parser import parse_module
-from hlofuse.runtime import compile_cpu, generate
+from hlofuse.targets.c import compile_cpu
+from hlofuse.targets.c import generate_c as generate
 
 CHAIN = """HloModule chain
 ENTRY main {
@@ -236,8 +237,9 @@ def test_the_combiner_is_off_only_for_small_kernels() -> None:
     module of them, or for their own translation unit in a module with -O3 kernels too, once
     their code is large enough to pay for the second unit; -O3 kernels lose run time with it,
     and flags a user chose are kept as they are."""
-    from hlofuse.runtime import executable
-    from hlofuse.runtime.executable import SMALL_MODULE_FLAGS, CompileOptions, compile_units
+    from hlofuse.targets.c import CompileOptions
+    from hlofuse.targets.c import build as executable
+    from hlofuse.targets.c.build import SMALL_MODULE_FLAGS, compile_units
     from hlofuse.toolchain.compiler import DEFAULT_FLAGS, Compiler, Unit
 
     gcc = Compiler(("cc",), "cc (Debian 12.2.0-14) 12.2.0")
@@ -265,7 +267,7 @@ def test_small_kernels_in_their_own_unit_run_as_in_one(monkeypatch: pytest.Monke
     without the combiner, called by the driver across units), computes what the
     interpreter does, and its cache entry keeps both sources."""
     from hlofuse.reference.interpreter import evaluate, flatten_value
-    from hlofuse.runtime import executable
+    from hlofuse.targets.c import build as executable
     from hlofuse.toolchain.compiler import Compiler
 
     monkeypatch.setenv("HLOFUSE_CACHE_DIR", str(tmp_path / "cache"))

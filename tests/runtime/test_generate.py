@@ -7,7 +7,7 @@ import pytest
 from hlofuse.codegen import whole_loop
 from hlofuse.envs import cartpole
 from hlofuse.fusion.strategies import run_strategy
-from hlofuse.runtime import generate
+from hlofuse.targets.c import generate_c as generate
 
 
 def test_a_whole_loop_kernel_is_emitted_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 from hlofuse.ir.parser import parse_module
-from hlofuse.runtime import Executable, compile_cpu, generate, load_plan, save_plan
-from hlofuse.runtime import executable as executable_module
+from hlofuse.runtime import plan as executable_module
 from hlofuse.runtime.plan import ExecutablePlan, PlanError
+from hlofuse.targets.c import compile_cpu
+from hlofuse.targets.c import generate_c as generate
+from hlofuse.targets.c.saved import load_plan, save_plan
+from hlofuse.targets.native.executable import SharedObjectExecutable as Executable
 from hlofuse.toolchain import Cache
 
 LOOP = """HloModule plan_loop

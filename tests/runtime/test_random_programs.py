@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import compile_cpu
+from hlofuse.targets.c import compile_cpu
 
 from tests.codegen.test_ops import assert_same
 from tests.hlo_programs import RandomProgram, programs

@@ -97,7 +97,7 @@ def test_tiny_dots_stay_dots() -> None:
 @pytest.mark.parametrize("name", ["matmul_bias_relu", "mlp_grad"])
 def test_gemm_fusions_run_on_the_cpu_backend(name: str) -> None:
     from hlofuse.reference.interpreter import evaluate, flatten_value
-    from hlofuse.runtime import compile_cpu
+    from hlofuse.targets.c import compile_cpu
 
     module = _module(name)
     fused = run_strategy(module, "xla-gpu").module

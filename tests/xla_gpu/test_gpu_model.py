@@ -169,8 +169,8 @@ def test_a_bitcast_convert_of_one_width_is_a_bitcast(backend: str) -> None:
     import numpy as np
 
     from hlofuse.reference.interpreter import evaluate
-    from hlofuse.runtime.cuda_executable import compile_cuda
-    from hlofuse.runtime.executable import compile_cpu
+    from hlofuse.targets.c import compile_cpu
+    from hlofuse.targets.cuda.compile import compile_cuda
 
     module = parse_module(BITCAST_CONVERTS)
     result = run_strategy(module, "xla-gpu")

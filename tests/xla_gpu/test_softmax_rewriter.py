@@ -111,7 +111,7 @@ def test_mlp_loss_diamonds_become_triton_and_priority_fusion_logs_triton_rules()
 @pytest.mark.parametrize("name", ["softmax", "layer_norm", "mlp"])
 def test_triton_fusions_run_on_the_cpu_backend(name: str) -> None:
     from hlofuse.reference.interpreter import evaluate, flatten_value
-    from hlofuse.runtime import compile_cpu
+    from hlofuse.targets.c import compile_cpu
 
     module = _module(name)
     fused = run_strategy(module, "xla-gpu").module
@@ -135,7 +135,7 @@ def test_triton_fusions_run_on_the_cpu_backend(name: str) -> None:
 def test_triton_and_gemm_fusions_run_on_the_emulated_cuda_backend(name: str) -> None:
     """The CUDA backend emits them as ordinary kernels too (built against its emulation)."""
     from hlofuse.reference.interpreter import evaluate, flatten_value
-    from hlofuse.runtime.cuda_executable import compile_cuda
+    from hlofuse.targets.cuda.compile import compile_cuda
 
     module = _module(name)
     fused = run_strategy(module, "xla-gpu").module

@@ -257,7 +257,7 @@ def test_multi_output_shapes_may_be_bitcasts_of_each_other() -> None:
 
 def test_compiled_multi_output_kernel_of_bitcast_shapes_matches_the_reference() -> None:
     """The kernel that writes f32[3,2] and f32[1,6] outputs in one loop, compiled to C."""
-    from hlofuse.runtime import compile_cpu
+    from hlofuse.targets.c import compile_cpu
 
     module = parse_module((DATA / "dynamic_slice_update.before.hlo").read_text())
     fused = run_strategy(module, "xla-gpu", debug=True).module

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hlofuse import targets
 from hlofuse.cli.errors import UsageError
 from hlofuse.cli.options import (
     check_not_negative,
@@ -83,6 +84,9 @@ def add_bench_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     r.add_argument("--threads", type=int, default=0,
                    help="threads for both JAX (XLA's CPU thread pool) and hlofuse (OpenMP); "
                    "default: each library's own default")
+    r.add_argument("--backend", choices=targets.names(compiled_only=True),
+                   default=targets.names()[0],
+                   help=f"where hlofuse's kernels run: {targets.help_text(compiled_only=True)}")
     r.add_argument("--out", default="results", help="output folder (default results/)")
     r.set_defaults(handler=cmd_bench_rollouts)
 
@@ -202,7 +206,7 @@ def cmd_bench_rollouts(args: argparse.Namespace) -> int:
         check_positive(args.threads, "--threads")
         limit_threads(args.threads)
     config = RolloutsConfig(args.lanes, args.steps, args.repeats, Path(args.corpus), names,
-                            threads=args.threads or None)
+                            threads=args.threads or None, backend=args.backend)
     try:
         result = run_rollouts(config)
     except FileNotFoundError as e:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hlofuse import targets
 from hlofuse.cli.errors import EXIT_WRONG_RESULT, UsageError
 from hlofuse.cli.options import check_positive, check_seed, parse_positive_list
 from hlofuse.studies.formatting import format_rate
@@ -78,8 +79,9 @@ def add_cartpole_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
                    help="price every step with XLA's GPU performance model on v100, a100, "
                    "h100 or h200 (compiled and profiled here, not run on a GPU; default N "
                    "16384)")
-    p.add_argument("--backend", choices=("cpu", "cuda", "cuda-emulated"), default="cpu",
-                   help="where the study's steps run (default cpu; cuda needs nvcc and a GPU)")
+    p.add_argument("--backend", choices=targets.names(compiled_only=True),
+                   default=targets.names()[0],
+                   help=f"where the study's steps run: {targets.help_text(compiled_only=True)}")
     mode.add_argument("--check", action="store_true",
                       help="instead: run every program variant on the reference interpreter "
                       "and print whether they agree")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hlofuse import targets
 from hlofuse.cli.errors import EXIT_OK, UsageError, load_module, one_line
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.printer import module_text
@@ -98,7 +99,7 @@ def _storable(array: np.ndarray) -> np.ndarray:
 def _compile(module: Module, strategy: str, backend: str, path: str) -> Compiled:
     from hlofuse.api import compile_module  # api imports every layer; only `run` needs it
     from hlofuse.fusion.strategies import StrategyError
-    from hlofuse.runtime import CodegenError
+    from hlofuse.runtime.target import CodegenError, TargetUnavailable
     from hlofuse.toolchain import CompileError, ToolchainError
 
     try:
@@ -109,7 +110,7 @@ def _compile(module: Module, strategy: str, backend: str, path: str) -> Compiled
         raise UsageError(f"{path}: the C compiler failed: {one_line(str(e))}") from None
     except CodegenError as e:
         raise UsageError(f"{path}: cannot compile: {one_line(str(e))}") from None
-    except ToolchainError as e:  # no nvcc for --backend cuda
+    except (ToolchainError, TargetUnavailable) as e:  # no nvcc for --backend cuda
         raise UsageError(f"{path}: {one_line(str(e))}") from None
 
 
@@ -119,20 +120,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         inputs = load_inputs(args.inputs, module)
     else:
         inputs = random_inputs(module, args.random_inputs)
-    if args.profile and args.backend == "interpreter":
-        raise UsageError("--profile needs a compiled backend (cpu or cuda)")
+    if args.profile and args.backend not in targets.names(compiled_only=True):
+        raise UsageError(f"--profile needs a compiled backend "
+                         f"({', '.join(targets.names(compiled_only=True))})")
     try:
         inputs = [coerce_argument(a, p.shape, i)
                   for i, (a, p) in enumerate(zip(inputs, module.entry.parameters, strict=False))]
     except TypeError as e:
         raise UsageError(f"{args.file}: {e}") from None
     compiled = _compile(module, args.strategy, args.backend, args.file)
+    from hlofuse.runtime.target import TargetUnavailable
     from hlofuse.toolchain import ToolchainError
 
     try:
         outputs = compiled.run_flat(inputs)
         profile = compiled.profile(*inputs) if args.profile else None
-    except (TypeError, ValueError, InterpreterError, ToolchainError) as e:  # ...: no GPU
+    except (TypeError, ValueError, InterpreterError, ToolchainError,
+            TargetUnavailable) as e:  # ...: no GPU
         raise UsageError(f"{args.file}: {one_line(str(e))}") from None
     print_outputs(outputs)
     if profile is not None:
@@ -166,11 +170,8 @@ def add_run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--strategy", default="xla",
                    help="fusion strategy: none, xla, priority, max, or modifiers such as "
                    "xla+relax_concatenate (default xla)")
-    p.add_argument("--backend", choices=("cpu", "interpreter", "cuda", "cuda-emulated"),
-                   default="cpu",
-                   help="run compiled C kernels (default), the reference interpreter, CUDA "
-                   "kernels on the GPU (nvcc), or the CUDA source built for the CPU "
-                   "(cuda-emulated)")
+    p.add_argument("--backend", choices=targets.names(), default=targets.names()[0],
+                   help=f"where to run: {targets.help_text()}")
     p.add_argument("--profile", action="store_true",
                    help="print per-kernel calls, time, bytes and share of the run")
     p.set_defaults(handler=cmd_run)

@@ -31,7 +31,7 @@ from hlofuse.codegen.emitter_types import (
     strides_of,
 )
 from hlofuse.codegen.index_maps import NOT_ELEMENTAL, STRUCTURAL
-from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.language import Language
 from hlofuse.codegen.licm import LoadCheck, is_speculable
 from hlofuse.codegen.op_expressions import ELEMENTWISE, bitcast_joined, bitcast_piece
 from hlofuse.ir.dtypes import DType
@@ -48,7 +48,7 @@ _ELEMENTWISE_OPS = frozenset(op for op in Op
 class ElementalEmitter:
     """Emits element values of instructions; `bindings` give arguments' elements."""
 
-    def __init__(self, lang: CLanguage, body: FunctionBody, bindings: dict[int, Binding],
+    def __init__(self, lang: Language, body: FunctionBody, bindings: dict[int, Binding],
                  materialize: Materializer | None = None,
                  simd_reductions: bool = True, same_value: dict[int, int] | None = None) -> None:
         self.lang = lang

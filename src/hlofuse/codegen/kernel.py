@@ -39,13 +39,12 @@ from hlofuse.codegen.kernel_spec import (
     kernel_instructions,
     leaf_shape,
 )
-from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.language import Language
 from hlofuse.codegen.linalg import LINALG_OPS, emit_linalg, is_linalg
 from hlofuse.codegen.loop_nests import Part
 from hlofuse.codegen.op_expressions import convert_expression
 from hlofuse.codegen.reductions import Outputs, ReductionEmission
 from hlofuse.codegen.sort import emit_sort, emit_topk
-from hlofuse.codegen.templates import DOT_ROUTINES
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
@@ -58,7 +57,7 @@ WHOLE_VALUE_OPS = (Op.DOT, Op.CUSTOM_CALL, Op.SCATTER, Op.SORT, Op.TOPK, *LINALG
 class KernelEmitter(ReductionEmission):
     """Emits one kernel function from a KernelSpec."""
 
-    def __init__(self, spec: KernelSpec, lang: CLanguage, options: KernelOptions,
+    def __init__(self, spec: KernelSpec, lang: Language, options: KernelOptions,
                  nest_groups: set[int], rolled_groups: set[int] | None = None) -> None:
         self.spec = spec
         self.lang = lang
@@ -387,7 +386,7 @@ class KernelEmitter(ReductionEmission):
         count = inst.shape.num_elements
         out = target if compute is result else self._temporary(compute, count)
         sizes = (batch, m, n, k, *a_strides, *b_strides)
-        self.body.call(DOT_ROUTINES[compute], cir.Var(a), cir.Var(b), cir.Var(out),
+        self.body.call(self.lang.dot_routines[compute], cir.Var(a), cir.Var(b), cir.Var(out),
                        *(cir.Int(x) for x in sizes))
         if out == target:
             return
@@ -456,7 +455,7 @@ def _tree(shape: Shape, leaves: dict[tuple[int, ...], Binding],
 DEFAULT_OPTIONS = KernelOptions()
 
 
-def emit_aliased(previous: EmittedKernel, spec: KernelSpec, lang: CLanguage,
+def emit_aliased(previous: EmittedKernel, spec: KernelSpec, lang: Language,
                  options: KernelOptions = DEFAULT_OPTIONS) -> EmittedKernel:
     """The kernel again once buffer assignment gave some outputs their inputs' buffers
     (`spec.aliased`): those inputs are read through the outputs' pointers. Where the pointers
@@ -474,7 +473,7 @@ def emit_aliased(previous: EmittedKernel, spec: KernelSpec, lang: CLanguage,
     return emit_kernel(spec, lang, options)
 
 
-def emit_kernel(spec: KernelSpec, lang: CLanguage,
+def emit_kernel(spec: KernelSpec, lang: Language,
                 options: KernelOptions = DEFAULT_OPTIONS) -> EmittedKernel:
     """The kernel's C function; flat loops are tried first, nests where a flat one can't work."""
     if spec.own_emitter:

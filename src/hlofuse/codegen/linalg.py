@@ -1,7 +1,8 @@
 """Code for linear algebra: `cholesky`, `triangular-solve` and the LAPACK/cuSOLVER custom calls
-of `ir/linalg.py` become calls into the runtime library's batched routines
-(runtime/hlofuse_linalg.c), as XLA calls a library for them: one call per instruction, an
-OpenMP loop over the batch of matrices inside. Matrices are the logical row-major arrays.
+of `ir/linalg.py` become calls into the runtime library's batched routines (the C target's
+hlofuse_linalg.c, declared in its hlofuse_rt.h), as XLA calls a library for them: one call per
+instruction, an OpenMP loop over the batch of matrices inside. Matrices are the logical
+row-major arrays.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr
-from hlofuse.codegen.cuda_language import CudaLanguage
 from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -22,23 +22,6 @@ if TYPE_CHECKING:
     from hlofuse.codegen.kernel import KernelEmitter
 
 _TAGS = {DType.F32: "f32", DType.F64: "f64"}
-_ROUTINE_SIGNATURES = {
-    "potrf": "const void *, void *, void *, int64_t, int64_t, int32_t, int32_t",
-    "trsm": "const void *, const void *, void *, int64_t, int64_t, int64_t, int64_t, int32_t, "
-            "int32_t, int32_t, int32_t",
-    "getrf": "const void *, void *, void *, void *, int64_t, int64_t, int64_t",
-    "geqrf": "const void *, void *, void *, int64_t, int64_t, int64_t",
-    "orgqr": "const void *, const void *, void *, int64_t, int64_t, int64_t, int64_t",
-    "syevd": "const void *, void *, void *, void *, int64_t, int64_t, int32_t, int32_t",
-    "svd": "const void *, void *, void *, void *, void *, void *, int64_t, int64_t, int64_t, "
-           "int64_t, int64_t, int32_t, int32_t",
-}
-# C prototypes of the routines, for the generated files (they link against the runtime).
-LINALG_DECLARATIONS = "\n".join(
-    [f"void hlofuse_rt_{name}_{tag}({signature});"
-     for name, signature in _ROUTINE_SIGNATURES.items() for tag in _TAGS.values()]
-    + ["void hlofuse_rt_lu_permutation(const void *, void *, int64_t, int64_t, int64_t);"])
-
 LINALG_OPS = (Op.CHOLESKY, Op.TRIANGULAR_SOLVE)
 
 
@@ -71,10 +54,9 @@ def _flag(value: bool) -> Expr:
 
 def emit_linalg(k: KernelEmitter, inst: Instruction, targets: list[str]) -> None:
     """One library call computing every result of `inst` into `targets` (one per leaf)."""
-    if isinstance(k.lang, CudaLanguage):
-        # The CUDA runtime (hlofuse_cuda_rt.cuh) has no linear-algebra routines.
-        raise UnsupportedInstruction(f"%{inst.name}: {_what(inst)} has no CUDA routine in "
-                                     "hlofuse (CPU only)")
+    if not k.lang.has_linalg_library:
+        raise UnsupportedInstruction(f"%{inst.name}: {_what(inst)} has no {k.lang.name} "
+                                     "routine in hlofuse (CPU only)")
     operands: list[Expr] = [cir.Var(k.operand_pointer(o)) for o in inst.operands]
     outs: list[Expr] = [cir.Var(t) for t in targets]
     if inst.op is Op.CHOLESKY:

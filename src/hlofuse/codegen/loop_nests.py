@@ -26,7 +26,7 @@ from hlofuse.codegen.emitter_types import (
     UnsharedColumns,
 )
 from hlofuse.codegen.kernel_spec import KernelOptions, KernelSpec
-from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.language import Language
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
@@ -83,7 +83,7 @@ class LoopEmission:
     """The loop-writing half of a kernel emitter (codegen/kernel.py holds the rest)."""
 
     spec: KernelSpec
-    lang: CLanguage
+    lang: Language
     options: KernelOptions
     nest_groups: set[int]
     rolled_groups: set[int]  # nest groups whose small dimension is looped over, not written out

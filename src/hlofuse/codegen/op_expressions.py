@@ -13,13 +13,13 @@ from collections.abc import Callable
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Cast, Const, Expr, Select, Unary, call
-from hlofuse.codegen.language import CLanguage, literal_float
+from hlofuse.codegen.language import Language, literal_float
 from hlofuse.codegen.reduce_precision import reduce_precision
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 
-Handler = Callable[[CLanguage, Instruction, list[Expr]], Expr]
+Handler = Callable[[Language, Instruction, list[Expr]], Expr]
 
 
 def _operand_dtype(inst: Instruction, i: int = 0) -> DType:
@@ -29,7 +29,7 @@ def _operand_dtype(inst: Instruction, i: int = 0) -> DType:
 def _wrapping(symbol: str) -> Handler:
     """+ - * : floats round to their type, integers wrap, pred is or/and."""
 
-    def emit(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+    def emit(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         dtype = inst.dtype
         if dtype.is_float:
             return lang.round_to(dtype, Binary(symbol, x[0], x[1]))
@@ -42,7 +42,7 @@ def _wrapping(symbol: str) -> Handler:
 
 
 def _bitwise(symbol: str) -> Handler:
-    def emit(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+    def emit(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         return Cast(lang.storage_type(inst.dtype), Binary(symbol, x[0], x[1]))
 
     return emit
@@ -59,7 +59,7 @@ def _float_function(name: str) -> Handler:
     """A math function of one float operand. f16 and bf16 evaluate it in f64 and round once,
     as the reference does; f32 uses the math library, which works in f64 and rounds once."""
 
-    def emit(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+    def emit(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         if inst.dtype in _NARROW:
             return lang.from_double(inst.dtype, lang.call_math(name, DType.F64, _double(x[0])))
         return lang.call_math(name, inst.dtype, x[0])
@@ -68,7 +68,7 @@ def _float_function(name: str) -> Handler:
 
 
 def _float_function2(name: str) -> Handler:
-    def emit(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+    def emit(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         if inst.dtype in _NARROW:
             wide = lang.call_math(name, DType.F64, _double(x[0]), _double(x[1]))
             return lang.from_double(inst.dtype, wide)
@@ -77,7 +77,7 @@ def _float_function2(name: str) -> Handler:
     return emit
 
 
-def _divide(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _divide(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     if inst.dtype.is_float:
         return lang.round_to(inst.dtype, Binary("/", x[0], x[1]))
     return call(f"hlofuse_div_{lang.type_tag(inst.dtype)}", x[0], x[1])
@@ -93,14 +93,14 @@ def math_arguments(inst: Instruction, x: list[Expr]) -> list[Expr]:
     return x
 
 
-def _remainder(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _remainder(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     if inst.dtype.is_float:
         fmod = call(lang.math("fmod", inst.dtype), *math_arguments(inst, x))
         return lang.round_to(inst.dtype, fmod)
     return call(f"hlofuse_rem_{lang.type_tag(inst.dtype)}", x[0], x[1])
 
 
-def _power(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _power(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     """XLA's CPU pow is the C library's pow run under DAZ: its operands are not flushed, but
     glibc reads a subnormal base as +-2^-150 (f32, and bf16 in f32 registers) or +-2^-1075
     (f64); the result is flushed (codegen/mathlib/hlofuse_math.h, hlofuse_pow_cpuf). f16
@@ -164,7 +164,7 @@ def _extremum(is_max: bool) -> Handler:
     """XLA's maximum and minimum: NaN wins, -0 < +0, operands read flushed (templates.HEADER,
     hlofuse_max_f); max(x, x) is x itself, unflushed, since LLVM folds it so."""
 
-    def emit(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+    def emit(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         dtype = inst.dtype
         if dtype.is_pred:
             return Binary("|" if is_max else "&", x[0], x[1])
@@ -195,7 +195,7 @@ def _zero_minus(wide: str, x: Expr) -> Expr:
     return Binary("-", Cast(wide, cir.Int(0)), Cast(wide, x))
 
 
-def _abs(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _abs(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
     if dtype.is_float:
         return call(lang.math("fabs", dtype), x[0])
@@ -207,14 +207,14 @@ def _abs(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
                                                  Cast(wide, x[0])))
 
 
-def _negate(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _negate(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
     if dtype.is_float:
         return Unary("-", x[0])
     return Cast(lang.storage_type(dtype), _zero_minus(lang.wrap_type(dtype), x[0]))
 
 
-def _sign(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _sign(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
     ctype = lang.register_type(dtype)
     zero = cir.Int(0)
@@ -229,20 +229,20 @@ def _sign(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
     return Cast(ctype, Binary("-", Binary(">", x[0], zero), Binary("<", x[0], zero)))
 
 
-def _not(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _not(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     if inst.dtype.is_pred:
         return Cast("uint8_t", Unary("!", x[0]))
     return Cast(lang.storage_type(inst.dtype), Unary("~", x[0]))
 
 
-def _popcnt(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _popcnt(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
     builtin = "__builtin_popcountll" if dtype.bits == 64 else "__builtin_popcount"
     bits = Cast(lang.wrap_type(dtype), Cast(lang.unsigned_type(dtype), x[0]))
     return Cast(lang.storage_type(dtype), call(builtin, bits))
 
 
-def _clz(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _clz(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
     unsigned = Cast(lang.unsigned_type(dtype), x[0])
     count: Expr
@@ -259,7 +259,7 @@ def _shift(helper: str) -> Handler:
     """A shift by a literal amount inside the bit width is C's own shift (the helpers' range
     check folds away then anyway, but only after inlining: a Threefry hash has dozens)."""
 
-    def emit(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+    def emit(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         dtype = inst.dtype
         amount = x[1]
         n = amount.value if isinstance(amount, cir.Const) and amount.dtype.is_integer else None
@@ -279,7 +279,7 @@ def _shift(helper: str) -> Handler:
 _COMPARE_SYMBOLS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
-def _compare(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _compare(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     symbol = _COMPARE_SYMBOLS[str(inst.attrs["direction"])]
     kind = inst.attrs.get("type")
     dtype = _operand_dtype(inst)
@@ -294,21 +294,21 @@ def _compare(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
     return Cast("uint8_t", Binary(symbol, a, b))
 
 
-def _select(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _select(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     return Select(x[0], x[1], x[2])
 
 
-def _clamp(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _clamp(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     maximum, minimum = _extremum(True), _extremum(False)
     low_bounded = maximum(lang, inst, [x[1], x[0]])
     return minimum(lang, inst, [low_bounded, x[2]])
 
 
-def _is_finite(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _is_finite(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     return Cast("uint8_t", call("isfinite", x[0]))
 
 
-def _logistic(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _logistic(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     if inst.dtype in _NARROW:
         exp = lang.call_math("exp", DType.F64, Unary("-", _double(x[0])))
         one = lang.literal(DType.F64, 1.0)
@@ -320,7 +320,7 @@ def _logistic(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
     return Binary("/", one, Binary("+", one, exp))
 
 
-def _rsqrt(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _rsqrt(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     # 1 / sqrt in f64 and rounded once, as the reference (f32 included) computes it.
     one = lang.literal(DType.F64, 1.0)
     if inst.dtype is DType.F64:
@@ -329,7 +329,7 @@ def _rsqrt(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
     return lang.from_double(inst.dtype, Binary("/", one, call("sqrt", operand)))
 
 
-def _erf(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _erf(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     # The reference evaluates erf in f64 whatever the type, then rounds once.
     if inst.dtype is DType.F64:
         return lang.call_math("erf", DType.F64, x[0])
@@ -338,7 +338,7 @@ def _erf(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
     return lang.call_math("erf", inst.dtype, x[0])
 
 
-def convert_expression(lang: CLanguage, source: DType, target: DType, x: Expr) -> Expr:
+def convert_expression(lang: Language, source: DType, target: DType, x: Expr) -> Expr:
     """XLA's convert: float->int saturates with NaN->0; ->pred is != 0; exact f16/bf16 rounding."""
     if target is DType.PRED:
         return Cast("uint8_t", Binary("!=", x, cir.Int(0)))
@@ -360,18 +360,18 @@ def convert_expression(lang: CLanguage, source: DType, target: DType, x: Expr) -
     return call("hlofuse_round_bf16", Cast("float", x))
 
 
-def _convert(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _convert(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     return convert_expression(lang, _operand_dtype(inst), inst.dtype, x[0])
 
 
-def bits_of(lang: CLanguage, dtype: DType, x: Expr) -> Expr:
+def bits_of(lang: Language, dtype: DType, x: Expr) -> Expr:
     """The bits of a register-form value, in the unsigned type of its width."""
     if dtype.is_float and dtype.bits >= 32:
         return call(f"hlofuse_f{dtype.bits}_bits", x)
     return Cast(lang.unsigned_type(dtype), lang.to_storage(dtype, x))
 
 
-def from_bits(lang: CLanguage, dtype: DType, bits: Expr) -> Expr:
+def from_bits(lang: Language, dtype: DType, bits: Expr) -> Expr:
     """The register-form value of `dtype` whose bits (of its width, unsigned) are `bits`.
 
     A float whose register form can hold a denormal is made from bits the C compiler cannot
@@ -391,13 +391,13 @@ def from_bits(lang: CLanguage, dtype: DType, bits: Expr) -> Expr:
     return Cast(lang.storage_type(dtype), bits)
 
 
-def _bitcast_convert(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def _bitcast_convert(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     """Equal widths; a width change reads several operand elements or part of one
     (ElementalEmitter, bitcast_piece and bitcast_joined)."""
     return from_bits(lang, inst.dtype, bits_of(lang, _operand_dtype(inst), x[0]))
 
 
-def bitcast_piece(lang: CLanguage, source: DType, target: DType, x: Expr, k: Expr) -> Expr:
+def bitcast_piece(lang: Language, source: DType, target: DType, x: Expr, k: Expr) -> Expr:
     """Piece `k` (little-endian: 0 the least significant) of `x`'s bits as a `target`."""
     shift = cir.mul(k, target.bits) if not cir.is_zero(k) else None
     wide = Cast(lang.wrap_type(source), bits_of(lang, source, x))
@@ -405,7 +405,7 @@ def bitcast_piece(lang: CLanguage, source: DType, target: DType, x: Expr, k: Exp
     return from_bits(lang, target, Cast(lang.unsigned_type(target), shifted))
 
 
-def bitcast_joined(lang: CLanguage, source: DType, target: DType, pieces: list[Expr]) -> Expr:
+def bitcast_joined(lang: Language, source: DType, target: DType, pieces: list[Expr]) -> Expr:
     """A `target` whose bits are the `source` values `pieces`, the first least significant."""
     wide = lang.wrap_type(target)
     joined: Expr | None = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Cast, Expr, Select
 from hlofuse.codegen.emitter_types import UnsupportedInstruction
-from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.language import Language
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 
@@ -19,7 +19,7 @@ def _u(value: int, bits: int) -> Expr:
     return Cast(f"uint{bits}_t", cir.Int(value) if value < 2**63 else cir.Int(value - 2**64))
 
 
-def reduce_precision(lang: CLanguage, inst: Instruction, x: list[Expr]) -> Expr:
+def reduce_precision(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
     exponent_bits = inst.attrs["exponent_bits"]
     mantissa_bits = inst.attrs["mantissa_bits"]

@@ -52,7 +52,7 @@ from hlofuse.codegen.kernel_spec import (
     leaf_shape,
     sanitize,
 )
-from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.language import Language
 from hlofuse.codegen.whole_loop_blocks import (
     LANE_UNROLLED_REDUCTION,
     LOOPED_ELEMENTS,
@@ -85,7 +85,7 @@ _FIXED = ("e", "b", "l", "t", "count", "chunk", "steps", "finished", "valid", "l
           "pending")
 
 
-def emit_whole_loop(spec: KernelSpec, lang: CLanguage, options: KernelOptions) -> EmittedKernel:
+def emit_whole_loop(spec: KernelSpec, lang: Language, options: KernelOptions) -> EmittedKernel:
     """The C function of a whole-loop fusion's kernel."""
     lanes = read_whole_loop_config(spec.backend_config)
     if lanes is None:
@@ -138,7 +138,7 @@ def _loop_of(spec: KernelSpec) -> Instruction:
 class WholeLoopEmitter(BlockEmission):
     """Emits one whole-loop kernel function."""
 
-    def __init__(self, spec: KernelSpec, lang: CLanguage, lanes: int) -> None:
+    def __init__(self, spec: KernelSpec, lang: Language, lanes: int) -> None:
         self.spec = spec
         self.loop = _loop_of(spec)
         plan = _plan(spec, self.loop)

@@ -35,7 +35,7 @@ from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr, Stmt
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.emitter_types import SCALAR, UNROLL_ELEMENTS, Index, Value, expr_of, strides_of
-from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.language import Language
 from hlofuse.codegen.licm import hoist_invariants, index_range
 from hlofuse.codegen.op_expressions import math_arguments
 from hlofuse.codegen.whole_loop_lanes import Deferred, math_lane_dim, staged_storage
@@ -67,7 +67,7 @@ E = cir.Var("e")
 class BlockEmission:
     """The per-lane half of the whole-loop emitter (codegen/whole_loop.py)."""
 
-    lang: CLanguage
+    lang: Language
     body: FunctionBody
     plan: LoopPlan
     loop: Instruction

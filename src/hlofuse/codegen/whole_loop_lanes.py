@@ -25,7 +25,7 @@ from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.analysis.rare_selects import lane_operations, rare_selects
 from hlofuse.codegen import mathlib
 from hlofuse.codegen.emitter_types import SCALAR, Index
-from hlofuse.codegen.language import CLanguage
+from hlofuse.codegen.language import Language
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
@@ -142,32 +142,16 @@ def math_lane_dim(plan: LoopPlan, inst: Instruction) -> int | None:
 LANE_REGISTER_BITS = 32
 
 
-@dataclasses.dataclass(frozen=True)
-class _WidePredicates(CLanguage):
-    """C whose predicates are 0/1 in an `int32_t` while a kernel computes; memory keeps
-    them in one byte."""
-
-    def register_type(self, dtype: DType) -> str:
-        if dtype is DType.PRED:
-            return "int32_t"
-        return super().register_type(dtype)
+def lane_language(lang: Language, lanes: int) -> Language:
+    """The language a whole-loop kernel is written in: with vector lanes (more than one per
+    block), the target's lane language (`Language.lane_language`: on the CPU, predicates in
+    32-bit registers, so that a lane loop of predicates and floats vectorises with one
+    vector instruction per operation). A predicate's value is 0 or 1 either way; loads and
+    stores convert at memory, and a narrow streamed output is staged (`staged_storage`)."""
+    return lang if lanes == 1 else lang.lane_language()
 
 
-def lane_language(lang: CLanguage, lanes: int) -> CLanguage:
-    """The C a whole-loop kernel is written in: with vector lanes (more than one per
-    block) on the CPU, predicates in 32-bit registers, so that a lane loop of predicates
-    and floats vectorises with one vector instruction per operation (with byte-wide
-    predicates gcc took 32 lanes per iteration, four 32-byte vectors per float operation,
-    and two to three times the compile time on the larger rollouts). A predicate's value
-    is 0 or 1 either way; loads and stores convert at memory, and a narrow streamed
-    output is staged (`staged_storage`)."""
-    if lanes == 1 or type(lang) is not CLanguage:
-        return lang
-    fields = {f.name: getattr(lang, f.name) for f in dataclasses.fields(lang)}
-    return _WidePredicates(**fields)
-
-
-def staged_storage(lang: CLanguage, dtype: DType) -> str | None:
+def staged_storage(lang: Language, dtype: DType) -> str | None:
     """The C type lane code stages values of `dtype` in before a narrow store (memory of
     fewer than LANE_REGISTER_BITS bits per value), None when it stores them directly."""
     if dtype.bits >= LANE_REGISTER_BITS:

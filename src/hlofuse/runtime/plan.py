@@ -28,7 +28,7 @@ from hlofuse.runtime.buffers import ALIGNMENT
 from hlofuse.runtime.program import Buffer, BufferKind, CopyThunk, KernelThunk, Tree, walk
 
 if TYPE_CHECKING:
-    from hlofuse.runtime.executable import Generated
+    from hlofuse.runtime.lowering import Generated
 
 PLAN_FORMAT = 1
 

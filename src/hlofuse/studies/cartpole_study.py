@@ -38,7 +38,7 @@ from hlofuse.envs import cartpole
 from hlofuse.fusion.strategies import StrategyError, parse_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.runtime import CodegenError
+from hlofuse.runtime.target import CodegenError, TargetUnavailable
 from hlofuse.studies.peers.bench import PRELIMINARY_NOTE, machine_description, write_json_file
 from hlofuse.toolchain import ToolchainError
 
@@ -224,7 +224,7 @@ def build(step: StudyStep, n_envs: int, n_steps: int, seed: int,
     traced = time.perf_counter()
     try:
         compiled = compile_module(module, step.strategy, backend)
-    except (CodegenError, ToolchainError) as e:
+    except (CodegenError, ToolchainError, TargetUnavailable) as e:
         first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise StudyError(f"step {step.name} (program {step.program}, strategy {step.strategy}) "
                          f"at N={n_envs}: {first_line}") from e

@@ -40,6 +40,7 @@ class RolloutsConfig:
     names: tuple[str, ...] = ()  # empty: every program
     strategies: tuple[str, ...] = STRATEGIES
     threads: int | None = None  # set by limit_threads before JAX and OpenMP start
+    backend: str = "cpu"  # the hlofuse target the strategies' modules are compiled for
 
 
 def limit_threads(threads: int) -> None:
@@ -156,9 +157,11 @@ def run_rollouts(config: RolloutsConfig, progress: Callable[[str], None] = print
                  ) -> RolloutsResult:
     import jax
 
+    from hlofuse import targets
     from hlofuse.fusion.strategies import run_strategy
     from hlofuse.ir.parser import parse_module
-    from hlofuse.runtime import CompileOptions, compile_cpu
+
+    target = targets.get(config.backend)
 
     programs = load_programs(config.corpus)
     names = config.names or tuple(sorted(programs.ROLLOUTS))
@@ -168,6 +171,7 @@ def run_rollouts(config: RolloutsConfig, progress: Callable[[str], None] = print
                        f"{', '.join(sorted(programs.ROLLOUTS))})")
     result = RolloutsResult({"lanes": config.lanes, "steps": config.steps,
                              "repeats": config.repeats, "threads": config.threads,
+                             "backend": config.backend,
                              "programs": list(names),
                              "strategies": list(config.strategies)})
     key = jax.random.PRNGKey(0)
@@ -191,7 +195,7 @@ def run_rollouts(config: RolloutsConfig, progress: Callable[[str], None] = print
                 start = time.perf_counter()
                 fused = run_strategy(parse_module(text, f"{name}.hlo"), strategy, debug=False)
                 with tempfile.TemporaryDirectory() as cache, _cache_dir(cache):
-                    executable = compile_cpu(fused.module, CompileOptions())
+                    executable = target.compile(fused.module)
                 compile_s = time.perf_counter() - start
                 actual = [np.asarray(a) for a in _flat(executable(key_array))]
                 equal = _equal(actual, expected)

@@ -61,8 +61,8 @@ def availability() -> str | None:
 @cache
 def load_kernel(emulate: bool = False) -> ctypes.CDLL:
     """Compile (or find in the cache) and load the kernel library; once per process."""
-    from hlofuse.runtime.cuda_driver import support_text
-    from hlofuse.runtime.cuda_executable import DEFAULT_ARCH, EMULATION_FLAGS
+    from hlofuse.targets.cuda.compile import DEFAULT_ARCH, EMULATION_FLAGS
+    from hlofuse.targets.cuda.driver import support_text
     from hlofuse.toolchain import CacheError, ToolchainError, build_shared_object, load_library
     from hlofuse.toolchain.compiler import Compiler, find_nvcc
 

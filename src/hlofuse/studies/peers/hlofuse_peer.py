@@ -44,9 +44,10 @@ def availability() -> str | None:
 
 
 def has_compiled_backend() -> bool:
-    from hlofuse import api
+    from hlofuse import api, targets
 
-    return "cpu" in api.BACKENDS and callable(getattr(api.Compiled, "source", None))
+    return "cpu" in targets.names(compiled_only=True) and callable(
+        getattr(api.Compiled, "source", None))
 
 
 @dataclass(frozen=True, slots=True)

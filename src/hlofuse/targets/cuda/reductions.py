@@ -52,7 +52,6 @@ from dataclasses import dataclass, replace
 from hlofuse.analysis.reducers import identity, reducer_op
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr, Stmt
-from hlofuse.codegen.cuda_language import CudaLanguage, allocates
 from hlofuse.codegen.emitter_types import (
     Index,
     NeedsLoopNest,
@@ -71,6 +70,7 @@ from hlofuse.codegen.kernel_spec import (
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op, OpKind
+from hlofuse.targets.cuda.language import CudaLanguage, allocates
 
 WARP = 32
 BLOCK = 256  # threads per block: 8 warps

@@ -2,7 +2,7 @@
 
 Emitters are unchanged; this table prints the same codegen IR as CUDA C++. A kernel
 function becomes a `__device__` function called by a `__global__` entry (written by
-runtime/cuda_driver.py); the functions it calls (parallel parts, the header's helpers)
+targets/cuda/driver.py); the functions it calls (parallel parts, the header's helpers)
 are `__host__ __device__`. OpenMP's work sharing maps onto the grid: `HLOFUSE_THREAD` is
 the global thread index and `HLOFUSE_THREADS` the grid's size, so the parallel part a
 kernel calls with a thread's share of its outermost loop (`start + count * t / nt`) runs
@@ -12,7 +12,7 @@ marked `parallel` becomes a grid-stride loop.
 A kernel is launched over a grid only when that is correct without a grid-wide barrier:
 its body is declarations of values (no memory of its own, no stores) and parallel regions
 (or one library call). A whole-loop kernel gets a grid of its own kind (`_whole_loop_grid`),
-and reduction kernels are written for warps and blocks by codegen/cuda_reductions.py, which
+and reduction kernels are written for warps and blocks by targets/cuda/reductions.py, which
 declares their grid through `grid_function`. Every other kernel (a sequence of loops,
 temporaries, the reductions that module leaves) is launched on one thread, where the same
 code runs in order: correct, slow, and named as such by `launch_threads` returning 1.
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from hlofuse.codegen import cir
-from hlofuse.codegen.language import CLanguage
+from hlofuse.targets.c.language import CLanguage
 
 # The names of the constants a kernel's text declares: how many threads its grid has, and
 # how many of them make a block.
@@ -37,6 +37,9 @@ _FUNCTION_START = re.compile(r"^static (inline )?", re.MULTILINE)
 @dataclass(frozen=True)
 class CudaLanguage(CLanguage):
     """CUDA C++ as compiled by nvcc (or by a C++ compiler against cuda_emulation.h)."""
+
+    name: str = "CUDA"
+    has_linalg_library: bool = False  # hlofuse_cuda_rt.cuh has no linear-algebra routines
 
     restrict: str = "__restrict__"
     kernel_qualifier: str = "static __device__"
@@ -51,6 +54,9 @@ class CudaLanguage(CLanguage):
     unroll: str = "#pragma unroll {n}"
     no_jump_threading: str = ""
     whole_loop_attribute: str = ""
+
+    def lane_language(self) -> CudaLanguage:
+        return self  # one lane per thread: nothing to vectorise
 
     def loop_pragmas(self, how: cir.Loop) -> list[str]:
         return [] if how.unroll is None else [self.unroll.format(n=how.unroll)]

@@ -1,7 +1,7 @@
 """Compile a module to CUDA and run it: `compile_cuda(module)(*arrays)`.
 
 The module's code comes from the same emitters as the CPU's, printed by the CUDA language
-table (codegen/cuda_language.py), with a host driver of launches (runtime/cuda_driver.py).
+table (targets/cuda/language.py), with a host driver of launches (targets/cuda/driver.py).
 `nvcc` builds it into a shared object, cached like the CPU's (the key holds nvcc's version
 and the target architecture). `emulate=True` builds the same source with the C++ compiler
 against cuda_emulation.h instead, so the kernels' indexing and the driver run on a machine
@@ -14,26 +14,19 @@ import ctypes
 import dataclasses
 import json
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from hlofuse.codegen.cuda_language import CUDA, CudaLanguage
-from hlofuse.codegen.cuda_reductions import emit_cuda_reduction
-from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.codegen.kernel import emit_kernel
-from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, KernelSpec, sanitize
-from hlofuse.codegen.whole_loop import whole_loop_in_place
+from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, KernelSpec
 from hlofuse.ir.hlo import Module
-from hlofuse.ir.verifier import verify
-from hlofuse.passes.manager import gc_paused
-from hlofuse.runtime.buffers import assign_buffers
-from hlofuse.runtime.cuda_driver import module_source, support_text
-from hlofuse.runtime.executable import (
-    CodegenError,
-    Executable,
-    Generated,
-    _constant_pool,
-    _Pointers,
-)
-from hlofuse.runtime.program import build_program
+from hlofuse.runtime.buffers import Assignment
+from hlofuse.runtime.lowering import Generated, ModuleSource, generate
+from hlofuse.runtime.program import Program
+from hlofuse.targets.cuda.driver import module_source, support_text
+from hlofuse.targets.cuda.language import CUDA, CudaLanguage
+from hlofuse.targets.cuda.reductions import emit_cuda_reduction
+from hlofuse.targets.native.executable import ProfilePointers, SharedObjectExecutable
 from hlofuse.toolchain.cache import Cache
 from hlofuse.toolchain.compiler import (
     Compiler,
@@ -58,51 +51,41 @@ class NoCudaError(ToolchainError):
     """No nvcc (compile time) or no usable GPU (run time)."""
 
 
+@dataclass(frozen=True)
+class CudaCodegen:
+    """The generate loop's questions (runtime/lowering.py), answered for CUDA."""
+
+    options: KernelOptions = field(default_factory=lambda: CUDA_KERNEL_OPTIONS)
+    lang: CudaLanguage = CUDA
+
+    def prepare(self, spec: KernelSpec) -> KernelSpec:
+        if not spec.own_emitter:
+            return spec
+        return dataclasses.replace(spec, backend_config=one_lane(spec.backend_config))
+
+    def emit(self, spec: KernelSpec) -> EmittedKernel:
+        """A reduction kernel as a grid of warps or blocks where reductions.py takes it;
+        every other kernel from the shared emitters, printed by the CUDA table."""
+        if not spec.own_emitter:
+            grid = emit_cuda_reduction(spec, self.lang, self.options)
+            if grid is not None:
+                return grid
+        return emit_kernel(spec, self.lang, self.options)
+
+    def emit_aliased(self, first: EmittedKernel, spec: KernelSpec) -> EmittedKernel:
+        return self.emit(spec)
+
+    def module_source(self, program: Program, emitted: Mapping[int, EmittedKernel],
+                      assignment: Assignment, constant_offsets: list[int],
+                      constant_bytes: int, what: str) -> ModuleSource:
+        return module_source(program, emitted, assignment, constant_offsets, self.lang, what,
+                             constant_bytes)
+
+
 def generate_cuda(module: Module, lang: CudaLanguage = CUDA,
                   options: KernelOptions = CUDA_KERNEL_OPTIONS) -> Generated:
     """The CUDA source and runtime plan of a module, without compiling it."""
-    with gc_paused():
-        verify(module)
-        try:
-            return _generate(module, lang, options)
-        except UnsupportedInstruction as e:
-            raise CodegenError(f"{module.name}: {e}") from None
-
-
-def _generate(module: Module, lang: CudaLanguage, options: KernelOptions) -> Generated:
-    # The CPU's steps (runtime/executable.py), with the CUDA table and module source.
-    program = build_program(module)
-    thunks = program.kernel_thunks()
-    for thunk in thunks:
-        if thunk.spec.own_emitter:
-            thunk.spec = dataclasses.replace(thunk.spec,
-                                             backend_config=one_lane(thunk.spec.backend_config))
-    emitted = {id(t): _emit(t.spec, lang, options) for t in thunks
-               if not t.spec.own_emitter}
-    in_place = {id(t): emitted[id(t)].in_place if id(t) in emitted
-                else whole_loop_in_place(t.spec) for t in thunks}
-    assignment = assign_buffers(program, in_place)
-    for thunk in thunks:
-        shared = tuple((o, i) for o, i in in_place[id(thunk)]
-                       if assignment.of(thunk.outputs[o]) == assignment.of(thunk.inputs[i]))
-        if shared:
-            thunk.spec = dataclasses.replace(thunk.spec, aliased=shared)
-        if shared or id(thunk) not in emitted:
-            emitted[id(thunk)] = _emit(thunk.spec, lang, options)
-    pool, offsets = _constant_pool(program)
-    source = module_source(program, emitted, assignment, offsets, lang,
-                           f"module {sanitize(module.name)}", int(pool.nbytes))
-    return Generated(module, program, emitted, assignment, pool, offsets, source)
-
-
-def _emit(spec: KernelSpec, lang: CudaLanguage, options: KernelOptions) -> EmittedKernel:
-    """A reduction kernel as a grid of warps or blocks where codegen/cuda_reductions.py takes
-    it; every other kernel from the CPU's emitters, printed by the CUDA table."""
-    if not spec.own_emitter:
-        grid = emit_cuda_reduction(spec, lang, options)
-        if grid is not None:
-            return grid
-    return emit_kernel(spec, lang, options)
+    return generate(module, CudaCodegen(options, lang))
 
 
 def one_lane(backend_config: str) -> str:
@@ -122,13 +105,13 @@ def emulation_source(generated: Generated) -> str:
     return support_text("cuda_emulation.h") + "\n" + generated.source.text
 
 
-class CudaExecutable(Executable):
+class CudaExecutable(SharedObjectExecutable):
     """A compiled CUDA module; calls copy inputs to the GPU and outputs back once each."""
 
     emulated: bool = False
 
     def _call_driver(self, arrays: list, outputs: list,  # type: ignore[type-arg, unused-ignore]
-                     profile: _Pointers | None) -> None:
+                     profile: ProfilePointers | None) -> None:
         params = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         outs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         status = self._run(ctypes.addressof(params), ctypes.addressof(outs), None,

@@ -1,35 +1,25 @@
-"""Compile a module to a shared object and run it: `compile_cpu(module)(*arrays)`.
+"""A module compiled to a shared object and loaded with ctypes: the executables of the C and
+CUDA targets, which share one calling convention.
 
-The generated driver runs the whole module in one ctypes call. The Python thunk runner
-(`run_thunks`) walks the same thunk tree and calls each kernel through its exported entry;
-it exists for debugging and for profiling with Python-side timers.
+The generated driver (`hlofuse_run(params, outs, arena, consts, prof)`) runs the whole module
+in one ctypes call. The Python thunk runner (`run_thunks`) walks the same thunk tree and calls
+each kernel through its exported entry; it exists for debugging and for profiling with
+Python-side timers.
 """
 
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from importlib import resources
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from hlofuse.codegen.emitter_types import UnsupportedInstruction
-from hlofuse.codegen.kernel import emit_aliased, emit_kernel
-from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, sanitize
-from hlofuse.codegen.language import C, CLanguage
-from hlofuse.codegen.whole_loop import whole_loop_in_place
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.shapes import Shape
-from hlofuse.ir.verifier import verify
-from hlofuse.passes.manager import gc_paused
-from hlofuse.runtime.buffers import ALIGNMENT, Assignment, assign_buffers
-from hlofuse.runtime.driver import KernelFunction, ModuleSource, module_source
+from hlofuse.runtime.lowering import Generated, KernelFunction, aligned_bytes
 from hlofuse.runtime.plan import ExecutablePlan, KernelInfo, plan_of
 from hlofuse.runtime.profile import KernelProfile, Profile
 from hlofuse.runtime.program import (
@@ -42,197 +32,18 @@ from hlofuse.runtime.program import (
     Thunk,
     Tree,
     WhileThunk,
-    build_program,
-)
-from hlofuse.toolchain.cache import Cache
-from hlofuse.toolchain.compiler import (
-    DEFAULT_FLAGS,
-    Compiler,
-    Unit,
-    build_shared_object,
-    cache_key,
-    load_library,
 )
 
 PROFILE_SAMPLES = 4096  # per kernel: the median is over the last this many calls
 
 
-class CodegenError(ValueError):
-    """The module cannot be compiled for the CPU; the message names the instruction."""
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    kernel: KernelOptions = field(default_factory=KernelOptions)
-    flags: tuple[str, ...] = DEFAULT_FLAGS
-    verify: bool = True
-
-
-@functools.cache
-def runtime_library(flags: tuple[str, ...] = DEFAULT_FLAGS) -> ctypes.CDLL:
-    """The separately compiled library of dot and Threefry, loaded for every module to see."""
-    files = resources.files("hlofuse.runtime")
-    source = files.joinpath("hlofuse_rt.c").read_text()
-    source += "\n" + files.joinpath("hlofuse_linalg.c").read_text()  # codegen/linalg.py
-    built = build_shared_object(source, flags)
-    return load_library(built.path, global_symbols=True)
-
-
-@dataclass
-class Generated:
-    """Everything compile_cpu derives from a module before invoking the compiler."""
-
-    module: Module
-    program: Program
-    emitted: dict[int, EmittedKernel]
-    assignment: Assignment
-    constants: np.ndarray  # the constant pool, 64-byte aligned entries
-    constant_offsets: list[int]
-    source: ModuleSource
-
-
-def generate(module: Module, options: CompileOptions = CompileOptions(),
-             lang: CLanguage = C) -> Generated:
-    """The C source and runtime plan of a module, without compiling it."""
-    with gc_paused():
-        if options.verify:
-            verify(module)
-        try:
-            return _generate(module, options, lang)
-        except UnsupportedInstruction as e:
-            raise CodegenError(f"{module.name}: {e}") from None
-
-
-def _generate(module: Module, options: CompileOptions, lang: CLanguage) -> Generated:
-    program = build_program(module)
-    thunks = program.kernel_thunks()
-    # A whole-loop kernel's in-place pairs are known from its spec, so it is emitted once,
-    # after buffer assignment; other kernels tell theirs by being emitted.
-    emitted = {id(t): emit_kernel(t.spec, lang, options.kernel) for t in thunks
-               if not t.spec.own_emitter}
-    in_place = {id(t): emitted[id(t)].in_place if id(t) in emitted
-                else whole_loop_in_place(t.spec) for t in thunks}
-    assignment = assign_buffers(program, in_place)
-    for thunk in thunks:
-        # Kernels whose output got its input's buffer are emitted again to read through one
-        # pointer; the others keep the first emission.
-        shared = tuple((o, i) for o, i in in_place[id(thunk)]
-                       if assignment.of(thunk.outputs[o]) == assignment.of(thunk.inputs[i]))
-        if shared:
-            thunk.spec = dataclasses.replace(thunk.spec, aliased=shared)
-        if id(thunk) not in emitted:
-            emitted[id(thunk)] = emit_kernel(thunk.spec, lang, options.kernel)
-        elif shared:
-            emitted[id(thunk)] = emit_aliased(emitted[id(thunk)], thunk.spec, lang,
-                                              options.kernel)
-    # The statements kept for retargeting are not needed past this point.
-    emitted = {key: dataclasses.replace(kernel, retargetable=None)
-               for key, kernel in emitted.items()}
-    pool, offsets = _constant_pool(program)
-    source = module_source(program, emitted, assignment, offsets, lang,
-                           f"module {sanitize(module.name)}")
-    return Generated(module, program, emitted, assignment, pool, offsets, source)
-
-
-def _constant_pool(program: Program) -> tuple[np.ndarray, list[int]]:
-    offsets = []
-    total = 0
-    for _, literal in program.constants:
-        offsets.append(total)
-        total += -(-literal.nbytes // ALIGNMENT) * ALIGNMENT
-    pool = _aligned_bytes(total)
-    for (_, literal), offset in zip(program.constants, offsets):
-        pool[offset:offset + literal.nbytes] = literal.reshape(-1).view(np.uint8)
-    return pool, offsets
-
-
-def _aligned_bytes(count: int) -> np.ndarray:
-    raw = np.zeros(count + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start:start + count]
-
-
-# gcc's RTL combiner tries up to four instructions at a time; on the long straight-line
-# kernels of unrolled loops that is about a third of the C compiler's time. Kernels under the
-# small-kernel limit compile at -O1 (their run time is launches and memory), and for them the
-# combiner is off (gcc's -fdisable-rtl-combine). Measured free: CartPole, 256 environments,
-# run-time ratios without/with pair-only combining 0.93-1.00 (unroll 1, 10, 40; xla and
-# xla+relax_concatenate; 31 alternating runs each, equal outputs), as pair-only combining
-# was against the full combiner (0.95-1.05), where -O3 kernels lose 3-5% of run time. At
-# unroll 40 the small kernels' unit compiles in 0.66 s instead of 1.2 s (2.4 s with the full
-# combiner). gcc's optimize attribute takes neither option, so they are set per translation
-# unit: for a module whose every kernel is small, and, in a module with both, for a unit of
-# its small kernels (`ModuleSource.split`) where their code is large enough to pay for a
-# second unit.
-SMALL_MODULE_FLAGS: tuple[str, ...] = ("-fdisable-rtl-combine",)
-# A second unit parses the header again (about 30 ms) and adds a link: worth it where the
-# small kernels are long (the combiner's time grows faster than a function's length).
-SPLIT_MIN_SMALL_BYTES = 64 * 1024
-
-
-def compile_units(generated: Generated, flags: tuple[str, ...],
-                  compiler: Compiler | None = None) -> tuple[Unit, ...]:
-    """The translation units `generated` is compiled as, with the flags each adds to `flags`:
-    where `flags` are the defaults and the compiler is gcc, SMALL_MODULE_FLAGS for a module of
-    small kernels, or for its small kernels' own unit; otherwise the module as one unit."""
-    whole = (Unit(generated.source.text),)
-    if flags != DEFAULT_FLAGS or not generated.emitted:
-        return whole
-    every_small = all(kernel.is_small for kernel in generated.emitted.values())
-    split = generated.source.split
-    if not every_small and (split is None
-                            or generated.source.small_code_bytes < SPLIT_MIN_SMALL_BYTES):
-        return whole
-    version = (compiler or Compiler.find()).version.lower()
-    if "clang" in version or "intel" in version:
-        return whole
-    if every_small:
-        return (Unit(generated.source.text, SMALL_MODULE_FLAGS),)
-    assert split is not None
-    return (Unit(split[0]), Unit(split[1], SMALL_MODULE_FLAGS))
-
-
-def compile_cpu(module: Module, options: CompileOptions = CompileOptions()) -> Executable:
-    """Generate C for `module` (fused or not), compile it through the cache, load it."""
-    start = time.perf_counter()
-    generated = generate(module, options)
-    runtime_library(options.flags)
-    built = build_shared_object(compile_units(generated, options.flags), options.flags,
-                                Cache.open())
-    library = load_library(built.path)
-    return Executable(generated, library, built.cache_hit, time.perf_counter() - start,
-                      built.key)
-
-
-def compile_many(modules: Sequence[Module], options: CompileOptions = CompileOptions(),
-                 workers: int = 2) -> list[Executable]:
-    """compile_cpu for several modules, generating C for the next ones while the compiler
-    (a separate process) builds earlier ones: `workers` compilers run at once."""
-    runtime_library(options.flags)
-    cache = Cache.open()
-    with ThreadPoolExecutor(max(workers, 1)) as pool:
-        jobs = []
-        for module in modules:
-            start = time.perf_counter()
-            generated = generate(module, options)
-            build = pool.submit(build_shared_object, compile_units(generated, options.flags),
-                                options.flags, cache)
-            jobs.append((generated, build, start))
-        out = []
-        for generated, build, start in jobs:
-            built = build.result()
-            out.append(Executable(generated, load_library(built.path), built.cache_hit,
-                                  time.perf_counter() - start, built.key))
-    return out
-
-
-class _Pointers(ctypes.Structure):
+class ProfilePointers(ctypes.Structure):
     _fields_ = [("counts", ctypes.c_void_p), ("totals", ctypes.c_void_p),
                 ("samples", ctypes.c_void_p), ("capacity", ctypes.c_int64),
                 ("started", ctypes.c_double)]
 
 
-class Executable:
+class SharedObjectExecutable:
     """A compiled module: call it with NumPy arrays, get NumPy arrays back.
 
     Calling and profiling need only the plan (`ExecutablePlan`); one loaded from the cache
@@ -242,21 +53,19 @@ class Executable:
     def __init__(self, generated: Generated, library: ctypes.CDLL, cache_hit: bool,
                  compile_seconds: float, object_key: str = "") -> None:
         self._generated_now: Generated | None = generated
-        self._regenerate: Callable[[], Generated] | None = None
-        self._flags = DEFAULT_FLAGS
+        self._regenerate: Callable[[], tuple[Generated, str]] | None = None
         self._start(plan_of(generated, object_key), library, cache_hit, compile_seconds)
 
     @classmethod
     def from_plan(cls, plan: ExecutablePlan, library: ctypes.CDLL, cache_hit: bool,
-                  compile_seconds: float, regenerate: Callable[[], Generated],
-                  flags: tuple[str, ...] = DEFAULT_FLAGS) -> Executable:
+                  compile_seconds: float, regenerate: Callable[[], tuple[Generated, str]]
+                  ) -> SharedObjectExecutable:
         """An executable of a saved plan and its loaded library; `regenerate` gives the
-        module's Generated when something needs it (its source, compiled with `flags`, must
-        be what built `plan.object_key`)."""
+        module's Generated when something needs it, with the key of the shared object its
+        source builds (which must be `plan.object_key`)."""
         executable = cls.__new__(cls)
         executable._generated_now = None
         executable._regenerate = regenerate
-        executable._flags = flags
         executable._start(plan, library, cache_hit, compile_seconds)
         return executable
 
@@ -269,7 +78,7 @@ class Executable:
         self._run = library.hlofuse_run
         self._run.restype = ctypes.c_int
         self._run.argtypes = [ctypes.c_void_p] * 5
-        self._arena = _aligned_bytes(plan.arena_bytes)
+        self._arena = aligned_bytes(plan.arena_bytes)
         self._lock = threading.Lock()
         self._entries: dict[str, Callable[..., object]] = {}
 
@@ -277,10 +86,7 @@ class Executable:
     def _generated(self) -> Generated:
         if self._generated_now is None:
             assert self._regenerate is not None
-            generated = self._regenerate()
-            compiler = Compiler.find()
-            key = cache_key(compile_units(generated, self._flags, compiler), self._flags,
-                            compiler)
+            generated, key = self._regenerate()
             if self.plan.object_key and key != self.plan.object_key:
                 # The loaded library was built from other code: its kernels cannot be called
                 # through this program's thunks.
@@ -306,12 +112,16 @@ class Executable:
         return self._generated.program
 
     def source(self) -> str:
-        """The generated C."""
+        """The generated source."""
         return self._generated.source.text
 
     @property
     def functions(self) -> tuple[KernelFunction, ...]:
         return self._generated.source.functions
+
+    @property
+    def facts(self) -> Mapping[str, object]:
+        return self.plan.facts
 
     @property
     def kernels(self) -> list[KernelInfo]:
@@ -352,7 +162,7 @@ class Executable:
         return self._result(outputs)
 
     def _call_driver(self, arrays: list[np.ndarray], outputs: list[np.ndarray],
-                     profile: _Pointers | None) -> None:
+                     profile: ProfilePointers | None) -> None:
         params = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         outs = (ctypes.c_void_p * max(len(outputs), 1))(*[o.ctypes.data for o in outputs])
         status = self._run(ctypes.addressof(params), ctypes.addressof(outs),
@@ -371,7 +181,7 @@ class Executable:
         counts = np.zeros(max(count, 1), np.int64)
         totals = np.zeros(max(count, 1), np.float64)
         samples = np.zeros(max(count, 1) * PROFILE_SAMPLES, np.float64)
-        pointers = _Pointers(counts.ctypes.data, totals.ctypes.data, samples.ctypes.data,
+        pointers = ProfilePointers(counts.ctypes.data, totals.ctypes.data, samples.ctypes.data,
                              PROFILE_SAMPLES, 0.0)
         wall = 0.0
         with self._lock:

@@ -1,6 +1,6 @@
 """The module's CUDA source: header, device kernels, their launchers and the host driver.
 
-The host driver is the CPU driver's thunk walk (runtime/driver.py) with launches for calls:
+The host driver is the shared thunk walk (runtime/thunk_driver.py) with launches for calls:
 kernels in schedule order, device-to-device copies, while loops and conditionals on the host
 (a loop's predicate is read back each trip, as XLA's GPU backend does). `hlofuse_run` keeps
 the CPU entry's signature: on its first call it allocates the device arena (the same
@@ -13,31 +13,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib import resources
 
-from hlofuse.codegen import cir, mathlib, templates
-from hlofuse.codegen.cir import Expr, Stmt
-from hlofuse.codegen.cuda_language import (
+from hlofuse.codegen import cir, mathlib
+from hlofuse.codegen.cir import Expr
+from hlofuse.codegen.kernel_spec import EmittedKernel, sanitize
+from hlofuse.codegen.naming import Names
+from hlofuse.ir.dtypes import DType
+from hlofuse.runtime.buffers import Assignment
+from hlofuse.runtime.lowering import KernelFunction, ModuleSource
+from hlofuse.runtime.program import KernelThunk, Program
+from hlofuse.runtime.thunk_driver import ThunkDriver, driver_parameters
+from hlofuse.targets.c import templates
+from hlofuse.targets.cuda.language import (
     BLOCK_SUFFIX,
     THREADS_SUFFIX,
     CudaLanguage,
     device_header,
 )
-from hlofuse.codegen.kernel_spec import EmittedKernel, sanitize
-from hlofuse.codegen.naming import Names
-from hlofuse.ir.dtypes import DType
-from hlofuse.runtime.buffers import Assignment
-from hlofuse.runtime.driver import KernelFunction, ModuleSource, _Driver, _driver_parameters
-from hlofuse.runtime.program import (
-    ConditionalThunk,
-    CopyThunk,
-    KernelThunk,
-    Program,
-    Thunk,
-    WhileThunk,
-)
 
 
 def support_text(name: str) -> str:
-    return resources.files("hlofuse.runtime").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("hlofuse.targets.cuda").joinpath(name).read_text(encoding="utf-8")
 
 
 _PRELUDE = r"""#ifdef HLOFUSE_CUDA_EMULATION
@@ -76,7 +71,7 @@ def module_source(program: Program, emitted: Mapping[int, EmittedKernel],
     body = driver.thunks(program.thunks)
     for part in driver.parts:
         part.qualifier = "static"  # host code, not a device part
-    device_run = cir.Function("hlofuse_device_run", _driver_parameters(), body, "static")
+    device_run = cir.Function("hlofuse_device_run", driver_parameters(), body, "static")
     prototypes = "".join(templates.DRIVER_PART_PROTOTYPE.substitute(name=f"hlofuse_part{k}")
                          for k in range(len(driver.parts)))
     parts = "".join("\n" + lang.function(part) for part in driver.parts)
@@ -168,40 +163,17 @@ def _entry(program: Program, arena_bytes: int, constant_bytes: int) -> str:
     return "\n" + "\n".join(lines)
 
 
-class _CudaDriver(_Driver):
-    """The CPU driver's walk, with launches, device copies and predicates read back."""
+class _CudaDriver(ThunkDriver):
+    """The driver's walk with launches, device copies and scalars read back to the host."""
 
-    def thunk(self, thunk: Thunk) -> list[Stmt]:
-        if isinstance(thunk, KernelThunk):
-            function = self.function_of[id(thunk)]
-            buffers = [*thunk.inputs, *thunk.outputs]
-            label = sanitize(thunk.spec.label).replace('"', "")
-            arguments = (cir.Var(f'"{label}"'),) + tuple(
-                cir.Cast(t.replace(self.lang.restrict, "").rstrip(), self.pointer(b))
-                for t, b in zip(function.parameter_types, buffers))
-            return [cir.Comment(sanitize(thunk.spec.label)),
-                    self.timed(thunk.profile_id, cir.Call(f"{function.name}_launch", arguments))]
-        if isinstance(thunk, CopyThunk):
-            if id(thunk) in self.assignment.elided or thunk.source.nbytes == 0:
-                return []
-            copy = cir.call("hlofuse_copy", self.pointer(thunk.target),
-                            self.pointer(thunk.source), cir.Int(thunk.source.nbytes))
-            return [self.timed(thunk.profile_id, copy)]
-        return super().thunk(thunk)
+    def kernel_call(self, thunk: KernelThunk, function: KernelFunction,
+                    arguments: tuple[Expr, ...]) -> Expr:
+        label = sanitize(thunk.spec.label).replace('"', "")
+        return cir.Call(f"{function.name}_launch", (cir.Var(f'"{label}"'), *arguments))
 
-    def while_loop(self, thunk: WhileThunk) -> Stmt:
-        if thunk.trip_count is not None:
-            return super().while_loop(thunk)
-        comment = cir.Comment(f"while {sanitize(thunk.label)}")
-        predicate: Expr = cir.call("hlofuse_read_u8", self.pointer(thunk.predicate))
-        stop = cir.If(cir.Unary("!", predicate), [cir.Break()])
-        return cir.While(cir.Int(1), [comment, *self.thunks(thunk.condition), stop,
-                                      *self.thunks(thunk.body)])
+    def copy(self, target: Expr, source: Expr, size: int) -> Expr:
+        return cir.call("hlofuse_copy", target, source, cir.Int(size))
 
-    def conditional(self, thunk: ConditionalThunk) -> Stmt:
-        selector = self.pointer(thunk.selector)
-        if thunk.selector.dtype is DType.PRED:
-            flag = cir.call("hlofuse_read_u8", selector)
-            return cir.If(flag, self.thunks(thunk.branches[0]), self.thunks(thunk.branches[1]))
-        return cir.Switch(cir.call("hlofuse_read_s32", selector),
-                          [self.thunks(b) for b in thunk.branches])
+    def read_scalar(self, pointer: Expr, dtype: DType) -> Expr:
+        return cir.call("hlofuse_read_u8" if dtype is DType.PRED else "hlofuse_read_s32",
+                        pointer)
