@@ -17,6 +17,8 @@ import pytest
 
 import hlofuse.api
 import hlofuse.compile_cache
+import hlofuse.runtime.lowering
+import hlofuse.targets.c
 from hlofuse import targets
 from hlofuse.api import compile_module, jit
 from hlofuse.compile_cache import program_key
@@ -42,7 +44,7 @@ CHILD = '''
 import subprocess, sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-import hlofuse.api, hlofuse.compile_cache
+import hlofuse.api, hlofuse.runtime.lowering, hlofuse.targets.c
 from hlofuse.api import jit
 import prog
 
@@ -51,8 +53,8 @@ def refuse(*args, **kwargs):
 
 subprocess.run = refuse
 hlofuse.api.run_strategy = refuse
-hlofuse.compile_cache.compile_cpu = refuse
-hlofuse.compile_cache.generate = refuse
+hlofuse.targets.c.CTarget.compile = refuse
+hlofuse.runtime.lowering._generate = refuse
 compiled = jit(prog.rollout, strategy=sys.argv[2]).lower(np.ones(5, np.float32)).compile()
 final, total = compiled(np.ones(5, np.float32))
 print(compiled.executable.cache_hit, repr(float(total)), compiled.kernels_per_iteration())
@@ -90,8 +92,8 @@ def refuse_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(subprocess, "run", refuse)
     monkeypatch.setattr(hlofuse.api, "run_strategy", refuse)
-    monkeypatch.setattr(hlofuse.compile_cache, "compile_cpu", refuse)
-    monkeypatch.setattr(hlofuse.compile_cache, "generate", refuse)
+    monkeypatch.setattr(hlofuse.targets.c.CTarget, "compile", refuse)
+    monkeypatch.setattr(hlofuse.runtime.lowering, "_generate", refuse)
 
 
 @pytest.mark.needs_cc
