@@ -1,10 +1,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The fast tier (README, Quick start): no C compiler needed, no sweeps; under a minute.
+DOCS_STAMP := $(VENV)/.docs-installed
+# The fast tier (README, Install and run): no C compiler needed, no sweeps.
 FAST_MARKERS := not needs_cc and not slow and not thorough
 
-.PHONY: test fast lint run setup clean fuzz
+.PHONY: test fast lint run setup clean fuzz docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,7 +28,16 @@ lint: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/hlofuse cartpole
 
-# Differential fuzzing against JAX (README, Differential fuzzing): FUZZ_N programs from seed
+# The documentation site (mkdocs.yml, docs/): --strict turns every warning into a failure, and
+# mkdocs.yml's `validation:` makes broken links and anchors warnings. Output: build/site.
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
+# Differential fuzzing against JAX (docs/fuzzing.md): FUZZ_N programs from seed
 # FUZZ_SEED; failures are shrunk into tests/fuzz/corpus/, the tally goes to results/fuzz.json.
 FUZZ_N ?= 200
 FUZZ_SEED ?= 0
