@@ -22,7 +22,7 @@ from hlofuse.ir.hlo_text_computations import RawComputation, RawInstruction, par
 from hlofuse.ir.hlo_text_reader import HloParseError, HloTextReader
 from hlofuse.ir.limits import Limits
 from hlofuse.ir.ops import Op
-from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shape_inference.checks import ShapeError
 
 # The parser's public API; HloParseError is defined with the lexer that raises it.
 __all__ = ["HloParseError", "parse_file", "parse_module"]
