@@ -6,6 +6,16 @@ from __future__ import annotations
 import pytest
 
 from hlofuse.analysis import parallel_loop as pl
+from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE
+from hlofuse.analysis.parallel_loop_refusals import (
+    DATA_DEPENDENT_TRIP_COUNT,
+    NO_PARALLEL_DIMENSION,
+    OPAQUE_OP,
+    STATE_NOT_TUPLE,
+    STATE_TOO_LARGE,
+    Refusal,
+)
+from hlofuse.analysis.whole_loop_config import read_whole_loop_config, whole_loop_config
 from hlofuse.envs import cartpole
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.hlo import Instruction, Module
@@ -65,7 +75,7 @@ def the_loop(module: Module) -> Instruction:
     return loops[0]
 
 
-def plan_of(text: str, **knobs: int) -> pl.LoopPlan | pl.Refusal:
+def plan_of(text: str, **knobs: int) -> pl.LoopPlan | Refusal:
     return pl.plan_parallel_loop(the_loop(parse_module(text)), **knobs)
 
 
@@ -91,7 +101,7 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
 
 
 @pytest.mark.parametrize("rule,body,state,offender", [
-    (pl.CROSS_LANE_REDUCE, """
+    (CROSS_LANE_REDUCE, """
   x = f32[8]{0} get-tuple-element(p), index=1
   zero = f32[] constant(0)
   sum = f32[] reduce(x, zero), dimensions={0}, to_apply=add_f32
@@ -99,7 +109,7 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
   y = f32[8]{0} subtract(x, sums)
   ROOT t = (s32[], f32[8]{0}) tuple(next, y)""", "(s32[], f32[8]{0})", "sum"),
     # The accumulated value is also read by the next step: not a plain accumulator.
-    (pl.CROSS_LANE_REDUCE, """
+    (CROSS_LANE_REDUCE, """
   x = f32[8]{0} get-tuple-element(p), index=1
   acc = f32[] get-tuple-element(p), index=2
   accs = f32[8]{0} broadcast(acc), dimensions={}
@@ -109,37 +119,37 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
   acc1 = f32[] add(acc, sum)
   ROOT t = (s32[], f32[8]{0}, f32[]) tuple(next, y, acc1)""", "(s32[], f32[8]{0}, f32[])", "sum"),
     # An initial value that is not the identity is added once per step, not once.
-    (pl.CROSS_LANE_REDUCE, """
+    (CROSS_LANE_REDUCE, """
   x = f32[8]{0} get-tuple-element(p), index=1
   acc = f32[] get-tuple-element(p), index=2
   seven = f32[] constant(7)
   sum = f32[] reduce(x, seven), dimensions={0}, to_apply=add_f32
   acc1 = f32[] add(acc, sum)
   ROOT t = (s32[], f32[8]{0}, f32[]) tuple(next, x, acc1)""", "(s32[], f32[8]{0}, f32[])", "sum"),
-    (pl.CROSS_LANE_ACCESS, """
+    (CROSS_LANE_ACCESS, """
   x = f32[8]{0} get-tuple-element(p), index=1
   r = f32[8]{0} reverse(x), dimensions={0}
   ROOT t = (s32[], f32[8]{0}) tuple(next, r)""", "(s32[], f32[8]{0})", "r"),
-    (pl.CROSS_LANE_ACCESS, """
+    (CROSS_LANE_ACCESS, """
   x = f32[8,2]{1,0} get-tuple-element(p), index=1
   flat = f32[16]{0} reshape(x)
   back = f32[2,8]{1,0} reshape(flat)
   tr = f32[8,2]{1,0} transpose(back), dimensions={1,0}
   ROOT t = (s32[], f32[8,2]{1,0}) tuple(next, tr)""", "(s32[], f32[8,2]{1,0})", "flat"),
-    (pl.CROSS_LANE_ACCESS, """
+    (CROSS_LANE_ACCESS, """
   x = f32[8]{0} get-tuple-element(p), index=1
   first = f32[1]{0} slice(x), slice={[0:1]}
   f = f32[] reshape(first)
   ROOT t = (s32[], f32[8]{0}, f32[]) tuple(next, x, f)""", "(s32[], f32[8]{0}, f32[])", "first"),
-    (pl.OPAQUE_OP, """
+    (OPAQUE_OP, """
   x = f32[8]{0} get-tuple-element(p), index=1
   y = f32[8]{0} custom-call(x), custom_call_target="my_library"
   ROOT t = (s32[], f32[8]{0}) tuple(next, y)""", "(s32[], f32[8]{0})", "y"),
-    (pl.OPAQUE_OP, """
+    (OPAQUE_OP, """
   x = s32[8,8]{1,0} get-tuple-element(p), index=1
   y = s32[8,8]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT t = (s32[], s32[8,8]{1,0}) tuple(next, y)""", "(s32[], s32[8,8]{1,0})", "y"),
-    (pl.CROSS_LANE_REDUCE, """
+    (CROSS_LANE_REDUCE, """
   x = f32[8,8]{1,0} get-tuple-element(p), index=1
   y = f32[8,8]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   ROOT t = (s32[], f32[8,8]{1,0}) tuple(next, y)""", "(s32[], f32[8,8]{1,0})", "y"),
@@ -147,7 +157,7 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
 def test_refusals_name_the_rule_and_the_instruction(rule: str, body: str, state: str,
                                                     offender: str) -> None:
     refusal = plan_of(loop_text(body, state))
-    assert isinstance(refusal, pl.Refusal), refusal
+    assert isinstance(refusal, Refusal), refusal
     assert (refusal.rule, refusal.instruction.name) == (rule, offender), refusal.message
     assert refusal.message.startswith("%loop: ") and f"%{offender}" in refusal.message
 
@@ -161,8 +171,8 @@ def test_condition_reading_per_env_state_is_a_data_dependent_trip_count() -> Non
   total = f32[] reduce(cx, zero), dimensions={0}, to_apply=add_f32
   bound = f32[] constant(3)
   ROOT lt = pred[] compare(total, bound), direction=LT"""))
-    assert isinstance(refusal, pl.Refusal)
-    assert (refusal.rule, refusal.instruction.name) == (pl.DATA_DEPENDENT_TRIP_COUNT, "total")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.rule, refusal.instruction.name) == (DATA_DEPENDENT_TRIP_COUNT, "total")
 
 
 def test_state_limits() -> None:
@@ -171,7 +181,7 @@ def test_state_limits() -> None:
   ROOT t = (s32[], f32[8,4]{1,0}) tuple(next, x)""", "(s32[], f32[8,4]{1,0})")
     assert isinstance(plan_of(text), pl.LoopPlan)
     refusal = plan_of(text, max_state_elements_per_env=3)
-    assert isinstance(refusal, pl.Refusal) and refusal.rule == pl.STATE_TOO_LARGE
+    assert isinstance(refusal, Refusal) and refusal.rule == STATE_TOO_LARGE
     assert dict(refusal.figures) == {"element": 1, "per_env": 4, "limit": 3}
     # With 100 environments (tried first: the larger of two equally common sizes) x would be
     # uniform and too large for it; with 8 the table would be.
@@ -181,7 +191,7 @@ def test_state_limits() -> None:
   ROOT t = (s32[], f32[8,10]{1,0}, f32[100]{0}) tuple(next, x, tab)""",
                       "(s32[], f32[8,10]{1,0}, f32[100]{0})")
     refusal = plan_of(table, max_uniform_elements=64)
-    assert isinstance(refusal, pl.Refusal) and refusal.rule == pl.STATE_TOO_LARGE
+    assert isinstance(refusal, Refusal) and refusal.rule == STATE_TOO_LARGE
     assert "uniform loop element 1 has 80 elements, over 64" in refusal.message
 
 
@@ -189,12 +199,12 @@ def test_structure_refusals() -> None:
     scalar = plan_of(loop_text("""
   x = f32[] get-tuple-element(p), index=1
   ROOT t = (s32[], f32[]) tuple(next, x)""", "(s32[], f32[])"))
-    assert isinstance(scalar, pl.Refusal) and scalar.rule == pl.NO_PARALLEL_DIMENSION
+    assert isinstance(scalar, Refusal) and scalar.rule == NO_PARALLEL_DIMENSION
     whole = plan_of(loop_text("""
   x = f32[8]{0} get-tuple-element(p), index=1
   q = (s32[], f32[8]{0}) opt-barrier(p)
   ROOT t = (s32[], f32[8]{0}) tuple(next, x)"""))
-    assert isinstance(whole, pl.Refusal) and whole.rule == pl.STATE_NOT_TUPLE
+    assert isinstance(whole, Refusal) and whole.rule == STATE_NOT_TUPLE
 
 
 def test_values_moved_within_an_environment_keep_it_apart() -> None:
@@ -274,11 +284,11 @@ def test_one_environment() -> None:
 
 
 def test_config_round_trip() -> None:
-    text = pl.whole_loop_config(16)
+    text = whole_loop_config(16)
     assert text == '{"custom_fusion":"whole_loop","lanes":16}'
-    assert pl.read_whole_loop_config(text) == 16
+    assert read_whole_loop_config(text) == 16
     for bad in ("", "{", "[]", '{"custom_fusion":"other","lanes":8}',
                 '{"custom_fusion":"whole_loop","lanes":0}',
                 '{"custom_fusion":"whole_loop","lanes":true}',
                 '{"custom_fusion":"whole_loop"}'):
-        assert pl.read_whole_loop_config(bad) is None, bad
+        assert read_whole_loop_config(bad) is None, bad

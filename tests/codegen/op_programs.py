@@ -19,7 +19,8 @@ from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.dtypes import ARRAY_DTYPES, DType
 from hlofuse.ir.hlo import Computation, Instruction, Module, make_module
 from hlofuse.ir.ops import ELEMENTWISE_OPS, OP_TABLE, Op, OpKind
-from hlofuse.ir.shape_inference import COMPARE_DIRECTIONS, ShapeError
+from hlofuse.ir.shape_inference.checks import ShapeError
+from hlofuse.ir.shape_inference.elementwise import COMPARE_DIRECTIONS
 from hlofuse.ir.shapes import Shape
 
 

@@ -673,6 +673,7 @@ def test_the_emitter_applies_the_plan_fusion_recorded(monkeypatch: pytest.Monkey
     """Whole-loop fusion records its plan (size, per-environment elements) in the fusion's
     backend_config; the emitter applies it and never searches for a plan itself."""
     from hlofuse.analysis import parallel_loop as pl
+    from hlofuse.analysis.whole_loop_config import read_recorded_plan
 
     module = parse_module(loop_text("""
   x = f32[8]{0} get-tuple-element(p), index=1
@@ -682,7 +683,7 @@ def test_the_emitter_applies_the_plan_fusion_recorded(monkeypatch: pytest.Monkey
     fused = whole_loop(module, lanes=4)
     fusion = next(i for i in fused.entry.instructions if i.op is Op.FUSION)
     config = next(raw.text for key, raw in fusion.extra if key == "backend_config")
-    recorded = pl.read_recorded_plan(config)
+    recorded = read_recorded_plan(config)
     assert recorded is not None
     loop = fusion.calls[0].root
     searched = pl.plan_parallel_loop(loop)

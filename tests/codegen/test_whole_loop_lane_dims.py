@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from hlofuse.analysis import parallel_loop as pl
+from hlofuse.analysis.parallel_loop_refusals import STATE_TOO_LARGE, Refusal
+from hlofuse.analysis.whole_loop_config import read_recorded_plan
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
@@ -89,8 +91,8 @@ def test_a_stacked_output_read_by_the_step_is_held_not_streamed() -> None:
   ys2 = f32[{t},{n}]{{1,0}} dynamic-update-slice(ys, row, i, zero)
   ROOT r = {state} tuple(next, x, ys2)""", state))
     plan = pl.plan_parallel_loop(the_loop(module))
-    assert isinstance(plan, pl.Refusal)
-    assert plan.rule == pl.STATE_TOO_LARGE
+    assert isinstance(plan, Refusal)
+    assert plan.rule == STATE_TOO_LARGE
     assert "2000 values per" in plan.message
     planned = pl.plan_parallel_loop(the_loop(module), max_state_elements_per_env=2000)
     assert isinstance(planned, pl.LoopPlan) and planned.per_env == (1, 2)
@@ -129,7 +131,7 @@ def test_the_recorded_plan_keeps_the_lane_dimensions() -> None:
     fused = whole_loop(module, lanes=4)
     fusion = next(i for i in fused.entry.instructions if i.op is Op.FUSION)
     config = next(raw.text for key, raw in fusion.extra if key == "backend_config")
-    assert pl.read_recorded_plan(config) == (8, {1: 0, 2: 1, 3: 1})
+    assert read_recorded_plan(config) == (8, {1: 0, 2: 1, 3: 1})
 
 
 @pytest.mark.parametrize("n", [1, 19])
@@ -167,7 +169,7 @@ def test_a_dot_over_the_lanes_is_refused() -> None:
   y = f32[{n}]{{0}} add(x, sb)
   ROOT r = {state} tuple(next, y, x)""", state))
     plan = pl.plan_parallel_loop(the_loop(module), max_uniform_elements=4)
-    assert isinstance(plan, pl.Refusal)
+    assert isinstance(plan, Refusal)
     assert plan.rule == "whole-loop-cross-lane-reduce" and "dot" in plan.message
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hlofuse.analysis.parallel_loop import read_whole_loop_config
+from hlofuse.analysis.whole_loop_config import read_whole_loop_config
 from hlofuse.cli import main
 from hlofuse.envs import cartpole
 from hlofuse.fusion.beyond_xla.whole_loop import WholeLoopFusion

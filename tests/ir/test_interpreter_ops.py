@@ -26,7 +26,7 @@ from hlofuse.ir.hlo import Computation, Instruction, make_module
 from hlofuse.ir.ops import ELEMENTWISE_OPS, OP_TABLE, Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
-from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shape_inference.checks import ShapeError
 from hlofuse.ir.shapes import Shape
 from hlofuse.ir.verifier import verify
 from hlofuse.reference.interpreter import Interpreter, InterpreterError, Value, evaluate

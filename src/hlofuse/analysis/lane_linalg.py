@@ -1,13 +1,33 @@
-"""Which factorisations and solves a whole-loop kernel's lane code computes itself, one small
-matrix per batch position (codegen/linalg_elemental.py writes them out), instead of calling
-the library: what the parallel-loop analysis accepts, and how much work it unrolls."""
+"""Which dots, factorisations and solves a whole-loop kernel's lane code computes itself,
+written out (codegen/dot_elemental.py; codegen/linalg_elemental.py, one small matrix per batch
+position) instead of calling the library: what the parallel-loop analysis accepts, and how
+much work it unrolls."""
 
 from __future__ import annotations
+
+import math
 
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.linalg import Routine, linalg_call
 from hlofuse.ir.ops import Op
+
+# Dots lane code computes element by element (codegen/dot_elemental.py writes the
+# contracting positions out): float, at most this many contracting positions.
+SMALL_DOT_CONTRACTION = 64
+
+
+def contraction_size(inst: Instruction) -> int:
+    """The number of contracting positions summed for one element of a dot."""
+    lhs = inst.operands[0].shape.dims
+    return math.prod(lhs[d] for d in inst.ints("lhs_contracting_dims"))
+
+
+def is_small_dot(inst: Instruction) -> bool:
+    """A float dot (32 bits or more) lane code writes out: few contracting positions."""
+    return (inst.dtype.is_float and inst.dtype.bits >= 32
+            and contraction_size(inst) <= SMALL_DOT_CONTRACTION)
+
 
 # Factorisations and solves lane code computes with the matrix written out
 # (codegen/linalg_elemental.py): f32 or f64, at most this many multiply-adds per matrix.

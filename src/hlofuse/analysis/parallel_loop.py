@@ -34,33 +34,32 @@ The analysis, for a candidate N (the dimension most elements of the state have f
 A per-lane-looking element that uniform code needs whole (a u32[2] key when N = 2) is
 made uniform and the analysis repeated. With N = 1 every value belongs to the one lane,
 so only the uniform code's independence is checked.
+
+This module searches the candidates and builds the plan (streamed elements, sizes,
+placement). State dependence and lane dimensions are lane_classification.py, accumulators
+loop_accumulators.py, the refusals and the structural checks parallel_loop_refusals.py, and
+the plan as recorded in a whole-loop fusion's backend_config whole_loop_config.py.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE, EnvDim, Mixed, env_dim
-from hlofuse.analysis.lane_linalg import is_lane_linalg
-from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, identity, is_identity, reducer_op
-from hlofuse.ir.builder import ComputationBuilder
-from hlofuse.ir.dtypes import DType
+from hlofuse.analysis.lane_classification import LaneClassification, alias, element_read
+from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE, Mixed
+from hlofuse.analysis.loop_accumulators import Accumulator, find_accumulators
+from hlofuse.analysis.parallel_loop_refusals import (
+    DATA_DEPENDENT_TRIP_COUNT,
+    NO_PARALLEL_DIMENSION,
+    STATE_TOO_LARGE,
+    Refusal,
+    check_structure,
+)
 from hlofuse.ir.hlo import Computation, Instruction
-from hlofuse.ir.ops import ELEMENTWISE_OPS, FusionKind, Op, OpKind
-from hlofuse.ir.shapes import Shape
-
-# Rule ids of a refusal (the decision log's words).
-STATE_NOT_TUPLE = "whole-loop-state-not-tuple"
-NO_PARALLEL_DIMENSION = "whole-loop-no-parallel-dimension"
-OPAQUE_OP = "whole-loop-opaque-op"
-NESTED_CONTROL_FLOW = "whole-loop-nested-control-flow"
-DATA_DEPENDENT_TRIP_COUNT = "whole-loop-data-dependent-trip-count"
-STATE_TOO_LARGE = "whole-loop-state-too-large"
+from hlofuse.ir.ops import Op
 
 # Per-lane values of one loop element: small ones are written out position by position in
 # lane code, larger ones are computed in loops over the lane's scratch area (both live in
@@ -70,154 +69,6 @@ DEFAULT_MAX_UNIFORM_ELEMENTS = 64
 # State-free arrays at most this large (without an N dimension) that lane code reads are
 # computed once per step rather than per lane.
 LANE_INPUT_MAX_ELEMENTS = 64
-
-# Dots lane code computes element by element (codegen/dot_elemental.py writes the
-# contracting positions out): float, at most this many contracting positions.
-SMALL_DOT_CONTRACTION = 64
-
-
-def contraction_size(inst: Instruction) -> int:
-    """The number of contracting positions summed for one element of a dot."""
-    lhs = inst.operands[0].shape.dims
-    return math.prod(lhs[d] for d in inst.ints("lhs_contracting_dims"))
-
-
-def is_small_dot(inst: Instruction) -> bool:
-    return (inst.dtype.is_float and inst.dtype.bits >= 32
-            and contraction_size(inst) <= SMALL_DOT_CONTRACTION)
-
-
-# A whole-loop fusion is a kCustom fusion whose backend_config names this emitter, as XLA's
-# custom fusions name theirs; it also carries the number of lanes per block.
-WHOLE_LOOP_FUSION = "whole_loop"
-MAX_LANES = 256
-
-# Ops lane and uniform code compute element by element (besides the element-wise ones).
-_STRUCTURAL = frozenset({
-    Op.BITCAST, Op.BROADCAST, Op.CONCATENATE, Op.CONSTANT, Op.COPY, Op.DYNAMIC_SLICE,
-    Op.DYNAMIC_UPDATE_SLICE, Op.GATHER, Op.GET_TUPLE_ELEMENT, Op.IOTA, Op.PAD, Op.PARAMETER,
-    Op.REDUCE, Op.REDUCE_WINDOW, Op.RESHAPE, Op.REVERSE, Op.SCATTER, Op.SLICE, Op.TRANSPOSE,
-    Op.TUPLE,
-})
-
-
-def whole_loop_config(lanes: int, plan: LoopPlan | None = None) -> str:
-    """The backend_config text of a whole-loop fusion: the emitter, the lanes per block and
-    the plan's decisions (the parallel dimension's size and the per-lane elements),
-    which code generation applies instead of planning again."""
-    config: dict[str, object] = {"custom_fusion": WHOLE_LOOP_FUSION, "lanes": lanes}
-    if plan is not None:
-        config["size"] = plan.size
-        config["per_env"] = sorted([*plan.per_env, *(s.element for s in plan.streamed)])
-        moved = {str(i): d for i, d in sorted(plan.lane_dims.items()) if d != 0}
-        if moved:
-            config["lane_dims"] = moved
-    return json.dumps(config, separators=(",", ":"))
-
-
-def block_lanes(lanes: int, size: int) -> int:
-    """Lanes per block: `lanes`, or the power of two at or above N when N is smaller
-    (a block of one lane runs scalar code)."""
-    return min(lanes, 1 << max(0, (size - 1).bit_length()))
-
-
-def read_recorded_plan(text: str) -> tuple[int, dict[int, int]] | None:
-    """(size, per-lane elements with their lane dimensions) recorded in a whole-loop
-    fusion's backend_config, or None when it records none (hand-written HLO with the lanes
-    only)."""
-    try:
-        config = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(config, dict):
-        return None
-    size, per_env = config.get("size"), config.get("per_env")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        return None
-    if not isinstance(per_env, list) or not all(_is_index(i) for i in per_env):
-        return None
-    moved = config.get("lane_dims", {})
-    if not isinstance(moved, dict) or not all(
-            isinstance(k, str) and k.isdigit() and _is_index(d) for k, d in moved.items()):
-        return None
-    return size, {i: moved.get(str(i), 0) for i in per_env}
-
-
-def _is_index(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def apply_recorded_plan(loop: Instruction, size: int, lane_dims: Mapping[int, int]
-                        ) -> LoopPlan | Refusal:
-    """The plan of `loop` for decisions fusion recorded: what runs per lane and what once
-    follows from them; sizes were the pass's business, so no limits apply here."""
-    refusal = _check_structure(loop)
-    if refusal is not None:
-        return refusal
-    elements = loop.shape.elements
-    if any(i >= len(elements) or d >= elements[i].rank or elements[i].dims[d] != size
-           for i, d in lane_dims.items()):
-        return Refusal(NO_PARALLEL_DIMENSION, loop,
-                       f"%{loop.name}: the recorded plan names elements without a lane "
-                       f"dimension of {size} where it says")
-    return _Analysis(loop, size, dict(lane_dims), 1 << 62, 1 << 62).run()
-
-
-def read_whole_loop_config(text: str) -> int | None:
-    """The lanes of a whole-loop fusion's backend_config, or None if it is not one."""
-    try:
-        config = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(config, dict) or config.get("custom_fusion") != WHOLE_LOOP_FUSION:
-        return None
-    lanes = config.get("lanes")
-    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= MAX_LANES:
-        return None
-    return lanes
-
-
-@dataclass(frozen=True, slots=True)
-class Accumulator:
-    """A uniform scalar element updated as `element <op> reduce(x1) <op> reduce(x2) ...`.
-
-    Each reduce runs `op` over all dimensions of a per-lane value from the op's
-    identity; with one lane, a reduce of a one-element value is the reshape to a scalar that
-    XLA's simplifier makes of it (`one_element_reshape`), and stands for it here. `combines`
-    are the `op` instructions joining them with the element (several after unrolling), the
-    last one being the element's new value. `reducer` and `identity` are a reduce's (or, with
-    reshapes only, made here: `(a, b) -> op(a, b)` and the op's identity).
-    """
-
-    element: int
-    op: Op
-    reduces: tuple[Instruction, ...]
-    combines: tuple[Instruction, ...]
-    reducer: Computation
-    identity: Instruction
-
-    @property
-    def operands(self) -> tuple[Instruction, ...]:
-        return tuple(r.operands[0] for r in self.reduces)
-
-
-def one_element_reshape(inst: Instruction) -> bool:
-    """A reshape of a one-element array to a scalar: what XLA's simplifier leaves of a reduce
-    whose result keeps every element (`passes/simplify.reduce_keeping_every_element`), so with
-    one lane the sum over the lanes of a per-lane scalar."""
-    return inst.op is Op.RESHAPE and inst.shape.is_array and not inst.shape.dims \
-        and inst.operands[0].shape.num_elements == 1
-
-
-def _reducer_and_identity(op: Op, dtype: DType) -> tuple[Computation, Instruction]:
-    """`(a, b) -> op(a, b)` over `dtype` scalars, and the op's identity as a constant."""
-    builder = ComputationBuilder(f"accumulate_{op.text}")
-    scalar = Shape.scalar(dtype)
-    builder.add(op, [builder.parameter(0, scalar), builder.parameter(1, scalar)])
-    start = identity(op, dtype)
-    assert start is not None, (op, dtype)
-    constants = ComputationBuilder("identity")
-    return builder.build(), constants.constant(start, dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,24 +112,12 @@ class LoopPlan:
         return self.loop.shape.elements[element].num_elements // self.size
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a loop is not parallel: a rule id, the first offending instruction, a message."""
-
-    rule: str
-    instruction: Instruction
-    message: str
-    figures: Mapping[str, int | str] = field(default_factory=lambda: MappingProxyType({}))
-    # Per-lane elements that uniform code needs whole (candidates to make uniform).
-    demotable: frozenset[int] = frozenset()
-
-
 def plan_parallel_loop(loop: Instruction, *,
                        max_state_elements_per_env: int = DEFAULT_MAX_STATE_ELEMENTS_PER_ENV,
                        max_uniform_elements: int = DEFAULT_MAX_UNIFORM_ELEMENTS
                        ) -> LoopPlan | Refusal:
     """The loop's plan, or the refusal of the first candidate dimension that fails."""
-    refusal = _check_structure(loop)
+    refusal = check_structure(loop)
     if refusal is not None:
         return refusal
     elements = loop.shape.elements
@@ -331,53 +170,20 @@ def _lane_dim(loop: Instruction, element: int, size: int) -> int | None:
     return positions[0]
 
 
-def _check_structure(loop: Instruction) -> Refusal | None:
-    """A tuple of arrays as state, a tuple root, and only ops lane code can compute."""
-    shape = loop.shape
-    if not shape.is_tuple or any(not e.is_array for e in shape.elements):
-        return Refusal(STATE_NOT_TUPLE, loop,
-                       f"%{loop.name}: whole-loop fusion needs a tuple of arrays as loop state, "
-                       f"not {shape.text(False)}")
-    condition, body = loop.calls
-    if body.root.op is not Op.TUPLE:
-        return Refusal(STATE_NOT_TUPLE, body.root,
-                       f"%{loop.name}: its body's root %{body.root.name} is not a tuple")
-    for comp in (condition, body):
-        param = comp.parameters[0]
-        for inst in comp.instructions:
-            refusal = _op_refusal(loop, inst)
-            # A nested loop is named as such even when it takes the whole state.
-            if refusal is not None and refusal.rule == NESTED_CONTROL_FLOW:
-                return refusal
-            if any(o is param for o in inst.operands) and inst.op is not Op.GET_TUPLE_ELEMENT:
-                return Refusal(STATE_NOT_TUPLE, inst,
-                               f"%{loop.name}: %{inst.name} uses the whole loop state, not "
-                               "its elements")
-            if refusal is not None:
-                return refusal
-    return None
-
-
-def _op_refusal(loop: Instruction, inst: Instruction) -> Refusal | None:
-    if inst.op is Op.FUSION and inst.attrs.get("kind") == FusionKind.CUSTOM:
-        return Refusal(NESTED_CONTROL_FLOW, inst,
-                       f"%{loop.name}: its body runs %{inst.name}, a loop fused into a kernel "
-                       "of its own whose trip count is not a small constant (only those are "
-                       "unrolled into the lane's kernel)")
-    if inst.op.definition.kind is OpKind.CONTROL:
-        return Refusal(NESTED_CONTROL_FLOW, inst,
-                       f"%{loop.name}: its body runs {inst.op.text} %{inst.name}, which is not "
-                       "a loop with a small constant trip count (the only nested control flow "
-                       "unrolled into the lane's kernel)")
-    if inst.op in ELEMENTWISE_OPS or inst.op in _STRUCTURAL:
-        return None
-    if inst.op is Op.DOT and is_small_dot(inst):
-        return None
-    if is_lane_linalg(inst):
-        return None
-    return Refusal(OPAQUE_OP, inst,
-                   f"%{loop.name}: {inst.op.text} %{inst.name} is opaque (a library call or "
-                   "an op without element-wise code); the loop cannot become one kernel")
+def apply_recorded_plan(loop: Instruction, size: int, lane_dims: Mapping[int, int]
+                        ) -> LoopPlan | Refusal:
+    """The plan of `loop` for decisions fusion recorded: what runs per lane and what once
+    follows from them; sizes were the pass's business, so no limits apply here."""
+    refusal = check_structure(loop)
+    if refusal is not None:
+        return refusal
+    elements = loop.shape.elements
+    if any(i >= len(elements) or d >= elements[i].rank or elements[i].dims[d] != size
+           for i, d in lane_dims.items()):
+        return Refusal(NO_PARALLEL_DIMENSION, loop,
+                       f"%{loop.name}: the recorded plan names elements without a lane "
+                       f"dimension of {size} where it says")
+    return _Analysis(loop, size, dict(lane_dims), 1 << 62, 1 << 62).run()
 
 
 class _Refused(Exception):
@@ -398,9 +204,7 @@ class _Analysis:
         self.max_per_env = max_per_env
         self.max_uniform = max_uniform
         self.condition, self.body = loop.calls
-        self.dependent: set[int] = set()  # id() of state-dependent instructions
-        self.env: dict[int, EnvDim] = {}  # id() -> lane dimension (N > 1)
-        self.users: dict[int, list[Instruction]] = {}
+        self.lanes = LaneClassification(loop, size, lane_dims)
 
     def run(self) -> LoopPlan | Refusal:
         try:
@@ -416,16 +220,10 @@ class _Analysis:
     # --- the plan -----------------------------------------------------------------------
 
     def _plan(self) -> LoopPlan:
-        for comp in (self.condition, self.body):
-            for inst in comp.instructions:
-                for operand in inst.operands:
-                    self.users.setdefault(id(operand), []).append(inst)
         self.streamed = self._streamed()
         self._check_sizes()
-        for comp in (self.condition, self.body):
-            for inst in comp.instructions:
-                self._classify(comp, inst)
-        accumulators = self._accumulators()
+        self.lanes.classify()
+        accumulators = find_accumulators(self.lanes)
         accumulated = {a.element for a in accumulators}
         uniform = tuple(i for i in range(len(self.loop.shape.elements))
                         if i not in self.per_env and i not in accumulated)
@@ -442,11 +240,11 @@ class _Analysis:
         uniform_code = self._uniform_code(roots)
         order = {id(inst): k for k, inst in enumerate(self.body.instructions)}
         lane_inputs = tuple(sorted(inputs, key=lambda inst: order[id(inst)]))
-        env_dims = {key: value for key, value in self.env.items() if isinstance(value, int)}
+        env_dims = {key: value for key, value in self.lanes.env.items() if isinstance(value, int)}
         held = tuple(sorted(self.per_env - {s.element for s in self.streamed}))
         return LoopPlan(self.loop, self.size, held, uniform,
                         tuple(accumulators), frozenset(lane), frozenset(uniform_code),
-                        lane_inputs, MappingProxyType(env_dims), frozenset(self.dependent),
+                        lane_inputs, MappingProxyType(env_dims), frozenset(self.lanes.dependent),
                         MappingProxyType(dict(self.lane_dims)), self.streamed)
 
     def _streamed(self) -> tuple[Streamed, ...]:
@@ -460,14 +258,14 @@ class _Analysis:
             if value.op is not Op.DYNAMIC_UPDATE_SLICE or self.loop.shape.elements[i].rank < 2:
                 continue
             if sum(1 for o in root.operands if o is value) != 1 or \
-                    not self._only_used_by(value, root):
+                    not self.lanes.only_used_by(value, root):
                 continue
-            if self._element_read(value.operands[0]) != i:
+            if element_read(value.operands[0]) != i:
                 continue
-            reads = [inst for inst in self.body.instructions if self._element_read(inst) == i]
-            if any(not self._only_used_by(r, value) for r in reads):
+            reads = [inst for inst in self.body.instructions if element_read(inst) == i]
+            if any(not self.lanes.only_used_by(r, value) for r in reads):
                 continue
-            if any(self._element_read(inst) == i and self.users.get(id(inst))
+            if any(element_read(inst) == i and self.lanes.users.get(id(inst))
                    for inst in self.condition.instructions):
                 continue
             if any(o is value.operands[0] for o in value.operands[1:]):
@@ -487,123 +285,6 @@ class _Analysis:
                                   f"loop element {i} ({shape.text(False)}) holds {per_env} "
                                   f"values per lane, over {self.max_per_env}",
                                   element=i, per_env=per_env, limit=self.max_per_env)
-
-    # --- state dependence and lane dimensions ------------------------------------
-
-    def _element_read(self, inst: Instruction) -> int | None:
-        """The loop element `inst` reads from its computation's parameter, if it does."""
-        if inst.op is not Op.GET_TUPLE_ELEMENT or inst.operands[0].op is not Op.PARAMETER:
-            return None
-        index = inst.attrs["index"]
-        assert isinstance(index, int)
-        return index
-
-    def _alias(self, inst: Instruction) -> Instruction:
-        """get-tuple-element of a tuple instruction is that tuple's operand."""
-        while inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.TUPLE:
-            index = inst.attrs["index"]
-            assert isinstance(index, int)
-            inst = inst.operands[0].operands[index]
-        return inst
-
-    def _classify(self, comp: Computation, inst: Instruction) -> None:
-        element = self._element_read(inst)
-        if element is not None:
-            if element in self.per_env:
-                self.dependent.add(id(inst))
-                self.env[id(inst)] = self.lane_dims[element]
-            return
-        if inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.TUPLE:
-            source = self._alias(inst)
-            if id(source) in self.dependent:
-                self.dependent.add(id(inst))
-                self.env[id(inst)] = self.env.get(id(source), 0)
-            return
-        dependent = [o for o in inst.operands if id(o) in self.dependent]
-        if not dependent:
-            return
-        self.dependent.add(id(inst))
-        if self.size > 1:
-            self.env[id(inst)] = self._env_dim(inst)
-
-    def _operand_env(self, inst: Instruction) -> list[EnvDim | None]:
-        return [self.env.get(id(o)) if id(o) in self.dependent else None
-                for o in inst.operands]
-
-    def _env_dim(self, inst: Instruction) -> EnvDim:
-        return env_dim(self.size, inst, self._operand_env(inst))
-
-    # --- accumulators -------------------------------------------------------------------
-
-    def _accumulators(self) -> list[Accumulator]:
-        out = []
-        for i, shape in enumerate(self.loop.shape.elements):
-            if i in self.per_env or shape.dims:
-                continue
-            found = self._accumulator(i)
-            if found is not None:
-                out.append(found)
-        return out
-
-    def _accumulator(self, element: int) -> Accumulator | None:
-        top = self.body.root.operands[element]
-        op = top.op
-        if op not in ASSOCIATIVE_OPS or sum(1 for o in self.body.root.operands
-                                               if o is top) != 1:
-            return None
-        combines: list[Instruction] = []
-        leaves: list[Instruction] = []
-        stack = [top]
-        while stack:
-            node = stack.pop()
-            if node.op is op and not node.shape.dims and (node is top or len(
-                    self.users.get(id(node), [])) == 1):
-                combines.append(node)
-                stack.extend(node.operands)
-            else:
-                leaves.append(node)
-        reads = [leaf for leaf in leaves if self._element_read(leaf) == element]
-        reduces = [leaf for leaf in leaves if self._element_read(leaf) != element]
-        if len(reads) != 1 or not reduces:
-            return None
-        if not all(self._is_accumulated_reduce(r, op) for r in reduces):
-            return None
-        inside = {id(c) for c in combines}
-        if not all(all(id(u) in inside for u in self.users.get(id(leaf), []))
-                   for leaf in [*leaves, *combines[1:]]):
-            return None
-        if not all(u is self.body.root for u in self.users.get(id(top), [])):
-            return None
-        if any(self._element_read(inst) == element for inst in self.condition.instructions):
-            return None
-        if any(self._element_read(inst) == element and inst is not reads[0]
-               for inst in self.body.instructions):
-            return None
-        if len({id(r) for r in reduces}) != len(reduces):
-            return None
-        combines.reverse()
-        proper = [r for r in reduces if r.op is Op.REDUCE]
-        if proper:
-            reducer, start = proper[0].calls[0], proper[0].operands[1]
-        else:
-            reducer, start = _reducer_and_identity(op, top.dtype)
-        return Accumulator(element, op, tuple(reduces), tuple(combines), reducer, start)
-
-    def _is_accumulated_reduce(self, reduce: Instruction, op: Op) -> bool:
-        if self.size == 1 and one_element_reshape(reduce):
-            return id(reduce.operands[0]) in self.dependent and identity(op, reduce.dtype) \
-                is not None
-        if reduce.op is not Op.REDUCE or len(reduce.operands) != 2:
-            return False
-        operand, init = reduce.operands
-        if id(operand) not in self.dependent or id(init) in self.dependent:
-            return False
-        if sorted(reduce.ints("dimensions")) != list(range(operand.shape.rank)):
-            return False
-        return reducer_op(reduce.calls[0]) is op and is_identity(init, op)
-
-    def _only_used_by(self, inst: Instruction, user: Instruction) -> bool:
-        return all(u is user for u in self.users.get(id(inst), []))
 
     # --- placement ----------------------------------------------------------------------
 
@@ -625,7 +306,7 @@ class _Analysis:
             # Lane code computes the written slice and the uniform positions, not the element.
             self._check_lane_dim(s.update, s.element)
             for start in s.update.operands[2:]:
-                if id(start) in self.dependent:
+                if id(start) in self.lanes.dependent:
                     raise self.refuse(CROSS_LANE_ACCESS, start,
                                       f"%{s.update.name} writes element {s.element} at a "
                                       "per-lane position")
@@ -637,16 +318,16 @@ class _Analysis:
                 self._check_lane_dim(root, element)
             stack = [root]
             while stack:
-                inst = self._alias(stack.pop())
+                inst = alias(stack.pop())
                 if id(inst) in lane or id(inst) in inputs:
                     continue
-                if id(inst) in self.dependent:
-                    env = self.env.get(id(inst))
+                if id(inst) in self.lanes.dependent:
+                    env = self.lanes.env.get(id(inst))
                     if isinstance(env, Mixed):
                         raise self._refuse_mixed(env)
                     lane.add(id(inst))
                     stack.extend(inst.operands)
-                elif self._element_read(inst) is not None or self._is_lane_input(inst):
+                elif element_read(inst) is not None or self._is_lane_input(inst):
                     inputs[id(inst)] = inst
                 else:
                     lane.add(id(inst))
@@ -655,9 +336,9 @@ class _Analysis:
 
     def _check_lane_dim(self, value: Instruction, element: int) -> None:
         """The new value of a per-lane element holds the lanes where the element does."""
-        if id(value) not in self.dependent or self.size == 1:
+        if id(value) not in self.lanes.dependent or self.size == 1:
             return
-        env = self.env.get(id(value))
+        env = self.lanes.env.get(id(value))
         if isinstance(env, Mixed):
             raise self._refuse_mixed(env)
         if env != self.lane_dims[element]:
@@ -673,10 +354,10 @@ class _Analysis:
                 inst = stack.pop()
                 if id(inst) in seen:
                     continue
-                if id(inst) in self.dependent:
+                if id(inst) in self.lanes.dependent:
                     raise self._refuse_uniform(inst, in_condition)
                 seen.add(id(inst))
-                if self._element_read(inst) is None:
+                if element_read(inst) is None:
                     stack.extend(inst.operands)
         return seen
 
@@ -686,7 +367,7 @@ class _Analysis:
 
     def _demotable(self, inst: Instruction) -> set[int]:
         """The per-lane elements behind `inst`, if all could be uniform instead."""
-        reads = self._elements_read(inst)
+        reads = self.lanes.elements_read(inst)
         if all(self.loop.shape.elements[i].num_elements <= self.max_uniform for i in reads):
             return reads
         return set()
@@ -694,7 +375,7 @@ class _Analysis:
     def _refuse_uniform(self, inst: Instruction, in_condition: bool) -> _Refused:
         """A value computed once per step that depends on per-lane state."""
         demotable = self._demotable(inst)
-        env = self.env.get(id(inst))
+        env = self.lanes.env.get(id(inst))
         if in_condition:
             # Name the op that gathers the lanes (a reduce, a slice), if there is one.
             origin = env.instruction if isinstance(env, Mixed) else inst
@@ -713,19 +394,3 @@ class _Analysis:
                            f"%{inst.name} ({inst.op.text}) is per-lane but is needed "
                            "whole by uniform code (a loop element without the parallel "
                            "dimension)", demotable)
-
-    def _elements_read(self, inst: Instruction) -> set[int]:
-        """The per-lane elements a state-dependent value depends on."""
-        out: set[int] = set()
-        seen: set[int] = set()
-        stack = [inst]
-        while stack:
-            current = stack.pop()
-            if id(current) in seen or id(current) not in self.dependent:
-                continue
-            seen.add(id(current))
-            element = self._element_read(current)
-            if element is not None:
-                out.add(element)
-            stack.extend(current.operands)
-        return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from hlofuse.analysis.parallel_loop import contraction_size, is_small_dot
+from hlofuse.analysis.lane_linalg import contraction_size, is_small_dot
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr
 from hlofuse.codegen.emitter_types import Index, UnsupportedInstruction, Value

@@ -25,12 +25,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from hlofuse.analysis.parallel_loop import (
-    LoopPlan,
-    Refusal,
-    apply_recorded_plan,
+from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan, plan_parallel_loop
+from hlofuse.analysis.parallel_loop_refusals import Refusal
+from hlofuse.analysis.whole_loop_config import (
     block_lanes,
-    plan_parallel_loop,
     read_recorded_plan,
     read_whole_loop_config,
 )

@@ -29,7 +29,8 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 
-from hlofuse.analysis.parallel_loop import Accumulator, LoopPlan, Streamed
+from hlofuse.analysis.loop_accumulators import Accumulator
+from hlofuse.analysis.parallel_loop import LoopPlan, Streamed
 from hlofuse.codegen import cir, mathlib
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr, Stmt

@@ -20,7 +20,7 @@ from hlofuse.ir.attrs import Metadata
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
-from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shape_inference.checks import ShapeError
 from hlofuse.ir.shapes import Shape
 
 # --- errors ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from hlofuse.ir.attrs import Metadata, RawAttr
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import DECLARED_SHAPE_OPS, Op
-from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shape_inference.checks import ShapeError
 from hlofuse.ir.shapes import Shape
 
 _SUFFIX = re.compile(r"^(.*)\.(\d+)$")

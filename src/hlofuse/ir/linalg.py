@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shape_inference.checks import ShapeError
 from hlofuse.ir.shapes import Shape
 
 if TYPE_CHECKING:

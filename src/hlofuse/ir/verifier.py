@@ -10,7 +10,7 @@ from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.limits import Limits, ResourceLimitError, check_limits
 from hlofuse.ir.linalg import check_call
 from hlofuse.ir.ops import DECLARED_SHAPE_OPS, AttrType, Op
-from hlofuse.ir.shape_inference import ShapeError
+from hlofuse.ir.shape_inference.checks import ShapeError
 from hlofuse.ir.shapes import Shape
 
 

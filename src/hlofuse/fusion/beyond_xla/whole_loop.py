@@ -39,14 +39,12 @@ from hlofuse.analysis.counted_loops import NotCounted, counted_loop
 from hlofuse.analysis.parallel_loop import (
     DEFAULT_MAX_STATE_ELEMENTS_PER_ENV,
     DEFAULT_MAX_UNIFORM_ELEMENTS,
-    MAX_LANES,
     LoopPlan,
-    Refusal,
-    block_lanes,
     plan_parallel_loop,
-    whole_loop_config,
 )
+from hlofuse.analysis.parallel_loop_refusals import Refusal
 from hlofuse.analysis.rare_selects import rare_selects
+from hlofuse.analysis.whole_loop_config import MAX_LANES, block_lanes, whole_loop_config
 from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
 from hlofuse.ir.hlo import Computation, Instruction, Module

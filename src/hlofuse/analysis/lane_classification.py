@@ -1,0 +1,101 @@
+"""The first step of the parallel-loop analysis (parallel_loop.py), for a candidate N and a
+set of per-lane loop elements: which instructions of the loop's body and condition are
+state-dependent (read a per-lane element, directly or through their operands), and along
+which dimension each holds the lanes, propagated forward through the ops' index maps
+(lane_dims.py)."""
+
+from __future__ import annotations
+
+from hlofuse.analysis.lane_dims import EnvDim, env_dim
+from hlofuse.ir.hlo import Computation, Instruction
+from hlofuse.ir.ops import Op
+
+
+def element_read(inst: Instruction) -> int | None:
+    """The loop element `inst` reads from its computation's parameter, if it does."""
+    if inst.op is not Op.GET_TUPLE_ELEMENT or inst.operands[0].op is not Op.PARAMETER:
+        return None
+    index = inst.attrs["index"]
+    assert isinstance(index, int)
+    return index
+
+
+def alias(inst: Instruction) -> Instruction:
+    """get-tuple-element of a tuple instruction is that tuple's operand."""
+    while inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.TUPLE:
+        index = inst.attrs["index"]
+        assert isinstance(index, int)
+        inst = inst.operands[0].operands[index]
+    return inst
+
+
+class LaneClassification:
+    """State dependence and lane dimensions of one attempt: a size N and the per-lane elements
+    with the dimension holding their lanes."""
+
+    def __init__(self, loop: Instruction, size: int, lane_dims: dict[int, int]) -> None:
+        self.loop = loop
+        self.size = size
+        self.lane_dims = lane_dims
+        self.per_env = frozenset(lane_dims)
+        self.condition, self.body = loop.calls
+        self.dependent: set[int] = set()  # id() of state-dependent instructions
+        self.env: dict[int, EnvDim] = {}  # id() -> lane dimension (N > 1)
+        self.users: dict[int, list[Instruction]] = {}
+        for comp in (self.condition, self.body):
+            for inst in comp.instructions:
+                for operand in inst.operands:
+                    self.users.setdefault(id(operand), []).append(inst)
+
+    def classify(self) -> None:
+        """Find the state-dependent instructions and their lane dimensions, condition first."""
+        for comp in (self.condition, self.body):
+            for inst in comp.instructions:
+                self._classify(comp, inst)
+
+    def only_used_by(self, inst: Instruction, user: Instruction) -> bool:
+        """Every user of `inst` in the loop's computations is `user`."""
+        return all(u is user for u in self.users.get(id(inst), []))
+
+    def elements_read(self, inst: Instruction) -> set[int]:
+        """The per-lane elements a state-dependent value depends on."""
+        out: set[int] = set()
+        seen: set[int] = set()
+        stack = [inst]
+        while stack:
+            current = stack.pop()
+            if id(current) in seen or id(current) not in self.dependent:
+                continue
+            seen.add(id(current))
+            element = element_read(current)
+            if element is not None:
+                out.add(element)
+            stack.extend(current.operands)
+        return out
+
+    def _classify(self, comp: Computation, inst: Instruction) -> None:
+        element = element_read(inst)
+        if element is not None:
+            if element in self.per_env:
+                self.dependent.add(id(inst))
+                self.env[id(inst)] = self.lane_dims[element]
+            return
+        if inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.TUPLE:
+            source = alias(inst)
+            if id(source) in self.dependent:
+                self.dependent.add(id(inst))
+                self.env[id(inst)] = self.env.get(id(source), 0)
+            return
+        dependent = [o for o in inst.operands if id(o) in self.dependent]
+        if not dependent:
+            return
+        self.dependent.add(id(inst))
+        if self.size > 1:
+            self.env[id(inst)] = self._env_dim(inst)
+
+    def _operand_env(self, inst: Instruction) -> list[EnvDim | None]:
+        return [self.env.get(id(o)) if id(o) in self.dependent else None
+                for o in inst.operands]
+
+    def _env_dim(self, inst: Instruction) -> EnvDim:
+        return env_dim(self.size, inst, self._operand_env(inst))
