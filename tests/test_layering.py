@@ -81,22 +81,32 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def package_of(path: Path) -> str:
+    """The package relative imports in `path` are resolved against."""
+    name = module_name(path)
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def from_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` statement imports from, relative levels resolved."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    parts = package.split(".")
+    anchor = parts[:len(parts) - node.level + 1]
+    return ".".join([*anchor, base] if base else anchor)
+
+
 def imported_modules(path: Path, package: str | None = None) -> list[tuple[int, str]]:
     """Every module an import statement anywhere in `path` names, with its line; relative
     imports are resolved against `package` (by default the file's own package)."""
-    if package is None:
-        name = module_name(path)
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = package_of(path) if package is None else package
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                anchor = parts[:len(parts) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = from_base(node, package)
             found.append((node.lineno, base))
             found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
     return found
@@ -207,6 +217,164 @@ def test_the_table_reads_as_architecture_md_says() -> None:
     assert not violation("hlofuse.studies.cartpole_study", "hlofuse.random")
 
 
+# Import cycles. Only the imports that run when a module is imported count: those at module
+# level (also inside a module-level `if`, `try`, `with` or class body), not those inside a
+# function, which run later, nor those under `if TYPE_CHECKING:`, which never run.
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run when the module of `tree` is imported."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If):
+            pending += node.orelse if _is_type_checking(node.test) else node.body + node.orelse
+        elif isinstance(node, ast.Try | ast.TryStar):
+            pending += node.body + node.orelse + node.finalbody
+            pending += [stmt for handler in node.handlers for stmt in handler.body]
+        elif isinstance(node, ast.With | ast.For | ast.While):
+            pending += node.body + (node.orelse if not isinstance(node, ast.With) else [])
+        elif isinstance(node, ast.ClassDef):
+            pending += node.body
+    return sorted(found, key=lambda node: node.lineno)
+
+
+def import_edges(path: Path, modules: set[str], package: str | None = None
+                 ) -> list[tuple[int, str]]:
+    """The hlofuse modules that importing `path` runs, with the line of each import.
+
+    `from pkg import name` imports the module `pkg.name` when there is one and `pkg` itself
+    otherwise (a name its `__init__` defines); a package's own `__init__`, which Python runs
+    before any of its modules, is not an edge of its modules."""
+    package = package_of(path) if package is None else package
+    edges: list[tuple[int, str]] = []
+    for node in module_level_imports(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            named = [resolve(alias.name) for alias in node.names]
+        else:
+            base = from_base(node, package)
+            named = [resolve(f"{base}.{alias.name}") if resolve(f"{base}.{alias.name}")
+                     in modules else resolve(base) for alias in node.names]
+        edges += [(node.lineno, target) for target in named if target in modules]
+    return edges
+
+
+def import_graph(paths: list[Path]) -> dict[str, dict[str, int]]:
+    """importer -> {imported module: line of the first import}, over hlofuse's modules."""
+    modules = {module_name(path) for path in paths}
+    graph: dict[str, dict[str, int]] = {}
+    for path in paths:
+        targets = graph.setdefault(module_name(path), {})
+        for line, target in import_edges(path, modules):
+            targets.setdefault(target, line)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle per strongly connected group of modules (Tarjan), each as the modules along
+    it, the first repeated at the end."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in graph.get(module, {}):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] != index[module]:
+            return
+        group: list[str] = []
+        while not group or group[-1] != module:
+            group.append(stack.pop())
+            on_stack.discard(group[-1])
+        if len(group) > 1 or module in graph.get(module, {}):
+            groups.append(group)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return [_cycle_through(sorted(group)[0], set(group), graph) for group in groups]
+
+
+def _cycle_through(start: str, group: set[str], graph: dict[str, dict[str, int]]) -> list[str]:
+    """A shortest cycle from `start` back to itself inside `group` (breadth first)."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following: list[str] = []
+        for module in frontier:
+            for target in sorted(graph[module]):
+                if target == start:
+                    path = [module]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if target in group and target not in came_from:
+                    came_from[target] = module
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"{start} is in a strongly connected group but on no cycle")
+
+
+def describe_cycle(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
+    steps = [f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:])]
+    return " -> ".join([*steps, cycle[-1]])
+
+
+def test_no_module_import_cycles() -> None:
+    # A cycle works only when its modules happen to be imported in one order (issue 33 found
+    # `import hlofuse.reference.dot` failing on its own): the shared piece belongs in a module
+    # of its own that both import.
+    graph = import_graph(sources())
+    assert [describe_cycle(cycle, graph) for cycle in import_cycles(graph)] == []
+
+
+def test_the_cycle_check_sees_relative_from_and_class_level_imports(tmp_path: Path) -> None:
+    root = tmp_path / "hlofuse" / "pkg"
+    root.mkdir(parents=True)
+    files = {
+        "__init__.py": "from hlofuse.pkg.a import A\n",
+        "a.py": "from . import b\nA = 1\n",
+        "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import D\n"
+                "class B:\n    from hlofuse.pkg.c import C\n",
+        "c.py": "def later():\n    from hlofuse.pkg import d\nfrom hlofuse.pkg import A\n",
+        "d.py": "import hlofuse.pkg.c\n",
+    }
+    for name, text in files.items():
+        (root / name).write_text(text)
+    modules = {f"hlofuse.pkg.{name[:-3]}" if name != "__init__.py" else "hlofuse.pkg": root / name
+               for name in files}
+    names = set(modules)
+    graph = {module: dict((target, line) for line, target in
+                          import_edges(path, names, "hlofuse.pkg"))
+             for module, path in modules.items()}
+    assert graph == {"hlofuse.pkg": {"hlofuse.pkg.a": 1}, "hlofuse.pkg.a": {"hlofuse.pkg.b": 1},
+                     "hlofuse.pkg.b": {"hlofuse.pkg.c": 5}, "hlofuse.pkg.c": {"hlofuse.pkg": 3},
+                     "hlofuse.pkg.d": {"hlofuse.pkg.c": 1}}
+    assert import_cycles(graph) == [["hlofuse.pkg", "hlofuse.pkg.a", "hlofuse.pkg.b",
+                                     "hlofuse.pkg.c", "hlofuse.pkg"]]
+    assert describe_cycle(import_cycles(graph)[0], graph).startswith(
+        "hlofuse.pkg (line 1) -> hlofuse.pkg.a (line 1) -> hlofuse.pkg.b (line 5)")
+    del graph["hlofuse.pkg.c"]["hlofuse.pkg"]
+    assert import_cycles(graph) == []
+
+
 # One fresh interpreter for every check: each module is imported after every hlofuse module
 # has been dropped from sys.modules, so it loads exactly what it needs; the package root last.
 _IMPORT_PROBE = """
@@ -252,3 +420,47 @@ def test_the_import_probe_sees_what_a_module_loads(
         import_report: dict[str, list[object]]) -> None:
     # A control: fusion needs the pass manager, so the probe must report it.
     assert "hlofuse.passes.manager" in import_report["hlofuse.fusion.strategies"]
+
+
+# Every module imports on its own, as `python -c "import hlofuse.x.y"` would: one interpreter
+# drops every hlofuse module before each import, so no module leans on one imported earlier.
+_EACH_ON_ITS_OWN = """
+import importlib, json, sys, traceback
+failures = {}
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m == 'hlofuse' or m.startswith('hlofuse.')]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except BaseException as e:  # noqa: BLE001 - every failure is reported, not only the first
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        failures[name] = f"{type(e).__name__}: {e} ({where.filename}:{where.lineno})"
+print(json.dumps(failures))
+"""
+# Run, not imported: `python -m hlofuse.cli` executes it.
+NOT_IMPORTED = ("hlofuse.cli.__main__",)
+
+
+def import_each_on_its_own(modules: list[str]) -> dict[str, str]:
+    """module -> why importing it in a fresh interpreter failed, for the modules that failed."""
+    done = subprocess.run([sys.executable, "-c", _EACH_ON_ITS_OWN, *modules],
+                          capture_output=True, text=True, check=True)
+    failures: dict[str, str] = json.loads(done.stdout)
+    return failures
+
+
+# Each of some 200 modules is imported with its dependencies from scratch: about 20 s.
+@pytest.mark.thorough
+def test_every_module_imports_on_its_own() -> None:
+    modules = [name for name in map(module_name, sources()) if name not in NOT_IMPORTED]
+    assert len(modules) > 150
+    assert import_each_on_its_own(modules) == {}
+
+
+@pytest.mark.thorough
+def test_the_fresh_import_check_reports_every_failure() -> None:
+    failures = import_each_on_its_own(["hlofuse.ir.ops", "hlofuse.no_such_module",
+                                       "hlofuse.ir.no_such_module"])
+    assert sorted(failures) == ["hlofuse.ir.no_such_module", "hlofuse.no_such_module"]
+    assert failures["hlofuse.no_such_module"].startswith(
+        "ModuleNotFoundError: No module named 'hlofuse.no_such_module'")
