@@ -24,6 +24,7 @@ fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check
 	$(VENV)/bin/mypy
+	$(VENV)/bin/vulture
 
 run: $(STAMP)
 	$(VENV)/bin/hlofuse cartpole

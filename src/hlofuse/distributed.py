@@ -299,12 +299,10 @@ class _Pool:
             options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(threads)}}
         self.actor_class = ray.remote(ShardWorker).options(**options)
         self.actors: list[Any] = []
-        self.started = 0
 
     def grow(self, count: int) -> None:
         while len(self.actors) < count:
             self.actors.append(self.actor_class.remote())
-            self.started += 1
 
     def remove(self, actor: Any) -> None:
         self.actors = [a for a in self.actors if a is not actor]

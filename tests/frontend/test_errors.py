@@ -21,15 +21,6 @@ X3 = np.ones(3, np.float32)
 X4 = np.ones(4, np.float32)
 
 
-def _here(offset: int = 0) -> str:
-    """`file:line` of the caller's line plus `offset`."""
-    import inspect
-
-    frame = inspect.currentframe()
-    assert frame is not None and frame.f_back is not None
-    return f"{__file__}:{frame.f_back.f_lineno + offset}"
-
-
 def test_shape_mismatch_names_op_shapes_and_line() -> None:
     def f(x: Any, y: Any) -> Any:
         return x + y

@@ -413,7 +413,7 @@ class _Hang(Exception):
 
 @contextlib.contextmanager
 def _time_limit(seconds: int) -> Iterator[None]:
-    def on_alarm(signum: int, frame: object) -> None:
+    def on_alarm(_signum: int, _frame: object) -> None:
         raise _Hang(f"parsing took more than {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)

@@ -164,10 +164,6 @@ def names_read(expr: Expr) -> frozenset[str]:
     return frozenset(v.name for v in walk(expr) if isinstance(v, Var))
 
 
-def has_load(expr: Expr) -> bool:
-    return any(isinstance(e, Load) for e in walk(expr))
-
-
 def walk(expr: Expr) -> Iterator[Expr]:
     stack = [expr]
     while stack:

@@ -110,9 +110,6 @@ class BlockEmission:
             value = em.array_value(inst, Index(dims, cir.Var(var), None, None))
             self.body.emit(stmt(cir.Var(var), value))
 
-    def _load_at(self, dtype: DType, pointer: str, row: Expr, q: Expr) -> Expr:
-        return self.lang.load(dtype, cir.Var(pointer), Binary("+", row, q))
-
     def _shape(self, element: int) -> Shape:
         return self.loop.shape.elements[element]
 

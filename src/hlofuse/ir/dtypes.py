@@ -129,9 +129,3 @@ _NUMPY: dict[DType, np.dtype] = {
 }
 
 ARRAY_DTYPES: tuple[DType, ...] = tuple(_NUMPY)
-FLOAT_DTYPES: tuple[DType, ...] = tuple(d for d in ARRAY_DTYPES if d.is_float)
-INT_DTYPES: tuple[DType, ...] = tuple(d for d in ARRAY_DTYPES if d.is_integer)
-
-
-def unsigned_of_width(bits: int) -> DType:
-    return {8: DType.U8, 16: DType.U16, 32: DType.U32, 64: DType.U64}[bits]

@@ -484,10 +484,6 @@ SIDE_EFFECT_OPS = frozenset(op for op, d in OP_TABLE.items()
                             if d.side_effect is not SideEffect.NONE)
 
 
-def op_from_text(text: str) -> Op | None:
-    return OP_BY_NAME.get(text)
-
-
 def has_side_effect(op: Op, attrs: Mapping[str, object]) -> bool:
     """XLA's HasSideEffectNoRecurse for an instruction of `op` with attributes `attrs`."""
     if op not in SIDE_EFFECT_OPS:

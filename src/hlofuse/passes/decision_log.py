@@ -119,9 +119,6 @@ class DecisionLog:
             last[record.key()] = i
         return [self.records[i] for i in sorted(last.values())]
 
-    def with_rule(self, rule: str) -> list[DecisionRecord]:
-        return [r for r in self.unique() if r.rule == rule]
-
 
 # --- fusion passes -------------------------------------------------------------------------
 

@@ -20,11 +20,6 @@ class KernelProfile:
     bytes_written: int
     share: float  # of the whole run's wall time
 
-    @property
-    def gbytes_per_s(self) -> float:
-        moved = self.bytes_read + self.bytes_written
-        return moved / self.total_s / 1e9 if self.total_s > 0 else 0.0
-
 
 @dataclass(frozen=True)
 class Profile:

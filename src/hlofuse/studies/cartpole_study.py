@@ -43,7 +43,6 @@ from hlofuse.studies.peers.bench import PRELIMINARY_NOTE, machine_description, w
 from hlofuse.toolchain import ToolchainError
 
 BASELINE = "baseline"
-FULL_ENVS = (64, 1024, 16384, 262144)
 # The check compares with the reference interpreter at the smallest measured N; above this
 # the interpreter is too slow and the step is compiled once more at CHECK_ENVS for the check.
 CHECK_MAX_ENVS = 1024

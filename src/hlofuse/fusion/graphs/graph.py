@@ -105,9 +105,6 @@ class Node:
     def fused_parameter(self, index: int) -> Node:
         return self.fused.params[index]
 
-    def fused_instructions(self) -> list[Node]:
-        return list(self.fused.nodes)
-
     @property
     def source_location(self) -> str | None:
         if self._location is False:

@@ -149,9 +149,6 @@ class ModuleGraph:
         self.graphs.append(graph)
         return graph
 
-    def remove_graph(self, graph: Graph) -> None:
-        self.graphs.remove(graph)
-
     def nonfusion_graphs(self) -> list[Graph]:
         return [g for g in self._ordered() if not g.is_fusion]
 

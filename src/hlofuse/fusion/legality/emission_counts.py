@@ -128,12 +128,6 @@ class IndexingEvaluation:
     def too_high(self, node: Node, emitted: int) -> bool:
         return too_high(node, emitted, self.relax_concatenate)
 
-    def code_duplication_too_high(self, producer: Node) -> bool:
-        return self.too_high(producer, self.emitted(producer))
-
-    def max_code_duplication_too_high(self) -> bool:
-        return self.worst() is not None
-
     def worst(self, scale: int = 1) -> Culprit | None:
         """The first instruction that would be emitted too often, if any; with `scale`, as
         if the fusion's root were used `scale` times (every count is linear in that)."""

@@ -94,12 +94,6 @@ def _not_elementwise(node: Node) -> int:
     return 0 if node.op is Op.PARAMETER or is_elementwise(node) else 1
 
 
-def is_elementwise_on_operand(node: Node, index: int) -> bool:
-    if node.op is Op.DYNAMIC_UPDATE_SLICE:
-        return index == 0
-    return is_elementwise(node)
-
-
 def is_effective_scalar(shape: Shape) -> bool:
     return shape.is_array and shape.num_elements == 1
 
