@@ -61,9 +61,7 @@ class CallInliner:
         references = Counter(id(c) for i in module.all_instructions() for c in i.calls)
 
         def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                      builder: RewriteBuilder) -> Instruction | None:
-            if inst.op is not Op.CALL:
-                return None
+                      builder: RewriteBuilder) -> Instruction:
             return inline_call(inst, operands, builder, references[id(inst.calls[0])] == 1)
 
         return rewrite_callers(module, Op.CALL, transform)

@@ -97,7 +97,7 @@ class ConditionalPredIndex:
 
         def transform(inst: Instruction, operands: tuple[Instruction, ...],
                       builder: RewriteBuilder) -> Instruction | None:
-            if inst.op is not Op.CONDITIONAL or len(inst.calls) != 2:
+            if len(inst.calls) != 2:
                 return None
             pred = _pred_of_convert(operands[0])
             if pred is None:
@@ -136,8 +136,6 @@ class ConditionalSimplifier:
 
         def transform(inst: Instruction, operands: tuple[Instruction, ...],
                       builder: RewriteBuilder) -> Instruction | None:
-            if inst.op is not Op.CONDITIONAL:
-                return None
             branches = tuple(builder.callee(c) for c in inst.calls)
             if any(_side_effects(b) for b in branches):
                 return None

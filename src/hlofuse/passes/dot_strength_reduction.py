@@ -40,7 +40,7 @@ from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.decision_log import RewriteLog
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -151,19 +151,14 @@ class DotStrengthReduction:
         records = RewriteLog(log, self.name)
         adders: dict[DType, Computation] = {}
 
-        def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                      builder: RewriteBuilder) -> Instruction | None:
-            if not reduces(inst):
-                return None
+        def reduce_dot(inst: Instruction, operands: tuple[Instruction, ...],
+                       builder: RewriteBuilder) -> Instruction:
             records.rewrote(builder.name, inst, "dot-to-reduce",
                             f"%{inst.name} has a vector operand and is small: a multiply and "
                             "a reduce")
             return expand(inst, operands, builder, adders)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            return transform if any(reduces(i) for i in comp.instructions) else None
-
-        module, changed = rewrite_module(module, transform_for)
+        module, changed = rewrite_matching(module, reduces, reduce_dot)
         if not adders:
             return module, changed
         return _with_callees(module), changed
@@ -258,16 +253,11 @@ class DotDecomposer:
         def pending(inst: Instruction) -> bool:
             return inst.op is Op.DOT and not canonical(inst)
 
-        def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                      builder: RewriteBuilder) -> Instruction | None:
-            if not pending(inst):
-                return None
+        def decompose(inst: Instruction, operands: tuple[Instruction, ...],
+                      builder: RewriteBuilder) -> Instruction:
             records.rewrote(builder.name, inst, "canonical-dot",
                             f"%{inst.name} is not a canonical dot: transposes and reshapes "
                             "around one")
             return canonicalize(inst, operands, builder)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            return transform if any(pending(i) for i in comp.instructions) else None
-
-        return rewrite_module(module, transform_for)
+        return rewrite_matching(module, pending, decompose)

@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.passes.decision_log import DecisionSink, RewriteLog
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
 
 def _scalar_like(value: float, like: Instruction, builder: RewriteBuilder) -> Instruction:
@@ -50,24 +50,13 @@ class LogisticExpander:
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         records = RewriteLog(log, self.name)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            if not any(i.op is Op.LOGISTIC for i in comp.instructions):
-                return None
+        def expand(inst: Instruction, operands: tuple[Instruction, ...],
+                   builder: RewriteBuilder) -> Instruction:
+            with builder.metadata_of(inst):
+                expanded = expand_logistic(operands[0], builder)
+            records.rewrote(builder.name, inst, "logistic-expanded",
+                            f"%{inst.name} is now 1 / (1 + exp(-x)), which fuses as cheap "
+                            "element-wise code")
+            return expanded
 
-            def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                          builder: RewriteBuilder) -> Instruction | None:
-                if inst.op is not Op.LOGISTIC:
-                    return None
-                saved, builder.metadata = builder.metadata, inst.metadata
-                try:
-                    expanded = expand_logistic(operands[0], builder)
-                finally:
-                    builder.metadata = saved
-                records.rewrote(comp.name, inst, "logistic-expanded",
-                                f"%{inst.name} is now 1 / (1 + exp(-x)), which fuses as cheap "
-                                "element-wise code")
-                return expanded
-
-            return transform
-
-        return rewrite_module(module, transform_for)
+        return rewrite_matching(module, lambda inst: inst.op is Op.LOGISTIC, expand)

@@ -10,7 +10,8 @@ same objects and `changed` is exact.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 
 from hlofuse.analysis.call_graph import callee_order
 from hlofuse.ir.builder import ComputationBuilder, NameUniquer
@@ -30,6 +31,16 @@ class RewriteBuilder(ComputationBuilder):
 
     def callee(self, comp: Computation) -> Computation:
         return self.callees.get(comp, comp)
+
+    @contextlib.contextmanager
+    def metadata_of(self, inst: Instruction) -> Iterator[None]:
+        """Instructions added inside (without metadata of their own) carry `inst`'s: the
+        user's source line of what they replace."""
+        saved, self.metadata = self.metadata, inst.metadata
+        try:
+            yield
+        finally:
+            self.metadata = saved
 
 
 # transform(original, rewritten operands, builder) -> replacement, or None to keep the original
@@ -143,6 +154,22 @@ def rewrite_module(module: Module,
     return replace_computations(module, callees), True
 
 
+def rewrite_matching(module: Module, matches: Callable[[Instruction], bool],
+                     rewrite: Transform) -> tuple[Module, bool]:
+    """`rewrite` applied to each instruction that `matches` (returning None keeps it), in the
+    computations holding one; the others are not rebuilt. `builder.name` names the
+    computation being rewritten."""
+
+    def transform(inst: Instruction, operands: tuple[Instruction, ...],
+                  builder: RewriteBuilder) -> Instruction | None:
+        return rewrite(inst, operands, builder) if matches(inst) else None
+
+    def transform_for(comp: Computation) -> Transform | None:
+        return transform if any(map(matches, comp.instructions)) else None
+
+    return rewrite_module(module, transform_for)
+
+
 def replace_computations(module: Module, replacements: Mapping[Computation, Computation]
                          ) -> Module:
     """`module` with computations swapped (callers must already call the replacements)."""
@@ -151,14 +178,10 @@ def replace_computations(module: Module, replacements: Mapping[Computation, Comp
     return Module(module.name, computations, entry, module.debug_tables)
 
 
-def rewrite_callers(module: Module, op: Op, transform: Transform) -> tuple[Module, bool]:
-    """`transform` over the computations holding an `op` instruction (one that calls
-    computations: a call, a conditional); the computations no longer called are dropped."""
-
-    def transform_for(comp: Computation) -> Transform | None:
-        return transform if any(i.op is op for i in comp.instructions) else None
-
-    module, changed = rewrite_module(module, transform_for)
+def rewrite_callers(module: Module, op: Op, rewrite: Transform) -> tuple[Module, bool]:
+    """`rewrite` applied to each `op` instruction (one that calls computations: a call, a
+    conditional); the computations no longer called are dropped."""
+    module, changed = rewrite_matching(module, lambda inst: inst.op is op, rewrite)
     if changed:
         module, _ = without_unreachable(module)
     return module, changed

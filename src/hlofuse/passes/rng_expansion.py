@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.decision_log import RewriteLog
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 from hlofuse.reference.rnglib import PARITY, THREEFRY_TARGET, threefry2x32_ops
 
 if TYPE_CHECKING:
@@ -74,13 +74,10 @@ def expand_threefry(inst: Instruction, operands: tuple[Instruction, ...],
     def binary(op: Op, a: Instruction, b: Instruction) -> Instruction:
         return builder.add(op, [a, b])
 
-    saved, builder.metadata = builder.metadata, inst.metadata
-    try:
+    with builder.metadata_of(inst):
         k2 = binary(Op.XOR, binary(Op.XOR, k0, k1), word(PARITY))
         y0, y1 = threefry2x32_ops(binary, word, (k0, k1, k2), x0, x1)
         return builder.add(Op.TUPLE, [y0, y1])
-    finally:
-        builder.metadata = saved
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,34 +89,26 @@ class RngExpansion:
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         records = RewriteLog(log, self.name)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            if not any(i.op is Op.CUSTOM_CALL for i in comp.instructions):
+        def expand(inst: Instruction, operands: tuple[Instruction, ...],
+                   builder: RewriteBuilder) -> Instruction | None:
+            target = inst.attrs.get("custom_call_target")
+            if target != THREEFRY_TARGET:
+                records.refused(builder.name, inst, "unknown-custom-call-target",
+                                f"cannot expand %{inst.name}: custom-call target {target!r} "
+                                "has no known integer form", target=str(target))
                 return None
+            problem = signature_problem(inst)
+            if problem is not None:
+                records.refused(builder.name, inst, "threefry-signature",
+                                f"cannot expand %{inst.name}: {THREEFRY_TARGET} {problem}")
+                return None
+            start = len(builder.instructions)
+            expanded = expand_threefry(inst, operands, builder)
+            count = len(builder.instructions) - start
+            records.rewrote(builder.name, inst, "threefry-expanded",
+                            f"expanded %{inst.name} ({THREEFRY_TARGET} of "
+                            f"{inst.operands[2].shape.text(False)}) into {count} "
+                            "element-wise instructions", instructions=count)
+            return expanded
 
-            def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                          builder: RewriteBuilder) -> Instruction | None:
-                if inst.op is not Op.CUSTOM_CALL:
-                    return None
-                target = inst.attrs.get("custom_call_target")
-                if target != THREEFRY_TARGET:
-                    records.refused(comp.name, inst, "unknown-custom-call-target",
-                                    f"cannot expand %{inst.name}: custom-call target {target!r} "
-                                    "has no known integer form", target=str(target))
-                    return None
-                problem = signature_problem(inst)
-                if problem is not None:
-                    records.refused(comp.name, inst, "threefry-signature",
-                                    f"cannot expand %{inst.name}: {THREEFRY_TARGET} {problem}")
-                    return None
-                start = len(builder.instructions)
-                expanded = expand_threefry(inst, operands, builder)
-                count = len(builder.instructions) - start
-                records.rewrote(comp.name, inst, "threefry-expanded",
-                                f"expanded %{inst.name} ({THREEFRY_TARGET} of "
-                                f"{inst.operands[2].shape.text(False)}) into {count} "
-                                "element-wise instructions", instructions=count)
-                return expanded
-
-            return transform
-
-        return rewrite_module(module, transform_for)
+        return rewrite_matching(module, lambda inst: inst.op is Op.CUSTOM_CALL, expand)

@@ -48,7 +48,7 @@ from hlofuse.passes.concat_forwarding import (
 )
 from hlofuse.passes.decision_log import RewriteLog
 from hlofuse.passes.loop_rebuild import tuple_elements, with_reachable_computations
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -65,29 +65,21 @@ class ScalarizeState:
         records = RewriteLog(log, self.name)
         counts = call_counts(module)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            if not any(i.op is Op.WHILE for i in comp.instructions):
+        def split(inst: Instruction, operands: tuple[Instruction, ...],
+                  builder: RewriteBuilder) -> Instruction | None:
+            if any(counts[id(c)] > 1 for c in inst.calls):
+                records.refused(builder.name, inst, "shared-loop-computation",
+                                f"cannot split the state of %{inst.name}: its body or "
+                                "condition is also used by another instruction")
                 return None
+            cond, body = (builder.callee(c) for c in inst.calls)
+            plans = self.plan(inst, cond, body, records, builder.name)
+            if not plans:
+                return None
+            return _split_loop(inst, operands[0], cond, body, plans, builder, records,
+                               builder.name)
 
-            def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                          builder: RewriteBuilder) -> Instruction | None:
-                if inst.op is not Op.WHILE:
-                    return None
-                if any(counts[id(c)] > 1 for c in inst.calls):
-                    records.refused(comp.name, inst, "shared-loop-computation",
-                                    f"cannot split the state of %{inst.name}: its body or "
-                                    "condition is also used by another instruction")
-                    return None
-                cond, body = (builder.callee(c) for c in inst.calls)
-                plans = self.plan(inst, cond, body, records, comp.name)
-                if not plans:
-                    return None
-                return _split_loop(inst, operands[0], cond, body, plans, builder, records,
-                                   comp.name)
-
-            return transform
-
-        module, changed = rewrite_module(module, transform_for)
+        module, changed = rewrite_matching(module, lambda inst: inst.op is Op.WHILE, split)
         if not changed:
             return module, False
         return with_reachable_computations(module), True

@@ -28,10 +28,10 @@ from typing import ClassVar
 
 from hlofuse.analysis.counted_loops import NotCounted, counted_loop
 from hlofuse.ir.attrs import RawAttr
-from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.passes.decision_log import DecisionSink, RewriteLog
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
 BACKEND_CONFIG = "backend_config"
 
@@ -80,33 +80,27 @@ class WhileLoopTripCountAnnotator:
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         records = RewriteLog(log, self.name)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            if not any(i.op is Op.WHILE for i in comp.instructions):
+        def annotate(inst: Instruction, operands: tuple[Instruction, ...],
+                     builder: RewriteBuilder) -> Instruction | None:
+            if operands[0].op is not Op.TUPLE:
                 return None
+            cond, body = inst.calls
+            try:
+                loop = counted_loop(inst, operands[0], cond, body)
+            except NotCounted as why:
+                records.refused(builder.name, inst, why.rule, why.message)
+                return None
+            if known_trip_count(inst.extra) == loop.trip_count:
+                return None
+            records.rewrote(builder.name, inst, "trip-count-annotated",
+                            f"%{inst.name} runs {loop.trip_count} times (counter element "
+                            f"{loop.index} from {loop.start} by {loop.step})",
+                            trip_count=loop.trip_count)
+            # Same name and everything else: only the backend_config differs.
+            annotated = dataclasses.replace(
+                inst, operands=operands, calls=tuple(builder.callee(c) for c in inst.calls),
+                extra=_with_config(inst.extra, loop.trip_count))
+            builder.instructions.append(annotated)
+            return annotated
 
-            def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                          builder: RewriteBuilder) -> Instruction | None:
-                if inst.op is not Op.WHILE or operands[0].op is not Op.TUPLE:
-                    return None
-                cond, body = inst.calls
-                try:
-                    loop = counted_loop(inst, operands[0], cond, body)
-                except NotCounted as why:
-                    records.refused(comp.name, inst, why.rule, why.message)
-                    return None
-                if known_trip_count(inst.extra) == loop.trip_count:
-                    return None
-                records.rewrote(comp.name, inst, "trip-count-annotated",
-                                f"%{inst.name} runs {loop.trip_count} times (counter element "
-                                f"{loop.index} from {loop.start} by {loop.step})",
-                                trip_count=loop.trip_count)
-                # Same name and everything else: only the backend_config differs.
-                annotated = dataclasses.replace(
-                    inst, operands=operands, calls=tuple(builder.callee(c) for c in inst.calls),
-                    extra=_with_config(inst.extra, loop.trip_count))
-                builder.instructions.append(annotated)
-                return annotated
-
-            return transform
-
-        return rewrite_module(module, transform_for)
+        return rewrite_matching(module, lambda inst: inst.op is Op.WHILE, annotate)

@@ -46,7 +46,7 @@ from hlofuse.ir.ops import Op
 from hlofuse.passes.call_inliner import inline_computation
 from hlofuse.passes.decision_log import RewriteLog
 from hlofuse.passes.loop_rebuild import has_control_flow, with_reachable_computations
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -90,36 +90,28 @@ class LoopUnroll:
         records = RewriteLog(log, self.name)
         counts = call_counts(module)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            if not any(i.op is Op.WHILE for i in comp.instructions):
+        def unroll(inst: Instruction, operands: tuple[Instruction, ...],
+                   builder: RewriteBuilder) -> Instruction | None:
+            try:
+                if any(counts[id(c)] > 1 for c in inst.calls):
+                    raise NotCounted("shared-loop-computation",
+                                     f"%{inst.name}: its body or condition is also used "
+                                     "by another instruction")
+                cond, body = (builder.callee(c) for c in inst.calls)
+                loop = counted_loop(inst, operands[0], cond, body)
+                k = self.check(inst, body, loop)
+            except NotCounted as e:
+                records.refused(builder.name, inst, e.rule, "cannot unroll " + e.message)
                 return None
+            m, r = divmod(loop.trip_count, k)
+            how = (f"completely ({loop.trip_count} copies of the body, no loop left)"
+                   if m <= 1 else f"by {k}: {m} iterations, {r} peeled after the loop")
+            records.rewrote(builder.name, inst, "unrolled",
+                            f"unrolled %{inst.name} (trip count {loop.trip_count}) {how}",
+                            factor=k, trip_count=loop.trip_count)
+            return _unroll(inst, operands[0], cond, body, loop, k, builder)
 
-            def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                          builder: RewriteBuilder) -> Instruction | None:
-                if inst.op is not Op.WHILE:
-                    return None
-                try:
-                    if any(counts[id(c)] > 1 for c in inst.calls):
-                        raise NotCounted("shared-loop-computation",
-                                         f"%{inst.name}: its body or condition is also used "
-                                         "by another instruction")
-                    cond, body = (builder.callee(c) for c in inst.calls)
-                    loop = counted_loop(inst, operands[0], cond, body)
-                    k = self.check(inst, body, loop)
-                except NotCounted as e:
-                    records.refused(comp.name, inst, e.rule, "cannot unroll " + e.message)
-                    return None
-                m, r = divmod(loop.trip_count, k)
-                how = (f"completely ({loop.trip_count} copies of the body, no loop left)"
-                       if m <= 1 else f"by {k}: {m} iterations, {r} peeled after the loop")
-                records.rewrote(comp.name, inst, "unrolled",
-                                f"unrolled %{inst.name} (trip count {loop.trip_count}) {how}",
-                                factor=k, trip_count=loop.trip_count)
-                return _unroll(inst, operands[0], cond, body, loop, k, builder)
-
-            return transform
-
-        module, changed = rewrite_module(module, transform_for)
+        module, changed = rewrite_matching(module, lambda inst: inst.op is Op.WHILE, unroll)
         if not changed:
             return module, False
         return with_reachable_computations(module), True

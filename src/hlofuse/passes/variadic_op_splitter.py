@@ -98,12 +98,9 @@ class VariadicOpSplitter:
                           builder: RewriteBuilder) -> Instruction | None:
                 if inst.op is not Op.CONCATENATE or len(operands) <= limit:
                     return None
-                saved, builder.metadata = builder.metadata, inst.metadata
                 start = len(builder.instructions)
-                try:
+                with builder.metadata_of(inst):
                     split = split_concatenate(inst, operands, builder, limit)
-                finally:
-                    builder.metadata = saved
                 records.rewrote(comp.name, inst, "concatenate-split",
                                 f"%{inst.name} had {len(operands)} operands, over "
                                 f"{limit}; it is now {len(builder.instructions) - start} "

@@ -44,7 +44,7 @@ from hlofuse.ir.shapes import Shape
 from hlofuse.passes.dce import has_side_effect
 from hlofuse.passes.decision_log import RewriteLog
 from hlofuse.passes.loop_rebuild import tuple_elements, with_reachable_computations
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
 if TYPE_CHECKING:
     from hlofuse.passes.decision_log import DecisionSink
@@ -399,34 +399,28 @@ class WhileLoopSimplifier:
         records = RewriteLog(log, self.name)
         counts = call_counts(module)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            if not any(i.op is Op.WHILE for i in comp.instructions):
+        used = {loop: _used_after(loop, comp) for comp in module.computations
+                for loop in comp.instructions if loop.op is Op.WHILE}
+
+        def simplify(inst: Instruction, operands: tuple[Instruction, ...],
+                     builder: RewriteBuilder) -> Instruction | None:
+            if not inst.shape.is_tuple or any(counts[id(c)] > 1 for c in inst.calls):
                 return None
-            used = {i: _used_after(i, comp) for i in comp.instructions if i.op is Op.WHILE}
+            cond, body = (builder.callee(c) for c in inst.calls)
+            if body.root.op is not Op.TUPLE or any(has_side_effect(i) for i in
+                                                   cond.instructions):
+                return None
+            init = operands[0]
+            plan = (repeated_state(inst, init, body)
+                    or dead_state(inst, init, cond, body, used[inst])
+                    or constant_state(inst, init, cond, body)
+                    or merged_induction_variables(inst, init, body))
+            if plan is None:
+                return None
+            records.rewrote(builder.name, inst, plan.rule, plan.message)
+            return _apply(inst, init, cond, body, plan, builder)
 
-            def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                          builder: RewriteBuilder) -> Instruction | None:
-                if inst.op is not Op.WHILE or not inst.shape.is_tuple:
-                    return None
-                if any(counts[id(c)] > 1 for c in inst.calls):
-                    return None
-                cond, body = (builder.callee(c) for c in inst.calls)
-                if body.root.op is not Op.TUPLE or any(has_side_effect(i) for i in
-                                                       cond.instructions):
-                    return None
-                init = operands[0]
-                plan = (repeated_state(inst, init, body)
-                        or dead_state(inst, init, cond, body, used[inst])
-                        or constant_state(inst, init, cond, body)
-                        or merged_induction_variables(inst, init, body))
-                if plan is None:
-                    return None
-                records.rewrote(comp.name, inst, plan.rule, plan.message)
-                return _apply(inst, init, cond, body, plan, builder)
-
-            return transform
-
-        module, changed = rewrite_module(module, transform_for)
+        module, changed = rewrite_matching(module, lambda inst: inst.op is Op.WHILE, simplify)
         if not changed:
             return module, False
         return with_reachable_computations(module), True

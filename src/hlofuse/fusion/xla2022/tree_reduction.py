@@ -48,7 +48,7 @@ from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape, default_layout
 from hlofuse.passes.decision_log import DecisionSink, RewriteLog
-from hlofuse.passes.rewrite import RewriteBuilder, Transform, rewrite_module
+from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
 MIN_THREADS_X_ROW_REDUCTION = 1024  # MinThreadsXRowReduction
 ROW_TILE_X = 16  # GetReductionTiling: {min(batch, 8), 1, 16} for rows
@@ -176,38 +176,29 @@ class TreeReductionRewriter:
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         records = RewriteLog(log, self.name)
 
-        def transform_for(comp: Computation) -> Transform | None:
-            if not any(i.op is Op.REDUCE for i in comp.instructions):
+        def split(inst: Instruction, operands: tuple[Instruction, ...],
+                  builder: RewriteBuilder) -> Instruction | None:
+            if len(operands) != 2:
                 return None
+            groups = _contiguous(inst.operands[0].shape, inst.ints("dimensions"))
+            if groups is None or is_race_free(groups):
+                return None
+            why = splittable(inst, builder.callee(inst.calls[0]))
+            if why is not None:
+                records.refused(builder.name, inst, why[0], f"cannot split {why[1]}")
+                return None
+            view = _normalise(groups)
+            if not view.reduced:
+                return None
+            with builder.metadata_of(inst):
+                splitter = _Splitter(inst, operands, builder)
+                result = splitter.reshape(splitter.split(view), inst.shape.dims)
+            kind = "row" if groups.is_row_reduction else "column"
+            records.rewrote(builder.name, inst, "reduction-split",
+                            f"%{inst.name}, a {kind} reduction of {groups.dimensions}, is "
+                            "over the race-free tile; it is now two reductions",
+                            kind=kind, reduced=groups.dimensions[2 if kind == "row" else 1],
+                            batch=groups.dimensions[0])
+            return result
 
-            def transform(inst: Instruction, operands: tuple[Instruction, ...],
-                          builder: RewriteBuilder) -> Instruction | None:
-                if inst.op is not Op.REDUCE or len(operands) != 2:
-                    return None
-                groups = _contiguous(inst.operands[0].shape, inst.ints("dimensions"))
-                if groups is None or is_race_free(groups):
-                    return None
-                why = splittable(inst, builder.callee(inst.calls[0]))
-                if why is not None:
-                    records.refused(comp.name, inst, why[0], f"cannot split {why[1]}")
-                    return None
-                view = _normalise(groups)
-                if not view.reduced:
-                    return None
-                saved, builder.metadata = builder.metadata, inst.metadata
-                try:
-                    splitter = _Splitter(inst, operands, builder)
-                    result = splitter.reshape(splitter.split(view), inst.shape.dims)
-                finally:
-                    builder.metadata = saved
-                kind = "row" if groups.is_row_reduction else "column"
-                records.rewrote(comp.name, inst, "reduction-split",
-                                f"%{inst.name}, a {kind} reduction of {groups.dimensions}, is "
-                                "over the race-free tile; it is now two reductions",
-                                kind=kind, reduced=groups.dimensions[2 if kind == "row" else 1],
-                                batch=groups.dimensions[0])
-                return result
-
-            return transform
-
-        return rewrite_module(module, transform_for)
+        return rewrite_matching(module, lambda inst: inst.op is Op.REDUCE, split)
