@@ -5,7 +5,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 # The fast tier (README, Install and run): no C compiler needed, no sweeps.
 FAST_MARKERS := not needs_cc and not slow and not thorough
 
-.PHONY: test fast lint run setup clean fuzz docs
+.PHONY: test fast lint run setup clean fuzz docs wheel-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check
 	$(VENV)/bin/mypy
 	$(VENV)/bin/vulture
+
+# The package as users install it: its wheel, in a new virtual environment, run from outside
+# the repository (`hlofuse cartpole --quick` and examples/from_jax_layer.py).
+wheel-check: $(STAMP)
+	$(PY) .ci/wheel_check.py
 
 run: $(STAMP)
 	$(VENV)/bin/hlofuse cartpole

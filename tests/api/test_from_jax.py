@@ -148,3 +148,15 @@ def test_missing_jax_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     f = hlofuse.from_jax(lambda x: x)
     with pytest.raises(JaxNotInstalledError, match=r"hlofuse\[jax\]"):
         f(np.ones(2, np.float32))
+
+
+@pytest.mark.needs_cc
+def test_the_example_runs_and_checks_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    # examples/from_jax_layer.py is what `make wheel-check` runs from the installed wheel.
+    path = Path(__file__).parents[2] / "examples" / "from_jax_layer.py"
+    spec = importlib.util.spec_from_file_location("_from_jax_layer_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main()
+    assert "kernel(s) and matches NumPy" in capsys.readouterr().out
