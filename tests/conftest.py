@@ -85,11 +85,21 @@ def _withhold_the_c_compiler() -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("needs_cc") is not None and not _has_c_compiler():
         pytest.skip("no C compiler ($CC or cc)")
+    if item.get_closest_marker("needs_nvcc") is not None:
+        # nvcc is a compiler too: the fast tier leaves it out even where it is installed.
+        if item.config.getoption("--no-cc"):
+            pytest.skip("runs nvcc (--no-cc)")
+        if not _has_nvcc():
+            pytest.skip("no nvcc on the PATH")
 
 
 def _has_c_compiler() -> bool:
     command = shlex.split(os.environ.get("CC", "")) or ["cc"]
     return shutil.which(command[0]) is not None
+
+
+def _has_nvcc() -> bool:
+    return any(shutil.which(nvcc) is not None for nvcc in ("nvcc", "/usr/local/cuda/bin/nvcc"))
 
 
 @pytest.fixture(params=CORPUS)

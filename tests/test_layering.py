@@ -5,6 +5,7 @@ not load an upper one (the package's `__init__` is lazy)."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -81,6 +82,12 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of `path`, parsed once for all the checks."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def package_of(path: Path) -> str:
     """The package relative imports in `path` are resolved against."""
     name = module_name(path)
@@ -102,7 +109,7 @@ def imported_modules(path: Path, package: str | None = None) -> list[tuple[int, 
     imports are resolved against `package` (by default the file's own package)."""
     package = package_of(path) if package is None else package
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -256,7 +263,7 @@ def import_edges(path: Path, modules: set[str], package: str | None = None
     before any of its modules, is not an edge of its modules."""
     package = package_of(path) if package is None else package
     edges: list[tuple[int, str]] = []
-    for node in module_level_imports(ast.parse(path.read_text(), filename=str(path))):
+    for node in module_level_imports(parsed(path)):
         if isinstance(node, ast.Import):
             named = [resolve(alias.name) for alias in node.names]
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.hlo import Module
@@ -91,6 +92,8 @@ def test_nothing_to_fold_leaves_the_module_as_it_is() -> None:
     assert _entry_ops(folded) == _entry_ops(module)
 
 
+# xla-gpu on the whole rollout: seconds.
+@pytest.mark.thorough
 def test_cartpole_rollout_sums_its_constant_reward_before_fusion_as_xla_does() -> None:
     """The rollout's reward is `sum(broadcast(1.0))` per step; XLA's optimised HLO adds a
     constant to the running total, and so does xla-gpu, with no reduction kernel for it."""

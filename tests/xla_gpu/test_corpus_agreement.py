@@ -129,6 +129,9 @@ def test_dynamic_slices_of_bitcast_shapes_share_a_kernel_as_in_xla() -> None:
     assert shared.loop is None
 
 
+# Two of the largest programs (about 25 s of compiling): the fast tier matches the loops of
+# fori_loop per iteration instead (test_fori_loop_counters_merge_as_in_xla).
+@pytest.mark.thorough
 def test_rollout_corpus_loops_compare_per_iteration() -> None:
     """The rollout corpus's loops are matched between the two compilers (one loop each, two
     in particles), and XLA launches kernels in every iteration."""
@@ -147,6 +150,26 @@ def test_xla_copies_for_loop_state_are_listed_not_compared() -> None:
 
 
 def test_a_difference_names_both_sides() -> None:
+    # reductions without multi-output fusion: XLA computes reduce_max.14 with reduce_prod.7's
+    # kernel (sibling reductions of one input); xla-gpu-no-multi-output leaves them apart.
+    result = compare_texts((DATA / "reductions.before.hlo").read_text(),
+                           (DATA / "reductions.h100.hlo").read_text(), "h100",
+                           strategy="xla-gpu-no-multi-output")
+    assert not result.same_count and not result.same_grouping
+    difference = result.first_difference
+    assert difference is not None and difference["xla_kernel"] is not None
+    assert {"reduce_max.14", "reduce_prod.7"} <= set(difference["xla_kernel"]["members"])
+    assert sorted(sorted(k["members"]) for k in difference["xla_gpu_kernels"]) == [
+        ["add.2", "add.3", "mul.2", "mul.3", "reduce_prod.7"], ["reduce_max.14"]]
+    text = report_text(result)
+    assert "kernel count DIFFERS" in text and "first difference" in text
+    assert "xla-gpu puts reduce_max.14 in" in text
+    # Under xla-gpu itself the two agree.
+    assert comparison("reductions").same_grouping
+
+
+@pytest.mark.thorough
+def test_a_difference_in_a_loop_names_both_sides() -> None:
     # mountain_car_rollout without multi-output fusion: the Threefry blocks XLA pairs with
     # their key slices stay apart (xla-gpu itself has XLA's 6 kernels per step since its CSE
     # after fusion compares identical iotas as one operand).

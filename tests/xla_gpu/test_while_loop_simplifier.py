@@ -176,8 +176,10 @@ def test_repeated_pass_through_state_is_read_once() -> None:
     _assert_same_results(module, simplified)
 
 
+# cartpole_fori_rollout takes seconds under xla-gpu and the interpreter: thorough.
 @pytest.mark.parametrize("name", ["fori_loop", "scan_cumsum", "while_loop",
-                                  "cartpole_fori_rollout"])
+                                  pytest.param("cartpole_fori_rollout",
+                                               marks=pytest.mark.thorough)])
 def test_xla_gpu_keeps_the_results_of_corpus_loops(name: str) -> None:
     """On the corpus's stored inputs where it has them (a Collatz loop on random inputs may
     never end), and JAX's stored outputs agree too."""
