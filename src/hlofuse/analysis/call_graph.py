@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
-from hlofuse.ir.hlo import Computation, Module
+from hlofuse.ir.hlo import Computation, Module, reachable_computations
 
 
 def call_counts(module: Module) -> Counter[int]:
@@ -18,18 +17,5 @@ def callee_order(module: Module) -> list[Computation]:
     order: list[Computation] = []
     seen: set[int] = set()
     for start in module.computations:
-        if id(start) in seen:
-            continue
-        seen.add(id(start))
-        stack: list[tuple[Computation, Iterator[Computation]]] = [
-            (start, iter(list(start.called_computations)))]
-        while stack:
-            comp, callees = stack[-1]
-            callee = next(callees, None)
-            if callee is None:
-                stack.pop()
-                order.append(comp)
-            elif id(callee) not in seen:
-                seen.add(id(callee))
-                stack.append((callee, iter(list(callee.called_computations))))
+        order += reachable_computations(start, seen)
     return order

@@ -141,10 +141,14 @@ class Module:
         return f"<module {self.name}: {len(self.computations)} computations>"
 
 
-def reachable_computations(entry: Computation) -> list[Computation]:
-    """Every computation reachable from `entry`, callees before callers, `entry` last."""
+def reachable_computations(entry: Computation, seen: set[int] | None = None
+                            ) -> list[Computation]:
+    """Every computation reachable from `entry`, callees before callers, `entry` last; with
+    `seen` (ids), those not in it, which it then holds too."""
     order: list[Computation] = []
-    seen: set[int] = set()
+    seen = set() if seen is None else seen
+    if id(entry) in seen:
+        return order
     stack: list[tuple[Computation, Iterator[Computation]]] = [(entry, entry.called_computations)]
     seen.add(id(entry))
     while stack:

@@ -40,6 +40,7 @@ from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.decision_log import RewriteLog
+from hlofuse.passes.loop_rebuild import with_reachable_computations
 from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
 if TYPE_CHECKING:
@@ -161,24 +162,8 @@ class DotStrengthReduction:
         module, changed = rewrite_matching(module, reduces, reduce_dot)
         if not adders:
             return module, changed
-        return _with_callees(module), changed
-
-
-def _with_callees(module: Module) -> Module:
-    """`module` listing every computation reachable from its entry, callees first."""
-    order: list[Computation] = []
-    seen: set[int] = set()
-
-    def visit(comp: Computation) -> None:
-        if id(comp) in seen:
-            return
-        seen.add(id(comp))
-        for callee in comp.called_computations:
-            visit(callee)
-        order.append(comp)
-
-    visit(module.entry)
-    return Module(module.name, tuple(order), module.entry, module.debug_tables)
+        # The new adder computations join the module, callees first.
+        return with_reachable_computations(module), changed
 
 
 def _canonical_operand(rank: int, contracting: tuple[int, ...], batch: tuple[int, ...]) -> bool:
