@@ -48,6 +48,5 @@ _.registers_per_block_limit
 _.device_memory_size
 
 # Dead, but in code that others are restructuring (issue 33): remove or call there.
-_.unavailable  # runtime/target.py: the Target interface's "why it cannot run here", no caller
 _.libm_name  # codegen/mathlib: a column of the function table that nothing reads
 _.is_gemm_fusion  # fusion/xla_gpu/gemm_fusion.py: no caller

@@ -274,3 +274,19 @@ def test_a_lower_layers_error_becomes_one_error_line(
     status, out, err = _run(["opt", str(path), "-p", "no-such-pass"], capsys)
     _assert_one_error(status, out, err, "")
     assert "no-such-pass" in err
+
+
+def test_run_on_a_backend_that_cannot_run_here_names_why(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The target says why it cannot run before any pass: no C compiler for cpu."""
+    from hlofuse.toolchain.compiler import _find_compiler
+
+    monkeypatch.setenv("CC", "no-such-compiler-hlofuse")
+    _find_compiler.cache_clear()
+    try:
+        assert main(["run", "tests/data/jax/cond.hlo", "--backend", "cpu",
+                     "--strategy", "none"]) == 2
+    finally:
+        _find_compiler.cache_clear()
+    err = capsys.readouterr().err
+    assert "backend cpu: no C compiler found" in err and "Traceback" not in err

@@ -33,7 +33,7 @@ from hlofuse.ir.verifier import verify
 from hlofuse.passes.manager import gc_paused
 from hlofuse.reference.interpreter import coerce_argument, flatten_value
 from hlofuse.runtime.profile import Profile
-from hlofuse.runtime.target import Executable
+from hlofuse.runtime.target import Executable, TargetUnavailable
 
 DEFAULT_STRATEGY = "xla"
 _STRATEGY_NAME = re.compile(r"^[a-z][a-z0-9_+\-]*$")
@@ -74,6 +74,9 @@ def _executable(compiled: Compiled) -> tuple[FlatFn, Executable | None]:
     compiled-program cache when the target keeps programs and it holds this one: then no pass
     runs), and the executable when the target compiles (None for the interpreter)."""
     target = targets.get(compiled.backend)
+    reason = target.unavailable()
+    if reason is not None:
+        raise TargetUnavailable(f"backend {target.name}: {reason}")
     executable = cached_executable(target, compiled.module, compiled.strategy,
                                    compiled.compile_fusion)
     if not target.is_compiled:
