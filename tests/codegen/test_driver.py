@@ -15,7 +15,7 @@ from hlofuse.targets.c import generate_c as generate
 
 from tests.codegen.test_ops import assert_same
 
-COUNTED = Path(__file__).parents[1] / "filecheck" / "codegen" / "driver-counted-while.hlo"
+COUNTED = Path(__file__).parents[1] / "filecheck" / "codegen-c" / "driver-counted-while.hlo"
 
 
 def test_the_trip_count_reaches_the_while_thunk() -> None:
