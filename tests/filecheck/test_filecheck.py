@@ -18,6 +18,8 @@ range for CHECK-NOT: `LlvmMatcher`).
   the `// NAME:` lines instead. A file may have several RUN lines (its first lines), so that
   one output is checked twice: once for its structure, once for what must be absent from a
   whole kernel (`NAME-LABEL` around it, `NAME-NOT` inside).
+- `// TIER: thorough` anywhere in the file: its commands take seconds (CartPole's rollout
+  under `max`), so it runs in `make test`, not in `make fast`.
 
 Fusion tests may also assert on the decision log:
 
@@ -53,6 +55,12 @@ from hlofuse.passes.decision_log import DecisionLog
 
 HERE = Path(__file__).parent
 CASES = sorted(HERE.glob("*/*.hlo"))
+THOROUGH = "// TIER: thorough"
+
+
+def _case(path: Path) -> object:
+    marks = [pytest.mark.thorough] if THOROUGH in path.read_text().splitlines() else []
+    return pytest.param(path, marks=marks, id=f"{path.parent.name}/{path.name}")
 
 
 def test_enough_cases() -> None:
@@ -190,7 +198,7 @@ def _check_decisions(path: Path, log: DecisionLog) -> None:
             assert found, f"{path.name}: no decision `{text}` among:\n{summary}"
 
 
-@pytest.mark.parametrize("path", CASES, ids=[f"{p.parent.name}/{p.name}" for p in CASES])
+@pytest.mark.parametrize("path", [_case(path) for path in CASES])
 def test_filecheck(path: Path, tmp_path: Path) -> None:
     outputs: dict[tuple[tuple[str, tuple[str, ...]], ...], str] = {}
     log = None

@@ -112,40 +112,7 @@ def test_compile_command_emits_hlo_and_names_a_bad_strategy(
     assert "unknown strategy" in capsys.readouterr().err
 
 
-SWAP = """HloModule swap
-cond {
-  cond.s = (s32[], f32[3]{0}, f32[3]{0}) parameter(0)
-  cond.i = s32[] get-tuple-element(cond.s), index=0
-  cond.n = s32[] constant(5)
-  ROOT cond.lt = pred[] compare(cond.i, cond.n), direction=LT
-}
-even {
-  even.p = f32[3]{0} parameter(0)
-  ROOT even.r = f32[3]{0} negate(even.p)
-}
-odd {
-  odd.p = f32[3]{0} parameter(0)
-  ROOT odd.r = f32[3]{0} reverse(odd.p), dimensions={0}
-}
-body {
-  body.s = (s32[], f32[3]{0}, f32[3]{0}) parameter(0)
-  body.i = s32[] get-tuple-element(body.s), index=0
-  body.a = f32[3]{0} get-tuple-element(body.s), index=1
-  body.b = f32[3]{0} get-tuple-element(body.s), index=2
-  body.one = s32[] constant(1)
-  body.j = s32[] add(body.i, body.one)
-  body.bit = s32[] and(body.i, body.one)
-  body.c = f32[3]{0} conditional(body.bit, body.b, body.b), branch_computations={even, odd}
-  ROOT body.t = (s32[], f32[3]{0}, f32[3]{0}) tuple(body.j, body.c, body.a)
-}
-ENTRY main {
-  a = f32[3]{0} parameter(0)
-  b = f32[3]{0} parameter(1)
-  zero = s32[] constant(0)
-  t = (s32[], f32[3]{0}, f32[3]{0}) tuple(zero, a, b)
-  ROOT w = (s32[], f32[3]{0}, f32[3]{0}) while(t), condition=cond, body=body
-}
-"""
+SWAP = (CODEGEN_C / "driver-conditional.hlo").read_text()
 
 
 @pytest.mark.needs_cc
