@@ -80,7 +80,7 @@ ENTRY main {
 @pytest.mark.needs_cc
 @pytest.mark.parametrize("name", ["concatenate-small-dimension.hlo", "concatenate-seams.hlo",
                                   "clones-computed-once.hlo"])
-def test_written_out_and_split_concatenates_match_the_interpreter(name: str) -> None:
+def test_concatenates_and_clones_match_the_interpreter(name: str) -> None:
     """Concatenates along a small dimension (written out) and a large one (a loop per
     operand), and clones of one value computed once: the same values as the interpreter."""
     module = load(name)
