@@ -1,7 +1,8 @@
 """maximum and minimum against a constant bound (a clip, a ReLU) take shorter forms in C
 (templates.HEADER, hlofuse_max_f_plain/_flush, hlofuse_max_zero_f_*) with XLA's results: NaN
 wins, operands read flushed, -0 < +0; the general form where the bound is -0, subnormal,
-infinite or NaN (or +0 for minimum)."""
+infinite or NaN (or +0 for minimum). Which form each bound takes is checked on the C by
+tests/filecheck/codegen-c/extremum-*.hlo."""
 
 from __future__ import annotations
 
@@ -59,14 +60,6 @@ def test_extremum_against_a_constant(dtype: str, bound: str) -> None:
         # bit for bit: signed zeros, flushed subnormals and NaN payloads included
         np.testing.assert_array_equal(np.asarray(a).view(bits), e.view(bits),
                                       err_msg=f"r{k} bound {bound}")
-    source = executable.source()
-    short = float(bound) != 0 and np.isfinite(float(bound)) and bound not in ("1e-40", "1e-310")
-    suffix = "f" if dtype == "f32" else "d"
-    calls = [f"hlofuse_{which}_{suffix}_{kind}(" for which in ("max", "min")
-             for kind in ("plain", "flush")]
-    assert sum(call in source for call in calls) == (2 if short else 0)
-    # maximum with +0 (a ReLU) has its own form
-    assert (f"hlofuse_max_zero_{suffix}_flush(" in source) == (bound == "0")
 
 
 def test_a_computed_operand_needs_no_flush() -> None:
@@ -97,8 +90,6 @@ ENTRY main {{
     for k, (a, e) in enumerate(zip(actual, expected)):
         np.testing.assert_array_equal(np.asarray(a).view(np.uint32), e.view(np.uint32),
                                       err_msg=f"out{k}")
-    source = executable.source()
-    assert "hlofuse_max_f_plain(" in source and "hlofuse_min_f_plain(" in source
     relu_module = parse_module(f"""HloModule m
 
 ENTRY main {{
@@ -111,7 +102,5 @@ ENTRY main {{
 }}
 """)
     relu = compile_cpu(run_strategy(relu_module, "xla", debug=False).module)
-    assert "hlofuse_max_zero_f_plain(" in relu.source()
     np.testing.assert_array_equal(np.asarray(relu(x, z)).view(np.uint32),
                                   evaluate(relu_module, [x, z]).view(np.uint32))
-    assert "hlofuse_max_f_flush(" not in source and "hlofuse_min_f_flush(" not in source

@@ -1,12 +1,13 @@
 """Reduction kernels laid out as XLA's GPU reduction emitter lays them out (warp per row, block
 per row, 32-column tiles through shared memory), built against the emulation header, whose
 barriers and shuffles are exact: results equal the interpreter's (floats to rtol 1e-5, the
-tree order of a GPU sum; integers and pred exactly)."""
+tree order of a GPU sum; integers and pred exactly). That each case's kernel is of its kind
+and a grid (launched on more than one thread) is checked on the CUDA source by
+tests/filecheck/codegen-cuda/reduction-<kind>.hlo and reduce-*.hlo."""
 
 from __future__ import annotations
 
 import math
-import re
 
 import ml_dtypes
 import numpy as np
@@ -100,30 +101,12 @@ CASES = [
 ]
 
 
-def _grids(source: str) -> dict[str, int]:
-    """Each kernel's declared grid (`static const int64_t NAME_threads = N;`)."""
-    found = re.findall(r"static const int64_t (\w+)_threads = (\d+);", source)
-    return {name: int(n) for name, n in found}
-
-
-def _assert_grid(source: str, kind: str) -> None:
-    """The reduction is a kernel of `kind` launched on more than one thread."""
-    assert f"CUDA {kind} reduction" in source
-    for block in source.split("/* kernel ")[1:]:
-        if f"CUDA {kind} reduction" in block.split("*/")[0]:
-            name = block.split(" ")[0]
-            assert _grids(source)[name] > 1, name
-            return
-    raise AssertionError(f"no {kind} kernel")
-
-
-def _check(text: str, kind: str, dtype: str, x: np.ndarray | None = None) -> None:
+def _check(text: str, dtype: str, x: np.ndarray | None = None) -> None:
     module = parse_module(text, "reduce.hlo")
     if x is None:
         x = _input(dtype, module.entry.parameters[0].shape.dims)
     want = flatten_value(evaluate(module, [x]))
     executable = compile_cuda(run_strategy(module, "xla", debug=False).module, emulate=True)
-    _assert_grid(executable.source(), kind)
     got = flatten_value(executable(x))
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -134,22 +117,21 @@ def _check(text: str, kind: str, dtype: str, x: np.ndarray | None = None) -> Non
 
 
 @pytest.mark.needs_cc
-@pytest.mark.parametrize(("dtype", "dims", "reduced", "op", "kind"), CASES,
+@pytest.mark.parametrize(("dtype", "dims", "reduced", "op"), [c[:4] for c in CASES],
                          ids=[f"{c[0]}-{'x'.join(map(str, c[1]))}-{c[3]}" for c in CASES])
 def test_reduction_kernel_matches_interpreter(dtype: str, dims: tuple[int, ...],
-                                              reduced: tuple[int, ...], op: str,
-                                              kind: str) -> None:
-    _check(_module(dtype, dims, reduced, op), kind, dtype)
+                                              reduced: tuple[int, ...], op: str) -> None:
+    _check(_module(dtype, dims, reduced, op), dtype)
 
 
 @pytest.mark.needs_cc
 def test_epilogue_after_the_reduce_is_in_the_same_grid() -> None:
-    _check(_module("f32", (7, 90), (1,), "add", epilogue=True), "warp-row", "f32")
+    _check(_module("f32", (7, 90), (1,), "add", epilogue=True), "f32")
 
 
 @pytest.mark.needs_cc
 def test_two_reduces_of_one_input_share_the_grid() -> None:
-    _check(_module("f32", (50, 40), (0,), "add", second=True), "column", "f32")
+    _check(_module("f32", (50, 40), (0,), "add", second=True), "f32")
 
 
 def _case(dims: tuple[int, ...], reduced: tuple[int, ...], kind: str
@@ -183,16 +165,15 @@ LOW = {"f16": (np.float16, 2.0**-11), "bf16": (ml_dtypes.bfloat16, 2.0**-8)}
 
 
 @pytest.mark.needs_cc
-@pytest.mark.parametrize(("dtype", "dims", "reduced", "op", "kind"), [
-    ("f16", (6, 100), (1,), "add", "warp-row"),
-    ("f16", (3, 5000), (1,), "add", "block-row"),
-    ("bf16", (300, 70), (0,), "add", "column"),
-    ("bf16", (3, 5000), (1,), "max", "block-row"),
-    ("f16", (300, 70), (0,), "max", "column"),
+@pytest.mark.parametrize(("dtype", "dims", "reduced", "op"), [
+    ("f16", (6, 100), (1,), "add"),  # warp-row
+    ("f16", (3, 5000), (1,), "add"),  # block-row
+    ("bf16", (300, 70), (0,), "add"),  # column
+    ("bf16", (3, 5000), (1,), "max"),  # block-row
+    ("f16", (300, 70), (0,), "max"),  # column
 ])
 def test_low_precision_reduction_is_a_grid(dtype: str, dims: tuple[int, ...],
-                                           reduced: tuple[int, ...], op: str,
-                                           kind: str) -> None:
+                                           reduced: tuple[int, ...], op: str) -> None:
     """f16 and bf16 reduces run as grids. The reference sums f16 in f32 (rounded once) and
     bf16 in order (rounded each step); the grid applies an f16 reducer in f16 and accumulates
     a bf16 sum in f32 (XLA on sm_80), so sums agree to the bound of a low-precision
@@ -202,7 +183,6 @@ def test_low_precision_reduction_is_a_grid(dtype: str, dims: tuple[int, ...],
     module = parse_module(_module(dtype, dims, reduced, op), "reduce.hlo")
     want = flatten_value(evaluate(module, [x]))[0].astype(np.float64)
     executable = compile_cuda(run_strategy(module, "xla", debug=False).module, emulate=True)
-    _assert_grid(executable.source(), kind)
     got = flatten_value(executable(x))[0]
     assert got.dtype == x.dtype
     got = got.astype(np.float64)
@@ -231,7 +211,6 @@ def test_bf16_sum_accumulates_in_f32() -> None:
     x = np.ones((2, 64), dtype=ml_dtypes.bfloat16)
     x[:, 0] = 256
     executable = compile_cuda(run_strategy(module, "xla", debug=False).module, emulate=True)
-    _assert_grid(executable.source(), "warp-row")
     np.testing.assert_array_equal(flatten_value(executable(x))[0].astype(np.float32), [320, 320])
     want = flatten_value(evaluate(module, [x]))[0].astype(np.float32)
     assert np.all(np.abs(want - 320) <= 2 * 63 * 2.0**-8 * 319)
@@ -263,17 +242,17 @@ def _side_module(rows: int, cols: int, axis: int, dtype: str = "f32") -> str:
 
 
 @pytest.mark.needs_cc
-@pytest.mark.parametrize(("rows", "cols", "axis", "kind", "dtype"),
-                         [(6, 300, 1, "warp-row", "f32"), (300, 70, 0, "column", "s32"),
-                          (2, 3000, 1, "block-row", "s32"), (20, 12, 1, "elemental", "f32")])
+@pytest.mark.parametrize(("rows", "cols", "axis", "dtype"),
+                         [(6, 300, 1, "f32"), (300, 70, 0, "s32"), (2, 3000, 1, "s32"),
+                          (20, 12, 1, "f32")])  # warp-row, column, block-row, elemental
 def test_side_output_of_the_input_shape_shares_the_grid(rows: int, cols: int, axis: int,
-                                                        kind: str, dtype: str) -> None:
+                                                        dtype: str) -> None:
     """XLA's multi-output reduction fusion: an output of the reduce input's shape beside the
     reduce, written by the thread that reads the element for the reduction."""
     module = parse_module(_side_module(rows, cols, axis, dtype), "side.hlo")
     fused = run_strategy(module, "xla", debug=False).module.entry.instructions
     assert [i.op for i in fused].count(Op.FUSION) == 1  # one multi-output fusion, one kernel
-    _check(_side_module(rows, cols, axis, dtype), kind, dtype)
+    _check(_side_module(rows, cols, axis, dtype), dtype)
 
 
 ARGMAX = """HloModule m
@@ -308,10 +287,10 @@ ENTRY e {
 
 
 @pytest.mark.needs_cc
-@pytest.mark.parametrize(("rows", "cols", "axis", "kind"),
-                         [(6, 300, 1, "warp-row"), (2, 4000, 1, "block-row"),
-                          (500, 40, 0, "column"), (30, 20, 1, "elemental")])
-def test_variadic_argmax_with_ties_is_exact(rows: int, cols: int, axis: int, kind: str) -> None:
+@pytest.mark.parametrize(("rows", "cols", "axis"),
+                         [(6, 300, 1), (2, 4000, 1), (500, 40, 0),
+                          (30, 20, 1)])  # warp-row, block-row, column, elemental
+def test_variadic_argmax_with_ties_is_exact(rows: int, cols: int, axis: int) -> None:
     """A reducer without an identity (argmax: value and index) starts each thread empty; the
     first index of the maximum wins, whatever the tree order (ties are planted)."""
     out = rows if axis == 1 else cols
@@ -321,7 +300,6 @@ def test_variadic_argmax_with_ties_is_exact(rows: int, cols: int, axis: int, kin
     x = np.floor(_input("f32", (rows, cols)) * 2).astype(np.float32)  # many equal maxima
     want = flatten_value(evaluate(module, [x]))
     executable = compile_cuda(run_strategy(module, "xla", debug=False).module, emulate=True)
-    _assert_grid(executable.source(), kind)
     got = flatten_value(executable(x))
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[0], np.argmax(x, axis=axis))
@@ -330,29 +308,23 @@ def test_variadic_argmax_with_ties_is_exact(rows: int, cols: int, axis: int, kin
 @pytest.mark.needs_cc
 @pytest.mark.parametrize("strategy", ["priority", "xla-gpu"])
 @pytest.mark.parametrize("name", ["layer_norm", "mlp_grad", "softmax"])
-def test_corpus_loop_kernels_with_reduces_are_grids(name: str, strategy: str) -> None:
-    """Corpus fusions whose outputs are broadcasts or concatenated slices of sums ran on one
-    thread (the sums went to a temporary); now every kernel that holds a reduce is a grid,
-    and the emulated build equals JAX's outputs."""
+def test_corpus_loop_kernels_with_reduces_match_jax(name: str, strategy: str) -> None:
+    """Corpus fusions whose outputs are broadcasts or concatenated slices of sums, their
+    reduces computed in grids (reduce-kernels-are-grids-*.hlo): the emulated build equals
+    JAX's outputs."""
     _, inputs, expected = load_corpus_case(name)
     executable = compile_cuda(fused_corpus(name, strategy), emulate=True)
-    source = executable.source()
-    grids = _grids(source)
-    for block in source.split("/* kernel ")[1:]:
-        comment = block.split("*/")[0]
-        if "reduce" in comment:
-            assert grids[block.split(" ")[0]] > 1, comment
     assert_matches(flatten_value(executable(*inputs)), expected, f"{name} ({strategy})")
 
 
 @pytest.mark.needs_cc
 def test_reduce_over_a_size_one_dimension_is_a_grid() -> None:
-    """Nothing reduced but the initial value (the `none` strategy keeps such reduces)."""
+    """Nothing reduced but the initial value, compiled as written (the `none` strategy now
+    simplifies such a reduce to a reshape); its grid is checked by
+    reduce-of-size-one-dimension.hlo."""
     text = _module("s32", (1, 300), (0,), "add")
     module = parse_module(text, "degenerate.hlo")
     x = _input("s32", (1, 300))
-    executable = compile_cuda(run_strategy(module, "none", debug=False).module, emulate=True)
-    source = executable.source()
-    assert all(n > 1 for n in _grids(source).values())
+    executable = compile_cuda(module, emulate=True)
     np.testing.assert_array_equal(flatten_value(executable(x))[0],
                                   flatten_value(evaluate(module, [x]))[0])

@@ -67,8 +67,9 @@ def test_jit_backend_cuda_emulated() -> None:
 @pytest.mark.needs_cc
 @pytest.mark.parametrize("n_envs", [1000, 4099])
 def test_whole_loop_kernel_is_a_grid_and_exact(n_envs: int) -> None:
-    """`max`'s whole-loop kernel: one thread per environment, the partial sums combined by
-    the last thread to finish; N not a multiple of the CUDA block."""
+    """`max`'s whole-loop kernel (one thread per environment, the partial sums combined by
+    the last thread to finish: tests/filecheck/codegen-cuda/whole-loop-grid-*.hlo), with N
+    not a multiple of the CUDA block, gives the interpreter's results bit for bit."""
     from hlofuse.studies.cartpole_study import known_steps
 
     step = known_steps()["max"]
@@ -76,12 +77,6 @@ def test_whole_loop_kernel_is_a_grid_and_exact(n_envs: int) -> None:
         pytest.skip("max not available")
     module = cartpole.trace(step.variant, n_envs, 60, 0)
     compiled = compile_module(module, step.strategy, "cuda-emulated")
-    assert compiled.executable is not None
-    source = compiled.executable.source()
-    assert "hlofuse_last_thread(" in source and "_part0_store[" in source
-    threads = [int(line.split("=")[1].rstrip(";")) for line in source.splitlines()
-               if "_threads = " in line and "kCustom" not in line]
-    assert max(threads) == n_envs  # one thread per environment
     want = flatten_value(evaluate(module, [random.key(0)]))
     got = compiled.run_flat([random.key(0)])
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
@@ -91,8 +86,8 @@ def test_whole_loop_kernel_is_a_grid_and_exact(n_envs: int) -> None:
 @pytest.mark.needs_cc
 def test_debug_build_checks_every_launch() -> None:
     _, inputs, expected = load_corpus_case("fori_loop")
+    # What the debug build adds after each launch: codegen-cuda/full-source-runtime.hlo.
     executable = compile_cuda(fused_corpus("fori_loop"), emulate=True, debug=True)
-    assert "HLOFUSE_AFTER_LAUNCH(hlo)" in executable.source()
     assert_matches(flatten_value(executable(*inputs)), expected, "fori_loop (debug)")
 
 
@@ -103,7 +98,6 @@ def test_profile_times_each_launch_with_cuda_events() -> None:
     per trip and run, with a positive time, and the kernels' time fits in the wall time."""
     _, inputs, expected = load_corpus_case("fori_loop")
     executable = compile_cuda(fused_corpus("fori_loop"), emulate=True)
-    assert "cudaEventRecord(hlofuse_profile_events[0]" in executable.source()
     profile = executable.profile(*inputs, repeat=3)
     called = [r for r in profile.rows if r.calls]
     assert called and profile.runs == 3
