@@ -50,6 +50,8 @@ EXPORT_OPTIONS: dict[str, dict[str, int]] = {
     "mountain_car_continuous": {"max_steps": 14},
     "bandit": {"max_steps": 12},
     "rigid_body": {"max_steps": 15},
+    "spring_chain": {"max_steps": 13},
+    "jacobi_rope": {"max_steps": 11},
 }
 
 
