@@ -30,6 +30,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from hlofuse.analysis.reducers import reducer_op
+from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import FusionKind, Op
@@ -49,6 +50,8 @@ _STRUCTURE = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMEN
 _IN_KERNEL = ELEMENTWISE | _STRUCTURE | {
     Op.IOTA, Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.COPY, Op.TRANSPOSE, Op.SLICE,
     Op.CONCATENATE, Op.WHILE, Op.CALL, Op.REDUCE, Op.DOT}
+# Element-wise ops Mosaic has no lowering for (JAX 0.10.2).
+_NOT_LOWERED = frozenset({Op.EXPONENTIAL_MINUS_ONE, Op.REDUCE_PRECISION})
 _KERNEL_REDUCERS = frozenset({Op.ADD, Op.MAXIMUM, Op.MINIMUM})
 
 
@@ -116,7 +119,9 @@ class Kernel:
 
     def _whole(self, *leaves: Value) -> list[Value]:
         constant_values = [np.asarray(c.attrs["literal"], c.dtype.numpy) for c in self.constants]
-        arrays = [_to_kernel(x) for x in (*leaves, *constant_values)]
+        shapes = (*self.input_shapes, *(c.shape for c in self.constants))
+        arrays = [_to_kernel(x).reshape(_kernel_dims(s))
+                  for x, s in zip((*leaves, *constant_values), shapes)]
         n_leaves = len(leaves)
 
         def kernel(*refs: Any) -> None:
@@ -129,8 +134,8 @@ class Kernel:
 
         out = pl.pallas_call(
             kernel, out_shape=[_kernel_struct(s) for s in self.output_shapes],
-            in_specs=[_whole_spec(a.shape) for a in arrays],
-            out_specs=[_whole_spec(_kernel_dims(s)) for s in self.output_shapes],
+            in_specs=[_whole_spec(s) for s in shapes],
+            out_specs=[_whole_spec(s) for s in self.output_shapes],
             interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
             compiler_params=pltpu.CompilerParams(vmem_limit_bytes=VMEM_LIMIT))(*arrays)
         return [_from_kernel(o, s) for o, s in zip(out, self.output_shapes)]
@@ -148,8 +153,8 @@ class Kernel:
             for ref, value in zip(refs[len(arrays):], flatten_leaves(result)):
                 _write(ref, value)
 
-        def spec(array: Value) -> pl.BlockSpec:
-            if array.ndim == 1:  # a 0-d input as a 1-element array: whole, in SMEM
+        def spec(shape: Shape) -> pl.BlockSpec:
+            if shape.rank == 0:  # a 0-d input as a (1, 1) array: whole, in SMEM
                 return pl.BlockSpec(memory_space=pltpu.SMEM)
             return pl.BlockSpec(block, lambda i: (i, 0))
 
@@ -157,7 +162,7 @@ class Kernel:
             kernel, grid=(self.grid,),
             out_shape=[jax.ShapeDtypeStruct(tiled_dims, _kernel_dtype(s.dtype))
                        for s in self.output_shapes],
-            in_specs=[spec(a) for a in arrays],
+            in_specs=[spec(s) for s in self.input_shapes],
             out_specs=[pl.BlockSpec(block, lambda i: (i, 0)) for _ in self.output_shapes],
             interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
@@ -224,11 +229,14 @@ def _instruction_refusal(inst: Instruction) -> str | None:
         return "a library call (run on the host)"
     if runs_on_host(inst):
         return "no lax form: evaluated by the interpreter on the host"
-    if op not in _IN_KERNEL:
+    if op not in _IN_KERNEL or op in _NOT_LOWERED:
         return "Mosaic does not lower it in a kernel"
     if op is Op.REDUCE:
         if len(inst.operands) != 2 or reducer_op(inst.calls[0]) not in _KERNEL_REDUCERS:
             return "only add, max and min reductions of one array lower in a kernel"
+    if op is Op.SLICE and any(isinstance(d, SliceDim) and d.stride != 1
+                              for d in inst.attrs["slice"]):  # type: ignore[union-attr]
+        return "strided slices do not lower in a kernel"
     if op is Op.DOT:
         if inst.ints("lhs_batch_dims") or inst.shape.rank > 2 or not inst.dtype.is_float:
             return "only float matrix products without batch dimensions lower in a kernel"
@@ -317,7 +325,12 @@ def _kernel_dtype(dtype: DType) -> np.dtype:
 
 
 def _kernel_dims(shape: Shape) -> tuple[int, ...]:
-    return shape.dims if shape.rank else (1,)
+    """A whole-array kernel's view of a value: 0-d as (1,) in SMEM, 1-d as one row (Mosaic
+    tiles the last two dimensions), higher ranks as they are."""
+    if shape.rank == 0:
+        return (1, 1)
+    return (1, shape.dims[0]) if shape.rank == 1 else shape.dims
+
 
 
 def _kernel_struct(shape: Shape) -> jax.ShapeDtypeStruct:
@@ -328,7 +341,7 @@ def _to_kernel(x: Value) -> Value:
     x = jnp.asarray(x)
     if x.dtype == jnp.bool_:
         x = x.astype(jnp.int32)
-    return x.reshape((1,)) if x.ndim == 0 else x
+    return x.reshape((1, 1)) if x.ndim == 0 else x
 
 
 def _from_kernel(x: Value, shape: Shape) -> Value:
@@ -346,14 +359,16 @@ def _tiles(x: Value) -> Value:
     return x.reshape(_tiles_dims(x.size))
 
 
-def _whole_spec(dims: tuple[int, ...]) -> pl.BlockSpec:
-    if dims == (1,):
+def _whole_spec(shape: Shape) -> pl.BlockSpec:
+    if shape.rank == 0:
         return pl.BlockSpec(memory_space=pltpu.SMEM)
     return pl.BlockSpec(memory_space=pltpu.VMEM)
 
 
 def _read(ref: Any, shape: Shape) -> Value:
-    value = ref[0] if shape.rank == 0 else ref[...]
+    value = ref[0, 0] if shape.rank == 0 else ref[...]
+    if shape.rank == 1 and value.ndim == 2:
+        value = value.reshape(shape.dims)
     return value != 0 if shape.dtype is DType.PRED else value
 
 
@@ -361,7 +376,7 @@ def _write(ref: Any, value: Value) -> None:
     if value.dtype == jnp.bool_:
         value = value.astype(jnp.int32)
     if jnp.ndim(value) == 0:
-        ref[0] = value
+        ref[0, 0] = value
     else:
         ref[...] = value.reshape(ref.shape)
 

@@ -149,7 +149,11 @@ def _convert(x: Value, target: np.dtype) -> Value:
 def iota(inst: Instruction, shape: tuple[int, ...]) -> Value:
     dim = inst.attrs["iota_dimension"]
     assert isinstance(dim, int)
-    return lax.broadcasted_iota(numpy_dtype(inst), shape, dim)
+    wanted = numpy_dtype(inst)
+    if wanted.kind in "iu":
+        return lax.broadcasted_iota(wanted, shape, dim)
+    # Mosaic's iota makes integers only: a float ramp is an integer one converted.
+    return lax.convert_element_type(lax.broadcasted_iota(np.int32, shape, dim), wanted)
 
 
 def constant(inst: Instruction) -> Value:
