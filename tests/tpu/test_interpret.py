@@ -41,7 +41,11 @@ def assert_equal_to_interpreter(module: Module, inputs: list[np.ndarray], strate
                                 rtol: float = 1e-5) -> None:
     want = flatten_value(evaluate(module, inputs))
     compiled = compile_module(module, strategy, "tpu-interpret")
-    got = compiled.run_flat(inputs)
+    assert_close(compiled.run_flat(inputs), want, rtol)
+
+
+def assert_close(got: list[np.ndarray], want: list[np.ndarray], rtol: float) -> None:
+    """Integers and booleans exactly; floats within `rtol` (NaNs equal)."""
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         g, w = np.asarray(g), np.asarray(w)

@@ -220,6 +220,13 @@ class TpuExecutable:
             result = self._compiled(*arrays)
         return _to_numpy(result)
 
+    def device_function(self) -> Callable[..., Any]:
+        """The compiled program on JAX arrays, results left on the device (benchmarks time
+        it without host transfers)."""
+        if self._compiled is None:
+            self.compile()
+        return self._compiled
+
     # --- profiling -----------------------------------------------------------------------
 
     def profile(self, *args: object, repeat: int = 1, runner: str = "driver") -> Profile:
