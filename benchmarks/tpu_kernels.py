@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 import hlofuse
-import hlofuse.numpy as hnp
 from hlofuse import lax as hlax
 
 HBM_BYTES_PER_S = 819e9  # TPU v5e
@@ -46,9 +45,15 @@ def launch_overhead(trips: int) -> dict[str, object]:
     fn = executable.device_function()
     import jax.numpy as jnp
 
-    seconds = _median_s(fn, jnp.zeros((8, 128), jnp.float32))
+    # A loop of one trip costs the call itself: the difference is the kernels' launches.
+    one = hlofuse.jit(lambda x: hlax.fori_loop(0, 1, lambda i, v: v * np.float32(0.999)
+                                               + np.float32(1), x), backend="tpu")
+    base = one.lower(np.zeros((8, 128), np.float32)).compile().executable
+    assert base is not None
+    call_s = _median_s(base.device_function(), jnp.zeros((8, 128), jnp.float32))
+    seconds = _median_s(fn, jnp.zeros((8, 128), jnp.float32)) - call_s
     kernels = len(per_iteration)
-    return {"trips": trips, "kernels_per_iteration": kernels,
+    return {"trips": trips, "kernels_per_iteration": kernels, "call_s": call_s,
             "kernel_modes": [k.function for k in per_iteration],
             "seconds": seconds, "us_per_iteration": seconds / trips * 1e6,
             "us_per_kernel": seconds / trips / max(kernels, 1) * 1e6}
@@ -68,7 +73,8 @@ def bandwidth(n: int) -> dict[str, object]:
     a = jnp.ones(n, jnp.float32)
     seconds = _median_s(fn, a, a)
     moved = 3 * 4 * n
-    return {"elements": n, "kernels": [k.function for k in executable.kernels],
+    plans = executable.kernel_plans
+    return {"elements": n, "kernels": [f"{k.mode} {k.layout} {k.reason}" for k in plans],
             "seconds": seconds, "bytes": moved, "gb_per_s": moved / seconds / 1e9,
             "fraction_of_hbm": moved / seconds / HBM_BYTES_PER_S}
 
@@ -76,7 +82,7 @@ def bandwidth(n: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/tpu/kernels.json")
-    parser.add_argument("--trips", type=int, default=2000)
+    parser.add_argument("--trips", type=int, default=20000)
     parser.add_argument("--sizes", default="1048576,16777216,67108864")
     args = parser.parse_args()
     result = {"launch": launch_overhead(args.trips),

@@ -27,7 +27,7 @@ def test_jax_corpus_on_the_chip(name: str) -> None:
     module = parse_module(text, name)
     want = flatten_value(evaluate(module, inputs))
     compiled = compile_module(module, "xla", "tpu")
-    assert_close(compiled.run_flat(inputs), want, rtol=1e-5)
+    assert_close(compiled.run_flat(inputs), want, rtol=1e-4)
 
 
 @pytest.mark.parametrize("step", [s for s in SEQUENCE if s.is_default], ids=lambda s: s.name)

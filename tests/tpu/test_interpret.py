@@ -57,14 +57,20 @@ def assert_close(got: list[np.ndarray], want: list[np.ndarray], rtol: float) -> 
             np.testing.assert_array_equal(g, w, err_msg=f"out{i}")
 
 
-def _cases(names: list[str], fast: set[str]) -> list[object]:
-    return [pytest.param(name, strategy, id=f"{name}-{strategy}",
-                         marks=[] if name in fast and strategy == "xla"
-                         else [pytest.mark.thorough])
+def _cases(names: list[str], fast: set[str], thorough: bool = False) -> list[object]:
+    """Every program under every strategy: the `fast` ones under xla unmarked, the others
+    under xla `thorough` (with `thorough`, else `slow`), other strategies `slow` (interpret
+    mode compiles slowly: the whole sweep takes many minutes)."""
+    def marks(name: str, strategy: str) -> list[pytest.MarkDecorator]:
+        if strategy == "xla" and name in fast:
+            return []
+        return [pytest.mark.thorough] if strategy == "xla" and thorough else [pytest.mark.slow]
+
+    return [pytest.param(name, strategy, id=f"{name}-{strategy}", marks=marks(name, strategy))
             for name in names for strategy in STRATEGIES]
 
 
-@pytest.mark.parametrize(("name", "strategy"), _cases(CORPUS, FAST_CORPUS))
+@pytest.mark.parametrize(("name", "strategy"), _cases(CORPUS, FAST_CORPUS, thorough=True))
 def test_jax_corpus(name: str, strategy: str) -> None:
     text, inputs, _ = load_corpus_case(name)
     assert_equal_to_interpreter(parse_module(text, name), inputs, strategy)
@@ -95,19 +101,12 @@ def test_rollout_corpus(name: str, strategy: str) -> None:
     assert_equal_to_interpreter(*load_npz_case(DATA / "rollouts" / name), strategy, rtol=1e-4)
 
 
-FAST_STEPS = {("baseline", "xla"), ("max", "max")}
-
-
 def _cartpole_cases() -> list[object]:
-    cases: list[object] = []
-    for step in SEQUENCE:
-        if not step.is_default:
-            continue
-        for strategy in dict.fromkeys((step.strategy, *STRATEGIES)):
-            fast = (step.name, strategy) in FAST_STEPS
-            cases.append(pytest.param(step, strategy, id=f"{step.name}-{strategy}",
-                                      marks=[] if fast else [pytest.mark.thorough]))
-    return cases
+    """Every default step of the study under its own strategy and every other (`slow`: the
+    fast tier runs baseline and max in test_cartpole_over_several_blocks)."""
+    return [pytest.param(step, strategy, id=f"{step.name}-{strategy}", marks=[pytest.mark.slow])
+            for step in SEQUENCE if step.is_default
+            for strategy in dict.fromkeys((step.strategy, *STRATEGIES))]
 
 
 @pytest.mark.parametrize(("step", "strategy"), _cartpole_cases())
@@ -123,3 +122,24 @@ def test_cartpole_variant(step: object, strategy: str) -> None:
     np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
     assert int(got[1]) == int(want[1])  # episodes finished: exactly
     assert float(got[2]) == pytest.approx(float(want[2]), abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["baseline", "max"])
+def test_cartpole_over_several_blocks(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Blocks of 8 rows: N = 4096 lanes are 32 rows, four blocks per tiled kernel (a 1-d iota
+    then counts from the block's first flattened position)."""
+    from hlofuse.studies.cartpole_study import known_steps
+    from hlofuse.targets.tpu import kernels
+
+    monkeypatch.setattr(kernels, "BLOCK_ROWS", 8)
+    step = known_steps()[name]
+    module = cartpole.trace(step.variant, 4096, 3, 0)
+    want = flatten_value(evaluate(module, [random.key(0)]))
+    compiled = compile_module(module, step.strategy, "tpu-interpret")
+    assert compiled.executable is not None
+    assert any(k.function == "pallas" for k in compiled.executable.kernels)
+    plans = compiled.executable.kernel_plans  # type: ignore[attr-defined]
+    assert any(k.layout == "tiled" and k.grid == 4 for k in plans)
+    got = compiled.run_flat([random.key(0)])
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
+    assert int(got[1]) == int(want[1])

@@ -87,9 +87,16 @@ class _PallasTarget(Target):
         from hlofuse.targets.tpu.program import TpuExecutable
 
         executable = TpuExecutable(module, self.interpret)
-        if not self.interpret:
+        if self.interpret:
+            executable.compile()
+            return executable
+        try:
+            executable.compile()
+        except Exception:  # noqa: BLE001 - Mosaic's errors have no common type
+            # A kernel Mosaic refuses on the chip (a layout, a size): find which, run those
+            # as XLA operations (the listing says why), and compile the program again.
             executable.check_kernels_on_chip()
-        executable.compile()
+            executable.compile()
         return executable
 
     def load_program(self, key: str, fused: Callable[[], Module]) -> Executable | None:

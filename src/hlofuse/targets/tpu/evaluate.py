@@ -30,9 +30,13 @@ class LaxEvaluator:
     """
 
     def __init__(self, block_shape: tuple[int, ...] | None = None,
-                 constants: dict[int, Value] | None = None) -> None:
+                 constants: dict[int, Value] | None = None,
+                 block_start: Value | None = None) -> None:
         self.block_shape = block_shape
         self.constants = constants or {}
+        # In a tiled kernel: the flattened index of the block's first element (a 1-d iota's
+        # values are the flattened positions).
+        self.block_start = block_start
 
     def run(self, comp: Computation, arguments: Sequence[Value]) -> Value:
         env: dict[int, Value] = {}
@@ -52,6 +56,11 @@ class LaxEvaluator:
         op = inst.op
         if op is Op.CONSTANT and id(inst) in self.constants:
             return self.constants[id(inst)]
+        if op is Op.IOTA and self.block_start is not None and self.block_shape is not None:
+            rows, lanes = self.block_shape
+            flat = lax.broadcasted_iota(np.int32, (rows, lanes), 0) * np.int32(lanes) + \
+                lax.broadcasted_iota(np.int32, (rows, lanes), 1) + self.block_start
+            return lax.convert_element_type(flat, np.dtype(inst.dtype.numpy))
         if op in (Op.CALL, Op.FUSION):
             return self.run(inst.calls[0], ops)
         if op is Op.WHILE:

@@ -42,6 +42,7 @@ from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, runs_on_host
 
 LANES = 128
 BLOCK_ROWS = 512  # (512, 128) f32 blocks: 256 KiB per array, double-buffered well under VMEM
+WHOLE_MAX_ELEMENTS = 65536  # 64 vector registers per operation on a whole array
 VMEM_LIMIT = 100 * 2**20  # v5e has 128 MiB; whole-array kernels may need most of it
 # What Mosaic keeps in kernels: 32-bit words and bf16 (booleans cross as int32).
 KERNEL_DTYPES = frozenset({DType.F32, DType.BF16, DType.S32, DType.U32, DType.PRED})
@@ -51,7 +52,7 @@ _IN_KERNEL = ELEMENTWISE | _STRUCTURE | {
     Op.IOTA, Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.COPY, Op.TRANSPOSE, Op.SLICE,
     Op.CONCATENATE, Op.WHILE, Op.CALL, Op.REDUCE, Op.DOT}
 # Element-wise ops Mosaic has no lowering for (JAX 0.10.2).
-_NOT_LOWERED = frozenset({Op.EXPONENTIAL_MINUS_ONE, Op.REDUCE_PRECISION})
+_NOT_LOWERED = frozenset({Op.EXPONENTIAL_MINUS_ONE, Op.REDUCE_PRECISION, Op.CBRT, Op.SIGN})
 _KERNEL_REDUCERS = frozenset({Op.ADD, Op.MAXIMUM, Op.MINIMUM})
 
 
@@ -148,8 +149,9 @@ class Kernel:
         block = (rows, tiled_dims[1])
 
         def kernel(*refs: Any) -> None:
-            values = [_read(r, s) for r, s in zip(refs, self.input_shapes)]
-            result = self.evaluate(LaxEvaluator(block_shape=block), values)
+            values = [_read(r, s, whole=False) for r, s in zip(refs, self.input_shapes)]
+            start = pl.program_id(0) * np.int32(block[0] * block[1])
+            result = self.evaluate(LaxEvaluator(block_shape=block, block_start=start), values)
             for ref, value in zip(refs[len(arrays):], flatten_leaves(result)):
                 _write(ref, value)
 
@@ -190,10 +192,16 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
     kernel = Kernel(inst.name, kind, names, "pallas", "whole", "", host, comp, inst, inputs,
                     outputs, interpret=interpret, constants=constants)
     reason = refusal(body, inputs, outputs)
+    tiled = reason is None and _is_tiled(body, inputs, outputs)
+    largest = max((s.num_elements for s in (*inputs, *outputs)), default=0)
+    if reason is None and not tiled and largest > WHOLE_MAX_ELEMENTS:
+        reason = (f"arrays of {largest} elements: only element-wise kernels are tiled, and "
+                  f"whole-array kernels are kept to {WHOLE_MAX_ELEMENTS} elements (Mosaic "
+                  "unrolls every vector operation over the whole array)")
     if reason is not None:
         kernel.as_xla_op(reason)
         kernel.constants = ()
-    elif _is_tiled(body, inputs, outputs):
+    elif tiled:
         size = int(np.prod(outputs[0].dims))
         rows = _tiles_dims(size)[0]
         kernel.layout = "tiled"
@@ -234,13 +242,18 @@ def _instruction_refusal(inst: Instruction) -> str | None:
     if op is Op.REDUCE:
         if len(inst.operands) != 2 or reducer_op(inst.calls[0]) not in _KERNEL_REDUCERS:
             return "only add, max and min reductions of one array lower in a kernel"
-    if op is Op.SLICE and any(isinstance(d, SliceDim) and d.stride != 1
-                              for d in inst.attrs["slice"]):  # type: ignore[union-attr]
+    if op is Op.SLICE and _strided(inst):
         return "strided slices do not lower in a kernel"
     if op is Op.DOT:
         if inst.ints("lhs_batch_dims") or inst.shape.rank > 2 or not inst.dtype.is_float:
             return "only float matrix products without batch dimensions lower in a kernel"
     return None
+
+
+def _strided(inst: Instruction) -> bool:
+    spec = inst.attrs["slice"]
+    assert isinstance(spec, tuple)
+    return any(isinstance(d, SliceDim) and d.stride != 1 for d in spec)
 
 
 def _is_tiled(body: list[Instruction], inputs: Sequence[Shape],
@@ -268,6 +281,8 @@ def _is_tiled(body: list[Instruction], inputs: Sequence[Shape],
         if op is Op.CUSTOM_CALL and inst.attrs.get("custom_call_target") == THREEFRY_TARGET:
             continue
         if op is Op.GET_TUPLE_ELEMENT:
+            continue
+        if op is Op.IOTA and len(dims) == 1:  # the flattened position: known per block
             continue
         if op not in ELEMENTWISE:
             return False
@@ -365,9 +380,11 @@ def _whole_spec(shape: Shape) -> pl.BlockSpec:
     return pl.BlockSpec(memory_space=pltpu.VMEM)
 
 
-def _read(ref: Any, shape: Shape) -> Value:
+def _read(ref: Any, shape: Shape, whole: bool = True) -> Value:
+    """A value from its ref: a block of a tiled kernel as it is; a whole 1-d array from its
+    one row."""
     value = ref[0, 0] if shape.rank == 0 else ref[...]
-    if shape.rank == 1 and value.ndim == 2:
+    if whole and shape.rank == 1 and value.ndim == 2:
         value = value.reshape(shape.dims)
     return value != 0 if shape.dtype is DType.PRED else value
 
