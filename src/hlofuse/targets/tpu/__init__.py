@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from hlofuse.ir.hlo import Module
-from hlofuse.runtime.target import CodegenError, Executable, Target, TargetUnavailable
+from hlofuse.runtime.target import Executable, Target, TargetUnavailable
 
 if TYPE_CHECKING:
     from hlofuse.targets.tpu.program import TpuExecutable
@@ -71,12 +71,7 @@ class _PallasTarget(Target):
 
         _need(jax_missing())
         kernels = plan_kernels(module, self.interpret)
-        if what == "mosaic":
-            try:
-                return mosaic_listing(kernels)
-            except NotImplementedError as e:
-                raise CodegenError(f"Mosaic cannot lower a kernel: {_first_line(e)}") from None
-        return pallas_listing(kernels)
+        return mosaic_listing(kernels) if what == "mosaic" else pallas_listing(kernels)
 
     def compile(self, module: Module) -> Executable:
         _need(self.unavailable())
@@ -127,11 +122,6 @@ class InterpretTpuTarget(_PallasTarget):
 def _need(reason: str | None) -> None:
     if reason is not None:
         raise TargetUnavailable(reason)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 _cache_set = False

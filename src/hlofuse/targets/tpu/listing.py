@@ -16,6 +16,7 @@ import jax
 from hlofuse.ir.hlo import Computation
 from hlofuse.ir.ops import Op
 from hlofuse.ir.printer import instruction_text
+from hlofuse.runtime.target import CodegenError
 from hlofuse.targets.tpu.kernels import Kernel
 
 
@@ -64,8 +65,8 @@ def _computation(comp: Computation, out: list[str], prefix: str) -> None:
 
 
 def mosaic_listing(kernels: list[Kernel]) -> str:
-    """Each Pallas kernel lowered for the TPU (no chip needed); an op Mosaic cannot lower
-    raises `NotImplementedError` here, named by `target.py`."""
+    """Each Pallas kernel lowered for the TPU (no chip needed); a kernel Mosaic cannot lower
+    is a CodegenError naming it."""
     from hlofuse.targets.tpu.program import kernel_structs
 
     parts = []
@@ -73,7 +74,13 @@ def mosaic_listing(kernels: list[Kernel]) -> str:
         if k.mode != "pallas":
             parts.append(f"// {k.name}: xla-op ({k.reason})\n")
             continue
-        parts.append(f"// {k.name} [{k.kind}] {_header(k)}\n{lower_for_tpu(k, kernel_structs(k))}")
+        try:
+            text = lower_for_tpu(k, kernel_structs(k))
+        except Exception as e:  # noqa: BLE001 - Mosaic's errors have no common type
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CodegenError(f"%{k.name} ({k.kind}): Mosaic cannot lower this kernel for "
+                               f"the TPU: {first[:300]}") from None
+        parts.append(f"// {k.name} [{k.kind}] {_header(k)}\n{text}")
     return "\n".join(parts)
 
 
