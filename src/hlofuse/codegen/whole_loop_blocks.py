@@ -35,11 +35,21 @@ from hlofuse.codegen import cir, mathlib
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr, Stmt
 from hlofuse.codegen.elemental import ElementalEmitter
-from hlofuse.codegen.emitter_types import SCALAR, UNROLL_ELEMENTS, Index, Value, expr_of, strides_of
+from hlofuse.codegen.emitter_types import (
+    SCALAR,
+    UNROLL_ELEMENTS,
+    Index,
+    Value,
+    element_indices,
+    env_indices,
+    expr_of,
+    strides_of,
+)
 from hlofuse.codegen.language import Language
 from hlofuse.codegen.licm import hoist_invariants, index_range
 from hlofuse.codegen.op_expressions import math_arguments
 from hlofuse.codegen.whole_loop_lanes import Deferred, math_lane_dim, staged_storage
+from hlofuse.codegen.whole_loop_reductions import LaneReductions
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
@@ -48,9 +58,6 @@ from hlofuse.ir.shapes import Shape
 # A per-lane element of more positions than this is computed in a loop over its positions
 # into the block's scratch area (`n<i>[position][lane]`), not written out position by position.
 LOOPED_ELEMENTS = 64
-# Reductions in lane code over at most this many elements are written out, as the lane's
-# accumulated sums are: a loop inside the loop over the lanes keeps it from vectorising.
-LANE_UNROLLED_REDUCTION = 64
 # A per-lane element read at a computed position is a select over its positions when it
 # has at most this many (the index is in range: lane code clamps it as XLA does).
 LANE_SELECTED_READ = 32
@@ -65,7 +72,7 @@ B = cir.Var("b")
 E = cir.Var("e")
 
 
-class BlockEmission:
+class BlockEmission(LaneReductions):
     """The per-lane half of the whole-loop emitter (codegen/whole_loop.py)."""
 
     lang: Language
@@ -83,9 +90,6 @@ class BlockEmission:
     deferred: dict[int, Deferred]
     small_math: list[tuple[Instruction, mathlib.SmallArgumentForm]]
     speculative: list[tuple[Instruction, mathlib.SmallArgumentForm]]
-
-    def _ctype(self, dtype: DType) -> str:
-        return self.lang.register_type(dtype)
 
     def _copy_loop(self, count: int, stmt: Callable[[Expr], Stmt]) -> None:
         """`stmt(q)` for q < count: written out for a few elements, a loop beyond."""
@@ -246,6 +250,7 @@ class BlockEmission:
                 body.declare(self._ctype(acc.combines[-1].dtype), f"oacc{k}", dims=(lanes,))
             with body.loop("l", 0, lanes, ctype="int"):
                 body.assign(cir.load(f"acc{k}", L), identity)
+        self._declare_step_lane_values()
         self._declare_small_argument_values()
         with body.loop("t", 0, cir.Var("count")):
             self._lane_step()
@@ -364,6 +369,7 @@ class BlockEmission:
             self._main_lane_loop(masks)
         self._deferred_lane_loop(masks)
         self._staged_streamed_stores()
+        self._store_step_partials()
 
     @contextlib.contextmanager
     def _lane_loop(self, how: cir.Loop) -> Iterator[None]:
@@ -446,6 +452,7 @@ class BlockEmission:
                         stores.append(cir.Assign(cir.load(mask, L), predicate))
             for k, acc in enumerate(self.plan.accumulators):
                 self._accumulate(k, acc)
+            self._reduce_step_at_lane()
             stores += self._streamed_stores()
             # Looped elements read the old state: computed before any store, then copied.
             interchanged: list[cir.For] = []
@@ -804,33 +811,8 @@ class BlockEmission:
         total: Expr = cir.load(f"acc{k}", L)
         for operand in acc.operands:
             env_dim = self.plan.env_dims.get(id(operand), 0) if self.n > 1 else None
-            total = self._reduce_at_lane(acc, operand, env_dim, total)
+            total = self._reduce_at_lane(acc.reducer, operand, env_dim, total)
         self.body.assign(cir.load(f"acc{k}", L), total)
-
-    def _reduce_at_lane(self, acc: Accumulator, operand: Instruction, env_dim: int | None,
-                        total: Expr) -> Expr:
-        """`total <op>` every element of the lane's lane's part of `operand`."""
-        em, body = self.lane_em, self.body
-        dims = operand.shape.dims
-        loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
-        if math.prod(size for _, size in loops) <= LANE_UNROLLED_REDUCTION:
-            # written out in the loops' order: row-major over the lane's positions
-            for index in env_indices(dims, self.env, env_dim or 0) if env_dim is not None \
-                    else element_indices(dims):
-                value = em.array_value(operand, index)
-                total = em.apply_reducer(acc.reducer, [total], [value])[0]
-            return total
-        name = body.variable(self._ctype(operand.dtype), "acc", total)
-        variables = {d: body.fresh("r") for d, _ in loops}
-        multi = tuple(self.env if d == env_dim else
-                      (cir.Var(variables[d]) if d in variables else cir.Int(0))
-                      for d in range(len(dims)))
-        with contextlib.ExitStack() as stack:
-            for d, size in loops:
-                stack.enter_context(body.loop(variables[d], 0, size))
-            value = em.array_value(operand, Index(dims, None, multi, None))
-            body.assign(name, em.apply_reducer(acc.reducer, [name], [value])[0])
-        return name
 
     def _store_block(self) -> None:
         body = self.body
@@ -934,30 +916,6 @@ def element_read(inst: Instruction) -> int | None:
     index = inst.attrs["index"]
     assert isinstance(index, int)
     return index
-
-
-def element_indices(dims: tuple[int, ...]) -> list[Index]:
-    """Every element of an array of `dims`, as an index of literal components."""
-    if not dims:
-        return [SCALAR]
-    strides = strides_of(dims)
-    out = []
-    for q in range(math.prod(dims)):
-        multi = tuple(cir.Int((q // s) % d) for s, d in zip(strides, dims))
-        out.append(Index(dims, None, multi, None))
-    return out
-
-
-def env_indices(dims: tuple[int, ...], env: Expr, lane_dim: int = 0) -> list[Index]:
-    """The elements of the lane's part of a per-lane array whose lanes lie along `lane_dim`
-    (that component written `env`)."""
-    rest = dims[:lane_dim] + dims[lane_dim + 1:]
-    out = []
-    for index in element_indices(rest):
-        multi = list(index.multi or ())
-        multi.insert(lane_dim, env)
-        out.append(Index(dims, None, tuple(multi), None))
-    return out
 
 
 def _memcpy(target: str, source: str) -> Stmt:
