@@ -7,7 +7,6 @@ expression) or a tuple of them for tuple-shaped instructions.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -144,27 +143,3 @@ def conjunction(conditions: list[Expr]) -> Expr:
     for c in conditions[1:]:
         total = cir.Binary("&&", total, c)
     return total
-
-
-def element_indices(dims: tuple[int, ...]) -> list[Index]:
-    """Every element of an array of `dims`, as an index of literal components."""
-    if not dims:
-        return [SCALAR]
-    strides = strides_of(dims)
-    out = []
-    for q in range(math.prod(dims)):
-        multi = tuple(cir.Int((q // s) % d) for s, d in zip(strides, dims))
-        out.append(Index(dims, None, multi, None))
-    return out
-
-
-def env_indices(dims: tuple[int, ...], env: Expr, lane_dim: int = 0) -> list[Index]:
-    """The elements of the lane's part of a per-lane array whose lanes lie along `lane_dim`
-    (that component written `env`)."""
-    rest = dims[:lane_dim] + dims[lane_dim + 1:]
-    out = []
-    for index in element_indices(rest):
-        multi = list(index.multi or ())
-        multi.insert(lane_dim, env)
-        out.append(Index(dims, None, tuple(multi), None))
-    return out

@@ -42,7 +42,6 @@ from hlofuse.codegen.emitter_types import (
     Index,
     UnsupportedInstruction,
     Value,
-    element_indices,
 )
 from hlofuse.codegen.kernel_spec import (
     EmittedKernel,
@@ -53,15 +52,18 @@ from hlofuse.codegen.kernel_spec import (
 )
 from hlofuse.codegen.language import Language
 from hlofuse.codegen.whole_loop_blocks import (
-    LOOPED_ELEMENTS,
     BlockEmission,
     BranchingEmitter,
+)
+from hlofuse.codegen.whole_loop_elements import (
     constant,
     copy,
+    element_indices,
     element_of,
     element_read,
     store_at,
 )
+from hlofuse.codegen.whole_loop_lane_code import LOOPED_ELEMENTS
 from hlofuse.codegen.whole_loop_lanes import (
     deferred_selects,
     lane_language,

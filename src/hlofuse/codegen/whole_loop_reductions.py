@@ -22,12 +22,11 @@ from collections.abc import Callable
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.analysis.step_reductions import StepReduction
 from hlofuse.codegen import cir
-from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.elemental import ElementalEmitter
-from hlofuse.codegen.emitter_types import Index, Value, element_indices, env_indices
-from hlofuse.codegen.language import Language
-from hlofuse.ir.dtypes import DType
+from hlofuse.codegen.emitter_types import Index, Value
+from hlofuse.codegen.whole_loop_elements import element_indices, env_indices
+from hlofuse.codegen.whole_loop_lane_code import LaneCode
 from hlofuse.ir.hlo import Computation, Instruction
 
 # Reductions in lane code over at most this many elements are written out, as the lane's
@@ -63,26 +62,9 @@ def _partials(plan: LoopPlan) -> dict[tuple[int, int], str]:
     return out
 
 
-class LaneReductions:
-    """The reduction half of the whole-loop emitter (codegen/whole_loop.py, whole_loop_blocks.py
-    inherit it)."""
-
-    lang: Language
-    body: FunctionBody
-    plan: LoopPlan
-    loop: Instruction
-    init: tuple[Instruction, ...]
-    n: int
-    lanes: int
-    blocks: int
-    env: Expr
-    inputs: list[str]
-    outputs: list[str]
-    uniform_em: ElementalEmitter
-    lane_em: ElementalEmitter
-
-    def _ctype(self, dtype: DType) -> str:
-        return self.lang.register_type(dtype)
+class LaneReductions(LaneCode):
+    """The reductions of the whole-loop emitter's lane code (whole_loop_blocks.py mixes it in,
+    whole_loop.py calls its uniform and final parts)."""
 
     def _reduce_at_lane(self, reducer: Computation, operand: Instruction,
                         env_dim: int | None, total: Expr) -> Expr:
