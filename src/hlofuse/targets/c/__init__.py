@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from hlofuse.ir.hlo import Module
 from hlofuse.runtime.target import Executable, Target
+from hlofuse.targets.c.blas import find_blas
 from hlofuse.targets.c.build import (
     CompileOptions,
     compile_cpu,
@@ -52,9 +53,10 @@ class CTarget(Target):
 
     def cache_identity(self) -> str:
         compiler = Compiler.find()
+        blas = find_blas()
         return "\0".join(["cpu", repr(self.options.kernel), str(self.options.verify),
                           *self.options.flags, *compiler.command, compiler.version,
-                          host_signature()])
+                          host_signature(), blas.identity if blas else "no BLAS"])
 
     def load_program(self, key: str, fused: Callable[[], Module]) -> Executable | None:
         from hlofuse.targets.c.saved import load_plan
