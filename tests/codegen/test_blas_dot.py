@@ -20,7 +20,12 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.targets.c import compile_cpu, runtime_library
-from hlofuse.targets.c.blas import dot_implementation, find_blas, identity_comment
+from hlofuse.targets.c.blas import (
+    BLAS_MIN_WORK,
+    dot_implementation,
+    find_blas,
+    identity_comment,
+)
 
 needs_blas = pytest.mark.skipif(find_blas() is None, reason="scipy-openblas32 is not installed")
 _EPS = {np.float32: 2.0**-23, np.float64: 2.0**-52}
@@ -57,18 +62,21 @@ def _strided(base: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...])
 
 # (batch, m, n, k, A's (batch, row, column) strides, B's (batch, row, column) strides): each
 # operand row-major, column-major, with padded rows, a single row or column whose other
-# stride is meaningless, and layouts no GEMM takes (both strides > 1, a broadcast row).
+# stride is meaningless, weights shared by the batch (stride 0), all of them products large
+# enough for OpenBLAS; and what takes the loop: layouts no GEMM takes (both strides > 1, a
+# broadcast row) and a product too small for a library call.
 LAYOUTS = [
-    (1, 7, 5, 3, (0, 3, 1), (0, 5, 1)),
-    (1, 7, 5, 3, (0, 1, 7), (0, 1, 3)),
-    (1, 7, 5, 3, (0, 4, 1), (0, 9, 1)),
-    (3, 6, 4, 5, (30, 5, 1), (20, 1, 5)),
-    (2, 1, 9, 4, (4, 0, 1), (36, 9, 1)),
-    (2, 9, 1, 4, (36, 4, 1), (4, 1, 0)),
-    (1, 1, 1, 6, (0, 0, 1), (0, 1, 0)),
-    (1, 5, 4, 3, (0, 6, 2), (0, 4, 1)),
-    (1, 5, 4, 3, (0, 0, 1), (0, 4, 1)),
+    (1, 70, 50, 30, (0, 30, 1), (0, 50, 1)),
+    (1, 70, 50, 30, (0, 1, 70), (0, 1, 30)),
+    (1, 70, 50, 30, (0, 33, 1), (0, 57, 1)),
+    (3, 40, 24, 30, (1200, 30, 1), (720, 1, 30)),
+    (2, 1, 600, 40, (40, 0, 1), (24000, 600, 1)),
+    (2, 600, 1, 40, (24000, 40, 1), (40, 1, 0)),
+    (1, 1, 1, 20000, (0, 0, 1), (0, 1, 0)),
     (4, 33, 70, 65, (33 * 65, 65, 1), (0, 70, 1)),
+    (1, 50, 40, 30, (0, 60, 2), (0, 40, 1)),
+    (1, 50, 40, 30, (0, 0, 1), (0, 40, 1)),
+    (1, 7, 5, 3, (0, 3, 1), (0, 5, 1)),
 ]
 
 
@@ -141,6 +149,22 @@ def test_integer_dots_keep_the_loop_and_its_exact_wraparound() -> None:
     np.testing.assert_array_equal(np.asarray(compile_cpu(parse_module(text))(a, b)), want)
 
 
+@pytest.mark.needs_cc
+def test_products_too_small_for_a_library_call_keep_the_references_bits() -> None:
+    """Under BLAS_MIN_WORK multiply-adds the runtime's loop runs: the reference's order, bit
+    for bit (the layers of examples/mlp.hlo, say)."""
+    for m, k, n in ((8, 10, 32), (8, 32, 16), (16, 32, 31)):
+        assert m * k * n < BLAS_MIN_WORK
+        text = _dot_text("f32", f"{m},{k}", f"{k},{n}", f"{m},{n}",
+                         "lhs_contracting_dims={1}, rhs_contracting_dims={0}")
+        rng = np.random.default_rng(m * k * n)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        want = np.asarray(flatten_value(evaluate(parse_module(text), [a, b]))[0])
+        got = np.asarray(compile_cpu(parse_module(text))(a, b))
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @needs_blas
 @pytest.mark.needs_cc
 def test_the_runtime_library_links_the_wheels_openblas() -> None:
@@ -171,6 +195,11 @@ def test_dot_implementation_names_the_routine_or_the_loop() -> None:
     assert dot_implementation(DType.F64, blas) == "OpenBLAS dgemm (scipy-openblas32)"
     assert dot_implementation(DType.BF16, blas) == "OpenBLAS sgemm (scipy-openblas32)"
     assert dot_implementation(DType.S32, blas) == "the runtime's loop (s32 has no BLAS routine)"
+    assert dot_implementation(DType.F32, blas, BLAS_MIN_WORK) == dot_implementation(DType.F32,
+                                                                                     blas)
+    assert dot_implementation(DType.F32, blas, 512) == (
+        "the runtime's loop (512 multiply-adds per product, under the 16384 worth a call to "
+        "sgemm)")
 
 
 @needs_blas
@@ -188,19 +217,24 @@ def test_profile_says_what_computes_the_dots() -> None:
 def test_explain_lists_each_dot_kernel_and_what_computes_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "dots.hlo"
-    path.write_text("HloModule m\n\nENTRY main {\n  a = f32[16,8] parameter(0)\n"
-                    "  b = f32[8,4] parameter(1)\n"
-                    "  f = f32[16,4] dot(a, b), lhs_contracting_dims={1}, "
+    path.write_text("HloModule m\n\nENTRY main {\n  a = f32[128,32] parameter(0)\n"
+                    "  b = f32[32,64] parameter(1)\n"
+                    "  f = f32[128,64] dot(a, b), lhs_contracting_dims={1}, "
                     "rhs_contracting_dims={0}\n"
                     "  i = s32[16,8] parameter(2)\n  j = s32[8,4] parameter(3)\n"
                     "  s = s32[16,4] dot(i, j), lhs_contracting_dims={1}, "
                     "rhs_contracting_dims={0}\n"
-                    "  ROOT r = (f32[16,4], s32[16,4]) tuple(f, s)\n}\n")
+                    "  c = f32[16,8] parameter(4)\n  d = f32[8,4] parameter(5)\n"
+                    "  e = f32[16,4] dot(c, d), lhs_contracting_dims={1}, "
+                    "rhs_contracting_dims={0}\n"
+                    "  ROOT r = (f32[128,64], s32[16,4], f32[16,4]) tuple(f, s, e)\n}\n")
     assert main(["explain", str(path)]) == 0
     out = capsys.readouterr().out
     section = out[out.index("dot kernels on the C target"):].splitlines()
-    assert section[1] == f"  %f f32[16,4]: {dot_implementation(DType.F32, find_blas())}"
-    assert section[2] == "  %s s32[16,4]: the runtime's loop (s32 has no BLAS routine)"
+    assert sorted(section[1:4]) == sorted([
+        f"  %f f32[128,64]: {dot_implementation(DType.F32, find_blas())}",
+        "  %s s32[16,4]: the runtime's loop (s32 has no BLAS routine)",
+        f"  %e f32[16,4]: {dot_implementation(DType.F32, find_blas(), 16 * 4 * 8)}"])
     assert main(["explain", "--json", str(path)]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report["dot_kernels_c"]) == {"f", "s"}
+    assert set(report["dot_kernels_c"]) == {"f", "s", "e"}

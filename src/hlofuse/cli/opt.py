@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from hlofuse import targets
 from hlofuse.cli.errors import UsageError, load_module
 from hlofuse.compile_cache import strategy_constants, with_measured_constants
 from hlofuse.fusion.strategies import (
@@ -22,7 +23,6 @@ from hlofuse.ir.printer import module_text
 from hlofuse.passes.decision_log import DecisionLog, DecisionRecord
 from hlofuse.passes.manager import PassError, Pipeline, parse_pass_list
 from hlofuse.passes.rule_catalogue import catalogue_text
-from hlofuse.targets.c.blas import dot_kernel_lines
 
 
 def run_opt(module: Module, passes: str | None, strategy: str | None,
@@ -90,17 +90,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
         written = write_graph(result, args.graph, collapse=collapse, engine=args.graph_engine)
         print(f"wrote {written}", file=sys.stderr)
     dots = _dot_kernels(result)
+    described = targets.get("cpu").describe_dots(dots) if dots else []
     if args.json:
         report = result.explain_dict()
-        if dots:
-            report["dot_kernels_c"] = dict(zip((d.name for d in dots), dot_kernel_lines(dots)))
+        if described:
+            report["dot_kernels_c"] = dict(zip((d.name for d in dots), described))
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(result.explain(verbose=args.verbose))
-        if dots:
+        if described:
             sys.stdout.write("\ndot kernels on the C target\n"
-                             + "".join(f"  {line}\n" for line in dot_kernel_lines(dots)))
+                             + "".join(f"  {line}\n" for line in described))
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -23,6 +24,8 @@ PACKAGE = "scipy_openblas32"
 DISTRIBUTION = "scipy-openblas32"
 # f16 and bf16 dots compute with the f32 routine (codegen/kernel.py) and round once after.
 _GEMM = {DType.F32: "sgemm", DType.F64: "dgemm", DType.F16: "sgemm", DType.BF16: "sgemm"}
+# HLOFUSE_BLAS_MIN_WORK of hlofuse_rt.c: products of fewer multiply-adds keep the loop.
+BLAS_MIN_WORK = 16384
 
 
 @dataclass(frozen=True)
@@ -67,16 +70,29 @@ def identity_comment(blas: Blas | None) -> str:
     return "/* BLAS: " + re.sub(r"[^A-Za-z0-9 .:=_-]", "_", blas.identity) + " */\n"
 
 
-def dot_implementation(dtype: DType, blas: Blas | None = None) -> str:
-    """What computes a dot of `dtype` that is a kernel of its own on the C target (a layout
-    that is no GEMM, with an operand's rows and columns both strided, also takes the loop)."""
+def dot_implementation(dtype: DType, blas: Blas | None = None, work: int | None = None) -> str:
+    """What computes a dot of `dtype` that is a kernel of its own on the C target, with `work`
+    multiply-adds per product where known (a layout that is no GEMM, with an operand's rows
+    and columns both strided, also takes the loop)."""
     routine = _GEMM.get(dtype)
     if routine is None:
         return f"the runtime's loop ({dtype.value} has no BLAS routine)"
     if blas is None:
         return ("the runtime's loop (no BLAS: scipy-openblas32 is not installed, or "
                 "HLOFUSE_BLAS=0)")
+    if work is not None and work < BLAS_MIN_WORK:
+        return (f"the runtime's loop ({work} multiply-adds per product, under the "
+                f"{BLAS_MIN_WORK} worth a call to {routine})")
     return f"OpenBLAS {routine} ({DISTRIBUTION})"
+
+
+def _work(dot: Instruction) -> int:
+    """Multiply-adds per product of a dot: its result's elements per batch entry times the
+    contracting size."""
+    lhs = dot.operands[0].shape.dims
+    batch = math.prod(lhs[d] for d in dot.ints("lhs_batch_dims"))
+    contracting = math.prod(lhs[d] for d in dot.ints("lhs_contracting_dims"))
+    return dot.shape.num_elements // max(batch, 1) * contracting
 
 
 def dot_kernel_lines(dots: Iterable[Instruction]) -> list[str]:
@@ -84,7 +100,7 @@ def dot_kernel_lines(dots: Iterable[Instruction]) -> list[str]:
     C target (explain; a dot fused into lane code is computed there instead)."""
     blas = find_blas()
     return [f"%{dot.name} {dot.dtype.value}[{','.join(map(str, dot.shape.dims))}]: "
-            f"{dot_implementation(dot.dtype, blas)}" for dot in dots]
+            f"{dot_implementation(dot.dtype, blas, _work(dot))}" for dot in dots]
 
 
 def profile_note() -> str:
@@ -92,5 +108,6 @@ def profile_note() -> str:
     blas = find_blas()
     if blas is None:
         return f"dot kernels: {dot_implementation(DType.F32, None)}"
-    return (f"dot kernels: f32 and f64 (f16 and bf16 through f32) call OpenBLAS ({blas.identity});"
-            " other dtypes, and layouts that are no GEMM, run the runtime's loop")
+    return (f"dot kernels: f32 and f64 (f16 and bf16 through f32) call OpenBLAS ({blas.identity})"
+            f" from {BLAS_MIN_WORK} multiply-adds per product; other dtypes, smaller products "
+            "and layouts that are no GEMM run the runtime's loop")

@@ -11,14 +11,15 @@
  * the type's width).
  *
  * f32 and f64 dots call OpenBLAS's GEMM where the runtime library is built with it
- * (HLOFUSE_BLAS: build.py, from the scipy-openblas32 wheel) and the strides map to a GEMM:
- * each operand's rows or columns contiguous, the other stride at least the contiguous extent,
- * every size within BLAS's 32-bit integers. XLA's CPU backend calls Eigen for such dots in the
- * same way. OpenBLAS's kernels also keep one register accumulator per result element, start it
- * at zero and add lhs * rhs with one fused multiply-add per contracting position in ascending
- * order, so up to OpenBLAS's K blocking (a few hundred positions) the bits are those of the loop
- * below; past it, each block's sum is added to the one before (the last bits differ, as XLA's
- * Eigen calls differ from its loops). OpenBLAS runs single-threaded here: the runtime's OpenMP
+ * (HLOFUSE_BLAS: build.py, from the scipy-openblas32 wheel), the strides map to a GEMM (each
+ * operand's rows or columns contiguous, the other stride at least the contiguous extent, every
+ * size within BLAS's 32-bit integers) and each product has at least HLOFUSE_BLAS_MIN_WORK
+ * multiply-adds: below that the loop is as fast (benchmarks/dot_bench.py with HLOFUSE_BLAS=0:
+ * 0.4-0.65x NumPy's time up to 16,384, where OpenBLAS's call costs as much as the work) and
+ * keeps the reference's order bit for bit. XLA's CPU backend calls Eigen for large dots in the
+ * same way. OpenBLAS's kernels sum in their own order (blocks of the contracting dimension,
+ * partial sums per register), so their last bits differ from the loop's, as XLA's Eigen calls
+ * differ from its loops. OpenBLAS runs single-threaded here: the runtime's OpenMP
  * threads (the program's thread count) share the GEMM by blocks of rows or columns, each with
  * denormals flushed as everywhere else, so results do not depend on the thread count. Other
  * layouts and dtypes, and a runtime library built without BLAS, use the loop.
@@ -91,11 +92,14 @@ __attribute__((constructor)) static void hlofuse_blas_single_threaded(void) {
 #define HLOFUSE_THREAD_IDS(t, nt) do { } while (0)
 #endif
 
+#define HLOFUSE_BLAS_MIN_WORK 16384
+
 #define HLOFUSE_GEMM(TAG, T, GEMM)                                                            \
 static int hlofuse_gemm_##TAG(const T *a, const T *b, T *c, int64_t batch, int64_t m,         \
                               int64_t n, int64_t k, int64_t asb, int64_t asm_, int64_t ask,   \
                               int64_t bsb, int64_t bsk, int64_t bsn) {                        \
-  if (m <= 0 || n <= 0 || k <= 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)          \
+  if (m <= 0 || n <= 0 || k <= 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX ||        \
+      m * n * k < HLOFUSE_BLAS_MIN_WORK)                                                      \
     return 0;                                                                                 \
   const hlofuse_gemm_operand la = hlofuse_gemm_layout(m, k, asm_, ask);                       \
   const hlofuse_gemm_operand lb = hlofuse_gemm_layout(k, n, bsk, bsn);                        \
