@@ -75,7 +75,7 @@ def comparison(name: str, device: str = "h100") -> Comparison:
 def test_the_corpus_covers_the_jax_corpus_and_the_rollouts() -> None:
     assert {p.stem for p in JAX_DATA.glob("*.hlo")} <= set(PROGRAMS)
     assert set(ROLLOUTS) <= set(PROGRAMS)
-    assert len(ROLLOUT_ENVS) == 9 and set(ROLLOUT_ENVS) <= set(PROGRAMS)
+    assert len(ROLLOUT_ENVS) == 11 and set(ROLLOUT_ENVS) <= set(PROGRAMS)
     manifest = json.loads((DATA / "MANIFEST.json").read_text())
     assert manifest["jax"] == "0.10.2"
     for name in ROLLOUTS + ROLLOUT_ENVS:
