@@ -52,7 +52,6 @@ from hlofuse.codegen.kernel_spec import (
 )
 from hlofuse.codegen.language import Language
 from hlofuse.codegen.whole_loop_blocks import (
-    LANE_UNROLLED_REDUCTION,
     BlockEmission,
     BranchingEmitter,
 )
@@ -71,6 +70,7 @@ from hlofuse.codegen.whole_loop_lanes import (
     small_argument_math,
     speculative_math,
 )
+from hlofuse.codegen.whole_loop_reductions import LANE_UNROLLED_REDUCTION, step_reduction_names
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import FusionKind, Op
@@ -191,6 +191,7 @@ class WholeLoopEmitter(BlockEmission):
             self.body.names.reserve(*(f"{p}{k}" for p in
                                       ("u", "nu", "ust", "s", "tab", "li", "init", "part", "acc",
                                        "m", "fm", "w")))
+        self.body.names.reserve(*step_reduction_names(self.plan))
 
     # --- arguments ------------------------------------------------------------------------
 
@@ -303,6 +304,7 @@ class WholeLoopEmitter(BlockEmission):
             self.body.declare(f"{ctype} *", f"part{k}",
                               cir.Cast(f"{ctype} *", cir.call("malloc", size)))
             self._copy_loop(self.blocks, copy(store_at(f"part{k}"), constant(identity)))
+        self._declare_step_partials()
 
     # --- phase 1: uniform steps ---------------------------------------------------------------
 
@@ -340,6 +342,7 @@ class WholeLoopEmitter(BlockEmission):
                 size = max(1, self.loop.shape.elements[i].num_elements)
                 row = Binary("*", count, cir.Int(size))
                 self._copy_loop(size, copy(store_at(f"ust{i}", row), element_of(f"u{i}")))
+            self._mark_step_positions()
             commits: list[Stmt] = []
             for i in self.plan.uniform:
                 value = self.plan.body.root.operands[i]
@@ -416,3 +419,4 @@ class WholeLoopEmitter(BlockEmission):
                     body.assign(total, em.apply_reducer(acc.reducer, [total], [part])[0])
             body.assign(cir.load(self.outputs[i], cir.Int(0)), self.lang.to_storage(dtype, total))
             body.call("free", cir.Var(f"part{k}"))
+        self._finish_step_reductions()

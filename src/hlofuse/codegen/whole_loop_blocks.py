@@ -23,9 +23,7 @@ and adds its lanes' partial sums to its own slot.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import math
 
 from hlofuse.analysis.loop_accumulators import Accumulator
 from hlofuse.codegen import cir
@@ -36,14 +34,13 @@ from hlofuse.codegen.whole_loop_deferred import DeferredLanes
 from hlofuse.codegen.whole_loop_elements import (
     L,
     copy,
-    element_indices,
     element_of,
-    env_indices,
     store_at,
     store_through,
 )
 from hlofuse.codegen.whole_loop_lane_code import SIMD, B
 from hlofuse.codegen.whole_loop_reads import LaneReads
+from hlofuse.codegen.whole_loop_reductions import LaneReductions
 from hlofuse.codegen.whole_loop_scratch import ScratchLanes
 from hlofuse.codegen.whole_loop_small_math import SmallArgumentLanes
 from hlofuse.codegen.whole_loop_streamed import StreamedLanes
@@ -51,14 +48,12 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 
-# Reductions in lane code over at most this many elements are written out, as the lane's
-# accumulated sums are: a loop inside the loop over the lanes keeps it from vectorising.
-LANE_UNROLLED_REDUCTION = 64
 # Lane-steps below which a chunk runs on the calling thread alone (about a millisecond).
 PARALLEL_MIN_ENV_STEPS = 1 << 17
 
 
-class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes, ScratchLanes):
+class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes, ScratchLanes,
+                    LaneReductions):
     """The per-lane half of the whole-loop emitter (codegen/whole_loop.py): the blocks, their
     state's loads and stores, and each step's lane loops."""
 
@@ -99,6 +94,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
                 body.declare(self._ctype(acc.combines[-1].dtype), f"oacc{k}", dims=(lanes,))
             with body.loop("l", 0, lanes, ctype="int"):
                 body.assign(cir.load(f"acc{k}", L), identity)
+        self._declare_step_lane_values()
         self._declare_small_argument_values()
         with body.loop("t", 0, cir.Var("count")):
             self._lane_step()
@@ -142,6 +138,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
             self._main_lane_loop(masks)
         self._deferred_lane_loop(masks)
         self._staged_streamed_stores()
+        self._store_step_partials()
 
     def _speculative_lane_loops(self, masks: dict[tuple[object, ...], str]) -> None:
         """The step with the speculative math in its small forms, each call also noting
@@ -201,6 +198,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
                         stores.append(cir.Assign(cir.load(mask, L), predicate))
             for k, acc in enumerate(self.plan.accumulators):
                 self._accumulate(k, acc)
+            self._reduce_step_at_lane()
             stores += self._streamed_stores()
             # Looped elements read the old state: computed before any store, then copied.
             interchanged: list[cir.For] = []
@@ -228,33 +226,8 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         total: Expr = cir.load(f"acc{k}", L)
         for operand in acc.operands:
             env_dim = self.plan.env_dims.get(id(operand), 0) if self.n > 1 else None
-            total = self._reduce_at_lane(acc, operand, env_dim, total)
+            total = self._reduce_at_lane(acc.reducer, operand, env_dim, total)
         self.body.assign(cir.load(f"acc{k}", L), total)
-
-    def _reduce_at_lane(self, acc: Accumulator, operand: Instruction, env_dim: int | None,
-                        total: Expr) -> Expr:
-        """`total <op>` every element of the lane's lane's part of `operand`."""
-        em, body = self.lane_em, self.body
-        dims = operand.shape.dims
-        loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
-        if math.prod(size for _, size in loops) <= LANE_UNROLLED_REDUCTION:
-            # written out in the loops' order: row-major over the lane's positions
-            for index in env_indices(dims, self.env, env_dim or 0) if env_dim is not None \
-                    else element_indices(dims):
-                value = em.array_value(operand, index)
-                total = em.apply_reducer(acc.reducer, [total], [value])[0]
-            return total
-        name = body.variable(self._ctype(operand.dtype), "acc", total)
-        variables = {d: body.fresh("r") for d, _ in loops}
-        multi = tuple(self.env if d == env_dim else
-                      (cir.Var(variables[d]) if d in variables else cir.Int(0))
-                      for d in range(len(dims)))
-        with contextlib.ExitStack() as stack:
-            for d, size in loops:
-                stack.enter_context(body.loop(variables[d], 0, size))
-            value = em.array_value(operand, Index(dims, None, multi, None))
-            body.assign(name, em.apply_reducer(acc.reducer, [name], [value])[0])
-        return name
 
     def _store_block(self) -> None:
         body = self.body
