@@ -21,8 +21,14 @@ ROLLOUT_CORPUS = Path(__file__).parents[1] / "data" / "rollouts"
 ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic", "cartpole_fori_rollout",
             "pendulum_rollout", "mountain_car_rollout")
 # The rollout corpus (tests/data/rollouts/, JAX's CUDA lowerings), stored as rollout_<env>.
+# The policy-network rollouts (issue 32) are not in it yet: XLA's GPU compiler (the xla-gpu
+# extra) was not installed where they were added; generate.py adds them.
+NOT_YET_STORED = ("rollout_acrobot_mlp", "rollout_mountain_car_continuous_mlp",
+                  "rollout_mountain_car_mlp", "rollout_pendulum_mlp")
 ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
-                            for p in ROLLOUT_CORPUS.glob("*.gpu.hlo")))
+                            for p in ROLLOUT_CORPUS.glob("*.gpu.hlo")
+                            if f"rollout_{p.name.removesuffix('.gpu.hlo')}"
+                            not in NOT_YET_STORED))
 # Measured on the 45 programs (h100; `benchmarks/xla_gpu_agreement.py`), copies from copy
 # insertion compared as kernels since xla-gpu runs XLA's copy insertion and CopyFusion, and
 # with the three rollouts in other libraries' styles (styles.py: env_class_rollout,

@@ -222,7 +222,9 @@ _QUICK_ROLLOUTS = {"pendulum", "catch"}
 @pytest.mark.thorough
 @pytest.mark.parametrize("env", [
     pytest.param(env, marks=() if env in _QUICK_ROLLOUTS else (pytest.mark.slow,))
-    for env in sorted(p.name.removesuffix(".gpu.hlo") for p in ROLLOUT_DATA.glob("*.gpu.hlo"))])
+    for env in sorted(p.name.removesuffix(".gpu.hlo") for p in ROLLOUT_DATA.glob("*.gpu.hlo"))
+    # those whose XLA input is stored (test_corpus_agreement lists the ones not yet stored)
+    if (DATA / f"rollout_{env}.before.hlo").exists()])
 def test_xla_gpu_keeps_the_results_of_the_rollout_corpus(env: str) -> None:
     """The rollout corpus (as XLA was given it) through xla-gpu computes what the reference
     interpreter computes on it."""
