@@ -223,7 +223,7 @@ _QUICK_ROLLOUTS = {"pendulum", "catch"}
 @pytest.mark.parametrize("env", [
     pytest.param(env, marks=() if env in _QUICK_ROLLOUTS else (pytest.mark.slow,))
     for env in sorted(p.name.removesuffix(".gpu.hlo") for p in ROLLOUT_DATA.glob("*.gpu.hlo"))
-    # the ones XLA's GPU compiles were recorded for (test_corpus_agreement.NOT_YET_RECORDED)
+    # those whose XLA input is stored (test_corpus_agreement lists the ones not yet stored)
     if (DATA / f"rollout_{env}.before.hlo").exists()])
 def test_xla_gpu_keeps_the_results_of_the_rollout_corpus(env: str) -> None:
     """The rollout corpus (as XLA was given it) through xla-gpu computes what the reference
