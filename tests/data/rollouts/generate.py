@@ -56,6 +56,8 @@ EXPORT_OPTIONS: dict[str, dict[str, int]] = {
     "pendulum_mlp": {"max_steps": 16},
     "mountain_car_mlp": {"max_steps": 20},
     "mountain_car_continuous_mlp": {"max_steps": 14},
+    "spring_chain": {"max_steps": 13},
+    "jacobi_rope": {"max_steps": 11},
 }
 
 

@@ -631,6 +631,116 @@ def make_mountain_car_continuous_mlp(n: int, t: int, max_steps: int = 999) -> Ro
                          _gaussian_head(-1.0, 1.0, jax.nn.relu))
     return make_mountain_car_continuous(n, t, max_steps, build=build)
 
+# --- A spring chain stepped in substeps, as a physics engine steps its integrator -----------
+
+CHAIN_MASSES = 8
+CHAIN_SUBSTEPS = 16
+
+
+def make_spring_chain(n: int, t: int, max_steps: int = 200) -> Rollout:
+    """CHAIN_MASSES point masses in the plane, the first pinned to the origin by a spring and
+    each joined to the next by a damped spring of rest length 0.5, under gravity; the policy
+    pushes the last mass. Each environment step is CHAIN_SUBSTEPS semi-implicit Euler substeps
+    in a `fori_loop` (the engine's fixed substep count). The reward is minus the chain's
+    kinetic energy; an episode ends when some spring stretches past three times its rest
+    length or after max_steps."""
+    dt, stiffness, damping, rest, gravity = 0.01, 400.0, 2.0, 0.5, -9.8
+
+    def spring_forces(x: jax.Array, v: jax.Array) -> jax.Array:
+        anchored = jnp.concatenate([jnp.zeros((1, 2), x.dtype), x[:-1]])  # each mass's parent
+        d = x - anchored
+        length = jnp.sqrt(jnp.sum(d * d, axis=1, keepdims=True) + 1e-6)
+        relative = v - jnp.concatenate([jnp.zeros((1, 2), v.dtype), v[:-1]])
+        along = jnp.sum(relative * d, axis=1, keepdims=True) / length
+        tension = stiffness * (length - rest) + damping * along
+        pull = tension * d / length  # on the mass, towards its parent
+        child_pull = jnp.concatenate([pull[1:], jnp.zeros((1, 2), x.dtype)])
+        return -pull + child_pull
+
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        k1, k2 = jax.random.split(key)
+        hanging = jnp.stack([jnp.zeros(CHAIN_MASSES),
+                             -rest * (1.0 + jnp.arange(CHAIN_MASSES, dtype=jnp.float32))],
+                            axis=1)
+        return {"x": hanging + 0.05 * jax.random.normal(k1, (CHAIN_MASSES, 2)),
+                "v": 0.1 * jax.random.normal(k2, (CHAIN_MASSES, 2)),
+                "t": jnp.zeros((), jnp.int32)}
+
+    def step(state: dict[str, jax.Array], push: jax.Array) -> tuple[Any, Any, Any]:
+        external = jnp.zeros((CHAIN_MASSES, 2)).at[-1].set(push)
+        external = external + jnp.array([0.0, gravity])
+
+        def substep(_: int, xv: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+            x, v = xv
+            v = v + dt * (spring_forces(x, v) + external)
+            return x + dt * v, v
+
+        x, v = lax.fori_loop(0, CHAIN_SUBSTEPS, substep, (state["x"], state["v"]))
+        parents = jnp.concatenate([jnp.zeros((1, 2), x.dtype), x[:-1]])
+        stretch = jnp.sqrt(jnp.sum((x - parents) ** 2, axis=1))
+        steps = state["t"] + 1
+        done = jnp.any(stretch > 3.0 * rest) | (steps >= max_steps)
+        return {"x": x, "v": v, "t": steps}, -0.5 * jnp.sum(v * v), done
+
+    def policy(key: jax.Array, n: int) -> jax.Array:
+        return 3.0 * jax.random.normal(key, (n, 2))
+
+    return _batched_rollout(reset, step, policy, n, t)
+
+
+# --- Position-based dynamics: a rope's distance constraints solved by Jacobi iterations ------
+
+ROPE_PARTICLES = 10
+JACOBI_ITERATIONS = 12
+
+
+def make_jacobi_rope(n: int, t: int, max_steps: int = 200) -> Rollout:
+    """A rope of ROPE_PARTICLES particles, the first pinned, stepped the way position-based
+    dynamics engines step: predict positions from velocities under gravity and the policy's
+    push on the free end, then JACOBI_ITERATIONS Jacobi iterations over the distance
+    constraints between neighbours (every constraint's correction computed from the same
+    positions, each particle moved by the average of its corrections, the pinned one not
+    at all), then velocities from the change of position. The reward is minus the free end's
+    distance from a target; an episode ends when the free end leaves a box or after
+    max_steps."""
+    dt, rest, gravity = 0.03, 0.3, -9.8
+    inverse_mass = jnp.ones(ROPE_PARTICLES).at[0].set(0.0)
+    counts = jnp.full((ROPE_PARTICLES,), 2.0).at[0].set(1.0).at[-1].set(1.0)
+    target = jnp.array([1.5, -1.5])
+
+    def jacobi(_: int, p: jax.Array) -> jax.Array:
+        d = p[1:] - p[:-1]
+        length = jnp.sqrt(jnp.sum(d * d, axis=1, keepdims=True) + 1e-9)
+        w1, w2 = inverse_mass[:-1, None], inverse_mass[1:, None]
+        error = (length - rest) / length / jnp.maximum(w1 + w2, 1e-6)
+        delta = jnp.zeros_like(p)
+        delta = delta.at[:-1].add(w1 * error * d)
+        delta = delta.at[1:].add(-w2 * error * d)
+        return p + delta / counts[:, None]
+
+    def reset(key: jax.Array) -> dict[str, jax.Array]:
+        angle = jax.random.uniform(key, (), minval=-0.5, maxval=0.5)
+        along = rest * jnp.arange(ROPE_PARTICLES, dtype=jnp.float32)
+        x = jnp.stack([along * jnp.sin(angle), -along * jnp.cos(angle)], axis=1)
+        return {"x": x, "v": jnp.zeros((ROPE_PARTICLES, 2)), "t": jnp.zeros((), jnp.int32)}
+
+    def step(state: dict[str, jax.Array], push: jax.Array) -> tuple[Any, Any, Any]:
+        x, v = state["x"], state["v"]
+        force = jnp.zeros((ROPE_PARTICLES, 2)).at[-1].set(push) + jnp.array([0.0, gravity])
+        v = v + dt * force * inverse_mass[:, None]
+        predicted = lax.fori_loop(0, JACOBI_ITERATIONS, jacobi, x + dt * v)
+        v = (predicted - x) / dt
+        tip = predicted[-1]
+        steps = state["t"] + 1
+        done = jnp.any(jnp.abs(tip) > 4.0) | (steps >= max_steps)
+        reward = -jnp.sqrt(jnp.sum((tip - target) ** 2))
+        return {"x": predicted, "v": v, "t": steps}, reward, done
+
+    def policy(key: jax.Array, n: int) -> jax.Array:
+        return 4.0 * jax.random.normal(key, (n, 2))
+
+    return _batched_rollout(reset, step, policy, n, t)
+
 
 ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "acrobot": make_acrobot,
@@ -648,4 +758,6 @@ ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "pendulum_mlp": make_pendulum_mlp,
     "mountain_car_mlp": make_mountain_car_mlp,
     "mountain_car_continuous_mlp": make_mountain_car_continuous_mlp,
+    "spring_chain": make_spring_chain,
+    "jacobi_rope": make_jacobi_rope,
 }

@@ -180,8 +180,11 @@ def _unfused(comp: Computation, names: NameUniquer, computation_names: NameUniqu
     """`comp` with every fusion replaced by the instructions of its fused computation, and
     every nested loop with a constant trip count (the same for every lane: JAX's CPU Threefry
     rounds, a `fori_loop` integrator) replaced by its iterations, so that the lane's kernel
-    runs it as straight-line code (XLA's WhileLoopUnroller limits: at most
-    NESTED_MAX_TRIP_COUNT iterations and NESTED_MAX_INSTRUCTIONS instructions in all)."""
+    runs it as straight-line code: at most NESTED_MAX_TRIP_COUNT iterations (XLA's
+    WhileLoopUnroller limit) and NESTED_UNROLL_INSTRUCTIONS instructions in all. A larger
+    nested loop stays a loop (a physics engine's substeps or a solver's iterations): written
+    out, its chain of dependent values grows with the trip count and so do code generation
+    and the C compiler's time."""
     flat = comp
     if any(i.op in (Op.FUSION, Op.WHILE) for i in comp.instructions):
         builder = ComputationBuilder(comp.name, names)
@@ -211,7 +214,10 @@ FOLDED_BROADCAST_ELEMENTS = 64
 
 
 NESTED_MAX_TRIP_COUNT = 64
-NESTED_MAX_INSTRUCTIONS = 10000
+# Instructions of an unrolled nested loop (trip count x body) at most: JAX's CPU Threefry (5
+# rounds of 64) and a few substeps of a small integrator (the particles rollout: 4 x 45) are
+# written out; 16 substeps of a spring chain (16 x 81) stay a loop.
+NESTED_UNROLL_INSTRUCTIONS = 512
 
 
 def _flattened(comp: Computation, operands: tuple[Instruction, ...],
@@ -252,7 +258,7 @@ def _unrolled(loop: Instruction, operands: tuple[Instruction, ...],
     except NotCounted:
         return None
     if (counted.trip_count > NESTED_MAX_TRIP_COUNT
-            or counted.trip_count * counted.body_instructions > NESTED_MAX_INSTRUCTIONS):
+            or counted.trip_count * counted.body_instructions > NESTED_UNROLL_INSTRUCTIONS):
         return None
     state = operands[0]
     for _ in range(counted.trip_count):
