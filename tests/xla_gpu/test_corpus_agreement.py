@@ -23,9 +23,6 @@ ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic", "cartpole_fori
 # The rollout corpus (tests/data/rollouts/, JAX's CUDA lowerings), stored as rollout_<env>.
 ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
                             for p in ROLLOUT_CORPUS.glob("*.gpu.hlo")))
-# Rollouts added after XLA's GPU compiles were recorded: recording them needs a GPU
-# (tests/data/xla_gpu/generate.py), and the oracle covers the others.
-NOT_YET_RECORDED = ("rollout_jacobi_rope", "rollout_spring_chain")
 # Measured on the 45 programs (h100; `benchmarks/xla_gpu_agreement.py`), copies from copy
 # insertion compared as kernels since xla-gpu runs XLA's copy insertion and CopyFusion, and
 # with the three rollouts in other libraries' styles (styles.py: env_class_rollout,
@@ -78,12 +75,10 @@ def comparison(name: str, device: str = "h100") -> Comparison:
 def test_the_corpus_covers_the_jax_corpus_and_the_rollouts() -> None:
     assert {p.stem for p in JAX_DATA.glob("*.hlo")} <= set(PROGRAMS)
     assert set(ROLLOUTS) <= set(PROGRAMS)
-    recorded = tuple(env for env in ROLLOUT_ENVS if env not in NOT_YET_RECORDED)
-    assert set(NOT_YET_RECORDED) <= set(ROLLOUT_ENVS)
-    assert len(recorded) >= 15 and set(recorded) <= set(PROGRAMS)
+    assert len(ROLLOUT_ENVS) >= 17 and set(ROLLOUT_ENVS) <= set(PROGRAMS)
     manifest = json.loads((DATA / "MANIFEST.json").read_text())
     assert manifest["jax"] == "0.10.2"
-    for name in ROLLOUTS + recorded:
+    for name in ROLLOUTS + ROLLOUT_ENVS:
         assert manifest["programs"][name] == ["a100", "h100", "h200"]
 
 

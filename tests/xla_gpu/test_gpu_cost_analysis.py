@@ -8,15 +8,17 @@ from hlofuse.fusion.graphs.graph import Node
 from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.legality.properties import current_xla_rules
 from hlofuse.fusion.xla_gpu.devices import device
+from hlofuse.fusion.xla_gpu.launch_dimensions import (
+    kernel_launch,
+    kernel_reduction,
+    reduction_launch,
+)
 from hlofuse.fusion.xla_gpu.performance_model import (
     GpuCostModel,
     consumer_utilisation,
     duration_ticks,
     fused_operand_reads,
-    kernel_launch,
-    kernel_reduction,
     operand_reads,
-    reduction_launch,
     xla_flops,
     xla_utilisation,
 )

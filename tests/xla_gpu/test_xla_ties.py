@@ -14,12 +14,11 @@ from hlofuse.fusion.legality.properties import current_xla_rules
 from hlofuse.fusion.strategies import parse_strategy
 from hlofuse.fusion.xla_gpu.devices import device
 from hlofuse.fusion.xla_gpu.ids import creation_order
+from hlofuse.fusion.xla_gpu.launch_dimensions import kernel_launch, kernel_reduction
 from hlofuse.fusion.xla_gpu.performance_model import (
     GpuCostModel,
     duration_ticks,
     fused_operand_reads,
-    kernel_launch,
-    kernel_reduction,
     xla_flops,
 )
 from hlofuse.ir.ops import Op

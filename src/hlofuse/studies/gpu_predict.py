@@ -26,12 +26,12 @@ from hlofuse.fusion.xla_gpu.devices import (
     UnknownDeviceError,
     parse_target_config,
 )
+from hlofuse.fusion.xla_gpu.launch_dimensions import THREADS_PER_BLOCK
 from hlofuse.fusion.xla_gpu.performance_model import (
     _PROFILES,
     DEFAULT_FLOPS_PER_ELEMENT,
     KERNEL_LAUNCH_OVERHEAD,
     MEMORY_COMPUTE_PARALLELISM,
-    THREADS_PER_BLOCK,
 )
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op, OpKind

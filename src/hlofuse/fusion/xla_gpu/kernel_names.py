@@ -36,7 +36,7 @@ from hlofuse.fusion.legality.properties import (
     is_effective_scalar,
     reduces_contiguous_dimensions,
 )
-from hlofuse.fusion.xla_gpu.performance_model import MAX_CONCATENATE_EMITTER_OPERANDS
+from hlofuse.fusion.xla_gpu.launch_dimensions import MAX_CONCATENATE_EMITTER_OPERANDS
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import FusionKind, Op, OpKind
 

@@ -58,15 +58,12 @@ from hlofuse.fusion.beyond_xla.cost_model import (
     read_factor,
 )
 from hlofuse.fusion.graphs.graph import Node
-from hlofuse.fusion.kernels import is_free
 from hlofuse.fusion.legality.properties import (
     WARP_SIZE,
-    is_contiguous_reduction,
-    is_effective_scalar,
     is_elementwise_op,
-    reduction_dimensions,
 )
 from hlofuse.fusion.xla_gpu.devices import GpuDevice
+from hlofuse.fusion.xla_gpu.launch_dimensions import THREADS_PER_BLOCK, kernel_launch
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import Op
 
@@ -104,7 +101,6 @@ L2_CACHE_SPEEDUP = 2.5  # kL2CacheSpeedup
 L1_CACHE_SPEEDUP = 8.0  # kL1CacheSpeedup
 L1_CACHE_SIZE_PER_SM = 2 * 1024  # bytes, kL1CacheSizePerSM
 MEMORY_COMPUTE_PARALLELISM = 0.95  # kMemoryComputeParallelism
-THREADS_PER_BLOCK = 128  # EstimateFusionLaunchDimensions' fallback estimate
 TRANSACTION_BYTES = 32  # per clock per block, AdjustBandwidth
 # Flops per element of an element-wise op (GpuHloCostAnalysis with XLA's measured op profiles,
 # `hlo_op_profiles_data.h`, sm_90: clock cycles per element); ops not in the table cost XLA's
@@ -163,198 +159,6 @@ def concatenate_flops_per_element(node: Node) -> float:
     if dimension > 0 and extent % WARP_SIZE:
         return float(DIVERGENT_CONCATENATE_FLOPS)
     return float(CONCATENATE_FLOPS)
-
-
-# The row-reduction emitter (MlirRowReductionFusion): threads per block along the row at most
-# (MinThreadsXRowReduction, with a current ptxas), elements of a row one thread reduces
-# (the minor reduced tile), rows of the major reduced dimension one thread takes
-# (BatchedReductionRaceFreeBound) and the threads per block it aims for when rows are short.
-MIN_THREADS_X_ROW_REDUCTION = 1024
-ROW_TILE_X = 16
-RACE_FREE_BOUND = 8
-THREADS_PER_BLOCK_TARGET = 256
-# Ops a kernel walks through to find its hero (FindNonTrivialHero): they keep the index space.
-_INTERMEDIATE = frozenset({Op.BITCAST, Op.RESHAPE, Op.COPY})
-
-
-def fusion_roots(node: Node) -> list[Node]:
-    """The outputs of `node`'s kernel (inside the fusion for a fusion)."""
-    if not node.is_fusion:
-        return [node]
-    root = node.fused_root
-    return list(root.operands) if root.op is Op.TUPLE else [root]
-
-
-def hero_reduction(start: Node, outer: Node | None, producer: Node | None) -> Node | None:
-    """The tiled reduction that is the hero of an output (FindNonTrivialHero), if any: the
-    walk from the output through element-wise ops with one non-scalar operand and through
-    bitcasts, into the producer where the output reads it (`outer` is the fusion `start`
-    lives in, if any)."""
-    node: Node | None = start
-    seen = 0
-    inside = True  # `node` is in the kernel
-    while node is not None and seen < 10000:
-        seen += 1
-        if node.op is Op.PARAMETER and outer is not None and node.parent is outer.fused:
-            node = outer.operands[node.parameter_number]
-            outer = None
-            inside = False
-            continue
-        if producer is not None and node is producer:
-            if producer.is_fusion:
-                return next((h for o in fusion_roots(producer)
-                             if (h := hero_reduction(o, producer, None)) is not None), None)
-            node, producer = producer, None
-            inside = True
-            continue
-        if not inside:
-            return None
-        if node.op is Op.REDUCE:
-            return node if is_contiguous_reduction(node) else None
-        if node.op in _INTERMEDIATE or is_elementwise_op(node):
-            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
-            if len(wide) != 1:
-                return None
-            node = wide[0]
-            inside = outer is not None
-            continue
-        return None
-    return None
-
-
-def kernel_reduction(consumer: Node, producer: Node | None = None) -> Node | None:
-    """The hero reduction of `consumer`'s kernel (with `producer` fused into it)."""
-    outer = consumer if consumer.is_fusion else None
-    for output in fusion_roots(consumer):
-        hero = hero_reduction(output, outer, producer)
-        if hero is not None:
-            return hero
-    return None
-
-
-def kernel_launch(consumer: Node, producer: Node | None = None) -> tuple[int, int] | None:
-    """(blocks, threads per block) of `consumer`'s kernel (with `producer` fused into it)
-    when its emitter, not the loop emitter's estimate, decides them: a tiled reduction hero
-    (`reduction_launch`), a concatenate hero (`concatenate_launch`), or dynamic-update-slice
-    outputs (`kernel_dynamic_update_slice`)."""
-    reduction = kernel_reduction(consumer, producer)
-    if reduction is not None:
-        return reduction_launch(reduction)
-    concatenate = kernel_concatenate(consumer, producer)
-    if concatenate is not None:
-        return concatenate_launch(concatenate)
-    update = kernel_dynamic_update_slice(consumer)
-    return loop_launch(update.operands[1].shape.num_elements) if update is not None else None
-
-
-def kernel_dynamic_update_slice(consumer: Node) -> Node | None:
-    """The first dynamic-update-slice of `consumer`'s kernel when XLA's performance model
-    launches it with the in-place emitter: every output is a dynamic-update-slice or a
-    bitcast of one (IsDynamicUpdateSliceFusion in fusions.cc), which before buffer
-    assignment is taken to be in place (PreBufferAssignmentFusionInfo::
-    CanEmitDynamicUpdateSliceInPlace), and InPlaceDynamicUpdateSliceFusion launches over the
-    first one's update. A producer fused into the consumer leaves its outputs as they are."""
-    updates = []
-    for root in fusion_roots(consumer):
-        if root.op is not Op.DYNAMIC_UPDATE_SLICE and consumer.is_fusion and (
-                root.op is Op.BITCAST or (root.op is Op.RESHAPE and is_free(root))):
-            root = root.operands[0]
-        if root.op is not Op.DYNAMIC_UPDATE_SLICE:
-            return None
-        updates.append(root)
-    return updates[0] if updates else None
-
-
-def loop_launch(elements: int) -> tuple[int, int]:
-    """CalculateLaunchDimensions (launch_dimensions.cc) over `elements` elements, unrolled
-    once: one thread per element, at most 128 per block (a warp times the scheduling
-    granularity, 4)."""
-    if elements <= 1:
-        return 1, 1
-    per_block = min(THREADS_PER_BLOCK, elements)
-    return math.ceil(elements / per_block), per_block
-
-
-# UseConcatenateFusion: more operands than this and the loop emitter is used.
-MAX_CONCATENATE_EMITTER_OPERANDS = 4
-
-
-def kernel_concatenate(consumer: Node, producer: Node | None = None) -> Node | None:
-    """The concatenate hero of `consumer`'s kernel (with `producer` fused into it) when XLA
-    emits the kernel with its concatenate emitter (HloFusionAnalysis::GetEmitterFusionKind,
-    UseConcatenateFusion): one output, not a tuple, whose hero (FindNonTrivialHero: the walk
-    back through bitcasts and element-wise ops with one non-scalar operand) is a concatenate
-    of at most four operands (and no input or output narrower than a byte, which hlofuse's
-    element types never are)."""
-    roots = fusion_roots(consumer)
-    if len(roots) != 1 or not roots[0].shape.is_array:
-        return None
-    # `outer`: the fusion whose computation `node` is in; None while `node` is an unfused
-    # instruction, whose operands are outside the kernel unless one is the producer.
-    outer = consumer if consumer.is_fusion else None
-    node = roots[0]
-    for _ in range(10000):
-        if node.op is Op.CONCATENATE:
-            if len(node.operands) > MAX_CONCATENATE_EMITTER_OPERANDS:
-                return None
-            return node
-        if node.op is Op.PARAMETER and outer is not None and node.parent is outer.fused:
-            operand: Node = outer.operands[node.parameter_number]
-        elif node.op in _INTERMEDIATE or is_elementwise_op(node):
-            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
-            if len(wide) != 1:
-                return None
-            operand = wide[0]
-            if outer is not None:
-                node = operand
-                continue
-        else:
-            return None
-        if producer is None or operand is not producer:
-            return None  # the walk leaves the kernel
-        producer_roots = fusion_roots(producer)
-        if len(producer_roots) != 1:
-            return None
-        outer = producer if producer.is_fusion else None
-        node, producer = producer_roots[0], None
-    return None
-
-
-def concatenate_launch(hero: Node) -> tuple[int, int]:
-    """(blocks, threads per block) of the concatenate emitter (ConcatenateFusion::
-    launch_dimensions): the loop emitter's launch (CalculateLaunchDimensions) over the
-    operand that is largest along the concatenated dimension (the first of equals)."""
-    (dimension,) = hero.ints("dimensions")
-    largest = max(hero.operands, key=lambda o: o.shape.dims[dimension])
-    return loop_launch(largest.shape.num_elements)
-
-
-def reduction_launch(hero: Node) -> tuple[int, int]:
-    """(blocks, threads per block) the reduction emitter launches for `hero`
-    (MlirRowReductionFusion, MlirColumnReductionFusion; vectorised loads not modelled)."""
-    dims = reduction_dimensions(hero.operands[0].shape, tuple(hero.ints("dimensions")))
-    if not dims.is_row_reduction:
-        major_kept, _, minor_kept = dims.dimensions
-        return major_kept * math.ceil(minor_kept / WARP_SIZE), WARP_SIZE * WARP_SIZE
-    major, kept, minor = dims.dimensions
-    rows_per_warp = 1 if minor >= WARP_SIZE or WARP_SIZE % minor else WARP_SIZE // minor
-    if rows_per_warp > 1:
-        threads_x = minor
-    else:
-        threads_x = min(MIN_THREADS_X_ROW_REDUCTION,
-                        math.ceil(math.ceil(minor / ROW_TILE_X) / WARP_SIZE) * WARP_SIZE)
-    threads_y = 1
-    if threads_x * 2 <= THREADS_PER_BLOCK_TARGET:
-        if kept * threads_x <= THREADS_PER_BLOCK_TARGET:
-            threads_y = kept
-            while (threads_x * threads_y) % WARP_SIZE:
-                threads_y += 1
-        else:
-            threads_y = THREADS_PER_BLOCK_TARGET // threads_x
-    tile_x = 1 if rows_per_warp > 1 else min(ROW_TILE_X, math.ceil(minor / threads_x))
-    blocks = (math.ceil(major / min(major, RACE_FREE_BOUND)) * math.ceil(kept / threads_y)
-              * math.ceil(minor / (tile_x * threads_x)))
-    return blocks, threads_x * threads_y
 
 
 @dataclass(frozen=True, slots=True)

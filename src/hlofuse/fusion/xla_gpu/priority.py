@@ -72,12 +72,8 @@ from hlofuse.fusion.legality.rules import (
 )
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, GpuDevice, device
 from hlofuse.fusion.xla_gpu.ids import InstructionIds
-from hlofuse.fusion.xla_gpu.performance_model import (
-    TICKS_PER_SECOND,
-    duration_ticks,
-    fusion_roots,
-    hero_reduction,
-)
+from hlofuse.fusion.xla_gpu.launch_dimensions import fusion_roots, hero_reduction
+from hlofuse.fusion.xla_gpu.performance_model import TICKS_PER_SECOND, duration_ticks
 from hlofuse.fusion.xla_gpu.softmax_rewriter import (
     TritonGpuCostModel,
     can_fuse_triton,
