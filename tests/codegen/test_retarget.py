@@ -12,6 +12,7 @@ import pytest
 from hlofuse.codegen import cir
 from hlofuse.codegen.kernel import emit_aliased, emit_kernel
 from hlofuse.fusion.strategies import run_strategy
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.parser import parse_module
 from hlofuse.targets.c import generate_c as generate
 from hlofuse.targets.c.language import C
@@ -23,7 +24,7 @@ CODEGEN_DATA = Path(__file__).parent / "data"
 def test_loads_are_retargeted_and_nothing_else() -> None:
     i = cir.Var("i")
     body: list[cir.Stmt] = [
-        cir.Declare("float", "v", cir.Binary("+", cir.load("in0", i), cir.load("in1", i)),
+        cir.Declare(DType.F32, "v", cir.Binary("+", cir.load("in0", i), cir.load("in1", i)),
                     const=True),
         cir.Assign(cir.load("out0", i), cir.Var("v")),
     ]

@@ -1,8 +1,17 @@
 """The expression and statement IR of generated code: what emitters build, a language prints.
 
-Emitters never write target text. They build these frozen nodes; `CLanguage.print_*` (and a
-later CUDA table) spells them. Nodes compare and hash by structure, so value numbering keys
-on them directly (hash-consing) and nothing printed is ever read back.
+Emitters never write target text. They build these frozen nodes; each target's language
+table (`targets/c/language.py`, `targets/cuda/language.py`) spells them. Nodes compare and
+hash by structure, so value numbering keys on them directly (hash-consing) and nothing printed
+is ever read back.
+
+Types are target-neutral (`Type`): an element type is an hlofuse `DType` (the value as held:
+a language says which dtype holds f16 while a kernel computes), a `Pointer` to one, or one of
+the few `Special` types a kernel needs beside them. Structure a target needs to run a kernel
+in parallel is explicit in the nodes, set by the emitters: how many independent iterations a
+parallel region shares (`ParallelRegion.extent`) and a library call splits
+(`ExprStmt.extent`), which arrays are a kernel's scratch memory (`Allocate`), what runs once
+after every thread is done (`AfterAll`), and each kernel argument's role (`Parameter.role`).
 
 Index arithmetic has a canonical form of its own, `Affine` (const + sum of coefficient *
 atom), so one element position has one spelling: `i0 + 32768 - 32768` is `i0`, and a
@@ -12,10 +21,49 @@ remainder follow C (truncation toward zero); a quotient that does not simplify i
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from hlofuse.ir.dtypes import DType
+
+# --- types ---------------------------------------------------------------------------------
+
+
+class Special(enum.Enum):
+    """The types of generated code that are not element types."""
+
+    VOID = "void"
+    BYTE = "byte"  # raw memory: byte offsets into the arena and the caller's arrays
+    INT = "int"  # the target's natural signed int: loop counters that vectorise best
+    PROFILE = "profile"  # the runtime's profile record (per-kernel times)
+
+
+@dataclass(frozen=True, slots=True)
+class Pointer:
+    """A pointer to `element`s: `const` elements are only read; `restrict`: no other pointer
+    of the function reaches them; `fixed`: the pointer itself is never reassigned."""
+
+    element: Type
+    const: bool = False
+    restrict: bool = False
+    fixed: bool = False
+
+
+Type = DType | Pointer | Special
+
+INDEX = DType.S64  # the type of loop counters and element positions
+
+
+class Role(enum.Enum):
+    """What a kernel does with an array argument."""
+
+    INPUT = "input"  # read only
+    OUTPUT = "output"  # written, not read before
+    IN_PLACE = "in-place"  # an output that may share its buffer with an input (read first)
+    SCRATCH = "scratch"  # the kernel's own memory (an `Allocate`), passed to a part of it
+    SCALAR = "scalar"  # not an array: a bound or value passed to a part
+    DRIVER = "driver"  # the driver's own arguments (the caller's arrays, the arena)
 
 # --- expressions --------------------------------------------------------------------------
 
@@ -50,9 +98,9 @@ class Const(Expr):
 
 @dataclass(frozen=True, slots=True)
 class TypeName(Expr):
-    """A C type used as an operand (sizeof)."""
+    """A type used as an operand (sizeof)."""
 
-    ctype: str
+    of: Type
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +118,7 @@ class Binary(Expr):
 
 @dataclass(frozen=True, slots=True)
 class Cast(Expr):
-    ctype: str
+    to: Type
     operand: Expr
 
 
@@ -310,14 +358,34 @@ class Stmt:
 
 @dataclass(frozen=True, slots=True)
 class Declare(Stmt):
-    """`ctype name[dims] = init;` (`const` for values assigned once at declaration)."""
+    """`type name[dims] = init;` (`const` for values assigned once at declaration)."""
 
-    ctype: str
+    type: Type
     name: str
     init: Expr | None = None
     const: bool = False
     dims: tuple[int | Expr, ...] = ()
     zeroed: bool = False  # an array initialised to zeros
+    block_shared: bool = False  # one array for the threads of a block (CUDA's __shared__)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate(Stmt):
+    """`name`: a scratch array of `count` `element`s, the kernel's own memory until a
+    `Release`. A target with threads that outlive one call (a GPU grid) may give it a
+    static home instead."""
+
+    element: Type
+    name: str
+    count: int
+    restrict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Stmt):
+    """The end of an `Allocate`d array's life."""
+
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +398,9 @@ class Assign(Stmt):
 @dataclass(frozen=True, slots=True)
 class ExprStmt(Stmt):
     expr: Expr
+    # A library routine's call that splits `extent` independent items among the threads
+    # running it (0: an ordinary call).
+    extent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,14 +441,14 @@ class Block(Stmt):
 
 @dataclass(slots=True)
 class For(Stmt):
-    """`for (ctype var = lo; var < hi; var += step)`; hi None loops forever."""
+    """`for (type var = lo; var < hi; var += step)`; hi None loops forever."""
 
     var: str
     lo: Expr
     hi: Expr | None
     body: list[Stmt] = field(default_factory=list)
     how: Loop = SEQUENTIAL
-    ctype: str = "int64_t"
+    type: Type = INDEX
     step: int = 1
 
 
@@ -402,15 +473,28 @@ class Switch(Stmt):
 
 @dataclass(slots=True)
 class ParallelRegion(Stmt):
-    """A team of threads runs `body` (each with the denormal mode set), under `condition`."""
+    """A team of threads runs `body` (each with the denormal mode set), under `condition`,
+    sharing `extent` independent iterations among them (each thread computes its share of the
+    outermost loop from the thread index, or takes the iterations of a loop marked
+    `parallel`)."""
 
     body: list[Stmt] = field(default_factory=list)
     condition: Expr | None = None
+    extent: int = 1
+
+
+@dataclass(slots=True)
+class AfterAll(Stmt):
+    """Statements that run once, after every thread of the kernel has done its share (a
+    whole loop's partial results combined): in line where threads join before the kernel
+    ends (OpenMP), by the last thread to finish where they do not (a GPU grid)."""
+
+    body: list[Stmt] = field(default_factory=list)
 
 
 def assigned_names(stmt: Stmt) -> Iterator[str]:
     """Variables a statement (and what it holds) assigns after their declaration."""
-    if isinstance(stmt, Declare | ExprStmt | Comment | Break | Return):
+    if isinstance(stmt, Declare | Allocate | Release | ExprStmt | Comment | Break | Return):
         return
     for s in statements(stmt):
         if isinstance(s, Assign) and isinstance(s.target, Var):
@@ -423,7 +507,7 @@ def statements(stmt: Stmt) -> Iterator[Stmt]:
     while stack:
         s = stack.pop()
         yield s
-        if isinstance(s, Block | For | While | ParallelRegion):
+        if isinstance(s, Block | For | While | ParallelRegion | AfterAll):
             stack += s.body
         elif isinstance(s, If):
             stack += s.then + (s.otherwise or [])
@@ -463,7 +547,7 @@ def names_used(stmts: list[Stmt]) -> set[str]:
         for s in statements(top):
             for e in expressions(s):
                 out |= names_read(e)
-            if isinstance(s, Declare):
+            if isinstance(s, Declare | Allocate):
                 out.add(s.name)
             elif isinstance(s, For):
                 out.add(s.var)
@@ -522,7 +606,7 @@ class LoadRetargeting:
             out = e if operand is e.operand else Unary(e.op, operand)
         elif type(e) is Cast:
             operand = self._expr(e.operand)
-            out = e if operand is e.operand else Cast(e.ctype, operand)
+            out = e if operand is e.operand else Cast(e.to, operand)
         elif type(e) is Binary:
             left, right = self._expr(e.left), self._expr(e.right)
             out = e if left is e.left and right is e.right else Binary(e.op, left, right)
@@ -553,13 +637,17 @@ class LoadRetargeting:
             dims = tuple(self._expr(d) if isinstance(d, Expr) else d for d in s.dims)
             if init is s.init and all(a is b for a, b in zip(dims, s.dims)):
                 return s
-            return Declare(s.ctype, s.name, init, s.const, dims, s.zeroed)
+            return Declare(s.type, s.name, init, s.const, dims, s.zeroed, s.block_shared)
         if isinstance(s, Assign):
             target, value = self._expr(s.target), self._expr(s.value)
             return s if target is s.target and value is s.value else Assign(target, value, s.op)
         if isinstance(s, ExprStmt):
             expr = self._expr(s.expr)
-            return s if expr is s.expr else ExprStmt(expr)
+            return s if expr is s.expr else ExprStmt(expr, s.extent)
+        if isinstance(s, Allocate | Release):
+            if s.name in self.renamed:
+                raise _NotOnlyLoaded
+            return s
         if isinstance(s, Comment | Break):
             return s
         if isinstance(s, Return):
@@ -570,7 +658,7 @@ class LoadRetargeting:
             if s.var in self.renamed:
                 raise _NotOnlyLoaded
             return For(s.var, self._expr(s.lo), None if s.hi is None else self._expr(s.hi),
-                       self._body(s.body), s.how, s.ctype, s.step)
+                       self._body(s.body), s.how, s.type, s.step)
         if isinstance(s, While):
             return While(self._expr(s.condition), self._body(s.body))
         if isinstance(s, If):
@@ -580,23 +668,32 @@ class LoadRetargeting:
             return Switch(self._expr(s.selector), [self._body(case) for case in s.cases])
         if isinstance(s, ParallelRegion):
             return ParallelRegion(self._body(s.body),
-                                  None if s.condition is None else self._expr(s.condition))
+                                  None if s.condition is None else self._expr(s.condition),
+                                  s.extent)
+        if isinstance(s, AfterAll):
+            return AfterAll(self._body(s.body))
         raise _NotOnlyLoaded
 
 
 @dataclass(frozen=True, slots=True)
 class Parameter:
-    ctype: str  # the pointer type, qualifiers included
+    type: Type
     name: str
+    role: Role = Role.SCALAR
+    # The dimension of the array that runs over the lanes (a whole loop's independent
+    # environments), None where the array is not laid out by lane.
+    lane_dimension: int | None = None
 
 
 @dataclass
 class Function:
-    """A C function: `qualifier void name(parameters) { body }`, after a leading comment."""
+    """A function: `qualifier returns name(parameters) { body }`, after a leading comment.
+    `kernel`: the function a kernel thunk calls (not one of its parts, not the driver)."""
 
     name: str
     parameters: list[Parameter]
     body: list[Stmt]
     qualifier: str = ""
     comment: str | None = None
-    returns: str = "void"
+    returns: Type = Special.VOID
+    kernel: bool = False

@@ -1,14 +1,16 @@
-"""What a code-generation target tells the emitters: its type names, the spellings of math
-functions and runtime helpers, literals, and how it prints the codegen IR (`cir.py`).
+"""What a code-generation target tells the emitters: the types values are held in, the
+spellings of math functions and runtime helpers, literals, and how it prints the codegen IR
+(`cir.py`).
 
-Emitters build `cir` nodes and ask a `Language` only for names; the target's table prints
-every expression, statement and function. A target implements this protocol in its own folder
+Emitters build `cir` nodes, whose types are hlofuse dtypes (`cir.Type`), and ask a `Language`
+only for decisions and names; the target's table spells every type and prints every
+expression, statement and function. A target implements this protocol in its own folder
 (`targets/c/language.py`: C + OpenMP; `targets/cuda/language.py`: CUDA C++), as PyTorch
 Inductor's `CppOverrides`/`TritonOverrides` give each backend its own op spellings.
 
 Values live in "register" form while a kernel computes: f16 and bf16 are held in f32 (already
-rounded to their precision), pred as 0/1 in 8 bits. Memory holds the "storage" form: f16 and
-bf16 as their 16 bits.
+rounded to their precision), pred as 0/1 in 8 bits. Memory holds the "storage" form: an
+element of dtype d is a `d` in memory (a target spells f16's storage as it likes: 16 bits).
 """
 
 from __future__ import annotations
@@ -31,9 +33,7 @@ class Language(Protocol):
         """The language's name in messages ("C", "CUDA")."""
         ...
     @property
-    def index_type(self) -> str: ...
-    @property
-    def restrict(self) -> str: ...
+    def index_type(self) -> cir.Type: ...
     @property
     def kernel_qualifier(self) -> str: ...
     @property
@@ -54,13 +54,17 @@ class Language(Protocol):
         ...
 
     # types
-    def storage_type(self, dtype: DType) -> str: ...
-    def register_type(self, dtype: DType) -> str: ...
-    def unsigned_type(self, dtype: DType) -> str: ...
-    def signed_type(self, dtype: DType) -> str: ...
-    def wrap_type(self, dtype: DType) -> str: ...
-    def pointer(self, dtype: DType, const: bool, restrict: bool = True) -> str: ...
+    def register_type(self, dtype: DType) -> DType:
+        """The dtype a value of `dtype` is held in while a kernel computes."""
+        ...
+    def wrap_type(self, dtype: DType) -> DType:
+        """Where integer + - * of `dtype` wrap around without undefined behaviour."""
+        ...
+    def pointer(self, dtype: DType, const: bool, restrict: bool = True) -> cir.Pointer: ...
     def type_tag(self, dtype: DType) -> str: ...
+    def type_name(self, t: cir.Type) -> str:
+        """The spelling of a type (for text a target writes around the printed IR)."""
+        ...
 
     # values
     def literal(self, dtype: DType, value: object) -> cir.Const: ...
@@ -69,6 +73,10 @@ class Language(Protocol):
     def round_to(self, dtype: DType, expr: Expr) -> Expr: ...
     def from_double(self, dtype: DType, expr: Expr) -> Expr: ...
     def math(self, name: str, dtype: DType) -> str: ...
+    def bit_function(self, name: str, dtype: DType) -> str:
+        """The spelling of a bit count ("popcount", "clz") of an unsigned 32- or 64-bit
+        integer."""
+        ...
     def has_math(self, name: str, dtype: DType) -> bool: ...
     def call_math(self, name: str, dtype: DType, *arguments: Expr) -> Expr: ...
 
@@ -82,6 +90,20 @@ class Language(Protocol):
     def top(self, e: Expr) -> str: ...
     def statements(self, stmts: list[cir.Stmt], depth: int) -> list[str]: ...
     def function(self, f: cir.Function) -> str: ...
+
+
+_UNSIGNED = {8: DType.U8, 16: DType.U16, 32: DType.U32, 64: DType.U64}
+_SIGNED = {8: DType.S8, 16: DType.S16, 32: DType.S32, 64: DType.S64}
+
+
+def unsigned_of(dtype: DType) -> DType:
+    """The unsigned integer type of `dtype`'s width: bit manipulation happens there."""
+    return _UNSIGNED[dtype.bits]
+
+
+def signed_of(dtype: DType) -> DType:
+    """The signed integer type of `dtype`'s width."""
+    return _SIGNED[dtype.bits]
 
 
 def literal(dtype: DType, value: object) -> cir.Const:

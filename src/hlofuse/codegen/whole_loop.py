@@ -181,6 +181,7 @@ class WholeLoopEmitter(BlockEmission):
                          if d.per_lane or plan.elements_per_env(i) <= LOOPED_ELEMENTS}
         self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
         self.speculative = speculative_math(plan, UNROLL_ELEMENTS, self.small_math)
+        self.function: cir.Function | None = None  # the kernel's IR, once emitted
 
     def _reserve_names(self) -> None:
         elements = len(self.loop.shape.elements)
@@ -209,7 +210,7 @@ class WholeLoopEmitter(BlockEmission):
         # Both emitters write into the same body; either computes the position.
         return lambda index: self.uniform_em.load(dtype, cir.Var(pointer), index)
 
-    def parameter_types(self) -> tuple[str, ...]:
+    def parameter_types(self) -> tuple[cir.Pointer, ...]:
         # Pointers that may name the same memory lose `restrict`; once the runtime says which
         # do (`aliased`), those are read through one pointer and every pointer keeps it.
         shared = [] if self.spec.aliased else self.in_place
@@ -241,11 +242,11 @@ class WholeLoopEmitter(BlockEmission):
         self._declare_uniform_state()
         self._declare_tables()
         self._declare_partials()
-        body.declare("int64_t", "steps", cir.Int(0))
-        body.declare("int", "finished", cir.Int(0))
+        body.declare(cir.INDEX, "steps", cir.Int(0))
+        body.declare(cir.Special.INT, "finished", cir.Int(0))
         count, chunk = cir.Var("count"), cir.Var("chunk")
         with body.loop("chunk", 0, None):
-            body.declare("int64_t", "count", cir.Int(0))
+            body.declare(cir.INDEX, "count", cir.Int(0))
             with body.while_(Binary("<", count, cir.Int(self.chunk))):
                 self._uniform_step()
                 body.assign(count, cir.Int(1), "+=")
@@ -261,15 +262,32 @@ class WholeLoopEmitter(BlockEmission):
 
     def _kernel(self) -> EmittedKernel:
         types = self.parameter_types()
-        names = [*self.inputs, *self.outputs]
         comment = (f"{sanitize(self.spec.label)}: whole loop {sanitize(self.loop.name)}, "
                    f"{self.n} lanes in {self.blocks} blocks of {self.lanes} lanes")
-        function = cir.Function(
-            "$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
-            self.body.prologue.stmts,
-            f"{self.lang.kernel_qualifier} {self.lang.whole_loop_attribute}")
-        return EmittedKernel(self.lang.function(function), types, tuple(self.in_place), comment,
-                             False, FusionKind.CUSTOM)
+        self.function = cir.Function(
+            "$name", self._parameters(types), self.body.prologue.stmts,
+            f"{self.lang.kernel_qualifier} {self.lang.whole_loop_attribute}", kernel=True)
+        return EmittedKernel(self.lang.function(self.function), types, tuple(self.in_place),
+                             comment, False, FusionKind.CUSTOM)
+
+    def _parameters(self, types: tuple[cir.Pointer, ...]) -> list[cir.Parameter]:
+        """The kernel's parameters with their roles and, for an array holding the lanes' values
+        (a per-lane or streamed element's initial value and output), its lane dimension."""
+        laned = {*self.plan.per_env, *(s.element for s in self.plan.streamed)}
+        element_lane_dim = {i: self.plan.lane_dims.get(i, 0) for i in laned}
+        argument = {id(inst): k for k, (inst, path) in enumerate(self.spec.inputs) if not path}
+        input_lane_dim: dict[int, int] = {}
+        for i, value in enumerate(self.init):
+            if i in element_lane_dim and id(value) in argument:
+                input_lane_dim.setdefault(argument[id(value)], element_lane_dim[i])
+        updated = {o for o, _ in self.in_place}
+        parameters = [cir.Parameter(types[k], name, cir.Role.INPUT, input_lane_dim.get(k))
+                      for k, name in enumerate(self.inputs)]
+        for k, name in enumerate(self.outputs):
+            role = cir.Role.IN_PLACE if k in updated else cir.Role.OUTPUT
+            parameters.append(cir.Parameter(types[len(self.inputs) + k], name, role,
+                                            element_lane_dim.get(k)))
+        return parameters
 
     # --- declarations -----------------------------------------------------------------------
 
@@ -293,13 +311,11 @@ class WholeLoopEmitter(BlockEmission):
         """Per block partial results of each accumulator, and its initial value: read now,
         since an output may share its buffer with it."""
         for k, acc in enumerate(self.plan.accumulators):
-            ctype = self._ctype(acc.combines[-1].dtype)
+            register = self._ctype(acc.combines[-1].dtype)
             initial = self.uniform_em.scalar(self.init[acc.element])
-            self.body.declare(ctype, f"init{k}", initial, const=True)
+            self.body.declare(register, f"init{k}", initial, const=True)
             identity = self.uniform_em.scalar(acc.identity)
-            size = Binary("*", cir.Int(self.blocks), cir.call("sizeof", cir.TypeName(ctype)))
-            self.body.declare(f"{ctype} *", f"part{k}",
-                              cir.Cast(f"{ctype} *", cir.call("malloc", size)))
+            self.body.emit(cir.Allocate(register, f"part{k}", self.blocks))
             self._copy_loop(self.blocks, copy(store_at(f"part{k}"), constant(identity)))
 
     # --- phase 1: uniform steps ---------------------------------------------------------------
@@ -397,6 +413,13 @@ class WholeLoopEmitter(BlockEmission):
     # --- phase 3: the end -------------------------------------------------------------------
 
     def _finish(self) -> None:
+        """Once every block is done: the uniform state to its outputs, the blocks' partial
+        results combined."""
+        after = cir.AfterAll()
+        with self.body.nested(after, after.body):
+            self._outputs_after_all()
+
+    def _outputs_after_all(self) -> None:
         body, em = self.body, self.uniform_em
         for i in self.plan.uniform:
             shape = self.loop.shape.elements[i]
@@ -413,4 +436,4 @@ class WholeLoopEmitter(BlockEmission):
                     part = cir.load(f"part{k}", cir.Var("b"))
                     body.assign(total, em.apply_reducer(acc.reducer, [total], [part])[0])
             body.assign(cir.load(self.outputs[i], cir.Int(0)), self.lang.to_storage(dtype, total))
-            body.call("free", cir.Var(f"part{k}"))
+            body.emit(cir.Release(f"part{k}"))

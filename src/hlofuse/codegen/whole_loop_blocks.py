@@ -84,7 +84,7 @@ class BlockEmission:
     small_math: list[tuple[Instruction, mathlib.SmallArgumentForm]]
     speculative: list[tuple[Instruction, mathlib.SmallArgumentForm]]
 
-    def _ctype(self, dtype: DType) -> str:
+    def _ctype(self, dtype: DType) -> DType:
         return self.lang.register_type(dtype)
 
     def _copy_loop(self, count: int, stmt: Callable[[Expr], Stmt]) -> None:
@@ -140,7 +140,8 @@ class BlockEmission:
         """A loop over the positions of the lane's part of a looped element; what every
         position computes alike moves in front of it."""
         var = self.body.fresh("q")
-        with self.body.loop(var, 0, self.plan.elements_per_env(element), how, ctype="int"):
+        with self.body.loop(var, 0, self.plan.elements_per_env(element), how,
+                            counter=cir.Special.INT):
             yield cir.Var(var), self._lane_index_at(element, cir.Var(var))
         stmts = self.body.scope.stmts
         loop = stmts.pop()
@@ -202,7 +203,7 @@ class BlockEmission:
         # machine is busy and a thread waits for a core at the barrier.
         work = Binary(">=", Binary("*", cir.Var("count"), cir.Int(self.n)),
                       cir.Int(PARALLEL_MIN_ENV_STEPS))
-        region = cir.ParallelRegion([], work)
+        region = cir.ParallelRegion([], work, extent=self.blocks)
         with body.nested(region, region.body):
             with body.loop("b", 0, self.blocks, cir.Loop(parallel=True)):
                 self._block()
@@ -222,12 +223,12 @@ class BlockEmission:
                                              Binary("-", valid, cir.Int(1))))
 
     def _declare_env(self) -> None:
-        self.body.declare("int64_t", "e", self._env_of_lane(), const=True)
+        self.body.declare(cir.INDEX, "e", self._env_of_lane(), const=True)
 
     def _block(self) -> None:
         body, lanes = self.body, self.lanes
-        body.declare("int", "valid", self._valid_lanes(), const=True)
-        body.emit(cir.ExprStmt(cir.Cast("void", cir.Var("valid"))))
+        body.declare(cir.Special.INT, "valid", self._valid_lanes(), const=True)
+        body.emit(cir.ExprStmt(cir.Cast(cir.Special.VOID, cir.Var("valid"))))
         for i in self.plan.per_env:
             body.declare(self._ctype(self._shape(i).dtype), f"s{i}",
                          dims=(self.plan.elements_per_env(i), lanes))
@@ -244,7 +245,7 @@ class BlockEmission:
             body.declare(self._ctype(acc.combines[-1].dtype), f"acc{k}", dims=(lanes,))
             if self.speculative:
                 body.declare(self._ctype(acc.combines[-1].dtype), f"oacc{k}", dims=(lanes,))
-            with body.loop("l", 0, lanes, ctype="int"):
+            with body.loop("l", 0, lanes, counter=cir.Special.INT):
                 body.assign(cir.load(f"acc{k}", L), identity)
         self._declare_small_argument_values()
         with body.loop("t", 0, cir.Var("count")):
@@ -255,7 +256,7 @@ class BlockEmission:
         """The block's state: the initial values in the first chunk, the outputs after."""
         body = self.body
         with body.if_else(Binary("==", cir.Var("chunk"), cir.Int(0))) as (first, later):
-            with first, body.loop("l", 0, self.lanes, ctype="int"):
+            with first, body.loop("l", 0, self.lanes, counter=cir.Special.INT):
                 self._declare_env()
                 for i in self.plan.per_env:
                     if self._looped(i):
@@ -267,7 +268,7 @@ class BlockEmission:
                         value = self.uniform_em.array_value(self.init[i], index)
                         body.assign(cir.load(f"s{i}", cir.Int(k), L), value)
                 self._initial_streamed()
-            with later, body.loop("l", 0, self.lanes, ctype="int"):
+            with later, body.loop("l", 0, self.lanes, counter=cir.Special.INT):
                 self._declare_env()
                 for i in self.plan.per_env:
                     shape = self._shape(i)
@@ -373,10 +374,10 @@ class BlockEmission:
         if self.lanes == 1:
             with self.body.braces():
                 self.body.emit(cir.Comment("the one lane"))
-                self.body.declare("int", "l", cir.Int(0), const=True)
+                self.body.declare(cir.Special.INT, "l", cir.Int(0), const=True)
                 yield
             return
-        with self.body.loop("l", 0, self.lanes, how, ctype="int"):
+        with self.body.loop("l", 0, self.lanes, how, counter=cir.Special.INT):
             yield
 
     def _speculative_lane_loops(self, masks: dict[tuple[object, ...], str]) -> None:
@@ -390,7 +391,7 @@ class BlockEmission:
         saved += [(f"oacc{k}", f"acc{k}") for k in range(len(self.plan.accumulators))]
         for copy_to, copy_from in saved:
             body.emit(_memcpy(copy_to, copy_from))
-        beyond = body.declare("int", "beyond", cir.Int(0))
+        beyond = body.declare(cir.Special.INT, "beyond", cir.Int(0))
         for inst, form in self.speculative:
             self.lane_em.bindings[id(inst)] = self._speculative_reader(inst, form, beyond)
         self._main_lane_loop(masks, cir.Loop(reduction=("|", beyond.name)))
@@ -502,12 +503,12 @@ class BlockEmission:
                         return False
         return True
 
-    def _keep_lane_values(self, loops: list[cir.For]) -> list[tuple[str, str]]:
+    def _keep_lane_values(self, loops: list[cir.For]) -> list[tuple[cir.Type, str]]:
         """At the end of the lane loop, each lane's values the interchanged position loops
         read (the values every position shares, moved in front of them) into per-lane
-        arrays `h_<name>[lane]`: (C type, name) of each."""
+        arrays `h_<name>[lane]`: (type, name) of each."""
         body = self.body
-        declared = {x.name: x.ctype for x in body.scope.stmts
+        declared = {x.name: x.type for x in body.scope.stmts
                     if isinstance(x, cir.Declare) and not x.dims}
         read = cir.names_used(list(loops))
         kept = [(ctype, name) for name, ctype in declared.items()
@@ -517,7 +518,7 @@ class BlockEmission:
         return kept
 
     def _interchanged_positions(self, loops: list[cir.For],
-                                lane_values: list[tuple[str, str]]) -> None:
+                                lane_values: list[tuple[cir.Type, str]]) -> None:
         """The position loops after the lane loop, a simd loop over the lanes inside each:
         lane code of a large element then vectorises over the lanes (inside the lane loop
         a loop over 200 positions kept the lane loop scalar)."""
@@ -527,10 +528,10 @@ class BlockEmission:
             body.declare(ctype, f"h_{name}", dims=(self.lanes,))
         body.emit(lane_loop)
         for loop in loops:
-            inner = cir.For("l", cir.Int(0), cir.Int(self.lanes), [], SIMD, "int")
+            inner = cir.For("l", cir.Int(0), cir.Int(self.lanes), [], SIMD, cir.Special.INT)
             names = cir.names_used([loop])
             if "e" in names:
-                inner.body.append(cir.Declare("int64_t", "e", self._env_of_lane(), const=True))
+                inner.body.append(cir.Declare(cir.INDEX, "e", self._env_of_lane(), const=True))
             for ctype, name in lane_values:
                 if name in names:
                     inner.body.append(cir.Declare(ctype, name, cir.load(f"h_{name}", L),
@@ -579,8 +580,8 @@ class BlockEmission:
         return cir.Assign(cir.load(self.outputs[streamed.element], position),
                           self.lang.to_storage(dtype, value))
 
-    def _staged(self, streamed: Streamed) -> str | None:
-        """The C type a streamed element's values wait in between the lane loop and the
+    def _staged(self, streamed: Streamed) -> DType | None:
+        """The type a streamed element's values wait in between the lane loop and the
         output, None when lane code stores them itself: a store of fewer than 32 bits per
         value would set gcc's lanes per vector for the whole lane loop
         (codegen/whole_loop_lanes.py, `lane_language`)."""
@@ -621,7 +622,7 @@ class BlockEmission:
                     masks[key] = f"m{len(masks)}"
                     # 32-bit, as the floats stored beside them: a byte array would make gcc
                     # vectorise the whole loop at 16 bytes per vector
-                    self.body.declare("int32_t", masks[key], dims=(self.lanes,))
+                    self.body.declare(DType.S32, masks[key], dims=(self.lanes,))
         return masks
 
     def _deferred_lane_loop(self, masks: dict[tuple[object, ...], str]) -> None:
@@ -695,7 +696,7 @@ class BlockEmission:
         for test in groups:
             any_test = test if any_test is None else Binary("|", any_test, test)
         assert any_test is not None
-        pending = body.declare("int", "pending", cir.Int(0))
+        pending = body.declare(cir.Special.INT, "pending", cir.Int(0))
         with self._lane_loop(cir.Loop(reduction=("|", "pending"))):
             body.assign(pending, any_test, "|=")
         with body.if_(pending):
@@ -704,19 +705,19 @@ class BlockEmission:
     def _deferred_listed(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]],
                          any_test: Expr) -> None:
         body, em = self.body, self.lane_em
-        picked = body.declare("int", "picked", cir.Int(0))
-        body.declare("int32_t", "pick", dims=(self.lanes,))
-        with body.loop("l", 0, self.lanes, ctype="int"):
+        picked = body.declare(cir.Special.INT, "picked", cir.Int(0))
+        body.declare(DType.S32, "pick", dims=(self.lanes,))
+        with body.loop("l", 0, self.lanes, counter=cir.Special.INT):
             body.assign(cir.load("pick", picked), L)
             body.assign(picked, cir.Binary("!=", any_test, cir.Int(0)), "+=")
         width = min(DEFERRED_VECTOR, self.lanes)
         first, offset = body.fresh("k"), body.fresh("k")
-        with body.loop(first, 0, picked, ctype="int", step=width), \
-                body.loop(offset, 0, width, SIMD, ctype="int"):
+        with body.loop(first, 0, picked, counter=cir.Special.INT, step=width), \
+                body.loop(offset, 0, width, SIMD, counter=cir.Special.INT):
             listed = Binary("+", cir.Var(first), cir.Var(offset))
             last = Binary("-", picked, cir.Int(1))
-            body.declare("int", "l", cir.load("pick", cir.Select(Binary("<", listed, picked),
-                                                                  listed, last)), const=True)
+            body.declare(cir.Special.INT, "l", cir.load(
+                "pick", cir.Select(Binary("<", listed, picked), listed, last)), const=True)
             self._declare_env()
             # With one predicate every listed lane picks: stores, no blends.
             blended = len(groups) > 1
@@ -749,7 +750,7 @@ class BlockEmission:
         if not self.small_math:
             return
         body = self.body
-        large = body.declare("int", "large", cir.Int(0))
+        large = body.declare(cir.Special.INT, "large", cir.Int(0))
         with self._lane_loop(cir.Loop(reduction=("|", "large"))):
             self._declare_env()
             tests: list[Stmt] = []
@@ -835,8 +836,8 @@ class BlockEmission:
     def _store_block(self) -> None:
         body = self.body
         valid = cir.Var("valid")
-        with body.loop("l", 0, valid, ctype="int"):
-            body.declare("int64_t", "e", Binary("+", Binary("*", B, cir.Int(self.lanes)), L),
+        with body.loop("l", 0, valid, counter=cir.Special.INT):
+            body.declare(cir.INDEX, "e", Binary("+", Binary("*", B, cir.Int(self.lanes)), L),
                          const=True)
             for i in self.plan.per_env:
                 shape = self._shape(i)
@@ -849,7 +850,7 @@ class BlockEmission:
         for k, acc in enumerate(self.plan.accumulators):
             partial = body.variable(self._ctype(acc.combines[-1].dtype), "p",
                                     cir.load(f"part{k}", B))
-            with body.loop("l", 0, valid, ctype="int"):
+            with body.loop("l", 0, valid, counter=cir.Special.INT):
                 combined = self.lane_em.apply_reducer(acc.reducer, [partial],
                                                       [cir.load(f"acc{k}", L)])[0]
                 body.assign(partial, combined)
