@@ -84,7 +84,7 @@ def _combining_kernel() -> cir.Function:
     ]
     parameters = [cir.Parameter(C.pointer(F32, True), "x", cir.Role.INPUT),
                   cir.Parameter(C.pointer(F32, False), "y", cir.Role.OUTPUT)]
-    return cir.Function("k", parameters, body, CUDA.kernel_qualifier, kernel=True)
+    return cir.Function("k", parameters, body, cir.Linkage.KERNEL)
 
 
 def test_partial_results_in_scratch_arrays_become_a_grid_with_a_last_thread() -> None:

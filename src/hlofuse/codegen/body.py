@@ -72,6 +72,8 @@ class FunctionBody:
         self.assigned_once: set[str] = set()  # declared, then assigned once on each path
         self.index_forms: dict[str, cir.Affine] = {}  # index locals and their affine forms
         self.declared = 0  # locals declared so far (what a written-out dimension costs)
+        # Arrays declared `speculable`: loads may read them where the code did not ask.
+        self.speculable: set[str] = set()
 
     def fresh(self, prefix: str = "v") -> str:
         return self.names.fresh(prefix)
@@ -121,14 +123,17 @@ class FunctionBody:
 
     def declare(self, vtype: cir.Type, name: str, init: Expr | None = None,
                 const: bool = False, dims: tuple[int | Expr, ...] = (),
-                zeroed: bool = False, block_shared: bool = False) -> cir.Var:
+                zeroed: bool = False, block_shared: bool = False,
+                speculable: bool = False) -> cir.Var:
         """`vtype name = init;` (a variable unless const)."""
         if not const and name not in self.assigned_once:
             self.mutable.add(name)
+        if speculable:
+            self.speculable.add(name)
         if self.scope is self.prologue:
             self.prologue_names[name] = vtype
         self.declared += 1
-        self.emit(cir.Declare(vtype, name, init, const, dims, zeroed, block_shared))
+        self.emit(cir.Declare(vtype, name, init, const, dims, zeroed, block_shared, speculable))
         return cir.Var(name)
 
     def variable(self, vtype: cir.Type, prefix: str, init: Expr | None = None) -> cir.Var:

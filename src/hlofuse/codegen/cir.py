@@ -11,7 +11,8 @@ the few `Special` types a kernel needs beside them. Structure a target needs to 
 in parallel is explicit in the nodes, set by the emitters: how many independent iterations a
 parallel region shares (`ParallelRegion.extent`) and a library call splits
 (`ExprStmt.extent`), which arrays are a kernel's scratch memory (`Allocate`), what runs once
-after every thread is done (`AfterAll`), and each kernel argument's role (`Parameter.role`).
+after every thread is done (`AfterAll`), each kernel argument's role (`Parameter.role`) and
+lane dimension, and which local arrays loads may read speculatively (`Declare.speculable`).
 
 Index arithmetic has a canonical form of its own, `Affine` (const + sum of coefficient *
 atom), so one element position has one spelling: `i0 + 32768 - 32768` is `i0`, and a
@@ -367,6 +368,10 @@ class Declare(Stmt):
     dims: tuple[int | Expr, ...] = ()
     zeroed: bool = False  # an array initialised to zeros
     block_shared: bool = False  # one array for the threads of a block (CUDA's __shared__)
+    # An array a load may read at any position within its bounds where the code did not ask
+    # for it (a branch's side computed anyway, a value moved out of a branch): every element
+    # such a load can reach holds a defined value whenever the code reads the array.
+    speculable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,7 +642,8 @@ class LoadRetargeting:
             dims = tuple(self._expr(d) if isinstance(d, Expr) else d for d in s.dims)
             if init is s.init and all(a is b for a, b in zip(dims, s.dims)):
                 return s
-            return Declare(s.type, s.name, init, s.const, dims, s.zeroed, s.block_shared)
+            return Declare(s.type, s.name, init, s.const, dims, s.zeroed, s.block_shared,
+                           s.speculable)
         if isinstance(s, Assign):
             target, value = self._expr(s.target), self._expr(s.value)
             return s if target is s.target and value is s.value else Assign(target, value, s.op)
@@ -685,15 +691,35 @@ class Parameter:
     lane_dimension: int | None = None
 
 
+class Linkage(enum.Enum):
+    """What a function is to the module: a language gives each its qualifiers."""
+
+    KERNEL = "kernel"  # the function a kernel thunk calls (device code on a GPU)
+    PART = "part"  # a function a kernel or the driver calls
+    ENTRY = "entry"  # the module's exported entry point
+    HOST = "host"  # host code of a target whose kernels run on a device (its driver)
+
+
+class Tuning(enum.Enum):
+    """How a target's compiler should treat a function (a language spells it, or ignores it)."""
+
+    SMALL = "small"  # little work: compile it quickly rather than well
+    VECTOR_LOOPS = "vector-loops"  # loops that should vectorise
+    WHOLE_LOOP = "whole-loop"  # a whole loop's long simd lane loops
+
+
 @dataclass
 class Function:
-    """A function: `qualifier returns name(parameters) { body }`, after a leading comment.
-    `kernel`: the function a kernel thunk calls (not one of its parts, not the driver)."""
+    """A function: `returns name(parameters) { body }`, after a leading comment."""
 
     name: str
     parameters: list[Parameter]
     body: list[Stmt]
-    qualifier: str = ""
+    linkage: Linkage = Linkage.PART
+    tuning: Tuning | None = None
     comment: str | None = None
     returns: Type = Special.VOID
-    kernel: bool = False
+
+    @property
+    def kernel(self) -> bool:
+        return self.linkage is Linkage.KERNEL

@@ -201,11 +201,10 @@ class KernelEmitter(ReductionEmission):
         stmts.extend(self.epilogue)
         types = self.parameter_types()
         small = self._is_small(self.options.small_kernel_elements)
-        qualifier = self.lang.kernel_qualifier + " " + (
-            self.lang.small_kernel_attribute if small else self.lang.no_jump_threading)
+        tuning = cir.Tuning.SMALL if small else cir.Tuning.VECTOR_LOOPS
         comment = kernel_comment(self.spec)
         parameters = self.kernel_parameters()
-        function = cir.Function("$name", parameters, stmts, qualifier, kernel=True)
+        function = cir.Function("$name", parameters, stmts, cir.Linkage.KERNEL, tuning)
         self.function = function
         parts = "".join(self._render_part(part, parameters) for part in self.parts)
         # Parallel parts take pointers as arguments: a kernel with parts is emitted again.

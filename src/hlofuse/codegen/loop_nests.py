@@ -225,8 +225,8 @@ class LoopEmission:
         parameters += [cir.Parameter(t, n, cir.Role.SCRATCH if isinstance(t, cir.Pointer)
                                      else cir.Role.SCALAR)
                        for n, t in self.body.prologue_names.items() if n in part.used]
-        function = cir.Function(part.name, parameters, part.body,
-                                f"{self.lang.part_qualifier} {self.lang.no_jump_threading}")
+        function = cir.Function(part.name, parameters, part.body, cir.Linkage.PART,
+                                cir.Tuning.VECTOR_LOOPS)
         return self.lang.function(function) + "\n"
 
     def _add_section(self, stmts: list[Stmt], extent: int, in_prologue: bool) -> None:

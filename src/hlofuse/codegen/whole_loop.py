@@ -182,6 +182,10 @@ class WholeLoopEmitter(BlockEmission):
         self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
         self.speculative = speculative_math(plan, UNROLL_ELEMENTS, self.small_math)
         self.function: cir.Function | None = None  # the kernel's IR, once emitted
+        # The local arrays lane code reads, by name: each lane input's table (its index in
+        # plan.lane_inputs) and each per-lane element's state (its element of the loop state).
+        self.tables: dict[str, int] = {}
+        self.state_arrays: dict[str, int] = {}
 
     def _reserve_names(self) -> None:
         elements = len(self.loop.shape.elements)
@@ -266,7 +270,7 @@ class WholeLoopEmitter(BlockEmission):
                    f"{self.n} lanes in {self.blocks} blocks of {self.lanes} lanes")
         self.function = cir.Function(
             "$name", self._parameters(types), self.body.prologue.stmts,
-            f"{self.lang.kernel_qualifier} {self.lang.whole_loop_attribute}", kernel=True)
+            cir.Linkage.KERNEL, cir.Tuning.WHOLE_LOOP)
         return EmittedKernel(self.lang.function(self.function), types, tuple(self.in_place),
                              comment, False, FusionKind.CUSTOM)
 
@@ -301,7 +305,10 @@ class WholeLoopEmitter(BlockEmission):
     def _declare_tables(self) -> None:
         for k, inst in enumerate(self.plan.lane_inputs):
             count = self.chunk * max(1, inst.shape.num_elements)
-            self.body.declare(self._ctype(inst.dtype), f"tab{k}", dims=(count,))
+            # Every row up to the chunk's step count is written before the lanes read one.
+            self.body.declare(self._ctype(inst.dtype), f"tab{k}", dims=(count,),
+                              speculable=True)
+            self.tables[f"tab{k}"] = k
         for i in self.recorded:
             shape = self.loop.shape.elements[i]
             count = self.chunk * max(1, shape.num_elements)

@@ -103,9 +103,8 @@ class ThunkDriver:
             # Reserve the slot: a loop inside may add parts of its own.
             self.parts.append(cir.Function(name, [], []))
             body = [s for t in thunks[start:start + PART_SIZE] for s in self.thunk(t)]
-            self.parts[k] = cir.Function(
-                name, driver_parameters(), body,
-                f"{self.lang.part_qualifier} {self.lang.small_kernel_attribute}")
+            self.parts[k] = cir.Function(name, driver_parameters(), body, cir.Linkage.PART,
+                                         cir.Tuning.SMALL)
             calls.append(cir.ExprStmt(cir.Call(name, DRIVER_ARGUMENTS)))
         return calls
 

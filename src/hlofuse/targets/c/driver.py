@@ -63,7 +63,7 @@ def module_source(program: Program, emitted: Mapping[int, EmittedKernel],
         "hlofuse_run", driver_parameters(), [
             cir.ExprStmt(cir.Var(lang.ftz_begin)), *body, cir.ExprStmt(cir.Var(lang.ftz_end)),
             cir.Return(cir.Int(0))],
-        f"{lang.export_qualifier} {lang.small_kernel_attribute}",
+        cir.Linkage.ENTRY, cir.Tuning.SMALL,
         "Runs the whole module: kernels in schedule order, loops and conditionals in C. It "
         "only calls, so -O1 is as good as -O3 here and much quicker to compile.",
         cir.Special.INT)

@@ -460,11 +460,23 @@ class CLanguage:
             out.append(f"{pad}{self.indent}}} break;")
         out.append(pad + "}")
 
+    def qualifier(self, f: cir.Function) -> str:
+        """The qualifiers and attributes a function is defined with."""
+        base = {cir.Linkage.KERNEL: self.kernel_qualifier, cir.Linkage.PART: self.part_qualifier,
+                cir.Linkage.ENTRY: self.export_qualifier, cir.Linkage.HOST: "static"}[f.linkage]
+        if f.tuning is None:
+            return base
+        attribute = {cir.Tuning.SMALL: self.small_kernel_attribute,
+                     cir.Tuning.VECTOR_LOOPS: self.no_jump_threading,
+                     cir.Tuning.WHOLE_LOOP: self.whole_loop_attribute}[f.tuning]
+        return f"{base} {attribute}"
+
     def function(self, f: cir.Function) -> str:
         """A whole function definition (its comment first, when it has one)."""
         parameters = ", ".join(self.declaration(p.type, p.name) for p in f.parameters)
         lines = [] if f.comment is None else [f"/* {f.comment} */"]
-        qualifier = f"{f.qualifier} " if f.qualifier else ""
+        qualifier = self.qualifier(f)
+        qualifier = f"{qualifier} " if qualifier else ""
         returns = self.type_name(f.returns)
         lines.append(f"{qualifier}{returns} {f.name}({parameters or 'void'}) {{")
         lines.extend(self.statements(f.body, 1))

@@ -65,8 +65,9 @@ def module_source(program: Program, emitted: Mapping[int, EmittedKernel],
     driver = _CudaDriver(assignment, constant_offsets, function_of, lang)
     body = driver.thunks(program.thunks)
     for part in driver.parts:
-        part.qualifier = "static"  # host code, not a device part
-    device_run = cir.Function("hlofuse_device_run", driver_parameters(), body, "static")
+        part.linkage, part.tuning = cir.Linkage.HOST, None  # host code, not a device part
+    device_run = cir.Function("hlofuse_device_run", driver_parameters(), body,
+                              cir.Linkage.HOST)
     prototypes = "".join(templates.DRIVER_PART_PROTOTYPE.substitute(name=f"hlofuse_part{k}")
                          for k in range(len(driver.parts)))
     parts = "".join("\n" + lang.function(part) for part in driver.parts)

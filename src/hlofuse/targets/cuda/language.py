@@ -87,8 +87,8 @@ class CudaLanguage(CLanguage):
         combined = _after_all_grid(f, self)
         if combined is not None:
             globals_text, body, threads = combined
-            f = cir.Function(f.name, f.parameters, body, f.qualifier, f.comment, f.returns,
-                             kernel=True)
+            f = cir.Function(f.name, f.parameters, body, f.linkage, f.tuning, f.comment,
+                             f.returns)
             return globals_text + self.grid_function(f, threads, DEFAULT_BLOCK)
         return self.grid_function(f, launch_threads(f.body), DEFAULT_BLOCK)
 

@@ -328,7 +328,7 @@ class _LoopKernel(KernelEmitter):
             return None
         types = self.parameter_types()
         function = cir.Function("$name", self.kernel_parameters(), [*prologue, *stmts],
-                                self.lang.kernel_qualifier, kernel=True)
+                                cir.Linkage.KERNEL)
         assert isinstance(self.lang, CudaLanguage)
         code = self.lang.grid_function(function, max(count, 1), BLOCK)
         comment = f"{kernel_comment(self.spec)}; CUDA loop kernel with elemental reduces"
@@ -359,7 +359,7 @@ class _ReductionKernel(KernelEmitter):
             return None  # a temporary or a loop outside the grid: the one-thread kernel
         types = self.parameter_types()
         function = cir.Function("$name", self.kernel_parameters(), [*prologue, *stmts],
-                                self.lang.kernel_qualifier, kernel=True)
+                                cir.Linkage.KERNEL)
         code = self.cuda.grid_function(function, self.layout.threads, BLOCK)
         comment = f"{kernel_comment(self.spec)}; CUDA {kind} reduction"
         return EmittedKernel(code, types, (), comment, False, self.spec.kind, 0)
