@@ -122,3 +122,32 @@ def test_names_come_from_the_hlo_sanitised_and_unique() -> None:
     names = Names(("v0",))
     assert [names.unique("a.1"), names.unique("a-1"), names.fresh("v")] == ["a_1", "a_1_1", "v1"]
     assert names.unique("v1.5") == "v1_5" and names.unique("v1") == "v1_h"
+
+
+def test_claimed_names_are_the_least_free_suffix_whatever_was_taken_before() -> None:
+    """The per-stem counter gives the name a scan from `_1` gives, with claims of one stem,
+    of stems that spell another's suffixed names (`x_1` against `x` claimed twice) and
+    reservations interleaved."""
+    import random
+
+    from hlofuse.codegen.naming import Names
+
+    def scanned(taken: set[str], stem: str) -> str:  # the definition: least free suffix
+        candidate, k = stem, 1
+        while candidate in taken:
+            candidate, k = f"{stem}_{k}", k + 1
+        taken.add(candidate)
+        return candidate
+
+    rng = random.Random(7)
+    names, taken = Names(("x_2", "y")), {"x_2", "y"}
+    stems = ["x", "x_1", "x_1_1", "y", "y_3", "z"]
+    for _ in range(3000):
+        if rng.random() < 0.1:
+            extra = f"{rng.choice(stems)}_{rng.randrange(1, 40)}"
+            names.reserve(extra)
+            taken.add(extra)
+            continue
+        stem = rng.choice(stems)
+        assert names._claim(stem) == scanned(taken, stem)
+    assert names.taken == taken

@@ -4,6 +4,10 @@ An HLO name becomes an identifier of [A-Za-z0-9_] (`fusion.5` is `fusion_5`), so
 next to the HLO; nothing of the input text reaches the C otherwise. A stem that does not end
 in `_<number>` could name something of C or of the generated header (a keyword, `sin`, `j1`,
 `int64_t`, `hlofuse_...`) and gets the suffix `_h`; a taken name gets `_1`, `_2`, ...
+
+Claiming is O(1) amortised: each stem remembers the next suffix to try, and a name once taken
+is never given back, so the suffixes below it need no second look (a stem scanned from `_1` on
+every claim made code generation quadratic in the claims of one name).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Names:
     def __init__(self, reserved: tuple[str, ...] = ()) -> None:
         self.taken = set(reserved)
         self._numbers = itertools.count()
+        # stem -> the next suffix to try: every `stem_k` below it is taken (and stays taken).
+        self._next_suffix: dict[str, int] = {}
 
     def unique(self, hlo_name: str) -> str:
         """An identifier from an HLO name."""
@@ -65,9 +71,21 @@ class Names:
         self.taken.update(names)
 
     def _claim(self, stem: str) -> str:
-        candidate, k = stem, 1
+        """The stem itself if free, else `stem_k` for the least free k: the same name a scan
+        from k = 1 finds, since nothing taken is ever released. A suffix is skipped only where
+        another claim or reservation took that exact name, so each name is looked at at most
+        once per stem that spells it."""
+        k = self._next_suffix.get(stem)
+        if k is None:
+            if stem not in self.taken:
+                self.taken.add(stem)
+                self._next_suffix[stem] = 1
+                return stem
+            k = 1
+        candidate = f"{stem}_{k}"
         while candidate in self.taken:
-            candidate = f"{stem}_{k}"
             k += 1
+            candidate = f"{stem}_{k}"
         self.taken.add(candidate)
+        self._next_suffix[stem] = k + 1
         return candidate

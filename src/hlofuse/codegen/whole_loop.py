@@ -53,9 +53,10 @@ from hlofuse.codegen.kernel_spec import (
 from hlofuse.codegen.language import Language
 from hlofuse.codegen.whole_loop_blocks import (
     LANE_UNROLLED_REDUCTION,
-    LOOPED_ELEMENTS,
     BlockEmission,
     BranchingEmitter,
+)
+from hlofuse.codegen.whole_loop_elements import (
     constant,
     copy,
     element_indices,
@@ -63,6 +64,7 @@ from hlofuse.codegen.whole_loop_blocks import (
     element_read,
     store_at,
 )
+from hlofuse.codegen.whole_loop_lane_code import LOOPED_ELEMENTS
 from hlofuse.codegen.whole_loop_lanes import (
     deferred_selects,
     lane_language,

@@ -1,0 +1,207 @@
+"""What every part of a whole-loop kernel's lane code shares: the emitter's state, the block's
+lane loop, and the positions of the lane's part of a loop element.
+
+The lane code (codegen/whole_loop_blocks.py) is one class assembled from parts, each a module
+with one job: reads of the state and tables (whole_loop_reads.py), deferred selects
+(whole_loop_deferred.py), small-argument math (whole_loop_small_math.py), streamed outputs
+(whole_loop_streamed.py) and large elements' position loops run lanes-inside
+(whole_loop_scratch.py). `LaneCode` declares what they all read and the helpers they all call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterator
+
+from hlofuse.analysis.parallel_loop import LoopPlan
+from hlofuse.codegen import cir, mathlib
+from hlofuse.codegen.body import FunctionBody
+from hlofuse.codegen.cir import Binary, Expr, Stmt
+from hlofuse.codegen.elemental import ElementalEmitter
+from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index, Value, strides_of
+from hlofuse.codegen.language import Language
+from hlofuse.codegen.licm import hoist_invariants
+from hlofuse.codegen.whole_loop_elements import L, element_indices, env_indices
+from hlofuse.codegen.whole_loop_lanes import Deferred
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.shapes import Shape
+
+# A per-lane element of more positions than this is computed in a loop over its positions
+# into the block's scratch area (`n<i>[position][lane]`), not written out position by position.
+LOOPED_ELEMENTS = 64
+# A per-lane element read at a computed position is a select over its positions when it
+# has at most this many (the index is in range: lane code clamps it as XLA does).
+LANE_SELECTED_READ = 32
+SIMD = cir.Loop(simd=True)
+B = cir.Var("b")
+E = cir.Var("e")
+
+
+class LaneCode:
+    """The state of the lane-code emitter and the helpers its parts share."""
+
+    lang: Language
+    body: FunctionBody
+    plan: LoopPlan
+    loop: Instruction
+    init: tuple[Instruction, ...]
+    n: int
+    lanes: int
+    blocks: int
+    env: Expr
+    outputs: list[str]
+    uniform_em: ElementalEmitter
+    lane_em: ElementalEmitter
+    deferred: dict[int, Deferred]
+    small_math: list[tuple[Instruction, mathlib.SmallArgumentForm]]
+    speculative: list[tuple[Instruction, mathlib.SmallArgumentForm]]
+
+    def _ctype(self, dtype: DType) -> DType:
+        return self.lang.register_type(dtype)
+
+    def _copy_loop(self, count: int, stmt: Callable[[Expr], Stmt]) -> None:
+        """`stmt(q)` for q < count: written out for a few elements, a loop beyond."""
+        if count <= UNROLL_ELEMENTS:
+            for q in range(count):
+                self.body.emit(stmt(cir.Int(q)))
+            return
+        var = self.body.fresh("q")
+        with self.body.loop(var, 0, count):
+            self.body.emit(stmt(cir.Var(var)))
+
+    def _each_element(self, em: ElementalEmitter, inst: Instruction,
+                      stmt: Callable[[Expr, Expr], Stmt]) -> None:
+        """Emit `stmt(position, value)` for every element of `inst`."""
+        dims = inst.shape.dims
+        if inst.shape.num_elements <= UNROLL_ELEMENTS:
+            for q, index in enumerate(element_indices(dims)):
+                self.body.emit(stmt(cir.Int(q), em.array_value(inst, index)))
+            return
+        var = self.body.fresh("q")
+        with self.body.loop(var, 0, inst.shape.num_elements):
+            value = em.array_value(inst, Index(dims, cir.Var(var), None, None))
+            self.body.emit(stmt(cir.Var(var), value))
+
+    def _shape(self, element: int) -> Shape:
+        return self.loop.shape.elements[element]
+
+    def _lane_dim(self, element: int) -> int:
+        return self.plan.lane_dims.get(element, 0)
+
+    def _lane_indices(self, element: int) -> list[Index]:
+        """The elements of the lane's part of per-lane loop element `element`."""
+        return env_indices(self._shape(element).dims, self.env, self._lane_dim(element))
+
+    def _looped(self, element: int) -> bool:
+        return self.plan.elements_per_env(element) > LOOPED_ELEMENTS
+
+    def _lane_index_at(self, element: int, q: Expr) -> Index:
+        """Element q (an expression: the position loop's variable) of the lane's part of loop
+        element `element`."""
+        dims, d = self._shape(element).dims, self._lane_dim(element)
+        rest = dims[:d] + dims[d + 1:]
+        multi: list[Expr] = []
+        for size, stride in zip(rest, strides_of(rest)):
+            multi.append(cir.Int(0) if size == 1 else cir.mod(cir.div(q, stride), size))
+        multi.insert(d, self.env)
+        return Index(dims, None, tuple(multi), None)
+
+    @contextlib.contextmanager
+    def _positions(self, element: int, how: cir.Loop = cir.SEQUENTIAL
+                   ) -> Iterator[tuple[Expr, Index]]:
+        """A loop over the positions of the lane's part of a looped element; what every
+        position computes alike moves in front of it."""
+        var = self.body.fresh("q")
+        with self.body.loop(var, 0, self.plan.elements_per_env(element), how,
+                            counter=cir.Special.INT):
+            yield cir.Var(var), self._lane_index_at(element, cir.Var(var))
+        stmts = self.body.scope.stmts
+        loop = stmts.pop()
+        assert isinstance(loop, cir.For)
+        stmts += hoist_invariants(loop, _read_only_in_steps)
+        stmts.append(loop)
+
+    def _position(self, element: int, q: Expr) -> Expr:
+        """Where element q of the lane's part of loop element `element` lies in the whole
+        array (row-major, the lanes along the element's lane dimension)."""
+        dims, d = self._shape(element).dims, self._lane_dim(element)
+        inner = math.prod(dims[d + 1:])
+        if d == 0:
+            return Binary("+", Binary("*", E, cir.Int(inner)), q)
+        if isinstance(q, cir.Int):
+            outer, within = divmod(q.value, inner)
+            return Binary("+", cir.Int(outer * self.n * inner + within),
+                          Binary("*", E, cir.Int(inner)))
+        outer_part = Binary("*", Binary("/", q, cir.Int(inner)), cir.Int(self.n * inner))
+        return Binary("+", Binary("+", outer_part, Binary("%", q, cir.Int(inner))),
+                      Binary("*", E, cir.Int(inner)))
+
+    def _valid_lanes(self) -> Expr:
+        if self.n % self.lanes == 0:
+            return cir.Int(self.lanes)
+        return cir.Select(Binary("==", B, cir.Int(self.blocks - 1)),
+                          cir.Int(self.n % self.lanes), cir.Int(self.lanes))
+
+    def _env_of_lane(self) -> Expr:
+        first = Binary("*", B, cir.Int(self.lanes))
+        if self.n % self.lanes == 0:
+            return Binary("+", first, L)
+        valid = cir.Var("valid")
+        return Binary("+", first, cir.Select(Binary("<", L, valid), L,
+                                             Binary("-", valid, cir.Int(1))))
+
+    def _declare_env(self) -> None:
+        self.body.declare(cir.INDEX, "e", self._env_of_lane(), const=True)
+
+    @contextlib.contextmanager
+    def _lane_loop(self, how: cir.Loop) -> Iterator[None]:
+        """`for` over the block's lanes. One lane gets a plain block: gcc if-converts a loop of
+        one iteration as if to vectorise it, and so computes the branches of the scalar code
+        (the deferred reset draws) on every step."""
+        if self.lanes == 1:
+            with self.body.braces():
+                self.body.emit(cir.Comment("the one lane"))
+                self.body.declare(cir.Special.INT, "l", cir.Int(0), const=True)
+                yield
+            return
+        with self.body.loop("l", 0, self.lanes, how, counter=cir.Special.INT):
+            yield
+
+    def _lane_reader(self, array: str, dtype: DType, dims: tuple[int, ...],
+                     env_dim: int) -> Callable[[Index], Value]:
+        """Reads of a per-lane value kept in `array[position][lane]`: the analysis
+        guarantees the index's lane component is the lane's own lane, so only
+        the position inside the lane's part matters."""
+        rest = dims[:env_dim] + dims[env_dim + 1:]
+        count = math.prod(rest)
+
+        def read(index: Index) -> Value:
+            em = self.lane_em
+            position: Expr = cir.Int(0)
+            if rest:
+                multi = em.multi_of(index)
+                multi = multi[:env_dim] + multi[env_dim + 1:]
+                position = em.linear_of(Index(rest, None, multi, None))
+            if isinstance(position, cir.Int) or count > LANE_SELECTED_READ or self.lanes == 1:
+                return self.body.let(self._ctype(dtype), cir.load(array, position, L))
+            # A computed position: each lane reads another row, which gcc will not gather
+            # from the block's arrays; a select over the rows keeps the lane loop a vector.
+            value: Expr = cir.load(array, cir.Int(count - 1), L)
+            for q in reversed(range(count - 1)):
+                value = cir.Select(Binary("==", position, cir.Int(q)),
+                                   cir.load(array, cir.Int(q), L), value)
+            return self.body.let(self._ctype(dtype), value)
+
+        return read
+
+
+def _read_only_in_steps(array: str) -> bool:
+    """Arrays lane code reads at positions valid in every step: the step's lane-input tables,
+    the block's state and the full-function math values (`tab<k>`, `s<i>`, `fm<k>`)."""
+    return _READ_ONLY.fullmatch(array) is not None
+
+
+_READ_ONLY = re.compile(r"(tab|s|fm)\d+")

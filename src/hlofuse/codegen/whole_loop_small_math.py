@@ -1,0 +1,96 @@
+"""Lane code of small-argument math (codegen/whole_loop_lanes.py): sin, cos and fmod of the
+state in the math library's small-argument forms, the full functions only in a step where
+some lane's argument is beyond the form's limit, checked before the step or, speculatively,
+while it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hlofuse.codegen import cir, mathlib
+from hlofuse.codegen.cir import Expr, Stmt
+from hlofuse.codegen.emitter_types import Index, Value, expr_of
+from hlofuse.codegen.op_expressions import math_arguments
+from hlofuse.codegen.whole_loop_elements import L, env_indices
+from hlofuse.codegen.whole_loop_lane_code import LaneCode
+from hlofuse.codegen.whole_loop_lanes import math_lane_dim
+from hlofuse.ir.hlo import Instruction
+
+
+class SmallArgumentLanes(LaneCode):
+    """The small-argument forms' checks, full values and readers."""
+
+    def _declare_small_argument_values(self) -> None:
+        """Per block, the arrays the full functions fill in a step where some argument is too
+        large for the small forms (zeroed, so that lane code may read them unconditionally)."""
+        for k, (inst, _) in enumerate(self.small_math):
+            positions = inst.shape.num_elements // self.n
+            self.body.declare(self._ctype(inst.dtype), f"fm{k}", dims=(positions, self.lanes),
+                              zeroed=True)
+
+    def _small_argument_check(self) -> None:
+        """Lane code computes the small-argument math values inline with the small forms,
+        except in a step where some lane's argument is too large for them (a branch the block
+        almost never takes): the full functions then fill `fm<k>[position][lane]` first and
+        lane code reads those. The header's functions hold under DAZ/FTZ as they are, so they
+        are called directly (libm calls get their arguments and results flushed)."""
+        if not self.small_math:
+            return
+        body = self.body
+        large = body.declare(cir.Special.INT, "large", cir.Int(0))
+        with self._lane_loop(cir.Loop(reduction=("|", "large"))):
+            self._declare_env()
+            tests: list[Stmt] = []
+            for inst, form in self.small_math:
+                for index in env_indices(inst.shape.dims, self.env, self._math_lane_dim(inst)):
+                    arguments = self._math_arguments(inst, index)
+                    test = cir.Assign(large, cir.Unary("!", cir.call(form.guard, *arguments)),
+                                      "|=")
+                    if test not in tests:
+                        tests.append(test)
+                        body.emit(test)
+        with body.if_(large), self._lane_loop(cir.Loop(simd=True)):
+            self._declare_env()
+            for k, (inst, form) in enumerate(self.small_math):
+                full = mathlib.lookup(form.name, form.dtype)
+                assert full is not None
+                lane_dim = self._math_lane_dim(inst)
+                for q, index in enumerate(env_indices(inst.shape.dims, self.env, lane_dim)):
+                    arguments = self._math_arguments(inst, index)
+                    body.assign(cir.load(f"fm{k}", cir.Int(q), L),
+                                cir.call(full.c_name, *arguments))
+        for k, (inst, form) in enumerate(self.small_math):
+            self.lane_em.bindings[id(inst)] = self._small_argument_reader(k, inst, form)
+
+    def _math_arguments(self, inst: Instruction, index: Index) -> list[Expr]:
+        """The math function's arguments at `index`, as the elemental emitter passes them."""
+        values = [expr_of(self.lane_em.array_value(x, index)) for x in inst.operands]
+        return math_arguments(inst, values)
+
+    def _math_lane_dim(self, inst: Instruction) -> int:
+        lane_dim = math_lane_dim(self.plan, inst)
+        assert lane_dim is not None
+        return lane_dim
+
+    def _small_argument_reader(self, k: int, inst: Instruction,
+                               form: mathlib.SmallArgumentForm) -> Callable[[Index], Value]:
+        full_value = self._lane_reader(f"fm{k}", inst.dtype, inst.shape.dims,
+                                       self._math_lane_dim(inst))
+
+        def read(index: Index) -> Value:
+            # computed outside the select: gcc if-converts no conditional division (fmod's)
+            small = self.body.let(self._ctype(inst.dtype),
+                                  cir.call(form.c_name, *self._math_arguments(inst, index)))
+            chosen = cir.Select(cir.Var("large"), expr_of(full_value(index)), expr_of(small))
+            return self.body.let(self._ctype(inst.dtype), chosen)
+
+        return read
+
+    def _speculative_reader(self, inst: Instruction, form: mathlib.SmallArgumentForm,
+                            beyond: cir.Var) -> Callable[[Index], Value]:
+        def read(index: Index) -> Value:
+            arguments = self._math_arguments(inst, index)
+            self.body.assign(beyond, cir.Unary("!", cir.call(form.guard, *arguments)), "|=")
+            return self.body.let(self._ctype(inst.dtype), cir.call(form.c_name, *arguments))
+
+        return read
