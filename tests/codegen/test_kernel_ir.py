@@ -135,3 +135,24 @@ ENTRY main {
     assert kept is not None
     calls = [s for s in kept.function.body if isinstance(s, cir.ExprStmt) and s.extent]
     assert [c.extent for c in calls] == [3 * 40]  # the rows of every batch
+
+
+def test_speculable_loads_are_the_arrays_declared_so_not_names() -> None:
+    emitter = _whole_loop()
+    function = emitter.function
+    assert function is not None
+    declared = {s.name for top in function.body for s in cir.statements(top)
+                if isinstance(s, cir.Declare) and s.speculable}
+    # The step's lane-input tables and the lanes' state, each declared speculable.
+    assert set(emitter.tables) | set(emitter.state_arrays) <= declared
+    assert emitter.tables and emitter.state_arrays
+    assert declared == emitter.body.speculable
+    state, element = next(iter(emitter.state_arrays.items()))
+    assert element in emitter.plan.per_env
+    position = (cir.Int(0), cir.Var("l"))
+    assert emitter.speculable_lane_load(cir.load(state, *position), {})
+    # The same load from an array not declared speculable may not run unasked, whatever its
+    # name looks like.
+    emitter.body.speculable.discard(state)
+    assert not emitter.speculable_lane_load(cir.load(state, *position), {})
+    assert not emitter.speculable_lane_load(cir.load("s9", *position), {})

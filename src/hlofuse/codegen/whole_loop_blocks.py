@@ -82,8 +82,10 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         body.declare(cir.Special.INT, "valid", self._valid_lanes(), const=True)
         body.emit(cir.ExprStmt(cir.Cast(cir.Special.VOID, cir.Var("valid"))))
         for i in self.plan.per_env:
+            # Every position of the lanes' state holds its value for the whole step.
             body.declare(self._ctype(self._shape(i).dtype), f"s{i}",
-                         dims=(self.plan.elements_per_env(i), lanes))
+                         dims=(self.plan.elements_per_env(i), lanes), speculable=True)
+            self.state_arrays[f"s{i}"] = i
             if self._looped(i):  # the step's new values, until every value is computed
                 body.declare(self._ctype(self._shape(i).dtype), f"n{i}",
                              dims=(self.plan.elements_per_env(i), lanes))

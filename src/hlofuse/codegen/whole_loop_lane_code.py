@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Callable, Iterator
 
 from hlofuse.analysis.parallel_loop import LoopPlan
@@ -58,6 +57,12 @@ class LaneCode:
     deferred: dict[int, Deferred]
     small_math: list[tuple[Instruction, mathlib.SmallArgumentForm]]
     speculative: list[tuple[Instruction, mathlib.SmallArgumentForm]]
+    # The local arrays lane code reads, by name: each lane input's table (its index in
+    # plan.lane_inputs) and each per-lane element's state (its element of the loop state).
+    # Which arrays loads may read speculatively is stated where they are declared
+    # (`speculable`, collected in `body.speculable`).
+    tables: dict[str, int]
+    state_arrays: dict[str, int]
 
     def _ctype(self, dtype: DType) -> DType:
         return self.lang.register_type(dtype)
@@ -121,7 +126,9 @@ class LaneCode:
         stmts = self.body.scope.stmts
         loop = stmts.pop()
         assert isinstance(loop, cir.For)
-        stmts += hoist_invariants(loop, _read_only_in_steps)
+        # What moves out of a branch reads only arrays whose every position holds a value in
+        # every step (declared speculable: the step's tables, the state, the math values).
+        stmts += hoist_invariants(loop, self.body.speculable.__contains__)
         stmts.append(loop)
 
     def _position(self, element: int, q: Expr) -> Expr:
@@ -196,12 +203,3 @@ class LaneCode:
             return self.body.let(self._ctype(dtype), value)
 
         return read
-
-
-def _read_only_in_steps(array: str) -> bool:
-    """Arrays lane code reads at positions valid in every step: the step's lane-input tables,
-    the block's state and the full-function math values (`tab<k>`, `s<i>`, `fm<k>`)."""
-    return _READ_ONLY.fullmatch(array) is not None
-
-
-_READ_ONLY = re.compile(r"(tab|s|fm)\d+")

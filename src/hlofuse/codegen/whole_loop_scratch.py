@@ -4,8 +4,6 @@ lane loop with the lanes inside, so that lane code vectorises over the lanes."""
 
 from __future__ import annotations
 
-import re
-
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Stmt
 from hlofuse.codegen.whole_loop_elements import L
@@ -44,7 +42,10 @@ class ScratchLanes(LaneCode):
                     if not isinstance(e.array, cir.Var):
                         return False
                     name = e.array.name
-                    if name not in own and not re.fullmatch(r"(tab|fm)\d+", name):
+                    # Speculable arrays other than the state (the step's tables, the math
+                    # values) are not written by the lane loop.
+                    read_only = name in self.body.speculable and name not in self.state_arrays
+                    if name not in own and not read_only:
                         return False
         return True
 

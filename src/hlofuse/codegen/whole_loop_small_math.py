@@ -26,7 +26,7 @@ class SmallArgumentLanes(LaneCode):
         for k, (inst, _) in enumerate(self.small_math):
             positions = inst.shape.num_elements // self.n
             self.body.declare(self._ctype(inst.dtype), f"fm{k}", dims=(positions, self.lanes),
-                              zeroed=True)
+                              zeroed=True, speculable=True)
 
     def _small_argument_check(self) -> None:
         """Lane code computes the small-argument math values inline with the small forms,
