@@ -5,11 +5,11 @@ table (`targets/c/language.py`, `targets/cuda/language.py`) spells them. Nodes c
 hash by structure, so value numbering keys on them directly (hash-consing) and nothing printed
 is ever read back.
 
-Types are target-neutral (`Type`): an element type is an hlofuse `DType` (the value as held:
-a language says which dtype holds f16 while a kernel computes), a `Pointer` to one, or one of
-the few `Special` types a kernel needs beside them. Structure a target needs to run a kernel
-in parallel is explicit in the nodes, set by the emitters: how many independent iterations a
-parallel region shares (`ParallelRegion.extent`) and a library call splits
+Types are target-neutral (`Type`, cir_types.py): an element type is an hlofuse `DType` (the
+value as held: a language says which dtype holds f16 while a kernel computes), a `Pointer` to
+one, or one of the few `Special` types a kernel needs beside them. Structure a target needs to
+run a kernel in parallel is explicit in the nodes, set by the emitters: how many independent
+iterations a parallel region shares (`ParallelRegion.extent`) and a library call splits
 (`ExprStmt.extent`), which arrays are a kernel's scratch memory (`Allocate`), what runs once
 after every thread is done (`AfterAll`), each kernel argument's role (`Parameter.role`) and
 lane dimension, and which local arrays loads may read speculatively (`Declare.speculable`).
@@ -22,49 +22,17 @@ remainder follow C (truncation toward zero); a quotient that does not simplify i
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from hlofuse.codegen.cir_types import INDEX as INDEX
+from hlofuse.codegen.cir_types import Linkage as Linkage
+from hlofuse.codegen.cir_types import Pointer as Pointer
+from hlofuse.codegen.cir_types import Role as Role
+from hlofuse.codegen.cir_types import Special as Special
+from hlofuse.codegen.cir_types import Tuning as Tuning
+from hlofuse.codegen.cir_types import Type as Type
 from hlofuse.ir.dtypes import DType
-
-# --- types ---------------------------------------------------------------------------------
-
-
-class Special(enum.Enum):
-    """The types of generated code that are not element types."""
-
-    VOID = "void"
-    BYTE = "byte"  # raw memory: byte offsets into the arena and the caller's arrays
-    INT = "int"  # the target's natural signed int: loop counters that vectorise best
-    PROFILE = "profile"  # the runtime's profile record (per-kernel times)
-
-
-@dataclass(frozen=True, slots=True)
-class Pointer:
-    """A pointer to `element`s: `const` elements are only read; `restrict`: no other pointer
-    of the function reaches them; `fixed`: the pointer itself is never reassigned."""
-
-    element: Type
-    const: bool = False
-    restrict: bool = False
-    fixed: bool = False
-
-
-Type = DType | Pointer | Special
-
-INDEX = DType.S64  # the type of loop counters and element positions
-
-
-class Role(enum.Enum):
-    """What a kernel does with an array argument."""
-
-    INPUT = "input"  # read only
-    OUTPUT = "output"  # written, not read before
-    IN_PLACE = "in-place"  # an output that may share its buffer with an input (read first)
-    SCRATCH = "scratch"  # the kernel's own memory (an `Allocate`), passed to a part of it
-    SCALAR = "scalar"  # not an array: a bound or value passed to a part
-    DRIVER = "driver"  # the driver's own arguments (the caller's arrays, the arena)
 
 # --- expressions --------------------------------------------------------------------------
 
@@ -561,126 +529,6 @@ def names_used(stmts: list[Stmt]) -> set[str]:
     return out
 
 
-class _NotOnlyLoaded(Exception):
-    """A renamed pointer is used other than as the array of a load."""
-
-
-class LoadRetargeting:
-    """Statements with loads from some pointers read through others instead (`{old: new}`),
-    for a kernel whose output buffer turned out to be one of its inputs' (it then reads that
-    input through the output's pointer). `apply` gives None when a renamed pointer is used
-    any other way (passed to a call, compared): that kernel is emitted again instead."""
-
-    def __init__(self, renamed: Mapping[str, str]) -> None:
-        self.renamed = dict(renamed)
-        self._done: dict[int, Expr] = {}
-
-    def apply(self, stmts: list[Stmt]) -> list[Stmt] | None:
-        try:
-            return [self._stmt(s) for s in stmts]
-        except _NotOnlyLoaded:
-            return None
-
-    def _exprs(self, exprs: tuple[Expr, ...]) -> tuple[Expr, ...]:
-        out = tuple(self._expr(e) for e in exprs)
-        return exprs if all(a is b for a, b in zip(out, exprs)) else out
-
-    def _expr(self, e: Expr) -> Expr:
-        done = self._done.get(id(e))
-        if done is not None:
-            return done
-        out: Expr
-        kind = type(e)
-        if kind is Var:
-            if e.name in self.renamed:  # type: ignore[attr-defined]
-                raise _NotOnlyLoaded
-            out = e
-        elif kind is Int or kind is Const or kind is TypeName:
-            out = e
-        # A node whose parts come back unchanged is kept (most read no renamed pointer).
-        elif type(e) is Load:
-            array = e.array
-            if isinstance(array, Var) and array.name in self.renamed:
-                array = Var(self.renamed[array.name])
-            else:
-                array = self._expr(array)
-            indices = self._exprs(e.indices)
-            out = e if array is e.array and indices is e.indices else Load(array, indices)
-        elif type(e) is Unary:
-            operand = self._expr(e.operand)
-            out = e if operand is e.operand else Unary(e.op, operand)
-        elif type(e) is Cast:
-            operand = self._expr(e.operand)
-            out = e if operand is e.operand else Cast(e.to, operand)
-        elif type(e) is Binary:
-            left, right = self._expr(e.left), self._expr(e.right)
-            out = e if left is e.left and right is e.right else Binary(e.op, left, right)
-        elif type(e) is Call:
-            arguments = self._exprs(e.arguments)
-            out = e if arguments is e.arguments else Call(e.function, arguments)
-        elif type(e) is Select:
-            was = (e.condition, e.on_true, e.on_false)
-            parts = tuple(self._expr(x) for x in was)
-            out = e if all(a is b for a, b in zip(parts, was)) else Select(*parts)
-        elif type(e) is Affine:
-            atoms = [self._expr(atom) for atom, _ in e.terms]
-            out = e if all(a is atom for a, (atom, _) in zip(atoms, e.terms)) else Affine(
-                e.const, tuple((a, k) for a, (_, k) in zip(atoms, e.terms)))
-        else:
-            raise _NotOnlyLoaded  # an expression kind this does not know: emit again
-        self._done[id(e)] = out
-        return out
-
-    def _body(self, stmts: list[Stmt]) -> list[Stmt]:
-        return [self._stmt(s) for s in stmts]
-
-    def _stmt(self, s: Stmt) -> Stmt:
-        if isinstance(s, Declare):
-            if s.name in self.renamed:
-                raise _NotOnlyLoaded
-            init = None if s.init is None else self._expr(s.init)
-            dims = tuple(self._expr(d) if isinstance(d, Expr) else d for d in s.dims)
-            if init is s.init and all(a is b for a, b in zip(dims, s.dims)):
-                return s
-            return Declare(s.type, s.name, init, s.const, dims, s.zeroed, s.block_shared,
-                           s.speculable)
-        if isinstance(s, Assign):
-            target, value = self._expr(s.target), self._expr(s.value)
-            return s if target is s.target and value is s.value else Assign(target, value, s.op)
-        if isinstance(s, ExprStmt):
-            expr = self._expr(s.expr)
-            return s if expr is s.expr else ExprStmt(expr, s.extent)
-        if isinstance(s, Allocate | Release):
-            if s.name in self.renamed:
-                raise _NotOnlyLoaded
-            return s
-        if isinstance(s, Comment | Break):
-            return s
-        if isinstance(s, Return):
-            return Return(None if s.value is None else self._expr(s.value))
-        if isinstance(s, Block):
-            return Block(self._body(s.body))
-        if isinstance(s, For):
-            if s.var in self.renamed:
-                raise _NotOnlyLoaded
-            return For(s.var, self._expr(s.lo), None if s.hi is None else self._expr(s.hi),
-                       self._body(s.body), s.how, s.type, s.step)
-        if isinstance(s, While):
-            return While(self._expr(s.condition), self._body(s.body))
-        if isinstance(s, If):
-            return If(self._expr(s.condition), self._body(s.then),
-                      None if s.otherwise is None else self._body(s.otherwise))
-        if isinstance(s, Switch):
-            return Switch(self._expr(s.selector), [self._body(case) for case in s.cases])
-        if isinstance(s, ParallelRegion):
-            return ParallelRegion(self._body(s.body),
-                                  None if s.condition is None else self._expr(s.condition),
-                                  s.extent)
-        if isinstance(s, AfterAll):
-            return AfterAll(self._body(s.body))
-        raise _NotOnlyLoaded
-
-
 @dataclass(frozen=True, slots=True)
 class Parameter:
     type: Type
@@ -689,23 +537,6 @@ class Parameter:
     # The dimension of the array that runs over the lanes (a whole loop's independent
     # environments), None where the array is not laid out by lane.
     lane_dimension: int | None = None
-
-
-class Linkage(enum.Enum):
-    """What a function is to the module: a language gives each its qualifiers."""
-
-    KERNEL = "kernel"  # the function a kernel thunk calls (device code on a GPU)
-    PART = "part"  # a function a kernel or the driver calls
-    ENTRY = "entry"  # the module's exported entry point
-    HOST = "host"  # host code of a target whose kernels run on a device (its driver)
-
-
-class Tuning(enum.Enum):
-    """How a target's compiler should treat a function (a language spells it, or ignores it)."""
-
-    SMALL = "small"  # little work: compile it quickly rather than well
-    VECTOR_LOOPS = "vector-loops"  # loops that should vectorise
-    WHOLE_LOOP = "whole-loop"  # a whole loop's long simd lane loops
 
 
 @dataclass

@@ -44,6 +44,7 @@ from hlofuse.codegen.linalg import LINALG_OPS, emit_linalg, is_linalg
 from hlofuse.codegen.loop_nests import Part
 from hlofuse.codegen.op_expressions import convert_expression
 from hlofuse.codegen.reductions import Outputs, ReductionEmission
+from hlofuse.codegen.retargeting import LoadRetargeting
 from hlofuse.codegen.sort import emit_sort, emit_topk
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -474,7 +475,7 @@ def emit_aliased(previous: EmittedKernel, spec: KernelSpec, lang: Language,
     kept = previous.retargetable
     if kept is not None:
         renamed = {kept.input_names[i]: kept.output_names[o] for o, i in spec.aliased}
-        body = cir.LoadRetargeting(renamed).apply(kept.function.body)
+        body = LoadRetargeting(renamed).apply(kept.function.body)
         if body is not None:
             function = dataclasses.replace(kept.function, body=body)
             return dataclasses.replace(previous, code=lang.function(function),
