@@ -24,6 +24,8 @@ _.steps_beyond_terminated  # gymnasium's CartPoleEnv (tests/e2e/test_cartpole.py
 # random program builder's operations through getattr (tests/hlo_programs.py), a target's class
 # through its registry entry (targets/__init__.py; the others are imported by tests too).
 _.ReferenceTarget
+_.TpuTarget
+_.InterpretTpuTarget
 _.full_matrices
 _.constant_binary
 _.long_row_reduce

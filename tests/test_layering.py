@@ -49,6 +49,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
                              "hlofuse.runtime", "hlofuse.toolchain", "hlofuse.targets.native",
                              "hlofuse.targets.c"),
     "hlofuse.targets.reference": ("hlofuse.ir", REFERENCE, "hlofuse.runtime"),
+    # The TPU target evaluates ops without a lax form with the interpreter (host operations).
+    "hlofuse.targets.tpu": ("hlofuse.ir", "hlofuse.analysis", REFERENCE, "hlofuse.runtime",
+                            "hlofuse.toolchain"),
     "hlofuse.frontend": ("hlofuse.ir", "hlofuse.analysis", REFERENCE),
     "hlofuse.lax": ("hlofuse.frontend",),
     "hlofuse.numpy": ("hlofuse.frontend",),

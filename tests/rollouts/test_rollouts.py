@@ -132,9 +132,11 @@ def test_compiled_matches_jax(request: pytest.FixtureRequest, name: str, form: s
 # Under `max` the time loop of every corpus rollout runs as one kernel (the CPU lowering's
 # nested Threefry loops unrolled into it, per-lane gathers, scatters, small dots and the rigid
 # body's Cholesky factorisation and solves computed per element, grid_forage's 200-value
-# board in loops over the lane's scratch area, the stacked outputs written a row per step).
+# board in loops over the lane's scratch area, the stacked outputs written a row per step, the
+# per-step statistics across the lanes reduced per block of lanes and combined after the loop).
 WHOLE_LOOP_KERNEL = {"acrobot", "bandit", "catch", "grid_forage", "mountain_car",
-                     "mountain_car_continuous", "particles", "pendulum", "rigid_body"}
+                     "mountain_car_continuous", "particles", "pendulum", "rigid_body",
+                     "reacher_logged", "inventory_logged"}
 
 
 @pytest.mark.thorough

@@ -58,6 +58,7 @@ from hlofuse.analysis.parallel_loop_refusals import (
     Refusal,
     check_structure,
 )
+from hlofuse.analysis.step_reductions import StepReduction, find_step_reductions
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
 
@@ -99,6 +100,8 @@ class LoopPlan:
     # The dimension holding the lanes of each per-lane element (held and streamed).
     lane_dims: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
     streamed: tuple[Streamed, ...] = ()
+    # Uniform elements written a position per step from reductions over all lanes.
+    step_reductions: tuple[StepReduction, ...] = ()
 
     @property
     def condition(self) -> Computation:
@@ -145,11 +148,32 @@ def plan_parallel_loop(loop: Instruction, *,
 
 def _candidate_sizes(loop: Instruction) -> list[int]:
     """Dimensions of the state, the most common first (elements having it, then as a leading
-    dimension, then the largest)."""
-    elements = [e for e in loop.shape.elements if e.rank >= 1]
+    dimension, then the largest). Elements the loop only writes a slice of per step (a scan's
+    stacked outputs, whose leading dimension is the trip count) do not vote unless all are."""
+    arrays = [i for i, e in enumerate(loop.shape.elements) if e.rank >= 1]
+    read = [i for i in arrays if not _written_only(loop, i)]
+    elements = [loop.shape.elements[i] for i in (read or arrays)]
     counts = Counter(n for e in elements for n in set(e.dims) if n > 0)
     leading = Counter(e.dims[0] for e in elements)
     return sorted(counts, key=lambda n: (-counts[n], -leading[n], -n))
+
+
+def _written_only(loop: Instruction, element: int) -> bool:
+    """The body's only use of loop element `element` is overwriting a slice of it, and the
+    condition does not read it."""
+    condition, body = loop.calls
+    if body.root.op is not Op.TUPLE or any(element_read(inst) == element
+                                           for inst in condition.instructions):
+        return False
+    value = body.root.operands[element]
+    if value.op is not Op.DYNAMIC_UPDATE_SLICE or element_read(value.operands[0]) != element:
+        return False
+    reads = [inst for inst in body.instructions if element_read(inst) == element]
+    if len(reads) != 1:
+        return False
+    uses = [(inst, k) for inst in body.instructions for k, o in enumerate(inst.operands)
+            if o is reads[0]]
+    return uses == [(value, 0)]
 
 
 def _lane_dim(loop: Instruction, element: int, size: int) -> int | None:
@@ -224,20 +248,24 @@ class _Analysis:
         self._check_sizes()
         self.lanes.classify()
         accumulators = find_accumulators(self.lanes)
-        accumulated = {a.element for a in accumulators}
+        step_reductions = find_step_reductions(self.lanes)
+        accumulated = {a.element for a in accumulators} | {s.element for s in step_reductions}
         uniform = tuple(i for i in range(len(self.loop.shape.elements))
                         if i not in self.per_env and i not in accumulated)
+        lane, inputs = self._lane_code(accumulators, step_reductions)
+        roots = [(self.condition.root, True)]
+        roots += [(self.body.root.operands[i], False) for i in uniform]
+        roots += [(inst, False) for inst in inputs]
+        roots += [(start, False) for s in step_reductions for start in s.starts]
+        uniform_code = self._uniform_code(roots)
+        # After the placement, whose refusals name what is wrong with a large uniform
+        # element computed from the lanes (a reduction across them the state also reads).
         for i in uniform:
             if self.loop.shape.elements[i].num_elements > self.max_uniform:
                 raise self.refuse(STATE_TOO_LARGE, self.loop,
                                   f"uniform loop element {i} has "
                                   f"{self.loop.shape.elements[i].num_elements} elements, over "
                                   f"{self.max_uniform}", element=i, limit=self.max_uniform)
-        lane, inputs = self._lane_code(accumulators)
-        roots = [(self.condition.root, True)]
-        roots += [(self.body.root.operands[i], False) for i in uniform]
-        roots += [(inst, False) for inst in inputs]
-        uniform_code = self._uniform_code(roots)
         order = {id(inst): k for k, inst in enumerate(self.body.instructions)}
         lane_inputs = tuple(sorted(inputs, key=lambda inst: order[id(inst)]))
         env_dims = {key: value for key, value in self.lanes.env.items() if isinstance(value, int)}
@@ -245,7 +273,8 @@ class _Analysis:
         return LoopPlan(self.loop, self.size, held, uniform,
                         tuple(accumulators), frozenset(lane), frozenset(uniform_code),
                         lane_inputs, MappingProxyType(env_dims), frozenset(self.lanes.dependent),
-                        MappingProxyType(dict(self.lane_dims)), self.streamed)
+                        MappingProxyType(dict(self.lane_dims)), self.streamed,
+                        tuple(step_reductions))
 
     def _streamed(self) -> tuple[Streamed, ...]:
         """The per-lane elements the body only overwrites a slice of (their old value read by
@@ -297,11 +326,15 @@ class _Analysis:
             return True
         return shape.num_elements <= LANE_INPUT_MAX_ELEMENTS and self.size not in shape.dims
 
-    def _lane_code(self, accumulators: list[Accumulator]) -> tuple[set[int], list[Instruction]]:
+    def _lane_code(self, accumulators: list[Accumulator],
+                   step_reductions: list[StepReduction]) -> tuple[set[int], list[Instruction]]:
         streamed = {s.element: s for s in self.streamed}
         roots: list[tuple[Instruction, int | None]] = [
             (self.body.root.operands[i], i) for i in sorted(self.per_env - set(streamed))]
         roots += [(x, None) for a in accumulators for x in a.operands]
+        # Lane code reduces each step's lanes and needs the position the step writes.
+        roots += [(r.operand, None) for s in step_reductions for r in s.reduces]
+        roots += [(start, None) for s in step_reductions for start in s.starts]
         for s in self.streamed:
             # Lane code computes the written slice and the uniform positions, not the element.
             self._check_lane_dim(s.update, s.element)

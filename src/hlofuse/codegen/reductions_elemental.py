@@ -202,6 +202,8 @@ def reduce_window(em: ElementalEmitter, inst: Instruction, index: Index) -> Valu
     inputs, inits = inst.operands[:count], inst.operands[count:]
     window = inst.attrs["window"]
     assert isinstance(window, Window)
+    if 0 < math.prod(window.size) <= em.unrolled_reduction:
+        return _reduce_window_written_out(em, inst, index, window)
     in_dims = inputs[0].shape.dims
     out_multi = em.multi_of(index)
     accumulators: list[Expr] = [
@@ -242,6 +244,58 @@ def reduce_window(em: ElementalEmitter, inst: Instruction, index: Index) -> Valu
         updated = em.apply_reducer(inst.calls[0], accumulators, values)
         for acc, new in zip(accumulators, updated):
             em.body.assign(acc, new)
+    return accumulators[0] if count == 1 else tuple(accumulators)
+
+
+def _reduce_window_written_out(em: ElementalEmitter, inst: Instruction, index: Index,
+                               window: Window) -> Value:
+    """A small window with a literal offset per window position instead of loops, in the
+    loops' order: a cumulative sum of a lane's few values in lane code then keeps the loop over
+    the lanes a vector loop, and positions known to fall in the padding take the init alone."""
+    count = len(inst.operands) // 2
+    inputs, inits = inst.operands[:count], inst.operands[count:]
+    in_dims = inputs[0].shape.dims
+    out_multi = em.multi_of(index)
+    zero = cir.Int(0)
+    accumulators: list[Expr] = [em.scalar(init) for init in inits]
+    for offsets in itertools.product(*(range(size) for size in window.size)):
+        positions: list[Expr] = []
+        conditions: list[Expr] = []
+        outside = False
+        for d, size in enumerate(in_dims):
+            position = em.index_let(cir.add(cir.mul(out_multi[d], window.stride[d]),
+                                            offsets[d] * window.rhs_dilate[d] - window.pad_low[d]))
+            dilate = window.lhs_dilate[d]
+            if isinstance(position, cir.Int):
+                p = position.value
+                if p < 0 or p % dilate or p // dilate >= size:
+                    outside = True
+                    break
+                positions.append(cir.Int(p // dilate))
+                continue
+            if dilate > 1:
+                conditions += [Binary(">=", position, zero),
+                               Binary("==", cir.mod(position, dilate), zero),
+                               Binary("<", cir.div(position, dilate), cir.Int(size))]
+                position = em.index_let(cir.div(position, dilate))
+            elif window.pad_low[d] > 0 or window.pad_high[d] > 0:
+                conditions += [Binary(">=", position, zero),
+                               Binary("<", position, cir.Int(size))]
+            positions.append(position)
+        if outside:
+            values = [em.scalar(init) for init in inits]
+        else:
+            input_index = Index(in_dims, None, tuple(positions), None)
+            if conditions:
+                condition = conjunction(conditions)
+                values = [em.branch(x.dtype, condition,
+                                    lambda x=x, at=input_index: em.array_value(  # type: ignore[misc]
+                                        x, at),
+                                    lambda init=init: em.scalar(init))  # type: ignore[misc]
+                          for x, init in zip(inputs, inits)]
+            else:
+                values = [em.array_value(x, input_index) for x in inputs]
+        accumulators = em.apply_reducer(inst.calls[0], accumulators, values)
     return accumulators[0] if count == 1 else tuple(accumulators)
 
 

@@ -52,7 +52,6 @@ from hlofuse.codegen.kernel_spec import (
 )
 from hlofuse.codegen.language import Language
 from hlofuse.codegen.whole_loop_blocks import (
-    LANE_UNROLLED_REDUCTION,
     BlockEmission,
     BranchingEmitter,
 )
@@ -71,6 +70,7 @@ from hlofuse.codegen.whole_loop_lanes import (
     small_argument_math,
     speculative_math,
 )
+from hlofuse.codegen.whole_loop_reductions import LANE_UNROLLED_REDUCTION, step_reduction_names
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import FusionKind, Op
@@ -196,6 +196,7 @@ class WholeLoopEmitter(BlockEmission):
             self.body.names.reserve(*(f"{p}{k}" for p in
                                       ("u", "nu", "ust", "s", "tab", "li", "init", "part", "acc",
                                        "m", "fm", "w")))
+        self.body.names.reserve(*step_reduction_names(self.plan))
 
     # --- arguments ------------------------------------------------------------------------
 
@@ -301,31 +302,32 @@ class WholeLoopEmitter(BlockEmission):
         for i in self.plan.uniform:
             shape = self.loop.shape.elements[i]
             count = max(1, shape.num_elements)
-            self.body.declare(self._ctype(shape.dtype), f"u{i}", dims=(count,))
+            self.body.declare(self._register_type(shape.dtype), f"u{i}", dims=(count,))
             self._each_element(self.uniform_em, self.init[i], store_at(f"u{i}"))
 
     def _declare_tables(self) -> None:
         for k, inst in enumerate(self.plan.lane_inputs):
             count = self.chunk * max(1, inst.shape.num_elements)
             # Every row up to the chunk's step count is written before the lanes read one.
-            self.body.declare(self._ctype(inst.dtype), f"tab{k}", dims=(count,),
+            self.body.declare(self._register_type(inst.dtype), f"tab{k}", dims=(count,),
                               speculable=True)
             self.tables[f"tab{k}"] = k
         for i in self.recorded:
             shape = self.loop.shape.elements[i]
             count = self.chunk * max(1, shape.num_elements)
-            self.body.declare(self._ctype(shape.dtype), f"ust{i}", dims=(count,))
+            self.body.declare(self._register_type(shape.dtype), f"ust{i}", dims=(count,))
 
     def _declare_partials(self) -> None:
         """Per block partial results of each accumulator, and its initial value: read now,
         since an output may share its buffer with it."""
         for k, acc in enumerate(self.plan.accumulators):
-            register = self._ctype(acc.combines[-1].dtype)
+            register = self._register_type(acc.combines[-1].dtype)
             initial = self.uniform_em.scalar(self.init[acc.element])
             self.body.declare(register, f"init{k}", initial, const=True)
             identity = self.uniform_em.scalar(acc.identity)
             self.body.emit(cir.Allocate(register, f"part{k}", self.blocks))
             self._copy_loop(self.blocks, copy(store_at(f"part{k}"), constant(identity)))
+        self._declare_step_partials()
 
     # --- phase 1: uniform steps ---------------------------------------------------------------
 
@@ -346,7 +348,7 @@ class WholeLoopEmitter(BlockEmission):
             position = em.linear_of(index) if index.dims else cir.Int(0)
             if offset is not None:
                 position = Binary("+", offset, position)
-            return self.body.let(self._ctype(dtype), cir.load(array, position))
+            return self.body.let(self._register_type(dtype), cir.load(array, position))
 
         return read
 
@@ -363,6 +365,7 @@ class WholeLoopEmitter(BlockEmission):
                 size = max(1, self.loop.shape.elements[i].num_elements)
                 row = Binary("*", count, cir.Int(size))
                 self._copy_loop(size, copy(store_at(f"ust{i}", row), element_of(f"u{i}")))
+            self._mark_step_positions()
             commits: list[Stmt] = []
             for i in self.plan.uniform:
                 value = self.plan.body.root.operands[i]
@@ -373,7 +376,7 @@ class WholeLoopEmitter(BlockEmission):
                                                   em.array_value(value, index)))
                     continue
                 # A large uniform array: computed into a copy first, the old one is still read.
-                body.declare(self._ctype(shape.dtype), f"nu{i}", dims=(shape.num_elements,))
+                body.declare(self._register_type(shape.dtype), f"nu{i}", dims=(shape.num_elements,))
                 self._each_element(em, value, store_at(f"nu{i}"))
                 commits.append(cir.ExprStmt(cir.call(
                     "memcpy", cir.Var(f"u{i}"), cir.Var(f"nu{i}"),
@@ -439,10 +442,11 @@ class WholeLoopEmitter(BlockEmission):
         for k, acc in enumerate(self.plan.accumulators):
             i = acc.element
             dtype = self.loop.shape.elements[i].dtype
-            total = body.variable(self._ctype(dtype), "total", cir.Var(f"init{k}"))
+            total = body.variable(self._register_type(dtype), "total", cir.Var(f"init{k}"))
             with body.if_(Binary(">", cir.Var("steps"), cir.Int(0))):
                 with body.loop("b", 0, self.blocks):
                     part = cir.load(f"part{k}", cir.Var("b"))
                     body.assign(total, em.apply_reducer(acc.reducer, [total], [part])[0])
             body.assign(cir.load(self.outputs[i], cir.Int(0)), self.lang.to_storage(dtype, total))
             body.emit(cir.Release(f"part{k}"))
+        self._finish_step_reductions()

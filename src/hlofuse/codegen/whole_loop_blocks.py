@@ -23,9 +23,7 @@ and adds its lanes' partial sums to its own slot.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import math
 
 from hlofuse.analysis.loop_accumulators import Accumulator
 from hlofuse.codegen import cir
@@ -36,14 +34,13 @@ from hlofuse.codegen.whole_loop_deferred import DeferredLanes
 from hlofuse.codegen.whole_loop_elements import (
     L,
     copy,
-    element_indices,
     element_of,
-    env_indices,
     store_at,
     store_through,
 )
 from hlofuse.codegen.whole_loop_lane_code import SIMD, B
 from hlofuse.codegen.whole_loop_reads import LaneReads
+from hlofuse.codegen.whole_loop_reductions import LaneReductions
 from hlofuse.codegen.whole_loop_scratch import ScratchLanes
 from hlofuse.codegen.whole_loop_small_math import SmallArgumentLanes
 from hlofuse.codegen.whole_loop_streamed import StreamedLanes
@@ -51,14 +48,12 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 
-# Reductions in lane code over at most this many elements are written out, as the lane's
-# accumulated sums are: a loop inside the loop over the lanes keeps it from vectorising.
-LANE_UNROLLED_REDUCTION = 64
 # Lane-steps below which a chunk runs on the calling thread alone (about a millisecond).
 PARALLEL_MIN_ENV_STEPS = 1 << 17
 
 
-class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes, ScratchLanes):
+class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes, ScratchLanes,
+                    LaneReductions):
     """The per-lane half of the whole-loop emitter (codegen/whole_loop.py): the blocks, their
     state's loads and stores, and each step's lane loops."""
 
@@ -83,24 +78,25 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         body.emit(cir.ExprStmt(cir.Cast(cir.Special.VOID, cir.Var("valid"))))
         for i in self.plan.per_env:
             # Every position of the lanes' state holds its value for the whole step.
-            body.declare(self._ctype(self._shape(i).dtype), f"s{i}",
+            body.declare(self._register_type(self._shape(i).dtype), f"s{i}",
                          dims=(self.plan.elements_per_env(i), lanes), speculable=True)
             self.state_arrays[f"s{i}"] = i
             if self._looped(i):  # the step's new values, until every value is computed
-                body.declare(self._ctype(self._shape(i).dtype), f"n{i}",
+                body.declare(self._register_type(self._shape(i).dtype), f"n{i}",
                              dims=(self.plan.elements_per_env(i), lanes))
             if self.speculative:  # the state the step started with, should it run again
-                body.declare(self._ctype(self._shape(i).dtype), f"o{i}",
+                body.declare(self._register_type(self._shape(i).dtype), f"o{i}",
                              dims=(self.plan.elements_per_env(i), lanes))
         self._declare_staging()
         self._load_block()
         for k, acc in enumerate(self.plan.accumulators):
             identity = self.lane_em.scalar(acc.identity)
-            body.declare(self._ctype(acc.combines[-1].dtype), f"acc{k}", dims=(lanes,))
+            body.declare(self._register_type(acc.combines[-1].dtype), f"acc{k}", dims=(lanes,))
             if self.speculative:
-                body.declare(self._ctype(acc.combines[-1].dtype), f"oacc{k}", dims=(lanes,))
+                body.declare(self._register_type(acc.combines[-1].dtype), f"oacc{k}", dims=(lanes,))
             with body.loop("l", 0, lanes, counter=cir.Special.INT):
                 body.assign(cir.load(f"acc{k}", L), identity)
+        self._declare_step_lane_values()
         self._declare_small_argument_values()
         with body.loop("t", 0, cir.Var("count")):
             self._lane_step()
@@ -144,6 +140,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
             self._main_lane_loop(masks)
         self._deferred_lane_loop(masks)
         self._staged_streamed_stores()
+        self._store_step_partials()
 
     def _speculative_lane_loops(self, masks: dict[tuple[object, ...], str]) -> None:
         """The step with the speculative math in its small forms, each call also noting
@@ -203,6 +200,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
                         stores.append(cir.Assign(cir.load(mask, L), predicate))
             for k, acc in enumerate(self.plan.accumulators):
                 self._accumulate(k, acc)
+            self._reduce_step_at_lane()
             stores += self._streamed_stores()
             # Looped elements read the old state: computed before any store, then copied.
             interchanged: list[cir.For] = []
@@ -230,33 +228,8 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         total: Expr = cir.load(f"acc{k}", L)
         for operand in acc.operands:
             env_dim = self.plan.env_dims.get(id(operand), 0) if self.n > 1 else None
-            total = self._reduce_at_lane(acc, operand, env_dim, total)
+            total = self._reduce_at_lane(acc.reducer, operand, env_dim, total)
         self.body.assign(cir.load(f"acc{k}", L), total)
-
-    def _reduce_at_lane(self, acc: Accumulator, operand: Instruction, env_dim: int | None,
-                        total: Expr) -> Expr:
-        """`total <op>` every element of the lane's lane's part of `operand`."""
-        em, body = self.lane_em, self.body
-        dims = operand.shape.dims
-        loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
-        if math.prod(size for _, size in loops) <= LANE_UNROLLED_REDUCTION:
-            # written out in the loops' order: row-major over the lane's positions
-            for index in env_indices(dims, self.env, env_dim or 0) if env_dim is not None \
-                    else element_indices(dims):
-                value = em.array_value(operand, index)
-                total = em.apply_reducer(acc.reducer, [total], [value])[0]
-            return total
-        name = body.variable(self._ctype(operand.dtype), "acc", total)
-        variables = {d: body.fresh("r") for d, _ in loops}
-        multi = tuple(self.env if d == env_dim else
-                      (cir.Var(variables[d]) if d in variables else cir.Int(0))
-                      for d in range(len(dims)))
-        with contextlib.ExitStack() as stack:
-            for d, size in loops:
-                stack.enter_context(body.loop(variables[d], 0, size))
-            value = em.array_value(operand, Index(dims, None, multi, None))
-            body.assign(name, em.apply_reducer(acc.reducer, [name], [value])[0])
-        return name
 
     def _store_block(self) -> None:
         body = self.body
@@ -273,7 +246,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
                 self._copy_loop(per_env, copy(store_through(target, position),
                                               element_of(f"s{i}", lane=True), storage))
         for k, acc in enumerate(self.plan.accumulators):
-            partial = body.variable(self._ctype(acc.combines[-1].dtype), "p",
+            partial = body.variable(self._register_type(acc.combines[-1].dtype), "p",
                                     cir.load(f"part{k}", B))
             with body.loop("l", 0, valid, counter=cir.Special.INT):
                 combined = self.lane_em.apply_reducer(acc.reducer, [partial],

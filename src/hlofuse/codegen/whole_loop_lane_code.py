@@ -64,7 +64,7 @@ class LaneCode:
     tables: dict[str, int]
     state_arrays: dict[str, int]
 
-    def _ctype(self, dtype: DType) -> DType:
+    def _register_type(self, dtype: DType) -> DType:
         return self.lang.register_type(dtype)
 
     def _copy_loop(self, count: int, stmt: Callable[[Expr], Stmt]) -> None:
@@ -193,13 +193,13 @@ class LaneCode:
                 multi = multi[:env_dim] + multi[env_dim + 1:]
                 position = em.linear_of(Index(rest, None, multi, None))
             if isinstance(position, cir.Int) or count > LANE_SELECTED_READ or self.lanes == 1:
-                return self.body.let(self._ctype(dtype), cir.load(array, position, L))
+                return self.body.let(self._register_type(dtype), cir.load(array, position, L))
             # A computed position: each lane reads another row, which gcc will not gather
             # from the block's arrays; a select over the rows keeps the lane loop a vector.
             value: Expr = cir.load(array, cir.Int(count - 1), L)
             for q in reversed(range(count - 1)):
                 value = cir.Select(Binary("==", position, cir.Int(q)),
                                    cir.load(array, cir.Int(q), L), value)
-            return self.body.let(self._ctype(dtype), value)
+            return self.body.let(self._register_type(dtype), value)
 
         return read

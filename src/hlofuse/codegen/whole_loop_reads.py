@@ -51,7 +51,7 @@ class LaneReads(LaneCode):
                 em.bindings[id(inst)] = self._table_reader(inst.dtype, f"tab{k}", count)
             else:
                 name = f"li{k}"
-                self.body.declare(self._ctype(inst.dtype), name,
+                self.body.declare(self._register_type(inst.dtype), name,
                                   cir.load(f"tab{k}", cir.Var("t")), const=True)
                 em.bindings[id(inst)] = _named(name)
         for inst in self.plan.body.instructions:
@@ -68,7 +68,8 @@ class LaneReads(LaneCode):
 
         def read(index: Index) -> Value:
             position = self.lane_em.linear_of(index)
-            return self.body.let(self._ctype(dtype), cir.load(array, Binary("+", row, position)))
+            return self.body.let(self._register_type(dtype),
+                                 cir.load(array, Binary("+", row, position)))
 
         return read
 

@@ -109,6 +109,11 @@ class Interpreter:
                 raise InterpreterError(f"evaluating %{inst.name} ({inst.op.text}): {e}") from e
         return env[id(computation.root)]
 
+    def evaluate_instruction(self, inst: Instruction, operands: list[Value]) -> Value:
+        """One instruction's value from its operands' (a target that has no code of its own
+        for an op evaluates it here: the TPU target's host operations)."""
+        return self._evaluate(inst, operands)
+
     def _evaluate(self, inst: Instruction, operands: list[Value]) -> Value:
         definition = inst.definition
         if definition.kind is OpKind.ELEMENTWISE and definition.numpy is not None:

@@ -36,6 +36,10 @@ ENTRIES: tuple[TargetEntry, ...] = (
                 "CUDA kernels built by nvcc, run on an NVIDIA GPU"),
     TargetEntry("cuda-emulated", "hlofuse.targets.cuda", "EmulatedCudaTarget",
                 "the CUDA source built for this CPU against an emulation header"),
+    TargetEntry("tpu", "hlofuse.targets.tpu", "TpuTarget",
+                "Pallas kernels (pallas_call) in one jitted JAX program, run on a TPU"),
+    TargetEntry("tpu-interpret", "hlofuse.targets.tpu", "InterpretTpuTarget",
+                "the TPU target's Pallas kernels run with interpret=True on the CPU"),
 )
 _BY_NAME = {entry.name: entry for entry in ENTRIES}
 

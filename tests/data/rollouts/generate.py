@@ -50,6 +50,8 @@ EXPORT_OPTIONS: dict[str, dict[str, int]] = {
     "mountain_car_continuous": {"max_steps": 14},
     "bandit": {"max_steps": 12},
     "rigid_body": {"max_steps": 15},
+    "reacher_logged": {"max_steps": 12},
+    "inventory_logged": {"horizon": 9},
 }
 
 

@@ -397,6 +397,116 @@ def make_rigid_body(n: int, t: int, max_steps: int = 200) -> Rollout:
     return _batched_rollout(reset, step, policy, n, t)
 
 
+# --- Rollouts that log statistics across the lanes at every step --------------------------
+# Written as an RL library would: an environment class with `reset`/`step` and a params
+# pytree, vmapped over the lanes, and a scan whose per-step outputs are the lanes' mean
+# reward, finished-episode count and extreme values (the [T] curves a training loop logs).
+
+
+class Reacher:
+    """A two-link planar arm whose joint torques are chosen at random, rewarded by minus the
+    distance from its tip to a target drawn at reset; an episode ends at the target or after
+    `max_steps` steps."""
+
+    def __init__(self, max_steps: int = 50) -> None:
+        self.params = {"link": jnp.array([0.6, 0.4], jnp.float32), "dt": jnp.float32(0.05),
+                       "damping": jnp.float32(0.1), "reach": jnp.float32(0.05)}
+        self.max_steps = max_steps
+
+    def reset(self, key: jax.Array) -> dict[str, jax.Array]:
+        k_angle, k_target = jax.random.split(key)
+        radius_angle = jax.random.uniform(k_target, (2,), minval=jnp.array([0.2, -jnp.pi]),
+                                          maxval=jnp.array([0.95, jnp.pi]))
+        target = radius_angle[0] * jnp.array([jnp.cos(radius_angle[1]),
+                                              jnp.sin(radius_angle[1])])
+        return {"q": jax.random.uniform(k_angle, (2,), minval=-jnp.pi, maxval=jnp.pi),
+                "qd": jnp.zeros((2,), jnp.float32), "target": target,
+                "t": jnp.zeros((), jnp.int32)}
+
+    def tip(self, q: jax.Array) -> jax.Array:
+        link = self.params["link"]
+        a = jnp.cumsum(q)
+        return jnp.stack([jnp.sum(link * jnp.cos(a)), jnp.sum(link * jnp.sin(a))])
+
+    def step(self, state: dict[str, jax.Array], torque: jax.Array
+             ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+        p = self.params
+        qd = state["qd"] + p["dt"] * (torque - p["damping"] * state["qd"])
+        q = state["q"] + p["dt"] * qd
+        distance = jnp.linalg.norm(self.tip(q) - state["target"])
+        t = state["t"] + 1
+        done = (distance < p["reach"]) | (t >= self.max_steps)
+        return {"q": q, "qd": qd, "target": state["target"], "t": t}, -distance, done
+
+
+def make_reacher_logged(n: int, t: int, max_steps: int = 50) -> Rollout:
+    env = Reacher(max_steps)
+
+    def rollout(key: jax.Array) -> Any:
+        key, init_key = jax.random.split(key)
+        state = jax.vmap(env.reset)(jax.random.split(init_key, n))
+
+        def body(carry: tuple[Any, jax.Array], _: None) -> tuple[Any, Any]:
+            state, key = carry
+            key, act_key, reset_key = jax.random.split(key, 3)
+            torque = jax.random.normal(act_key, (n, 2))
+            stepped, reward, done = jax.vmap(env.step)(state, torque)
+            fresh = jax.vmap(env.reset)(jax.random.split(reset_key, n))
+            state = jax.tree_util.tree_map(
+                lambda f, s: jnp.where(done.reshape(done.shape + (1,) * (s.ndim - 1)), f, s),
+                fresh, stepped)
+            log = {"mean_reward": reward.mean(), "episodes": done.sum(),
+                   "worst": reward.min(), "fastest": jnp.abs(stepped["qd"]).max()}
+            return (state, key), log
+
+        (state, _), log = lax.scan(body, (state, key), None, length=t)
+        return state, log
+
+    return rollout
+
+
+def make_inventory_logged(n: int, t: int, horizon: int = 60) -> Rollout:
+    """A shop restocks a random order each day and sells a random demand; unmet demand is
+    lost. Logged per day across the shops: total profit, stock-outs, the smallest stock, and
+    the mean profit of the shops that sold anything."""
+    params = {"capacity": 40, "price": 3.0, "cost": 1.0, "holding": 0.05}
+
+    def reset(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return jax.random.randint(key, (), 5, 20), jnp.zeros((), jnp.int32)
+
+    def day(state: tuple[jax.Array, jax.Array], order: jax.Array, demand: jax.Array
+            ) -> tuple[tuple[jax.Array, jax.Array], jax.Array, jax.Array, jax.Array]:
+        stock, age = state
+        stock = jnp.minimum(stock + order, params["capacity"])
+        sold = jnp.minimum(stock, demand)
+        profit = (params["price"] * sold - params["cost"] * order
+                  - params["holding"] * (stock - sold))
+        return (stock - sold, age + 1), profit, demand > stock, sold
+
+    def rollout(key: jax.Array) -> Any:
+        key, init_key = jax.random.split(key)
+        state = jax.vmap(reset)(jax.random.split(init_key, n))
+
+        def body(carry: Any, _: None) -> tuple[Any, Any]:
+            state, key = carry
+            key, k_order, k_demand, k_reset = jax.random.split(key, 4)
+            order = jax.random.randint(k_order, (n,), 0, 8)
+            demand = jax.random.randint(k_demand, (n,), 0, 12)
+            (stock, age), profit, out, sold = jax.vmap(day)(state, order, demand)
+            done = age >= horizon
+            fresh_stock, fresh_age = jax.vmap(reset)(jax.random.split(k_reset, n))
+            state = (jnp.where(done, fresh_stock, stock), jnp.where(done, fresh_age, age))
+            selling = sold > 0
+            log = (profit.sum(), jnp.sum(out.astype(jnp.int32)), stock.min(),
+                   jnp.sum(jnp.where(selling, profit, 0.0)) / jnp.maximum(selling.sum(), 1))
+            return (state, key), log
+
+        (state, _), log = lax.scan(body, (state, key), None, length=t)
+        return state, log
+
+    return rollout
+
+
 ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "acrobot": make_acrobot,
     "pendulum": make_pendulum,
@@ -407,4 +517,6 @@ ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "bandit": make_bandit,
     "particles": make_particles,
     "rigid_body": make_rigid_body,
+    "reacher_logged": make_reacher_logged,
+    "inventory_logged": make_inventory_logged,
 }

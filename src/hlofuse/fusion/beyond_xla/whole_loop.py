@@ -4,12 +4,14 @@ A loop qualifies when its state splits into per-lane arrays (leading dimension N
 uniform values, each iteration computes lane e's new state from lane e's old
 state and uniform values only, the uniform values and the trip count do not depend on
 per-lane values, and the per-lane state is small (the analysis is
-`hlofuse.analysis.parallel_loop`; cross-laneironment sums that only accumulate, such as CartPole's
-episode count, are allowed). Such a loop is wrapped as it is in a fusion of kind kCustom whose
-called computation holds the loop, its operands being the loop's initial values, so the
-interpreter still evaluates it unchanged; the code generator (codegen/whole_loop.py) emits it
-as one kernel: blocks of `lanes` lanes split across threads, the time loop inside each
-block, the state in block-local arrays, the uniform values computed once per step.
+`hlofuse.analysis.parallel_loop`; sums across the lanes that only accumulate, such as CartPole's
+episode count, and per-step reductions across the lanes, such as a scan's [T] output of the
+reward summed over the lanes, are allowed). Such a loop is wrapped as it is in a fusion of
+kind kCustom whose called computation holds the loop, its operands being the loop's initial
+values, so the interpreter still evaluates it unchanged; the code generator
+(codegen/whole_loop.py) emits it as one kernel: blocks of `lanes` lanes split across threads,
+the time loop inside each block, the state in block-local arrays, the uniform values computed
+once per step.
 
 Algorithm: every while of a computation that is not (inside) a fusion is planned; fusions in
 its body and condition (when the pass runs after the fusion passes) are inlined first, since
@@ -282,13 +284,16 @@ def _log_fusion(log: DecisionSink | None, comp: Computation, loop: Instruction,
     if log is None:
         return
     accumulated = [a.element for a in plan.accumulators]
+    per_step = [s.element for s in plan.step_reductions]
     block = block_lanes(lanes, plan.size)
     message = (f"%{loop.name} runs as one kernel %{fusion.name}: {plan.size} lanes in "
                f"blocks of {block}, per-lane elements {list(plan.per_env)}, uniform "
-               f"{list(plan.uniform)}" + (f", accumulated {accumulated}" if accumulated else ""))
+               f"{list(plan.uniform)}" + (f", accumulated {accumulated}" if accumulated else "")
+               + (f", reduced over the lanes per step {per_step}" if per_step else ""))
     figures: dict[str, Figure] = {
         "lanes": plan.size, "block_lanes": block, "per_lane_elements": len(plan.per_env),
         "uniform_elements": len(plan.uniform), "accumulators": len(plan.accumulators),
+        "step_reductions": len(plan.step_reductions),
         "lane_instructions": len(plan.lane), "uniform_instructions": len(plan.uniform_code),
     }
     log.append(DecisionRecord(

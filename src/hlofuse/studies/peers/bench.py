@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -212,7 +213,20 @@ def machine_description() -> dict[str, object]:
         "python": platform.python_version(),
         "cc": cc,
         "versions": versions,
+        "jax_devices": _jax_devices(),
     }
+
+
+def _jax_devices() -> list[str] | None:
+    """The devices JAX's peers ran on (a TPU or GPU where JAX finds one, else the CPU): only
+    when JAX was imported by a peer, so that a run without JAX peers never loads it."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None
+    try:
+        return [str(d) for d in jax.devices()]
+    except RuntimeError:
+        return None
 
 
 def result_json(result: BenchResult) -> dict[str, object]:

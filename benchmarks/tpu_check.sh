@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One prepared check for a machine with a TPU (at most 8 minutes on one v5e chip: 90 + 45 +
+# 2 x 150 + 60 s of timeouts):
+#   1. the `tpu` tests (tests/tpu/test_chip.py): corpus and CartPole on the chip equal to the
+#      reference interpreter;
+#   2. kernel launch overhead and the bandwidth of the largest element-wise kernel;
+#   3. the CartPole study on the chip at N = 16384 and at 1048576 (each checked against the
+#      reference interpreter at N = 64), with kernels and bytes per step;
+#   4. the peers bench: JAX's own jit of the study's program on the same chip.
+# Writes results/tpu/*.json, or $OUT/tpu/ when OUT is set (the device machine's output folder).
+# JAX (with jaxlib and libtpu) must be installed; hlofuse's other dependencies are installed
+# into /tmp/site from the local index when PIP_INDEX is given.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+DEST=${OUT:+$OUT/tpu}
+DEST=${DEST:-results/tpu}
+mkdir -p "$DEST"
+if [ -n "${PIP_INDEX:-}" ]; then
+  PIP_CONFIG_FILE=/dev/null "$PY" -m pip install --isolated -q --only-binary=:all: \
+    --index-url "$PIP_INDEX" --target /tmp/site rich matplotlib
+fi
+export PYTHONPATH=${PYTHONPATH:-}:/tmp/site:$PWD/src:$PWD
+export HLOFUSE_CACHE_DIR=${HLOFUSE_CACHE_DIR:-/tmp/hlofuse-cache}
+if ! "$PY" -c "import jax; assert jax.devices('tpu')" >/dev/null 2>&1; then
+  echo "tpu_check: no TPU (jax.devices('tpu') finds none); nothing measured" >&2
+  exit 2
+fi
+"$PY" -c "import jax; print(jax.__version__, jax.devices())" | tee "$DEST/device.txt"
+
+echo "== 1/4 the tpu tests (CartPole's steps and the JAX corpus on the chip)"
+timeout ${T1:-90} "$PY" -m pytest tests/tpu/test_chip.py -m tpu -q -p no:cacheprovider \
+  --junitxml="$DEST/tests.xml" 2>&1 | tail -30
+
+echo "== 2/4 launch cost and bandwidth"
+timeout ${T2:-45} "$PY" benchmarks/tpu_kernels.py --out "$DEST/kernels.json" | tail -30
+
+# The study at each N on its own, so that what finishes is written when a later part runs out
+# of time (each compiles every step's program and each kernel alone for the profile).
+echo "== 3/4 the CartPole study on the chip"
+for n in ${ENVS:-16384 1048576}; do
+  mkdir -p "$DEST/study-$n"
+  timeout ${T3:-150} "$PY" -m hlofuse.cli cartpole --backend tpu --envs "$n" --steps 200 \
+    --repeats 3 --out "$DEST/study-$n" || echo "tpu_check: the study at N=$n did not finish"
+done
+
+echo "== 4/4 peers: JAX's own jit on the same chip"
+timeout ${T4:-60} "$PY" -m hlofuse.cli bench peers --envs 16384,1048576 --steps 200 --budget 1 \
+  --peers jax-scan-split-u10,jax-scan-packed-u1 --out "$DEST" \
+  || echo "tpu_check: peers did not finish"
+ls -l "$DEST"

@@ -1,0 +1,174 @@
+"""Per-step reductions across the lanes of a parallel loop: the sums, means, maxima, minima and
+counts over all lanes that RL code records at every step (`lax.scan` outputs of shape [T]).
+
+A uniform loop element qualifies when the body's only use of it is a dynamic-update-slice
+writing one position per step, at uniform positions, with a value computed from full
+reductions of per-lane values (each over all of its dimensions, with an associative and
+commutative op and that op's identity as initial value) by element-wise ops whose other
+operands are loop-invariant (the division of a mean by N, a convert). The condition never
+reads it, nor does anything else.
+
+Such an element needs no lane's values but the step's reduction: each block of lanes reduces
+its own lanes at every step into a partial of its own for the written position, and after the
+loop the partials of each position are combined in block order (deterministic; float sums
+are reassociated compared with the reference, the only difference from it) and the
+element-wise ops applied. A position no step wrote keeps its initial value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlofuse.analysis.lane_classification import LaneClassification, element_read
+from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, is_identity, reducer_op
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
+
+# Ops between the reductions and the written value besides the element-wise ones.
+_PASS_THROUGH = frozenset({Op.RESHAPE, Op.BROADCAST, Op.BITCAST, Op.COPY})
+
+
+@dataclass(frozen=True, slots=True)
+class LaneReduce:
+    """One full reduction over per-lane values that a per-step reduction reads."""
+
+    reduce: Instruction
+    op: Op
+
+    @property
+    def operand(self) -> Instruction:
+        return self.reduce.operands[0]
+
+    @property
+    def identity(self) -> Instruction:
+        return self.reduce.operands[1]
+
+
+@dataclass(frozen=True, slots=True)
+class StepReduction:
+    """A uniform loop element written one position per step with a value computed from
+    reductions over all lanes (`update` is the body's dynamic-update-slice of it)."""
+
+    element: int
+    update: Instruction
+    reduces: tuple[LaneReduce, ...]
+
+    @property
+    def starts(self) -> tuple[Instruction, ...]:
+        return self.update.operands[2:]
+
+    @property
+    def value(self) -> Instruction:
+        """The one-element slice written each step."""
+        return self.update.operands[1]
+
+
+def find_step_reductions(lanes: LaneClassification) -> list[StepReduction]:
+    """The loop's per-step reductions among its uniform elements (after `lanes.classify()`).
+    The values between the reductions and the written slices are used by nothing else; two
+    elements may share them (a sum and a mean of the same reward)."""
+    found: dict[int, tuple[StepReduction, dict[int, Instruction]]] = {}
+    for i, shape in enumerate(lanes.loop.shape.elements):
+        if i in lanes.per_env or not shape.dims:
+            continue
+        candidate = _step_reduction(lanes, i)
+        if candidate is not None:
+            found[i] = candidate
+    while True:
+        allowed = {key for step, path in found.values() for key in (*path, id(step.update))}
+        escaping = [i for i, (_, path) in found.items()
+                    if any(id(u) not in allowed for node in path.values()
+                           for u in lanes.users.get(id(node), []))]
+        if not escaping:
+            return [step for step, _ in found.values()]
+        for i in escaping:
+            del found[i]
+
+
+def _step_reduction(lanes: LaneClassification, element: int
+                    ) -> tuple[StepReduction, dict[int, Instruction]] | None:
+    """Element `element` as a per-step reduction, with the values on its path from the
+    reductions to the written slice (their users not yet checked)."""
+    root = lanes.body.root
+    update = root.operands[element]
+    if update.op is not Op.DYNAMIC_UPDATE_SLICE or sum(1 for o in root.operands
+                                                       if o is update) != 1:
+        return None
+    if not lanes.only_used_by(update, root) or element_read(update.operands[0]) != element:
+        return None
+    reads = [inst for inst in lanes.body.instructions if element_read(inst) == element]
+    if len(reads) != 1 or not lanes.only_used_by(reads[0], update):
+        return None
+    if any(element_read(inst) == element for inst in lanes.condition.instructions):
+        return None
+    value = update.operands[1]
+    if value.shape.num_elements != 1 or id(value) not in lanes.dependent:
+        return None
+    if any(id(start) in lanes.dependent for start in update.operands[2:]):
+        return None
+    if any(o is update.operands[0] for o in update.operands[1:]):
+        return None
+    behind = _reduces_behind(lanes, value)
+    if behind is None:
+        return None
+    reduces, path = behind
+    return StepReduction(element, update, tuple(reduces)), path
+
+
+def _reduces_behind(lanes: LaneClassification, value: Instruction
+                    ) -> tuple[list[LaneReduce], dict[int, Instruction]] | None:
+    """The full lane reductions `value` is computed from by one-element element-wise ops, and
+    those values; None when anything else state-dependent is on the way."""
+    reduces: list[LaneReduce] = []
+    path: dict[int, Instruction] = {}
+    stack = [value]
+    while stack:
+        inst = stack.pop()
+        if id(inst) in path:
+            continue
+        if id(inst) not in lanes.dependent:
+            if _reads_loop_state(inst):
+                return None  # a value that changes from step to step, known only in the loop
+            continue
+        path[id(inst)] = inst
+        found = _lane_reduce(lanes, inst)
+        if found is not None:
+            reduces.append(found)
+            continue
+        if inst.shape.num_elements != 1 or not inst.shape.is_array:
+            return None
+        if inst.op not in ELEMENTWISE_OPS and inst.op not in _PASS_THROUGH:
+            return None
+        stack.extend(inst.operands)
+    return (reduces, path) if reduces else None
+
+
+def _lane_reduce(lanes: LaneClassification, inst: Instruction) -> LaneReduce | None:
+    """`inst` as a reduction of a per-lane value over all its dimensions from the identity."""
+    if inst.op is not Op.REDUCE or len(inst.operands) != 2 or inst.shape.dims:
+        return None
+    operand, init = inst.operands
+    if id(operand) not in lanes.dependent or id(init) in lanes.dependent:
+        return None
+    if sorted(inst.ints("dimensions")) != list(range(operand.shape.rank)):
+        return None
+    op = reducer_op(inst.calls[0])
+    if op is None or op not in ASSOCIATIVE_OPS or not is_identity(init, op):
+        return None
+    return LaneReduce(inst, op)
+
+
+def _reads_loop_state(inst: Instruction) -> bool:
+    """Whether `inst` depends on the loop's state (any element): values applied after the loop
+    must be the same in every step."""
+    seen: set[int] = set()
+    stack = [inst]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if current.op is Op.PARAMETER:
+            return True
+        stack.extend(current.operands)
+    return False

@@ -1,0 +1,403 @@
+"""One kernel of the program as one `pallas_call`, or, where Mosaic cannot lower it, as one
+XLA operation named as such.
+
+A kernel is a fusion (its fused computation) or one unfused computing instruction. Its body
+is the computation evaluated with `lax` (`evaluate.py`) on the values of its blocks:
+
+- **tiled**: a kernel whose instructions are all element-wise over arrays of one shape (0-d
+  values broadcast) runs over the flattened arrays laid out as (rows, 128) tiles, a grid of
+  blocks of up to `BLOCK_ROWS` rows; 0-d inputs come through SMEM;
+- **whole**: any other kernel Mosaic lowers takes its arrays whole, as one block each;
+- **xla-op**: a kernel with an instruction Mosaic does not lower in a kernel (see
+  `refusal`) is evaluated with `lax` outside any `pallas_call`: an XLA operation of the
+  jitted program. Instructions with no `lax` form at all run on the host (`lax_ops.host`).
+
+Booleans cross the kernel boundary as int32 (Mosaic keeps no i1 arrays in memory) and 0-d
+values as 1-element arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from hlofuse.analysis.reducers import reducer_op
+from hlofuse.ir.attrs import SliceDim
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Computation, Instruction
+from hlofuse.ir.ops import FusionKind, Op
+from hlofuse.ir.shapes import Shape
+from hlofuse.reference.rnglib import THREEFRY_TARGET
+from hlofuse.runtime.program import leaf_paths
+from hlofuse.targets.tpu.evaluate import LaxEvaluator
+from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, runs_on_host
+
+LANES = 128
+BLOCK_ROWS = 512  # (512, 128) f32 blocks: 256 KiB per array, double-buffered well under VMEM
+WHOLE_MAX_ELEMENTS = 65536  # 64 vector registers per operation on a whole array
+VMEM_LIMIT = 100 * 2**20  # v5e has 128 MiB; whole-array kernels may need most of it
+# What Mosaic keeps in kernels: 32-bit words and bf16 (booleans cross as int32).
+KERNEL_DTYPES = frozenset({DType.F32, DType.BF16, DType.S32, DType.U32, DType.PRED})
+_STRUCTURE = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT})
+# Data movement and control Mosaic lowers inside a kernel (on whole arrays).
+_IN_KERNEL = ELEMENTWISE | _STRUCTURE | {
+    Op.IOTA, Op.BROADCAST, Op.RESHAPE, Op.BITCAST, Op.COPY, Op.TRANSPOSE, Op.SLICE,
+    Op.CONCATENATE, Op.WHILE, Op.CALL, Op.REDUCE, Op.DOT}
+# Element-wise ops Mosaic has no lowering for (JAX 0.10.2).
+_NOT_LOWERED = frozenset({Op.EXPONENTIAL_MINUS_ONE, Op.REDUCE_PRECISION, Op.CBRT, Op.SIGN})
+_KERNEL_REDUCERS = frozenset({Op.ADD, Op.MAXIMUM, Op.MINIMUM})
+
+
+@dataclass
+class Kernel:
+    """One kernel call site: what the listing and the profile show, and how to call it."""
+
+    name: str
+    kind: str  # the fusion kind or the opcode
+    instructions: tuple[str, ...]
+    mode: str  # "pallas" or "xla-op"
+    layout: str  # "tiled", "whole" or "" (xla-op)
+    reason: str  # why an XLA operation
+    host_ops: tuple[str, ...]  # instructions evaluated by the interpreter on the host
+    computation: Computation | None  # the fused computation (None: one instruction)
+    instruction: Instruction
+    input_shapes: tuple[Shape, ...]
+    output_shapes: tuple[Shape, ...]
+    block_rows: int = 0
+    grid: int = 1
+    interpret: bool = False
+    debug: bool = False  # pallas_call prints its jaxpr and Mosaic module (--emit mosaic)
+    constants: tuple[Instruction, ...] = ()
+    _call: Callable[..., list[Value]] | None = field(default=None, repr=False)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(s.byte_size for s in self.input_shapes) + \
+            sum(c.shape.byte_size for c in self.constants)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(s.byte_size for s in self.output_shapes)
+
+    def __call__(self, *leaves: Value) -> list[Value]:
+        if self._call is None:
+            self._call = self._build()
+        return self._call(*leaves)
+
+    def as_xla_op(self, reason: str) -> None:
+        """Run this kernel as an XLA operation from now on (Mosaic refused it)."""
+        self.mode, self.layout, self.reason, self._call = "xla-op", "", reason, None
+
+    # --- evaluation --------------------------------------------------------------------
+
+    def evaluate(self, evaluator: LaxEvaluator, leaves: Sequence[Value]) -> Value:
+        """The kernel's value from its input leaves (operand trees rebuilt)."""
+        operands = rebuild_all([*self._operand_shapes()], list(leaves))
+        if self.computation is not None:
+            return evaluator.run(self.computation, operands)
+        return evaluator.instruction(self.instruction, operands)
+
+    def _operand_shapes(self) -> list[Shape]:
+        if self.computation is not None:
+            return [p.shape for p in self.computation.parameters]
+        return [o.shape for o in self.instruction.operands]
+
+    def _build(self) -> Callable[..., list[Value]]:
+        if self.mode == "xla-op":
+            return self._xla_op
+        return self._tiled if self.layout == "tiled" else self._whole
+
+    def _xla_op(self, *leaves: Value) -> list[Value]:
+        return flatten_leaves(self.evaluate(LaxEvaluator(), leaves))
+
+    def _whole(self, *leaves: Value) -> list[Value]:
+        constant_values = [np.asarray(c.attrs["literal"], c.dtype.numpy) for c in self.constants]
+        shapes = (*self.input_shapes, *(c.shape for c in self.constants))
+        arrays = [_to_kernel(x).reshape(_kernel_dims(s))
+                  for x, s in zip((*leaves, *constant_values), shapes)]
+        n_leaves = len(leaves)
+
+        def kernel(*refs: Any) -> None:
+            values = [_read(r, s) for r, s in zip(refs, self.input_shapes)]
+            constants = {id(c): _read(r, c.shape)
+                         for c, r in zip(self.constants, refs[n_leaves:])}
+            result = self.evaluate(LaxEvaluator(constants=constants), values)
+            for ref, value in zip(refs[len(arrays):], flatten_leaves(result)):
+                _write(ref, value)
+
+        out = pl.pallas_call(
+            kernel, out_shape=[_kernel_struct(s) for s in self.output_shapes],
+            in_specs=[_whole_spec(s) for s in shapes],
+            out_specs=[_whole_spec(s) for s in self.output_shapes],
+            interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
+            compiler_params=pltpu.CompilerParams(vmem_limit_bytes=VMEM_LIMIT))(*arrays)
+        return [_from_kernel(o, s) for o, s in zip(out, self.output_shapes)]
+
+    def _tiled(self, *leaves: Value) -> list[Value]:
+        dims = self.output_shapes[0].dims
+        rows = self.block_rows
+        arrays = [_to_kernel(x) if jnp.ndim(x) == 0 else _tiles(_to_kernel(x)) for x in leaves]
+        tiled_dims = _tiles_dims(int(np.prod(dims)))
+        block = (rows, tiled_dims[1])
+
+        def kernel(*refs: Any) -> None:
+            values = [_read(r, s, whole=False) for r, s in zip(refs, self.input_shapes)]
+            start = pl.program_id(0) * np.int32(block[0] * block[1])
+            result = self.evaluate(LaxEvaluator(block_shape=block, block_start=start), values)
+            for ref, value in zip(refs[len(arrays):], flatten_leaves(result)):
+                _write(ref, value)
+
+        def spec(shape: Shape) -> pl.BlockSpec:
+            if shape.rank == 0:  # a 0-d input as a (1, 1) array: whole, in SMEM
+                return pl.BlockSpec(memory_space=pltpu.SMEM)
+            return pl.BlockSpec(block, lambda i: (i, 0))
+
+        out = pl.pallas_call(
+            kernel, grid=(self.grid,),
+            out_shape=[jax.ShapeDtypeStruct(tiled_dims, _kernel_dtype(s.dtype))
+                       for s in self.output_shapes],
+            in_specs=[spec(s) for s in self.input_shapes],
+            out_specs=[pl.BlockSpec(block, lambda i: (i, 0)) for _ in self.output_shapes],
+            interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
+                                                 vmem_limit_bytes=VMEM_LIMIT))(*arrays)
+        return [_from_kernel(o.reshape(s.dims), s) for o, s in zip(out, self.output_shapes)]
+
+
+def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
+    """The kernel of a fusion or unfused computing instruction: its mode and layout."""
+    if inst.op is Op.FUSION:
+        comp: Computation | None = inst.calls[0]
+        assert comp is not None
+        kind = str(inst.attrs.get("kind", FusionKind.LOOP))
+        body = _instructions(comp)
+        names = tuple(i.name for i in comp.instructions if i.op is not Op.PARAMETER)
+        constants = tuple(i for i in body if i.op is Op.CONSTANT and i.shape.rank > 0)
+        operand_shapes = [p.shape for p in comp.parameters]
+    else:
+        comp, kind, body, names = None, inst.op.text, [inst], (inst.name,)
+        constants = ()
+        operand_shapes = [o.shape for o in inst.operands]
+    inputs = tuple(_leaf_shapes(operand_shapes))
+    outputs = tuple(_leaf_shapes([inst.shape]))
+    host = tuple(i.name for i in body if runs_on_host(i))
+    kernel = Kernel(inst.name, kind, names, "pallas", "whole", "", host, comp, inst, inputs,
+                    outputs, interpret=interpret, constants=constants)
+    reason = refusal(body, inputs, outputs)
+    tiled = reason is None and _is_tiled(body, inputs, outputs)
+    largest = max((s.num_elements for s in (*inputs, *outputs)), default=0)
+    if reason is None and not tiled and largest > WHOLE_MAX_ELEMENTS:
+        reason = (f"arrays of {largest} elements: only element-wise kernels are tiled, and "
+                  f"whole-array kernels are kept to {WHOLE_MAX_ELEMENTS} elements (Mosaic "
+                  "unrolls every vector operation over the whole array)")
+    if reason is not None:
+        kernel.as_xla_op(reason)
+        kernel.constants = ()
+    elif tiled:
+        size = int(np.prod(outputs[0].dims))
+        rows = _tiles_dims(size)[0]
+        kernel.layout = "tiled"
+        kernel.block_rows = rows if rows <= BLOCK_ROWS else BLOCK_ROWS
+        kernel.grid = -(-rows // kernel.block_rows)
+    return kernel
+
+
+def refusal(body: list[Instruction], inputs: Sequence[Shape],
+            outputs: Sequence[Shape]) -> str | None:
+    """Why the kernel cannot be a Pallas kernel on the TPU (None when it can): the first
+    instruction Mosaic does not lower there, named with its op."""
+    if not outputs:
+        return "the kernel writes no array"
+    for shape in (*inputs, *outputs):
+        if shape.dtype not in KERNEL_DTYPES:
+            return f"{shape.dtype.text} values (Mosaic keeps 32-bit and bf16 types only)"
+    for inst in body:
+        why = _instruction_refusal(inst)
+        if why is not None:
+            return f"%{inst.name} ({inst.op.text}): {why}"
+    return None
+
+
+def _instruction_refusal(inst: Instruction) -> str | None:
+    for leaf in _leaf_shapes([inst.shape]):
+        if leaf.dtype not in KERNEL_DTYPES:
+            return f"{leaf.dtype.text} (Mosaic keeps 32-bit and bf16 types only)"
+    op = inst.op
+    if op is Op.CUSTOM_CALL:
+        if inst.attrs.get("custom_call_target") == THREEFRY_TARGET:
+            return None
+        return "a library call (run on the host)"
+    if runs_on_host(inst):
+        return "no lax form: evaluated by the interpreter on the host"
+    if op not in _IN_KERNEL or op in _NOT_LOWERED:
+        return "Mosaic does not lower it in a kernel"
+    if op is Op.REDUCE:
+        if len(inst.operands) != 2 or reducer_op(inst.calls[0]) not in _KERNEL_REDUCERS:
+            return "only add, max and min reductions of one array lower in a kernel"
+    if op is Op.SLICE and _strided(inst):
+        return "strided slices do not lower in a kernel"
+    if op is Op.DOT:
+        if inst.ints("lhs_batch_dims") or inst.shape.rank > 2 or not inst.dtype.is_float:
+            return "only float matrix products without batch dimensions lower in a kernel"
+    return None
+
+
+def _strided(inst: Instruction) -> bool:
+    spec = inst.attrs["slice"]
+    assert isinstance(spec, tuple)
+    return any(isinstance(d, SliceDim) and d.stride != 1 for d in spec)
+
+
+def _is_tiled(body: list[Instruction], inputs: Sequence[Shape],
+              outputs: Sequence[Shape]) -> bool:
+    """Element-wise over arrays of one shape: every instruction element-wise (bitcasts of one
+    width), a 0-d constant or parameter, a broadcast of a 0-d value, or the root tuple."""
+    dims = outputs[0].dims
+    if not dims or any(s.dims != dims for s in outputs) \
+            or any(s.dims not in (dims, ()) for s in inputs):
+        return False
+    for inst in body:
+        op = inst.op
+        if op in (Op.PARAMETER, Op.TUPLE):
+            continue
+        if inst.shape.is_array and inst.shape.dims not in (dims, ()):
+            return False
+        if op is Op.CONSTANT and inst.shape.rank == 0:
+            continue
+        if op is Op.BROADCAST and inst.operands[0].shape.rank == 0:
+            continue
+        if op is Op.BITCAST_CONVERT:
+            if inst.dtype.itemsize != inst.operands[0].dtype.itemsize:
+                return False
+            continue
+        if op is Op.CUSTOM_CALL and inst.attrs.get("custom_call_target") == THREEFRY_TARGET:
+            continue
+        if op is Op.GET_TUPLE_ELEMENT:
+            continue
+        if op is Op.IOTA and len(dims) == 1:  # the flattened position: known per block
+            continue
+        if op not in ELEMENTWISE:
+            return False
+    return True
+
+
+def _instructions(comp: Computation) -> list[Instruction]:
+    """Every instruction of a computation and of what it calls."""
+    out: list[Instruction] = []
+    seen: set[int] = set()
+    stack = [comp]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        out.extend(current.instructions)
+        for inst in current.instructions:
+            stack.extend(inst.calls)
+    return out
+
+
+# --- values across the kernel boundary -------------------------------------------------
+
+def _leaf_shapes(shapes: Sequence[Shape]) -> list[Shape]:
+    out = []
+    for shape in shapes:
+        for path in leaf_paths(shape):
+            leaf = shape
+            for k in path:
+                leaf = leaf.elements[k]
+            out.append(leaf)
+    return out
+
+
+def rebuild_all(shapes: list[Shape], leaves: list[Value]) -> list[Value]:
+    it = iter(leaves)
+    return [rebuild(s, it) for s in shapes]
+
+
+def rebuild(shape: Shape, leaves: Any) -> Value:
+    if shape.is_tuple:
+        return tuple(rebuild(e, leaves) for e in shape.elements)
+    return next(leaves) if shape.is_array else None
+
+
+def flatten_leaves(value: Value) -> list[Value]:
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in flatten_leaves(v)]
+    return [] if value is None else [value]
+
+
+def _kernel_dtype(dtype: DType) -> np.dtype:
+    return np.dtype(np.int32) if dtype is DType.PRED else np.dtype(dtype.numpy)
+
+
+def _kernel_dims(shape: Shape) -> tuple[int, ...]:
+    """A whole-array kernel's view of a value: 0-d as (1,) in SMEM, 1-d as one row (Mosaic
+    tiles the last two dimensions), higher ranks as they are."""
+    if shape.rank == 0:
+        return (1, 1)
+    return (1, shape.dims[0]) if shape.rank == 1 else shape.dims
+
+
+
+def _kernel_struct(shape: Shape) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(_kernel_dims(shape), _kernel_dtype(shape.dtype))
+
+
+def _to_kernel(x: Value) -> Value:
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.int32)
+    return x.reshape((1, 1)) if x.ndim == 0 else x
+
+
+def _from_kernel(x: Value, shape: Shape) -> Value:
+    if shape.dtype is DType.PRED:
+        x = x != 0
+    return x.reshape(shape.dims)
+
+
+def _tiles_dims(size: int) -> tuple[int, int]:
+    """The (rows, columns) layout of a flattened array: 128 lanes when they divide it."""
+    return (size // LANES, LANES) if size % LANES == 0 else (1, size)
+
+
+def _tiles(x: Value) -> Value:
+    return x.reshape(_tiles_dims(x.size))
+
+
+def _whole_spec(shape: Shape) -> pl.BlockSpec:
+    if shape.rank == 0:
+        return pl.BlockSpec(memory_space=pltpu.SMEM)
+    return pl.BlockSpec(memory_space=pltpu.VMEM)
+
+
+def _read(ref: Any, shape: Shape, whole: bool = True) -> Value:
+    """A value from its ref: a block of a tiled kernel as it is; a whole 1-d array from its
+    one row."""
+    value = ref[0, 0] if shape.rank == 0 else ref[...]
+    if whole and shape.rank == 1 and value.ndim == 2:
+        value = value.reshape(shape.dims)
+    return value != 0 if shape.dtype is DType.PRED else value
+
+
+def _write(ref: Any, value: Value) -> None:
+    if value.dtype == jnp.bool_:
+        value = value.astype(jnp.int32)
+    if jnp.ndim(value) == 0:
+        ref[0, 0] = value
+    else:
+        ref[...] = value.reshape(ref.shape)
+
+
+@functools.cache
+def _kernel_name(label: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in label)

@@ -1,0 +1,145 @@
+"""The TPU target's Pallas kernels run with `interpret=True` on the CPU (backend
+`tpu-interpret`) equal the reference interpreter: every corpus program (JAX-exported,
+indexing, linear algebra, rollouts) and every CartPole variant under every strategy. The
+thorough tier sweeps them all; the unmarked tests are a fast representative subset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hlofuse import random
+from hlofuse.api import compile_module
+from hlofuse.envs import cartpole
+from hlofuse.ir.hlo import Module
+from hlofuse.ir.parser import parse_module
+from hlofuse.reference.interpreter import evaluate, flatten_value
+from hlofuse.studies.cartpole_study import SEQUENCE, is_available
+
+from tests.conftest import CORPUS, load_corpus_case
+
+DATA = Path(__file__).parent.parent / "data"
+STRATEGIES = ("none", "xla", "priority", "max")
+FAST_CORPUS = {"cartpole_step", "softmax", "while_loop", "cond", "argmax", "integer_bits"}
+
+
+def load_npz_case(path: Path) -> tuple[Module, list[np.ndarray]]:
+    """A stored program (tests/data/*/NAME[.FORM].hlo) and its inputs (arg0, arg1, ...)."""
+    module = parse_module(path.read_text(), str(path))
+    stem = path.name.split(".")[0]
+    npz = path.parent / f"{stem}.npz"
+    if not npz.exists():  # linalg: the npz is named by stem and precision
+        npz = path.parent / (".".join(path.name.split(".")[:3]) + ".npz")
+    data = np.load(npz)
+    count = sum(k.startswith("arg") for k in data.files)
+    return module, [data[f"arg{i}"] for i in range(count)]
+
+
+def assert_equal_to_interpreter(module: Module, inputs: list[np.ndarray], strategy: str,
+                                rtol: float = 1e-5) -> None:
+    want = flatten_value(evaluate(module, inputs))
+    compiled = compile_module(module, strategy, "tpu-interpret")
+    assert_close(compiled.run_flat(inputs), want, rtol)
+
+
+def assert_close(got: list[np.ndarray], want: list[np.ndarray], rtol: float) -> None:
+    """Integers and booleans exactly; floats within `rtol` (NaNs equal)."""
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, f"out{i}: {g.dtype}{g.shape}"
+        if w.dtype.kind == "f" or w.dtype.name == "bfloat16":
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
+                                       atol=1e-5, equal_nan=True, err_msg=f"out{i}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"out{i}")
+
+
+def _cases(names: list[str], fast: set[str], thorough: bool = False) -> list[object]:
+    """Every program under every strategy: the `fast` ones under xla unmarked, the others
+    under xla `thorough` (with `thorough`, else `slow`), other strategies `slow` (interpret
+    mode compiles slowly: the whole sweep takes many minutes)."""
+    def marks(name: str, strategy: str) -> list[pytest.MarkDecorator]:
+        if strategy == "xla" and name in fast:
+            return []
+        return [pytest.mark.thorough] if strategy == "xla" and thorough else [pytest.mark.slow]
+
+    return [pytest.param(name, strategy, id=f"{name}-{strategy}", marks=marks(name, strategy))
+            for name in names for strategy in STRATEGIES]
+
+
+@pytest.mark.parametrize(("name", "strategy"), _cases(CORPUS, FAST_CORPUS, thorough=True))
+def test_jax_corpus(name: str, strategy: str) -> None:
+    text, inputs, _ = load_corpus_case(name)
+    assert_equal_to_interpreter(parse_module(text, name), inputs, strategy)
+
+
+INDEXING = sorted(p.name for p in (DATA / "indexing").glob("*.hlo"))
+
+
+@pytest.mark.parametrize(("name", "strategy"), _cases(INDEXING, {"gather_basic.hlo"}))
+def test_indexing_corpus(name: str, strategy: str) -> None:
+    assert_equal_to_interpreter(*load_npz_case(DATA / "indexing" / name), strategy)
+
+
+LINALG = sorted(p.name for p in (DATA / "linalg").glob("*.f32.*.cpu.hlo"))
+
+
+@pytest.mark.parametrize(("name", "strategy"), _cases(LINALG, {"solve.f32.one.cpu.hlo"}))
+def test_linalg_corpus(name: str, strategy: str) -> None:
+    # Linear algebra amplifies rounding by the condition number: the corpus tests' bound.
+    assert_equal_to_interpreter(*load_npz_case(DATA / "linalg" / name), strategy, rtol=1e-3)
+
+
+ROLLOUTS = sorted(p.name for p in (DATA / "rollouts").glob("*.cpu.hlo"))
+
+
+@pytest.mark.parametrize(("name", "strategy"), _cases(ROLLOUTS, set()))
+def test_rollout_corpus(name: str, strategy: str) -> None:
+    assert_equal_to_interpreter(*load_npz_case(DATA / "rollouts" / name), strategy, rtol=1e-4)
+
+
+def _cartpole_cases() -> list[object]:
+    """Every default step of the study under its own strategy and every other (`slow`: the
+    fast tier runs baseline and max in test_cartpole_over_several_blocks)."""
+    return [pytest.param(step, strategy, id=f"{step.name}-{strategy}", marks=[pytest.mark.slow])
+            for step in SEQUENCE if step.is_default
+            for strategy in dict.fromkeys((step.strategy, *STRATEGIES))]
+
+
+@pytest.mark.parametrize(("step", "strategy"), _cartpole_cases())
+def test_cartpole_variant(step: object, strategy: str) -> None:
+    from hlofuse.studies.cartpole_study import StudyStep
+
+    assert isinstance(step, StudyStep)
+    if not is_available(strategy):
+        pytest.skip(f"strategy {strategy} not available")
+    module = cartpole.trace(step.variant, 16, 12, 0)
+    want = flatten_value(evaluate(module, [random.key(0)]))
+    got = compile_module(module, strategy, "tpu-interpret").run_flat([random.key(0)])
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
+    assert int(got[1]) == int(want[1])  # episodes finished: exactly
+    assert float(got[2]) == pytest.approx(float(want[2]), abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["baseline", "max"])
+def test_cartpole_over_several_blocks(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Blocks of 8 rows: N = 4096 lanes are 32 rows, four blocks per tiled kernel (a 1-d iota
+    then counts from the block's first flattened position)."""
+    from hlofuse.studies.cartpole_study import known_steps
+    from hlofuse.targets.tpu import kernels
+
+    monkeypatch.setattr(kernels, "BLOCK_ROWS", 8)
+    step = known_steps()[name]
+    module = cartpole.trace(step.variant, 4096, 3, 0)
+    want = flatten_value(evaluate(module, [random.key(0)]))
+    compiled = compile_module(module, step.strategy, "tpu-interpret")
+    assert compiled.executable is not None
+    assert any(k.function == "pallas" for k in compiled.executable.kernels)
+    plans = compiled.executable.kernel_plans  # type: ignore[attr-defined]
+    assert any(k.layout == "tiled" and k.grid == 4 for k in plans)
+    got = compiled.run_flat([random.key(0)])
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
+    assert int(got[1]) == int(want[1])

@@ -1,0 +1,116 @@
+"""Every Pallas kernel the TPU target forms lowers to Mosaic for the TPU without one
+(`jax.jit(f).trace(...).lower(lowering_platforms=("tpu",))`, which raises on a primitive Mosaic
+does not lower), and the command line runs and lowers with the TPU backends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hlofuse.envs import cartpole
+from hlofuse.fusion.strategies import run_strategy
+from hlofuse.ir.hlo import Module
+from hlofuse.ir.parser import parse_module
+from hlofuse.studies.cartpole_study import SEQUENCE, is_available, known_steps
+from hlofuse.targets.tpu.listing import lower_for_tpu
+from hlofuse.targets.tpu.program import kernel_structs, plan_kernels
+
+from tests.conftest import CORPUS, load_corpus_case
+
+SRC = Path(__file__).parents[2] / "src"
+
+
+def assert_every_kernel_lowers(module: Module) -> int:
+    lowered = 0
+    for kernel in plan_kernels(module, interpret=True):
+        if kernel.mode != "pallas":
+            assert kernel.reason, f"{kernel.name}: an XLA operation must say why"
+            continue
+        text = lower_for_tpu(kernel, kernel_structs(kernel))
+        assert "tpu" in text, kernel.name  # the Mosaic module (memrefs in tpu memory spaces)
+        lowered += 1
+    return lowered
+
+
+@pytest.mark.parametrize("name", ["baseline", "max"])
+def test_cartpole_kernels_lower_for_the_tpu(name: str) -> None:
+    step = known_steps()[name]
+    fused = run_strategy(cartpole.trace(step.variant, 256, 4, 0), step.strategy,
+                         debug=False).module
+    assert assert_every_kernel_lowers(fused) > 0
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("step", [s for s in SEQUENCE if s.is_default], ids=lambda s: s.name)
+def test_every_cartpole_variant_lowers(step: object) -> None:
+    from hlofuse.studies.cartpole_study import StudyStep
+
+    assert isinstance(step, StudyStep)
+    if not is_available(step.strategy):
+        pytest.skip(f"strategy {step.strategy} not available")
+    fused = run_strategy(cartpole.trace(step.variant, 256, 4, 0), step.strategy,
+                         debug=False).module
+    assert_every_kernel_lowers(fused)
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("name", CORPUS)
+def test_corpus_kernels_lower_for_the_tpu(name: str) -> None:
+    module = parse_module(load_corpus_case(name)[0], name)
+    assert_every_kernel_lowers(run_strategy(module, "xla", debug=False).module)
+
+
+HLO = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[1024] parameter(0)
+  c = f32[] constant(2)
+  bc = f32[1024] broadcast(c), dimensions={}
+  m = f32[1024] multiply(p, bc)
+  ROOT r = f32[] reduce(m, c), dimensions={0}, to_apply=add
+}
+"""
+
+
+def _hlofuse(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hlofuse.cli", *args], capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": str(SRC), "PATH": ""})
+
+
+def test_cli_runs_and_lowers(tmp_path: Path) -> None:
+    path = tmp_path / "m.hlo"
+    path.write_text(HLO)
+    out = tmp_path / "out.npz"
+    inputs = tmp_path / "in.npz"
+    import numpy as np
+
+    x = np.linspace(-1, 1, 1024, dtype=np.float32)
+    np.savez(inputs, arg0=x)
+    run = _hlofuse("run", str(path), "--backend", "tpu-interpret", "--inputs", str(inputs),
+                   "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    assert float(np.load(out)["out0"]) == pytest.approx(float(np.sum(x * 2) + 2), abs=1e-4)
+    mosaic = _hlofuse("compile", str(path), "--backend", "tpu", "--emit", "mosaic")
+    assert mosaic.returncode == 0, mosaic.stderr
+    assert "vector.multi_reduction <add>" in mosaic.stdout and "tpu.memory_space" in mosaic.stdout
+    listing = _hlofuse("compile", str(path), "--backend", "tpu", "--emit", "pallas")
+    assert "pallas_call whole" in listing.stdout
+
+
+def test_run_on_the_tpu_backend_without_a_chip_says_so(tmp_path: Path) -> None:
+    from tests.tpu.conftest import has_tpu
+
+    if has_tpu():
+        pytest.skip("a TPU is here")
+    path = tmp_path / "m.hlo"
+    path.write_text(HLO)
+    run = _hlofuse("run", str(path), "--backend", "tpu")
+    assert run.returncode == 2
+    assert "no TPU device here" in run.stderr and "Traceback" not in run.stderr
