@@ -10,6 +10,7 @@ from importlib import resources
 
 import pytest
 
+from hlofuse.targets.c.blas import find_blas
 from hlofuse.targets.c.driver import RUNTIME_HEADER, library_declarations
 from hlofuse.toolchain.compiler import Compiler
 
@@ -32,10 +33,17 @@ def _signatures(text: str, terminator: str) -> dict[str, list[str]]:
             if m.group(3) == terminator}
 
 
-@pytest.fixture(scope="module")
-def definitions() -> dict[str, list[str]]:
+@pytest.fixture(scope="module", params=["loop", "blas"])
+def definitions(request: pytest.FixtureRequest) -> dict[str, list[str]]:
     """The routines the runtime's sources define, after the preprocessor expanded the
-    per-type macros that generate them."""
+    per-type macros that generate them: built without BLAS, and with the wheel's OpenBLAS
+    (targets/c/blas.py) where it is installed."""
+    flags: tuple[str, ...] = ()
+    if request.param == "blas":
+        blas = find_blas()
+        if blas is None:
+            pytest.skip("scipy-openblas32 is not installed")
+        flags = ("-DHLOFUSE_BLAS", f"-I{blas.include_dir}")
     files = resources.files("hlofuse.targets.c")
     source = "\n".join(files.joinpath(name).read_text()
                        for name in ("hlofuse_rt.c", "hlofuse_linalg.c"))
@@ -43,7 +51,7 @@ def definitions() -> dict[str, list[str]]:
         compiler = Compiler.find()
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"no C compiler: {e}")
-    expanded = subprocess.run([*compiler.command, "-E", "-P", "-fopenmp", "-x", "c", "-"],
+    expanded = subprocess.run([*compiler.command, "-E", "-P", "-fopenmp", *flags, "-x", "c", "-"],
                               input=source, capture_output=True, text=True, check=True).stdout
     return _signatures(expanded, "{")
 

@@ -51,9 +51,15 @@ def assert_close_to_jax(actual: list[np.ndarray], expected: list[np.ndarray], wh
             np.testing.assert_array_equal(a, e, err_msg=f"{where} out{i}")
 
 
+# Rollouts stepped by a policy network (issue 32): an MLP of two hidden layers of 64 over each
+# lane's observation, its weights shared by the lanes.
+MLP_POLICY = {"acrobot_mlp", "pendulum_mlp", "mountain_car_mlp", "mountain_car_continuous_mlp"}
+
+
 def test_corpus_has_the_issues_programs() -> None:
     assert set(NAMES) >= {"acrobot", "pendulum", "mountain_car", "mountain_car_continuous",
                           "grid_forage", "catch", "bandit", "particles", "rigid_body"}
+    assert set(NAMES) >= MLP_POLICY
     for name in NAMES:
         for form in FORMS:
             assert (ROLLOUT_DIR / f"{name}.{form}.hlo").exists()
@@ -75,6 +81,23 @@ def test_loads_verifies_and_prints_back(name: str, form: str) -> None:
     verify(module)
     text = module_text(module)
     assert module_text(parse_module(text)) == text
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name", sorted(MLP_POLICY))
+def test_mlp_policy_is_three_products_of_all_lanes_with_shared_weights(name: str,
+                                                                       form: str) -> None:
+    """vmap of the policy makes each layer one dot of every lane's row, [N, in] x [in, out],
+    inside the time loop: [N, obs] x [obs, 64], [N, 64] x [64, 64], [N, 64] x [64, actions]."""
+    module, _, _ = load(name, form)
+    holding = [c for c in module.computations if any(i.op.text == "dot" for i in c.instructions)]
+    assert len(holding) == 1  # the policy, called once per step of the time loop
+    dots = [i for i in holding[0].instructions if i.op.text == "dot"]
+    assert len(dots) == 3
+    rows = {d.operands[0].shape.dims[0] for d in dots}
+    assert rows == {8}  # N = 8 lanes, every layer over all of them
+    assert [d.shape.dims[1] for d in dots][:2] == [64, 64]
+    assert all(len(d.operands[1].shape.dims) == 2 for d in dots)  # weights: no lane dim
 
 
 def test_cpu_lowering_nests_threefry_loops_and_gpu_lowering_does_not() -> None:

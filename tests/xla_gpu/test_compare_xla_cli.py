@@ -25,7 +25,8 @@ def test_report_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert out.startswith("XLA (GPU compiler, h100) vs xla-gpu+device=h100: kernel count same")
     assert "per iteration of loop %while.7: XLA 4 kernels, xla-gpu 4 kernels" in out
-    assert "copy insertion adds 4 copies" in out
+    assert "copies from copy insertion: XLA 4, xla-gpu 4" in out
+    assert "= input_add_clamp_reduce_fusion " in out  # XLA's name on both sides
 
 
 def test_json_report(capsys: pytest.CaptureFixture[str]) -> None:

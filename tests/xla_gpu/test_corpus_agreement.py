@@ -23,7 +23,13 @@ ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic", "cartpole_fori
 # The rollout corpus (tests/data/rollouts/, JAX's CUDA lowerings), stored as rollout_<env>.
 ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
                             for p in ROLLOUT_CORPUS.glob("*.gpu.hlo")))
-# Measured on the 42 programs (h100): `hlofuse compare-xla` agrees with XLA on the kernel count of
+# Measured on the 45 programs (h100; `benchmarks/xla_gpu_agreement.py`), copies from copy
+# insertion compared as kernels since xla-gpu runs XLA's copy insertion and CopyFusion, and
+# with the three rollouts in other libraries' styles (styles.py: env_class_rollout,
+# vmap_params_rollout and minatar_rollout, which differ from XLA by layout assignment and by
+# priority fusion): 39 and 36 (rollout_rigid_body leaves the grouping: XLA's copy remover keeps
+# one more copy per step, see docs/xla-fidelity.md). Before, on the 42 programs, copies not
+# compared: `hlofuse compare-xla` agrees with XLA on the kernel count of
 # 39 and on the grouping of 37 since a dynamic-update-slice is priced in place (no read of its
 # base, launched over its update: rollout_mountain_car_continuous, and rollout_catch's second
 # Threefry block stays a kernel of its own) and `(A * C1) * C2` multiplies by `C1 * C2`
@@ -53,7 +59,7 @@ ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
 # and 18; before XLA's while-loop simplifier and today's multi-output shape rule: 19 and 16 of the
 # 33 programs without the rollout corpus, 0 of its 8.
 SAME_COUNT = 39
-SAME_GROUPING = 37
+SAME_GROUPING = 36
 # The programs the Triton fusions brought into agreement (count and grouping). mlp_grad left
 # them while xla-gpu ran horizontal fusion, which joined its loss kernel (`div.1`) with
 # `reduce_sum.54`'s; XLA has no horizontal fusion, and without it mlp_grad agrees again.
@@ -69,7 +75,7 @@ def comparison(name: str, device: str = "h100") -> Comparison:
 def test_the_corpus_covers_the_jax_corpus_and_the_rollouts() -> None:
     assert {p.stem for p in JAX_DATA.glob("*.hlo")} <= set(PROGRAMS)
     assert set(ROLLOUTS) <= set(PROGRAMS)
-    assert len(ROLLOUT_ENVS) == 9 and set(ROLLOUT_ENVS) <= set(PROGRAMS)
+    assert len(ROLLOUT_ENVS) == 11 and set(ROLLOUT_ENVS) <= set(PROGRAMS)
     manifest = json.loads((DATA / "MANIFEST.json").read_text())
     assert manifest["jax"] == "0.10.2"
     for name in ROLLOUTS + ROLLOUT_ENVS:
@@ -142,11 +148,14 @@ def test_rollout_corpus_loops_compare_per_iteration() -> None:
     assert len(comparison("rollout_particles").xla.per_iteration()) == 2
 
 
-def test_xla_copies_for_loop_state_are_listed_not_compared() -> None:
+def test_copies_for_loop_state_are_kernels_on_both_sides() -> None:
+    """pendulum_rollout: XLA copies the loop's two constants and two entry parameters before
+    the loop (copy insertion); xla-gpu does the same, and both count them as kernels."""
     result = comparison("pendulum_rollout")
-    copies = [k for k in result.xla.kernels if k.copy_insertion]
-    assert copies and all(k.ops == ("copy",) for k in copies)
-    assert all(not k.copy_insertion for k in result.ours.kernels)
+    for side in (result.xla, result.ours):
+        copies = [k for k in side.kernels if k.copy_insertion]
+        assert len(copies) == 4 and all(k.ops == ("copy",) and k.loop is None for k in copies)
+    assert result.xla.outside_loops() == result.ours.outside_loops() == 7
 
 
 def test_a_difference_names_both_sides() -> None:

@@ -7,10 +7,18 @@ import json
 import sys
 from pathlib import Path
 
+from hlofuse import targets
 from hlofuse.cli.errors import UsageError, load_module
 from hlofuse.compile_cache import strategy_constants, with_measured_constants
-from hlofuse.fusion.strategies import ALL_PASSES, StrategyError, parse_strategy, run_strategy
-from hlofuse.ir.hlo import Module
+from hlofuse.fusion.strategies import (
+    ALL_PASSES,
+    FusionResult,
+    StrategyError,
+    parse_strategy,
+    run_strategy,
+)
+from hlofuse.ir.hlo import Instruction, Module
+from hlofuse.ir.ops import Op
 from hlofuse.ir.printer import module_text
 from hlofuse.passes.decision_log import DecisionLog, DecisionRecord
 from hlofuse.passes.manager import PassError, Pipeline, parse_pass_list
@@ -81,12 +89,28 @@ def cmd_explain(args: argparse.Namespace) -> int:
         collapse = {"auto": None, "yes": True, "no": False}[args.collapse]
         written = write_graph(result, args.graph, collapse=collapse, engine=args.graph_engine)
         print(f"wrote {written}", file=sys.stderr)
+    dots = _dot_kernels(result)
+    described = targets.get("cpu").describe_dots(dots) if dots else []
     if args.json:
-        json.dump(result.explain_dict(), sys.stdout, indent=1)
+        report = result.explain_dict()
+        if described:
+            report["dot_kernels_c"] = dict(zip((d.name for d in dots), described))
+        json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(result.explain(verbose=args.verbose))
+        if described:
+            sys.stdout.write("\ndot kernels on the C target\n"
+                             + "".join(f"  {line}\n" for line in described))
     return 0
+
+
+def _dot_kernels(result: FusionResult) -> list[Instruction]:
+    """The dots that are kernels of their own (library calls), in kernel order."""
+    names = {k.name for k in result.kernels if not k.is_fusion and k.ops == ("dot",)}
+    found = {i.name: i for i in result.module.all_instructions()
+             if i.op is Op.DOT and i.name in names}
+    return [found[k.name] for k in result.kernels if k.name in found]
 
 
 def add_opt_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -13,10 +13,11 @@ kernel owns.
 Counting follows the oracle note: every launch in the entry computation, in called
 computations, and per iteration in while bodies, and in conditions only of loops without a
 known trip count (a counted loop never evaluates its condition; nested loops per their own
-iteration). The copies XLA's copy insertion adds for loop state (copies with no input
-instruction behind them) are listed but not compared: they come after fusion, and hlofuse
-does not insert copies. Same count: equal counts outside loops and per iteration of every
-loop. Same grouping: the same multiset of (loop, members) over all kernels.
+iteration). The copies copy insertion adds (copies with no input instruction behind them:
+XLA's, and xla-gpu's from `xla_gpu/copy_insertion.py`) are kernels like the others (XLA
+launches each as a device-to-device copy); in the grouping they count as one "(copy)" group per
+copy and loop. Same count: equal counts outside loops and per iteration of every loop. Same
+grouping: the same multiset of (loop, members) over all kernels.
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ from dataclasses import dataclass, field
 
 from hlofuse.fusion.kernels import list_kernels
 from hlofuse.fusion.strategies import FusionResult, run_strategy
+from hlofuse.fusion.xla_gpu.kernel_names import same_name, xla_kernel_names
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.parser import parse_module
+from hlofuse.ir.printer import computation_text, instruction_text
 
 _SUFFIX = re.compile(r"(?:\.clone(?:\.\d+)?|[._]\d+|\.clone)$")
 # Instructions no kernel owns: moved, named or duplicated freely by both compilers.
+# The group of a copy that copy insertion added (no HLO name has parentheses).
+COPY_GROUP = frozenset({"(copy)"})
 _NOT_MEMBERS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
                           "reshape"})
 
@@ -127,13 +132,16 @@ class KernelView:
     loop: str | None  # the innermost loop, named by the input's while instruction
     members: frozenset[str]  # input instructions it computes
     ops: tuple[str, ...]
-    copy_insertion: bool = False  # an XLA copy with no input instruction behind it
+    copy_insertion: bool = False  # a copy with no input instruction behind it
+    xla_name: str = ""  # the name XLA gives (has given) this kernel (RenameFusions)
+    body: str = field(default="", compare=False)  # the kernel's HLO: fused computation or op
 
     def key(self) -> tuple[str | None, frozenset[str]]:
-        return (self.loop, self.members)
+        return (self.loop, COPY_GROUP if self.copy_insertion else self.members)
 
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "kind": self.kind, "computation": self.computation,
+        return {"name": self.name, "xla_name": self.xla_name or self.name, "kind": self.kind,
+                "computation": self.computation,
                 "loop": self.loop, "members": sorted(self.members), "ops": list(self.ops),
                 "copy_insertion": self.copy_insertion}
 
@@ -146,7 +154,10 @@ class Side:
     loops: list[str]  # input names of the while loops, walk order
 
     def compared(self) -> list[KernelView]:
-        return [k for k in self.kernels if not k.copy_insertion]
+        return list(self.kernels)
+
+    def copies(self) -> int:
+        return sum(k.copy_insertion for k in self.kernels)
 
     def outside_loops(self) -> int:
         return sum(1 for k in self.compared() if k.loop is None)
@@ -173,6 +184,7 @@ class Side:
 def side_of(module: Module, namer: Namer, xla: bool) -> Side:
     """The kernels of a compiled (fused) module, named after the input's instructions."""
     kernels, loops = list_kernels(module)
+    names = {} if xla else xla_kernel_names(module)
     instructions = {(c.name, i.name): i for c in module.computations for i in c.instructions}
     by_name = {i.name: i for c in module.computations for i in c.instructions}
     loop_names: dict[str, str] = {}
@@ -197,9 +209,15 @@ def side_of(module: Module, namer: Namer, xla: bool) -> Side:
             if found is not None:
                 members.add(found)
         scope = loop_names.get(kernel.loop) if kernel.loop is not None else None
-        copy_insertion = xla and top is not None and top.op.text == "copy" and not members
+        copy_insertion = top is not None and top.op.text == "copy" and not members
+        body = ""
+        if top is not None:
+            body = (computation_text(top.calls[0]) if top.op.text == "fusion"
+                    else instruction_text(top))
         views.append(KernelView(kernel.name, kernel.kind, kernel.computation, scope,
-                                frozenset(members), kernel.ops, copy_insertion))
+                                frozenset(members), kernel.ops, copy_insertion,
+                                names.get((kernel.computation, kernel.name), kernel.name),
+                                body))
     return Side(views, [loop_names[while_loop.name] for while_loop in loops])
 
 
@@ -229,10 +247,11 @@ class Comparison:
             "same_count": self.same_count, "same_grouping": self.same_grouping,
             "xla": {"kernels_outside_loops": self.xla.outside_loops(),
                     "kernels_per_iteration": self.xla.per_iteration(),
-                    "copy_insertion_copies": sum(k.copy_insertion for k in self.xla.kernels),
+                    "copy_insertion_copies": self.xla.copies(),
                     "kernels": [k.as_dict() for k in self.xla.kernels]},
             "xla_gpu": {"kernels_outside_loops": self.ours.outside_loops(),
                         "kernels_per_iteration": self.ours.per_iteration(),
+                        "copy_insertion_copies": self.ours.copies(),
                         "kernels": [k.as_dict() for k in self.ours.kernels]},
             "first_difference": self.first_difference,
         }
@@ -267,17 +286,21 @@ def first_difference(comparison: Comparison) -> dict[str, object] | None:
         if ours_keys[kernel.key()] > 0:
             ours_keys[kernel.key()] -= 1
             continue
-        if not kernel.members:
+        if not kernel.members and not kernel.copy_insertion:
             continue
-        overlapping = [k for k in ours if k.loop == kernel.loop and k.members & kernel.members]
+        overlapping = [k for k in ours if k.loop == kernel.loop and (
+            k.members & kernel.members or (kernel.copy_insertion and k.copy_insertion))]
         names = {m for k in overlapping for m in k.members} | {k.name for k in overlapping}
         return {"xla_kernel": kernel.as_dict(),
                 "xla_gpu_kernels": [k.as_dict() for k in overlapping],
+                "xla_body": kernel.body, "xla_gpu_bodies": [k.body for k in overlapping],
                 "decisions": _decisions_between(comparison.result, kernel.members, names)}
-    extra = [k for k in ours if k.members and comparison.xla.groups()[k.key()] == 0]
+    extra = [k for k in ours if (k.members or k.copy_insertion)
+             and comparison.xla.groups()[k.key()] == 0]
     if extra:
         kernel = extra[0]
         return {"xla_kernel": None, "xla_gpu_kernels": [kernel.as_dict()],
+                "xla_body": "", "xla_gpu_bodies": [kernel.body],
                 "decisions": _decisions_between(comparison.result, kernel.members,
                                                 set(kernel.members) | {kernel.name})}
     return None
@@ -304,6 +327,23 @@ def _base(name: str) -> str:
     return _SUFFIX.sub("", name) if name else name
 
 
+def _bodies(difference: dict[str, object], limit: int = 40) -> list[str]:
+    """Both sides' HLO of the first difference, each cut to `limit` lines."""
+    lines: list[str] = []
+    texts = [("XLA", difference.get("xla_body"))]
+    bodies = difference.get("xla_gpu_bodies")
+    texts += [("xla-gpu", body) for body in (bodies if isinstance(bodies, list) else [])]
+    for side, text in texts:
+        if not isinstance(text, str) or not text:
+            continue
+        body = text.rstrip("\n").splitlines()
+        lines.append(f"  {side}'s kernel:")
+        lines += ["    " + line for line in body[:limit]]
+        if len(body) > limit:
+            lines.append(f"    ... ({len(body) - limit} more lines)")
+    return lines
+
+
 def _scopes(comparison: Comparison) -> list[str | None]:
     loops: list[str | None] = [None]
     for loop in comparison.xla.loops + comparison.ours.loops:
@@ -314,7 +354,7 @@ def _scopes(comparison: Comparison) -> list[str | None]:
 
 def _members_text(kernel: KernelView, width: int) -> str:
     names = ", ".join(sorted(kernel.members)) or "(" + ", ".join(kernel.ops[:4]) + ")"
-    text = f"{kernel.name} [{kernel.kind}] {names}"
+    text = f"{kernel.xla_name or kernel.name} {names}"
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
@@ -324,9 +364,7 @@ def report_text(comparison: Comparison, width: int = 60) -> str:
     lines = [f"XLA (GPU compiler, {comparison.device}) vs {comparison.strategy}: "
              f"kernel count {'same' if comparison.same_count else 'DIFFERS'}, grouping "
              f"{'same' if comparison.same_grouping else 'DIFFERS'}"]
-    copies = sum(k.copy_insertion for k in xla.kernels)
-    if copies:
-        lines.append(f"(XLA's copy insertion adds {copies} copies for loop state; not compared)")
+    lines.append(f"copies from copy insertion: XLA {xla.copies()}, xla-gpu {ours.copies()}")
     for scope in _scopes(comparison):
         left = [k for k in xla.compared() if k.loop == scope]
         right = [k for k in ours.compared() if k.loop == scope]
@@ -337,10 +375,13 @@ def report_text(comparison: Comparison, width: int = 60) -> str:
         unmatched = list(right)
         rows: list[tuple[str, KernelView | None, KernelView | None]] = []
         for kernel in left:
-            twin = next((k for k in unmatched if k.key() == kernel.key()), None)
+            twin = next((k for k in unmatched if k.key() == kernel.key()
+                         and same_name(k.xla_name, kernel.name)), None)
+            twin = twin or next((k for k in unmatched if k.key() == kernel.key()), None)
             if twin is not None:
                 unmatched.remove(twin)
-            rows.append(("=" if twin is not None else "x", kernel, twin))
+            mark = "x" if twin is None else "=" if same_name(twin.xla_name, kernel.name) else "~"
+            rows.append((mark, kernel, twin))
         rows += [("x", None, k) for k in unmatched]
         for mark, a, b in rows:
             left_text = _members_text(a, width) if a else ""
@@ -352,13 +393,19 @@ def report_text(comparison: Comparison, width: int = 60) -> str:
         lines.append("no difference: every XLA kernel has a twin in xla-gpu")
         return "\n".join(lines) + "\n"
     xla_kernel = difference["xla_kernel"]
-    if isinstance(xla_kernel, dict):
-        lines.append(f"first difference: XLA kernel {xla_kernel['name']} computes "
-                     f"{', '.join(xla_kernel['members'])}")
     ours_kernels = difference["xla_gpu_kernels"]
     assert isinstance(ours_kernels, list)
+    if isinstance(xla_kernel, dict):
+        what = (f"computes {', '.join(xla_kernel['members'])}" if xla_kernel["members"]
+                else "is a copy from copy insertion")
+        lines.append(f"first difference: XLA kernel {xla_kernel['name']} {what}")
+    else:
+        lines.append(f"first difference: xla-gpu kernel {ours_kernels[0]['xla_name']} has no "
+                     "twin in XLA")
     for kernel in ours_kernels:
-        lines.append(f"  xla-gpu puts {', '.join(kernel['members'])} in {kernel['name']}")
+        members = ", ".join(kernel["members"]) or "a copy"
+        lines.append(f"  xla-gpu puts {members} in {kernel['xla_name']} (%{kernel['name']})")
+    lines += _bodies(difference)
     decisions = difference["decisions"]
     assert isinstance(decisions, list)
     for decision in decisions:

@@ -77,7 +77,10 @@ from hlofuse.fusion.xla2022.horizontal import HorizontalInputFusion, HorizontalL
 from hlofuse.fusion.xla2022.instruction_fusion import InstructionFusion
 from hlofuse.fusion.xla2022.multi_output import MultiOutputFusion
 from hlofuse.fusion.xla2022.tree_reduction import TreeReductionRewriter
+from hlofuse.fusion.xla_gpu.copy_fusion import CopyFusion
+from hlofuse.fusion.xla_gpu.copy_insertion import GpuCopyInsertion
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.xla_gpu.fp_conversions import SimplifyFPConversions
 from hlofuse.fusion.xla_gpu.gemm_fusion import GemmFusion
 from hlofuse.fusion.xla_gpu.ids import InstructionIds, RecordInstructionIds
 from hlofuse.fusion.xla_gpu.layout import TransposeToBitcast
@@ -106,7 +109,8 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          PriorityFusion, WholeLoopFusion, TreeReductionRewriter,
                                          GpuPriorityFusion, GpuMultiOutputFusion,
                                          TransposeToBitcast, SoftmaxRewriterTriton, GemmFusion,
-                                         RecordInstructionIds, *GPU_LOOP_PASSES)
+                                         RecordInstructionIds, SimplifyFPConversions,
+                                         GpuCopyInsertion, CopyFusion, *GPU_LOOP_PASSES)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -117,6 +121,8 @@ _SWITCHES = {
     "duplication": "duplication",
     "merger": "fusion_merger",
     "fusion-merger": "fusion_merger",
+    "copy-insertion": "copy_insertion",
+    "copies": "copy_insertion",
     "multi-output": "multi_output",
     "multi-output-fusion": "multi_output",
     "mof": "multi_output",
@@ -180,6 +186,7 @@ class Strategy:
     trip_count: bool = False  # while-loop trip-count annotation: no condition kernels
     tree_reduction: bool = False
     variadic_split: bool = False
+    copy_insertion: bool = False  # XLA's copy insertion after fusion (xla_gpu/copy_insertion.py)
 
     @property
     def measures_costs(self) -> bool:
@@ -233,6 +240,9 @@ class Strategy:
             steps.append(FixedPoint((TreeReductionRewriter(),), label="tree reduction"))
         if self.gpu_priority_fusion:  # XLA's simplifier after layout assignment
             steps.append(TransposeToBitcast())
+            # SimplifyFPConversions (excess precision allowed, XLA's default), then DCE.
+            steps.append(SimplifyFPConversions())
+            steps.append(DeadCodeElimination())
             # Normalisation diamonds, then dots, to Triton fusions (xla_gpu/softmax_rewriter.py,
             # xla_gpu/gemm_fusion.py), in gpu_compiler.cc's order.
             steps.append(SoftmaxRewriterTriton(self.device))
@@ -267,6 +277,9 @@ class Strategy:
             horizontal.append(HorizontalInputFusion())
         if horizontal:
             steps.append(FixedPoint(tuple(horizontal) + cleanup, label="horizontal fusion"))
+        if self.copy_insertion:  # after fusion, as XLA's GPU pipeline runs it
+            steps.append(GpuCopyInsertion())
+            steps.append(CopyFusion())
         return steps
 
 
@@ -286,7 +299,8 @@ MAX = dataclasses.replace(PRIORITY, name="max", rng_expansion=True, concat_forwa
 # horizontal loop or input fusion pass (neither pass name is in its GPU plugin, its per-pass
 # dump shows none, and none of the 42 programs' optimised HLO has a horizontal fusion).
 XLA_GPU = Strategy("xla-gpu", gpu_priority_fusion=True, multi_output=True,
-                   relax_concatenate=True, variadic_split=True, trip_count=True)
+                   relax_concatenate=True, variadic_split=True, trip_count=True,
+                   copy_insertion=True)
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NONE, XLA, PRIORITY, MAX, XLA_GPU)}
 
 

@@ -54,6 +54,9 @@ DOT_STRENGTH_REDUCTION = "dot-strength-reduction"
 DOT_DECOMPOSER = "dot-decomposer"
 CONDITIONAL_SIMPLIFIER = "conditional-simplifier"
 RESHAPE_MOVER = "reshape-mover"
+COPY_INSERTION = "copy-insertion"
+COPY_FUSION = "copy-fusion"
+FP_CONVERSIONS = "simplify-fp-conversions"
 _WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
 # Rules every vertical fusion pass applies through the shared legality checks (rules.py).
@@ -453,6 +456,20 @@ CATALOGUE: tuple[Rule, ...] = (
           "a two-branch pred conditional with cheap, non-empty branches became both branches "
           "and a select",
           "xla/service/conditional_simplifier.cc: ConditionalSimplifier::TryRemoveConditional"),
+    _rule("copy-inserted", COPY_INSERTION,
+          "a copy XLA's copy insertion leaves: loop state from a read-only value or one read "
+          "after the loop, a state element rewritten while still read, an in-place base still "
+          "read, a parameter, constant or repeated buffer in the entry's result",
+          "xla/service/copy_insertion.cc: AddCopiesForWhile, IndicesToCopyForWhile, "
+          "AddCopiesForInPlaceOperation, AddSpecialCaseCopies, CopyRemover (with "
+          "xla/service/gpu/buffer_sharing.cc: FusionCanShareBufferHint)"),
+    _rule("copy-fused", COPY_FUSION,
+          "a copy of an element-wise fusion's output in the entry became an extra output of "
+          "the fusion", "xla/service/gpu/transforms/copy_fusion.cc: CopyFusion::DoCopyFusion"),
+    _rule("convert-chain", FP_CONVERSIONS,
+          "a chain of floating-point converts became one convert, or none",
+          "xla/hlo/transforms/simplifiers/simplify_fp_conversions.cc: "
+          "SimplifyFPConversions (gpu_compiler.cc, with xla_allow_excess_precision)"),
 )
 
 RULES: dict[str, Rule] = {rule.id: rule for rule in CATALOGUE}

@@ -27,6 +27,7 @@ class Profile:
     wall_s: float  # all profiled runs together
     runs: int
     runner: str  # "driver" (timed in C) or "thunks" (the Python thunk runner)
+    notes: tuple[str, ...] = ()  # the target's word on what ran (which library computed dots)
 
     @property
     def kernel_s(self) -> float:
@@ -49,6 +50,7 @@ class Profile:
                          f"{r.share * 100:>6.1f}%")
         if limit is not None and len(rows) > limit:
             lines.append(f"... {len(rows) - limit} more")
+        lines.extend(self.notes)
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -10,10 +10,10 @@ interface.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from hlofuse.ir.hlo import Module
+from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.runtime.plan import KernelInfo
 from hlofuse.runtime.profile import Profile
 
@@ -81,6 +81,12 @@ class Target(ABC):
     @abstractmethod
     def compile(self, module: Module) -> Executable:
         """A fused module compiled and loaded. Raises CodegenError or TargetUnavailable."""
+
+    def describe_dots(self, dots: Sequence[Instruction]) -> list[str]:
+        """A line per dot kernel of a fused module saying what computes it on this target (a
+        library, or generated loops), for `hlofuse explain`; none where there is nothing to
+        say."""
+        return []
 
     def cache_identity(self) -> str:
         """What besides the module and strategy decides the target's output (its compiler,

@@ -52,6 +52,10 @@ EXPORT_OPTIONS: dict[str, dict[str, int]] = {
     "rigid_body": {"max_steps": 15},
     "reacher_logged": {"max_steps": 12},
     "inventory_logged": {"horizon": 9},
+    "acrobot_mlp": {"max_steps": 12},
+    "pendulum_mlp": {"max_steps": 16},
+    "mountain_car_mlp": {"max_steps": 20},
+    "mountain_car_continuous_mlp": {"max_steps": 14},
 }
 
 

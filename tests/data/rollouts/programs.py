@@ -109,7 +109,7 @@ def _wrap(x: jax.Array, low: float, high: float) -> jax.Array:
     return jnp.mod(x - low, width) + low
 
 
-def make_acrobot(n: int, t: int, max_steps: int = ACROBOT_MAX_STEPS) -> Rollout:
+def make_acrobot(n: int, t: int, max_steps: int = ACROBOT_MAX_STEPS, build=None) -> Rollout:
     def reset(key: jax.Array) -> dict[str, jax.Array]:
         return {"s": jax.random.uniform(key, (4,), minval=-0.1, maxval=0.1),
                 "t": jnp.zeros((), jnp.int32)}
@@ -130,13 +130,13 @@ def make_acrobot(n: int, t: int, max_steps: int = ACROBOT_MAX_STEPS) -> Rollout:
         done = terminal | (steps >= max_steps)
         return {"s": s, "t": steps}, reward, done
 
-    return _batched_rollout(reset, step, _discrete(3), n, t)
+    return (build or _batched_rollout)(reset, step, _discrete(3), n, t)
 
 
 # --- Pendulum (swing-up, continuous torque) ------------------------------------------------
 
 
-def make_pendulum(n: int, t: int, max_steps: int = 200) -> Rollout:
+def make_pendulum(n: int, t: int, max_steps: int = 200, build=None) -> Rollout:
     max_speed, max_torque, dt, g, m, length = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0
 
     def reset(key: jax.Array) -> dict[str, jax.Array]:
@@ -156,13 +156,13 @@ def make_pendulum(n: int, t: int, max_steps: int = 200) -> Rollout:
         steps = state["t"] + 1
         return {"theta": newth, "omega": newthdot, "t": steps}, -cost, steps >= max_steps
 
-    return _batched_rollout(reset, step, _continuous(-2.0, 2.0), n, t)
+    return (build or _batched_rollout)(reset, step, _continuous(-2.0, 2.0), n, t)
 
 
 # --- MountainCar (Moore 1990), discrete and continuous ------------------------------------
 
 
-def make_mountain_car(n: int, t: int, max_steps: int = 200) -> Rollout:
+def make_mountain_car(n: int, t: int, max_steps: int = 200, build=None) -> Rollout:
     force, gravity = 0.001, 0.0025
 
     def reset(key: jax.Array) -> dict[str, jax.Array]:
@@ -180,10 +180,10 @@ def make_mountain_car(n: int, t: int, max_steps: int = 200) -> Rollout:
         done = goal | (steps >= max_steps)
         return {"pos": pos, "vel": vel, "t": steps}, jnp.full((), -1.0), done
 
-    return _batched_rollout(reset, step, _discrete(3), n, t)
+    return (build or _batched_rollout)(reset, step, _discrete(3), n, t)
 
 
-def make_mountain_car_continuous(n: int, t: int, max_steps: int = 999) -> Rollout:
+def make_mountain_car_continuous(n: int, t: int, max_steps: int = 999, build=None) -> Rollout:
     power = 0.0015
 
     def reset(key: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -201,7 +201,7 @@ def make_mountain_car_continuous(n: int, t: int, max_steps: int = 999) -> Rollou
         reward = jnp.where(goal, 100.0, 0.0) - 0.1 * f**2
         return (jnp.stack([pos, vel]), steps), reward, goal | (steps >= max_steps)
 
-    return _batched_rollout(reset, step, _continuous(-1.0, 1.0), n, t)
+    return (build or _batched_rollout)(reset, step, _continuous(-1.0, 1.0), n, t)
 
 
 # --- A MinAtar-style grid game: 10x10 board, integer state, gather and scatter ------------
@@ -505,6 +505,131 @@ def make_inventory_logged(n: int, t: int, horizon: int = 60) -> Rollout:
         return state, log
 
     return rollout
+# --- Policy networks: an MLP over each lane's observation ---------------------------------
+#
+# The rollouts that collect experience for training: the environments above, stepped by a
+# policy network instead of random actions. The parameters are a pytree (a list of layers, each
+# {"w", "b"}) initialised from the rollout's key and shared by every lane; the policy is
+# written for one observation and `jax.vmap`ped over the lanes with a key per lane, as an
+# actor in PPO or A2C code is. Two hidden layers of 64 (tanh or relu), then a categorical
+# sample over logits (discrete actions) or a Gaussian with a learned log standard deviation,
+# clipped to the action bounds (continuous). The `build` hook of each environment's maker
+# replaces `_batched_rollout`; the environment's own random policy is unused.
+
+HIDDEN = 64
+Params = list[dict[str, jax.Array]]
+
+
+def init_mlp(key: jax.Array, sizes: tuple[int, ...]) -> Params:
+    """LeCun-normal weights and zero biases for the layers sizes[0] -> ... -> sizes[-1]."""
+    keys = jax.random.split(key, len(sizes) - 1)
+    return [{"w": jax.random.normal(k, (fan_in, fan_out)) / math.sqrt(fan_in),
+             "b": jnp.zeros((fan_out,))}
+            for k, fan_in, fan_out in zip(keys, sizes[:-1], sizes[1:])]
+
+
+def mlp(params: Params, x: jax.Array, activation: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    for layer in params[:-1]:
+        x = activation(x @ layer["w"] + layer["b"])
+    return x @ params[-1]["w"] + params[-1]["b"]
+
+
+def _categorical_head(num_actions: int, activation: Callable[[jax.Array], jax.Array]) -> Any:
+    def init(key: jax.Array, obs_size: int) -> Any:
+        return {"net": init_mlp(key, (obs_size, HIDDEN, HIDDEN, num_actions))}
+
+    def act(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        return jax.random.categorical(key, mlp(params["net"], obs, activation))
+
+    return init, act
+
+
+def _gaussian_head(low: float, high: float,
+                   activation: Callable[[jax.Array], jax.Array]) -> Any:
+    def init(key: jax.Array, obs_size: int) -> Any:
+        return {"net": init_mlp(key, (obs_size, HIDDEN, HIDDEN, 1)),
+                "log_std": jnp.full((1,), -0.5)}
+
+    def act(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        mean = mlp(params["net"], obs, activation)
+        sample = mean + jnp.exp(params["log_std"]) * jax.random.normal(key, mean.shape)
+        return jnp.clip(sample[0], low, high)
+
+    return init, act
+
+
+def _mlp_rollout(observe: Callable[[State], jax.Array], obs_size: int, head: Any) -> Any:
+    """A `build` for the environment makers: vmap(step) inside scan, actions from the policy
+    network on each lane's observation, the same random auto-reset as `_batched_rollout`."""
+    init, act = head
+
+    def build(reset: Callable[[jax.Array], State], step: Any, _random_policy: Any, n: int,
+              t: int) -> Rollout:
+        def rollout(key: jax.Array) -> Any:
+            key, params_key, init_key = jax.random.split(key, 3)
+            params = init(params_key, obs_size)
+            state = jax.vmap(reset)(jax.random.split(init_key, n))
+
+            def body(carry: tuple[State, jax.Array], _: None) -> tuple[Any, Any]:
+                state, key = carry
+                key, action_key, reset_key = jax.random.split(key, 3)
+                obs = jax.vmap(observe)(state)
+                actions = jax.vmap(act, in_axes=(None, 0, 0))(
+                    params, obs, jax.random.split(action_key, n))
+                next_state, reward, done = jax.vmap(step)(state, actions)
+                fresh = jax.vmap(reset)(jax.random.split(reset_key, n))
+
+                def pick(r: jax.Array, s: jax.Array) -> jax.Array:
+                    d = done.reshape(done.shape + (1,) * (s.ndim - 1))
+                    return jnp.where(d, r, s)
+
+                state = jax.tree_util.tree_map(pick, fresh, next_state)
+                return (state, key), (reward, done)
+
+            (state, _), (rewards, dones) = lax.scan(body, (state, key), None, length=t)
+            return state, rewards, dones
+
+        return rollout
+
+    return build
+
+
+def _acrobot_observation(state: dict[str, jax.Array]) -> jax.Array:
+    s = state["s"]
+    return jnp.stack([jnp.cos(s[0]), jnp.sin(s[0]), jnp.cos(s[1]), jnp.sin(s[1]), s[2], s[3]])
+
+
+def _pendulum_observation(state: dict[str, jax.Array]) -> jax.Array:
+    return jnp.stack([jnp.cos(state["theta"]), jnp.sin(state["theta"]), state["omega"]])
+
+
+def _mountain_car_observation(state: dict[str, jax.Array]) -> jax.Array:
+    return jnp.stack([state["pos"], state["vel"]])
+
+
+def _mountain_car_continuous_observation(state: tuple[jax.Array, jax.Array]) -> jax.Array:
+    return state[0]
+
+
+def make_acrobot_mlp(n: int, t: int, max_steps: int = ACROBOT_MAX_STEPS) -> Rollout:
+    build = _mlp_rollout(_acrobot_observation, 6, _categorical_head(3, jnp.tanh))
+    return make_acrobot(n, t, max_steps, build=build)
+
+
+def make_pendulum_mlp(n: int, t: int, max_steps: int = 200) -> Rollout:
+    build = _mlp_rollout(_pendulum_observation, 3, _gaussian_head(-2.0, 2.0, jnp.tanh))
+    return make_pendulum(n, t, max_steps, build=build)
+
+
+def make_mountain_car_mlp(n: int, t: int, max_steps: int = 200) -> Rollout:
+    build = _mlp_rollout(_mountain_car_observation, 2, _categorical_head(3, jax.nn.relu))
+    return make_mountain_car(n, t, max_steps, build=build)
+
+
+def make_mountain_car_continuous_mlp(n: int, t: int, max_steps: int = 999) -> Rollout:
+    build = _mlp_rollout(_mountain_car_continuous_observation, 2,
+                         _gaussian_head(-1.0, 1.0, jax.nn.relu))
+    return make_mountain_car_continuous(n, t, max_steps, build=build)
 
 
 ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
@@ -519,4 +644,8 @@ ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "rigid_body": make_rigid_body,
     "reacher_logged": make_reacher_logged,
     "inventory_logged": make_inventory_logged,
+    "acrobot_mlp": make_acrobot_mlp,
+    "pendulum_mlp": make_pendulum_mlp,
+    "mountain_car_mlp": make_mountain_car_mlp,
+    "mountain_car_continuous_mlp": make_mountain_car_continuous_mlp,
 }

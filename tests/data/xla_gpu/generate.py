@@ -14,10 +14,12 @@ writes, compiled by XLA for the GPU without one (deviceless, no XLA_FLAGS but th
 * `<name>.<device>.hlo`: XLA's optimised HLO for that device;
 * `<name>.<device>.thunks.txt`: XLA's thunk (launch) sequence.
 
-It also compiles the rollout corpus (`tests/data/rollouts/<env>.gpu.hlo`, JAX's CUDA lowering
-of the batched environments, stored as `rollout_<env>.*`). The rollouts are compiled for a100,
-h100 and h200; the other programs for h100. `MANIFEST` records the jax version and the devices.
-Tests only read the stored files.
+It also compiles the rollouts written in other JAX libraries' styles (`styles.py`: an
+environment class with `lax.cond` auto-reset, `jax.vmap` of a step with parameter pytrees, a
+MinAtar-style int8 board), and the rollout corpus (`tests/data/rollouts/<env>.gpu.hlo`, JAX's
+CUDA lowering of the batched environments, stored as `rollout_<env>.*`). The rollouts are
+compiled for a100, h100 and h200; the other programs for h100. `MANIFEST` records the jax
+version and the devices. Tests only read the stored files.
 """
 
 from __future__ import annotations
@@ -162,10 +164,19 @@ ROLLOUTS = {"pendulum_rollout": pendulum_rollout, "mountain_car_rollout": mounta
 JAX_ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic")
 
 
+def _styles() -> dict[str, object]:
+    """The rollouts in other libraries' styles (`styles.py` next to this file)."""
+    spec = importlib.util.spec_from_file_location("xla_gpu_styles", HERE / "styles.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.STYLES)
+
+
 def programs() -> list[tuple[str, object, list[np.ndarray], tuple[str, ...]]]:
     found = [(name, fn, args, ROLLOUT_DEVICES if name in JAX_ROLLOUTS else ("h100",))
              for name, fn, args in _jax_corpus()]
-    for name, make in ROLLOUTS.items():
+    for name, make in {**ROLLOUTS, **_styles()}.items():
         fn, args = make()
         found.append((name, fn, args, ROLLOUT_DEVICES))
     return found

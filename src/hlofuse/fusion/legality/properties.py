@@ -253,6 +253,11 @@ def is_contiguous_reduction(node: Node) -> bool:
     return result
 
 
+def reduces_contiguous_dimensions(shape: Shape, reduced: tuple[int, ...]) -> bool:
+    """IsReductionFromOrToContiguousDimensions for a reduce of `shape` over `reduced`."""
+    return _is_contiguous_reduction(shape, reduced)
+
+
 def _is_contiguous_reduction(shape: Shape, reduced: tuple[int, ...]) -> bool:
     kept = tuple(d for d in range(shape.rank) if d not in reduced)
     consecutive = (are_dimensions_consecutive(shape, kept)

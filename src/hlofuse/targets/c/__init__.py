@@ -8,10 +8,11 @@ library (`build.py`, `hlofuse_rt.c`, `hlofuse_linalg.c`, `hlofuse_rt.h`), and sa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
-from hlofuse.ir.hlo import Module
+from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.runtime.target import Executable, Target
+from hlofuse.targets.c.blas import dot_kernel_lines, find_blas
 from hlofuse.targets.c.build import (
     CompileOptions,
     compile_cpu,
@@ -50,11 +51,15 @@ class CTarget(Target):
     def compile(self, module: Module) -> Executable:
         return compile_cpu(module, self.options)
 
+    def describe_dots(self, dots: Sequence[Instruction]) -> list[str]:
+        return dot_kernel_lines(dots)
+
     def cache_identity(self) -> str:
         compiler = Compiler.find()
+        blas = find_blas()
         return "\0".join(["cpu", repr(self.options.kernel), str(self.options.verify),
                           *self.options.flags, *compiler.command, compiler.version,
-                          host_signature()])
+                          host_signature(), blas.identity if blas else "no BLAS"])
 
     def load_program(self, key: str, fused: Callable[[], Module]) -> Executable | None:
         from hlofuse.targets.c.saved import load_plan

@@ -16,7 +16,9 @@ from hlofuse.codegen.kernel_spec import EmittedKernel, KernelOptions, KernelSpec
 from hlofuse.ir.hlo import Module
 from hlofuse.runtime.buffers import Assignment
 from hlofuse.runtime.lowering import Generated, ModuleSource, generate
+from hlofuse.runtime.profile import KernelProfile
 from hlofuse.runtime.program import Program
+from hlofuse.targets.c.blas import find_blas, identity_comment, profile_note
 from hlofuse.targets.c.driver import module_source
 from hlofuse.targets.c.language import C, CLanguage
 from hlofuse.targets.native.executable import SharedObjectExecutable
@@ -29,6 +31,13 @@ from hlofuse.toolchain.compiler import (
     cache_key,
     load_library,
 )
+
+
+class CExecutable(SharedObjectExecutable):
+    """A module compiled for the C target; its profiles say what computed the dot kernels."""
+
+    def profile_notes(self, rows: list[KernelProfile]) -> tuple[str, ...]:
+        return (profile_note(),) if any(r.kind == "dot" and r.calls for r in rows) else ()
 
 
 @dataclass(frozen=True)
@@ -68,11 +77,15 @@ def generate_c(module: Module, options: CompileOptions = CompileOptions()) -> Ge
 @functools.cache
 def runtime_library(flags: tuple[str, ...] = DEFAULT_FLAGS) -> ctypes.CDLL:
     """The separately compiled library of dot, Threefry and the linear-algebra routines,
-    loaded with its symbols global so that every module links against it."""
+    loaded with its symbols global so that every module links against it. Its f32 and f64
+    dots call the wheel's OpenBLAS where it is installed (blas.py); the BLAS build's identity
+    is part of the source, and so of the cache key."""
     files = resources.files("hlofuse.targets.c")
-    source = files.joinpath("hlofuse_rt.c").read_text()
+    blas = find_blas()
+    source = identity_comment(blas) + files.joinpath("hlofuse_rt.c").read_text()
     source += "\n" + files.joinpath("hlofuse_linalg.c").read_text()  # codegen/linalg.py
-    built = build_shared_object(source, flags)
+    extra = blas.build_flags() if blas is not None else ()
+    built = build_shared_object(source, (*flags, *extra))
     return load_library(built.path, global_symbols=True)
 
 
@@ -123,7 +136,7 @@ def object_key(generated: Generated, flags: tuple[str, ...] = DEFAULT_FLAGS) -> 
 
 
 def compile_cpu(module: Module, options: CompileOptions = CompileOptions()
-                ) -> SharedObjectExecutable:
+                ) -> CExecutable:
     """Generate C for `module` (fused or not), compile it through the cache, load it."""
     start = time.perf_counter()
     generated = generate_c(module, options)
@@ -131,12 +144,12 @@ def compile_cpu(module: Module, options: CompileOptions = CompileOptions()
     built = build_shared_object(compile_units(generated, options.flags), options.flags,
                                 Cache.open())
     library = load_library(built.path)
-    return SharedObjectExecutable(generated, library, built.cache_hit,
+    return CExecutable(generated, library, built.cache_hit,
                                   time.perf_counter() - start, built.key)
 
 
 def compile_many(modules: Sequence[Module], options: CompileOptions = CompileOptions(),
-                 workers: int = 2) -> list[SharedObjectExecutable]:
+                 workers: int = 2) -> list[CExecutable]:
     """compile_cpu for several modules, generating C for the next ones while the compiler
     (a separate process) builds earlier ones: `workers` compilers run at once."""
     runtime_library(options.flags)
@@ -152,7 +165,7 @@ def compile_many(modules: Sequence[Module], options: CompileOptions = CompileOpt
         out = []
         for generated, build, start in jobs:
             built = build.result()
-            out.append(SharedObjectExecutable(generated, load_library(built.path),
+            out.append(CExecutable(generated, load_library(built.path),
                                               built.cache_hit, time.perf_counter() - start,
                                               built.key))
     return out

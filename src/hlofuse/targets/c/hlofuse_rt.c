@@ -10,12 +10,32 @@
  * -inf). Results do not depend on the thread count. Integer dots wrap (unsigned arithmetic of
  * the type's width).
  *
+ * f32 and f64 dots call OpenBLAS's GEMM where the runtime library is built with it
+ * (HLOFUSE_BLAS: build.py, from the scipy-openblas32 wheel), the strides map to a GEMM (each
+ * operand's rows or columns contiguous, the other stride at least the contiguous extent, every
+ * size within BLAS's 32-bit integers) and each product has at least HLOFUSE_BLAS_MIN_WORK
+ * multiply-adds: below that the loop is as fast (benchmarks/dot_bench.py with HLOFUSE_BLAS=0:
+ * 0.4-0.65x NumPy's time up to 16,384, where OpenBLAS's call costs as much as the work) and
+ * keeps the reference's order bit for bit. XLA's CPU backend calls Eigen for large dots in the
+ * same way. OpenBLAS's kernels sum in their own order (blocks of the contracting dimension,
+ * partial sums per register), so their last bits differ from the loop's, as XLA's Eigen calls
+ * differ from its loops. OpenBLAS runs single-threaded here: the runtime's OpenMP
+ * threads (the program's thread count) share the GEMM by blocks of rows or columns, each with
+ * denormals flushed as everywhere else, so results do not depend on the thread count. Other
+ * layouts and dtypes, and a runtime library built without BLAS, use the loop.
+ *
  * threefry2x32: Threefry-2x32 with 20 rounds (Random123, as jax.random uses it), one
  * independent block per element: (y0, y1) = threefry2x32((k0, k1), (x0, x1)).
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef HLOFUSE_BLAS
+#include <cblas.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -31,6 +51,105 @@
 
 #define HLOFUSE_EXPORT __attribute__((visibility("default")))
 #define HLOFUSE_PARALLEL_WORK (1 << 18)
+
+#ifdef HLOFUSE_BLAS
+/* How one operand of a dot is laid out for GEMM: transposed or not, and its leading
+ * dimension. rows x cols is the operand's logical shape; (rs, cs) its element strides. */
+typedef struct { int ok; enum CBLAS_TRANSPOSE trans; int64_t ld; } hlofuse_gemm_operand;
+
+static hlofuse_gemm_operand hlofuse_gemm_layout(int64_t rows, int64_t cols, int64_t rs,
+                                                int64_t cs) {
+  hlofuse_gemm_operand o = {0, CblasNoTrans, 0};
+  const int64_t min_row = cols > 1 ? cols : 1, min_col = rows > 1 ? rows : 1;
+  /* A single row or column is contiguous whatever its unused stride says. */
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= min_row)) {
+    o.ok = 1; o.trans = CblasNoTrans; o.ld = rows == 1 ? min_row : rs;
+  } else if ((rows == 1 || rs == 1) && (cols == 1 || cs >= min_col)) {
+    o.ok = 1; o.trans = CblasTrans; o.ld = cols == 1 ? min_col : cs;
+  }
+  o.ok = o.ok && o.ld <= INT32_MAX;
+  return o;
+}
+
+/* The share [lo, hi) of `extent` for thread t of nt, in blocks of `align`. */
+static void hlofuse_share(int64_t extent, int t, int nt, int64_t align, int64_t *lo,
+                          int64_t *hi) {
+  int64_t chunk = (extent + nt - 1) / nt;
+  chunk = (chunk + align - 1) / align * align;
+  *lo = t * chunk < extent ? t * chunk : extent;
+  *hi = *lo + chunk < extent ? *lo + chunk : extent;
+}
+
+/* OpenBLAS's own threads stay off: the runtime's OpenMP threads share each GEMM. */
+__attribute__((constructor)) static void hlofuse_blas_single_threaded(void) {
+  scipy_openblas_set_num_threads(1);
+}
+
+#ifdef _OPENMP
+#define HLOFUSE_THREAD_IDS(t, nt) do { t = omp_get_thread_num(); nt = omp_get_num_threads(); } \
+  while (0)
+#else
+#define HLOFUSE_THREAD_IDS(t, nt) do { } while (0)
+#endif
+
+#define HLOFUSE_BLAS_MIN_WORK 16384
+
+#define HLOFUSE_GEMM(TAG, T, GEMM)                                                            \
+static int hlofuse_gemm_##TAG(const T *a, const T *b, T *c, int64_t batch, int64_t m,         \
+                              int64_t n, int64_t k, int64_t asb, int64_t asm_, int64_t ask,   \
+                              int64_t bsb, int64_t bsk, int64_t bsn) {                        \
+  if (m <= 0 || n <= 0 || k <= 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX ||        \
+      m * n * k < HLOFUSE_BLAS_MIN_WORK)                                                      \
+    return 0;                                                                                 \
+  const hlofuse_gemm_operand la = hlofuse_gemm_layout(m, k, asm_, ask);                       \
+  const hlofuse_gemm_operand lb = hlofuse_gemm_layout(k, n, bsk, bsn);                        \
+  if (!la.ok || !lb.ok) return 0;                                                             \
+  const int parallel = batch * m * n * k >= HLOFUSE_PARALLEL_WORK && (batch > 1 || m > 1 ||   \
+                                                                      n > 1);                 \
+  _Pragma("omp parallel if(parallel)")                                                        \
+  {                                                                                           \
+    HLOFUSE_FTZ_BEGIN                                                                         \
+    int t = 0, nt = 1;                                                                        \
+    HLOFUSE_THREAD_IDS(t, nt);                                                                \
+    if (batch >= nt) {                                                                        \
+      int64_t lo, hi;                                                                         \
+      hlofuse_share(batch, t, nt, 1, &lo, &hi);                                               \
+      for (int64_t bi = lo; bi < hi; ++bi)                                                    \
+        GEMM(CblasRowMajor, la.trans, lb.trans, (int)m, (int)n, (int)k, 1, a + bi * asb,      \
+             (int)la.ld, b + bi * bsb, (int)lb.ld, 0, c + bi * m * n, (int)n);                \
+    } else {                                                                                  \
+      const int by_rows = m >= n;                                                             \
+      int64_t lo, hi;                                                                         \
+      hlofuse_share(by_rows ? m : n, t, nt, by_rows ? 4 : 16, &lo, &hi);                      \
+      for (int64_t bi = 0; bi < batch && lo < hi; ++bi) {                                     \
+        const T *ab = a + bi * asb, *bb = b + bi * bsb;                                       \
+        T *cb = c + bi * m * n;                                                               \
+        if (by_rows)                                                                          \
+          GEMM(CblasRowMajor, la.trans, lb.trans, (int)(hi - lo), (int)n, (int)k, 1,          \
+               ab + lo * asm_, (int)la.ld, bb, (int)lb.ld, 0, cb + lo * n, (int)n);           \
+        else                                                                                  \
+          GEMM(CblasRowMajor, la.trans, lb.trans, (int)m, (int)(hi - lo), (int)k, 1, ab,      \
+               (int)la.ld, bb + lo * bsn, (int)lb.ld, 0, cb + lo, (int)n);                    \
+      }                                                                                       \
+    }                                                                                         \
+    HLOFUSE_FTZ_END                                                                           \
+  }                                                                                           \
+  return 1;                                                                                   \
+}
+
+HLOFUSE_GEMM(f32, float, scipy_cblas_sgemm)
+HLOFUSE_GEMM(f64, double, scipy_cblas_dgemm)
+#define HLOFUSE_TRY_GEMM_f32(...) if (hlofuse_gemm_f32(__VA_ARGS__)) return;
+#define HLOFUSE_TRY_GEMM_f64(...) if (hlofuse_gemm_f64(__VA_ARGS__)) return;
+#else
+#define HLOFUSE_TRY_GEMM_f32(...)
+#define HLOFUSE_TRY_GEMM_f64(...)
+#endif
+#define HLOFUSE_TRY_GEMM_u8(...)
+#define HLOFUSE_TRY_GEMM_u16(...)
+#define HLOFUSE_TRY_GEMM_u32(...)
+#define HLOFUSE_TRY_GEMM_u64(...)
+#define HLOFUSE_TRY_GEMM_pred(...)
 
 /* One output row: C[row, :] for A's row and B's matrix. ACC(c, a, b) updates c by a * b. */
 #define HLOFUSE_DOT(TAG, T, WIDE, ZERO, ACC)                                                  \
@@ -56,6 +175,7 @@ HLOFUSE_EXPORT void hlofuse_rt_dot_##TAG(const T *a, const T *b, T *c, int64_t b
                                          int64_t m, int64_t n, int64_t k, int64_t asb,        \
                                          int64_t asm_, int64_t ask, int64_t bsb, int64_t bsk, \
                                          int64_t bsn) {                                       \
+  HLOFUSE_TRY_GEMM_##TAG(a, b, c, batch, m, n, k, asb, asm_, ask, bsb, bsk, bsn)              \
   const int64_t rows = batch * m;                                                             \
   const int parallel = rows > 1 && rows * n * (k > 0 ? k : 1) >= HLOFUSE_PARALLEL_WORK;       \
   _Pragma("omp parallel if(parallel)")                                                        \

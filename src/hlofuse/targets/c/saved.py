@@ -10,7 +10,12 @@ from collections.abc import Callable, Mapping
 
 from hlofuse.runtime.lowering import Generated
 from hlofuse.runtime.plan import ExecutablePlan, PlanError
-from hlofuse.targets.c.build import CompileOptions, object_key, runtime_library
+from hlofuse.targets.c.build import (
+    CExecutable,
+    CompileOptions,
+    object_key,
+    runtime_library,
+)
 from hlofuse.targets.native.executable import SharedObjectExecutable
 from hlofuse.toolchain.cache import Cache
 from hlofuse.toolchain.compiler import load_library
@@ -50,5 +55,5 @@ def load_plan(key: str, regenerate: Callable[[], Generated],
         generated = regenerate()
         return generated, object_key(generated, options.flags)
 
-    return SharedObjectExecutable.from_plan(plan, library, True, time.perf_counter() - start,
-                                            regenerate_with_key)
+    return CExecutable.from_plan(plan, library, True, time.perf_counter() - start,
+                                 regenerate_with_key)

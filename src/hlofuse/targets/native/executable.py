@@ -171,6 +171,10 @@ class SharedObjectExecutable:
         if status != 0:
             raise RuntimeError(f"{self.plan.name}: the driver returned {status}")
 
+    def profile_notes(self, rows: list[KernelProfile]) -> tuple[str, ...]:
+        """Lines the target adds under a profile of `rows` (none here)."""
+        return ()
+
     def profile(self, *args: object, repeat: int = 1, runner: str = "driver") -> Profile:
         """Run `repeat` times timing every kernel and copy; `runner` is "driver" (timers in
         the generated C) or "thunks" (the Python thunk runner, one ctypes call per kernel)."""
@@ -208,7 +212,7 @@ class SharedObjectExecutable:
             rows.append(KernelProfile(k, row.name, row.kind, row.function, calls, total, median,
                                       row.bytes_read * calls, row.bytes_written * calls,
                                       total / wall if wall > 0 else 0.0))
-        return Profile(tuple(rows), wall, runs, runner)
+        return Profile(tuple(rows), wall, runs, runner, self.profile_notes(rows))
 
     # --- the Python thunk runner ---------------------------------------------------------
 
