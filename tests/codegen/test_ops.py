@@ -61,11 +61,15 @@ def test_every_op_is_compiled_or_listed_as_unsupported() -> None:
     assert sampled >= SAMPLED_IN_TEXT
 
 
-def test_every_element_type_has_a_c_type() -> None:
+def test_every_element_type_has_a_c_and_a_cuda_type() -> None:
     from hlofuse.targets.c.language import C
+    from hlofuse.targets.cuda.language import CUDA
 
     for dtype in ARRAY_DTYPES:
-        assert C.storage_type(dtype)
+        assert C.type_name(dtype) == CUDA.type_name(dtype)
+        assert C.type_name(C.register_type(dtype))
+    with pytest.raises(ValueError, match="no C type for element type tuple"):
+        C.type_name(DType.TUPLE)
 
 
 @pytest.mark.needs_cc

@@ -11,7 +11,9 @@ import pytest
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.kernel import emit_aliased, emit_kernel
+from hlofuse.codegen.retargeting import LoadRetargeting
 from hlofuse.fusion.strategies import run_strategy
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.parser import parse_module
 from hlofuse.targets.c import generate_c as generate
 from hlofuse.targets.c.language import C
@@ -23,12 +25,12 @@ CODEGEN_DATA = Path(__file__).parent / "data"
 def test_loads_are_retargeted_and_nothing_else() -> None:
     i = cir.Var("i")
     body: list[cir.Stmt] = [
-        cir.Declare("float", "v", cir.Binary("+", cir.load("in0", i), cir.load("in1", i)),
+        cir.Declare(DType.F32, "v", cir.Binary("+", cir.load("in0", i), cir.load("in1", i)),
                     const=True),
         cir.Assign(cir.load("out0", i), cir.Var("v")),
     ]
     loop = [cir.For("i", cir.Int(0), cir.Int(8), body)]
-    retargeted = cir.LoadRetargeting({"in1": "out0"}).apply(loop)
+    retargeted = LoadRetargeting({"in1": "out0"}).apply(loop)
     assert retargeted is not None
     (new_loop,) = retargeted
     assert isinstance(new_loop, cir.For)
@@ -40,7 +42,7 @@ def test_loads_are_retargeted_and_nothing_else() -> None:
     # A pointer passed whole (to memcpy, a library call) cannot be retargeted by loads alone.
     copy: list[cir.Stmt] = [cir.ExprStmt(cir.call("memcpy", cir.Var("out0"), cir.Var("in1"),
                                                   cir.Int(32)))]
-    assert cir.LoadRetargeting({"in1": "out0"}).apply(copy) is None
+    assert LoadRetargeting({"in1": "out0"}).apply(copy) is None
 
 
 # Every rollout under both strategies is a sweep (thorough); one rollout per strategy is fast.

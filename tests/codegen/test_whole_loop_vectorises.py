@@ -106,13 +106,14 @@ def _kernel_source(n: int) -> str:
 
 def test_vector_lanes_hold_predicates_in_32_bits_and_stage_narrow_stores() -> None:
     wide = lane_language(C, 16)
-    assert wide.register_type(DType.PRED) == "int32_t"
-    assert wide.storage_type(DType.PRED) == "uint8_t"  # memory keeps one byte
+    assert wide.register_type(DType.PRED) is DType.S32
+    assert wide.type_name(wide.register_type(DType.PRED)) == "int32_t"
+    assert wide.type_name(DType.PRED) == "uint8_t"  # memory keeps one byte
     assert wide.pointer(DType.PRED, True) == C.pointer(DType.PRED, True)
     assert lane_language(C, 1) is C  # one lane is scalar code: nothing to widen
-    assert staged_storage(wide, DType.PRED) == "int32_t"
-    assert staged_storage(wide, DType.S8) == "int32_t"
-    assert staged_storage(wide, DType.BF16) == "float"
+    assert staged_storage(wide, DType.PRED) is DType.S32
+    assert staged_storage(wide, DType.S8) is DType.S32
+    assert staged_storage(wide, DType.BF16) is DType.F32
     assert staged_storage(wide, DType.F32) is None
 
 

@@ -64,14 +64,16 @@ class FunctionBody:
         self.scopes: list[Scope] = [self.prologue]
         self.names = Names()
         self.hoisting = 0  # > 0 while emitting loop-invariant code into the prologue
-        # Locals declared at the top of the prologue, with their C types: a loop moved into
+        # Locals declared at the top of the prologue, with their types: a loop moved into
         # a function of its own (a parallel part) receives the ones it reads.
-        self.prologue_names: dict[str, str] = {}
+        self.prologue_names: dict[str, cir.Type] = {}
         self._reads: dict[str, frozenset[str]] = {}
         self.mutable: set[str] = set()
         self.assigned_once: set[str] = set()  # declared, then assigned once on each path
         self.index_forms: dict[str, cir.Affine] = {}  # index locals and their affine forms
         self.declared = 0  # locals declared so far (what a written-out dimension costs)
+        # Arrays declared `speculable`: loads may read them where the code did not ask.
+        self.speculable: set[str] = set()
 
     def fresh(self, prefix: str = "v") -> str:
         return self.names.fresh(prefix)
@@ -94,10 +96,12 @@ class FunctionBody:
     def assign(self, target: Expr | str, value: Expr, op: str = "=") -> None:
         self.emit(cir.Assign(cir.Var(target) if isinstance(target, str) else target, value, op))
 
-    def call(self, function: str, *arguments: Expr) -> None:
-        self.emit(cir.ExprStmt(cir.Call(function, arguments)))
+    def call(self, function: str, *arguments: Expr, extent: int = 0) -> None:
+        """A call statement; `extent`: the independent items a library routine splits among
+        the threads that run it."""
+        self.emit(cir.ExprStmt(cir.Call(function, arguments), extent))
 
-    def let(self, ctype: str, expr: Expr, prefix: str = "v", hlo_name: str | None = None
+    def let(self, vtype: cir.Type, expr: Expr, prefix: str = "v", hlo_name: str | None = None
             ) -> Expr:
         """A const local holding `expr` (or `expr` itself when it is a name or literal),
         named after the HLO instruction it computes when there is one."""
@@ -106,31 +110,34 @@ class FunctionBody:
         names, memory = cir.reads(expr)
         numbered = not memory  # a load may see a store in between
         if numbered:
-            key = Key(("let", ctype, expr))
+            key = Key(("let", vtype, expr))
             found = self.lookup(key)
             if isinstance(found, cir.Var) and not self._reads[found.name] & self.mutable:
                 return found
         name = self.fresh(prefix) if hlo_name is None else self.names.unique(hlo_name)
-        self.declare(ctype, name, expr, const=True)
+        self.declare(vtype, name, expr, const=True)
         if numbered:
             self._reads[name] = names
             self.remember(key, cir.Var(name))
         return cir.Var(name)
 
-    def declare(self, ctype: str, name: str, init: Expr | None = None,
+    def declare(self, vtype: cir.Type, name: str, init: Expr | None = None,
                 const: bool = False, dims: tuple[int | Expr, ...] = (),
-                zeroed: bool = False) -> cir.Var:
-        """`ctype name = init;` (a variable unless const)."""
+                zeroed: bool = False, block_shared: bool = False,
+                speculable: bool = False) -> cir.Var:
+        """`vtype name = init;` (a variable unless const)."""
         if not const and name not in self.assigned_once:
             self.mutable.add(name)
+        if speculable:
+            self.speculable.add(name)
         if self.scope is self.prologue:
-            self.prologue_names[name] = ctype
+            self.prologue_names[name] = vtype
         self.declared += 1
-        self.emit(cir.Declare(ctype, name, init, const, dims, zeroed))
+        self.emit(cir.Declare(vtype, name, init, const, dims, zeroed, block_shared, speculable))
         return cir.Var(name)
 
-    def variable(self, ctype: str, prefix: str, init: Expr | None = None) -> cir.Var:
-        return self.declare(ctype, self.fresh(prefix), init)
+    def variable(self, vtype: cir.Type, prefix: str, init: Expr | None = None) -> cir.Var:
+        return self.declare(vtype, self.fresh(prefix), init)
 
     def lookup(self, key: Key) -> object | None:
         for scope in reversed(self.scopes):
@@ -163,10 +170,11 @@ class FunctionBody:
                 self.emit(stmt)
 
     def loop(self, var: str, lo: Expr | int, hi: Expr | int | None,
-             how: cir.Loop = cir.SEQUENTIAL, ctype: str = "int64_t",
+             how: cir.Loop = cir.SEQUENTIAL, counter: cir.Type = cir.INDEX,
              step: int = 1) -> contextlib.AbstractContextManager[None]:
-        """`for` var from lo while var < hi (forever when hi is None)."""
-        stmt = cir.For(var, _index(lo), None if hi is None else _index(hi), [], how, ctype, step)
+        """`for` var (a `counter`) from lo while var < hi (forever when hi is None)."""
+        stmt = cir.For(var, _index(lo), None if hi is None else _index(hi), [], how, counter,
+                       step)
         return self.nested(stmt, stmt.body)
 
     def if_(self, condition: Expr) -> contextlib.AbstractContextManager[None]:

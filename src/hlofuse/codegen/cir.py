@@ -1,8 +1,18 @@
 """The expression and statement IR of generated code: what emitters build, a language prints.
 
-Emitters never write target text. They build these frozen nodes; `CLanguage.print_*` (and a
-later CUDA table) spells them. Nodes compare and hash by structure, so value numbering keys
-on them directly (hash-consing) and nothing printed is ever read back.
+Emitters never write target text. They build these frozen nodes; each target's language
+table (`targets/c/language.py`, `targets/cuda/language.py`) spells them. Nodes compare and
+hash by structure, so value numbering keys on them directly (hash-consing) and nothing printed
+is ever read back.
+
+Types are target-neutral (`Type`, cir_types.py): an element type is an hlofuse `DType` (the
+value as held: a language says which dtype holds f16 while a kernel computes), a `Pointer` to
+one, or one of the few `Special` types a kernel needs beside them. Structure a target needs to
+run a kernel in parallel is explicit in the nodes, set by the emitters: how many independent
+iterations a parallel region shares (`ParallelRegion.extent`) and a library call splits
+(`ExprStmt.extent`), which arrays are a kernel's scratch memory (`Allocate`), what runs once
+after every thread is done (`AfterAll`), each kernel argument's role (`Parameter.role`) and
+lane dimension, and which local arrays loads may read speculatively (`Declare.speculable`).
 
 Index arithmetic has a canonical form of its own, `Affine` (const + sum of coefficient *
 atom), so one element position has one spelling: `i0 + 32768 - 32768` is `i0`, and a
@@ -15,6 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from hlofuse.codegen.cir_types import INDEX as INDEX
+from hlofuse.codegen.cir_types import Linkage as Linkage
+from hlofuse.codegen.cir_types import Pointer as Pointer
+from hlofuse.codegen.cir_types import Role as Role
+from hlofuse.codegen.cir_types import Special as Special
+from hlofuse.codegen.cir_types import Tuning as Tuning
+from hlofuse.codegen.cir_types import Type as Type
 from hlofuse.ir.dtypes import DType
 
 # --- expressions --------------------------------------------------------------------------
@@ -50,9 +67,9 @@ class Const(Expr):
 
 @dataclass(frozen=True, slots=True)
 class TypeName(Expr):
-    """A C type used as an operand (sizeof)."""
+    """A type used as an operand (sizeof)."""
 
-    ctype: str
+    of: Type
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +87,7 @@ class Binary(Expr):
 
 @dataclass(frozen=True, slots=True)
 class Cast(Expr):
-    ctype: str
+    to: Type
     operand: Expr
 
 
@@ -310,14 +327,38 @@ class Stmt:
 
 @dataclass(frozen=True, slots=True)
 class Declare(Stmt):
-    """`ctype name[dims] = init;` (`const` for values assigned once at declaration)."""
+    """`type name[dims] = init;` (`const` for values assigned once at declaration)."""
 
-    ctype: str
+    type: Type
     name: str
     init: Expr | None = None
     const: bool = False
     dims: tuple[int | Expr, ...] = ()
     zeroed: bool = False  # an array initialised to zeros
+    block_shared: bool = False  # one array for the threads of a block (CUDA's __shared__)
+    # An array a load may read at any position within its bounds where the code did not ask
+    # for it (a branch's side computed anyway, a value moved out of a branch): every element
+    # such a load can reach holds a defined value whenever the code reads the array.
+    speculable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate(Stmt):
+    """`name`: a scratch array of `count` `element`s, the kernel's own memory until a
+    `Release`. A target with threads that outlive one call (a GPU grid) may give it a
+    static home instead."""
+
+    element: Type
+    name: str
+    count: int
+    restrict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Stmt):
+    """The end of an `Allocate`d array's life."""
+
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +371,9 @@ class Assign(Stmt):
 @dataclass(frozen=True, slots=True)
 class ExprStmt(Stmt):
     expr: Expr
+    # A library routine's call that splits `extent` independent items among the threads
+    # running it (0: an ordinary call).
+    extent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,14 +414,14 @@ class Block(Stmt):
 
 @dataclass(slots=True)
 class For(Stmt):
-    """`for (ctype var = lo; var < hi; var += step)`; hi None loops forever."""
+    """`for (type var = lo; var < hi; var += step)`; hi None loops forever."""
 
     var: str
     lo: Expr
     hi: Expr | None
     body: list[Stmt] = field(default_factory=list)
     how: Loop = SEQUENTIAL
-    ctype: str = "int64_t"
+    type: Type = INDEX
     step: int = 1
 
 
@@ -402,15 +446,28 @@ class Switch(Stmt):
 
 @dataclass(slots=True)
 class ParallelRegion(Stmt):
-    """A team of threads runs `body` (each with the denormal mode set), under `condition`."""
+    """A team of threads runs `body` (each with the denormal mode set), under `condition`,
+    sharing `extent` independent iterations among them (each thread computes its share of the
+    outermost loop from the thread index, or takes the iterations of a loop marked
+    `parallel`)."""
 
     body: list[Stmt] = field(default_factory=list)
     condition: Expr | None = None
+    extent: int = 1
+
+
+@dataclass(slots=True)
+class AfterAll(Stmt):
+    """Statements that run once, after every thread of the kernel has done its share (a
+    whole loop's partial results combined): in line where threads join before the kernel
+    ends (OpenMP), by the last thread to finish where they do not (a GPU grid)."""
+
+    body: list[Stmt] = field(default_factory=list)
 
 
 def assigned_names(stmt: Stmt) -> Iterator[str]:
     """Variables a statement (and what it holds) assigns after their declaration."""
-    if isinstance(stmt, Declare | ExprStmt | Comment | Break | Return):
+    if isinstance(stmt, Declare | Allocate | Release | ExprStmt | Comment | Break | Return):
         return
     for s in statements(stmt):
         if isinstance(s, Assign) and isinstance(s.target, Var):
@@ -423,7 +480,7 @@ def statements(stmt: Stmt) -> Iterator[Stmt]:
     while stack:
         s = stack.pop()
         yield s
-        if isinstance(s, Block | For | While | ParallelRegion):
+        if isinstance(s, Block | For | While | ParallelRegion | AfterAll):
             stack += s.body
         elif isinstance(s, If):
             stack += s.then + (s.otherwise or [])
@@ -463,7 +520,7 @@ def names_used(stmts: list[Stmt]) -> set[str]:
         for s in statements(top):
             for e in expressions(s):
                 out |= names_read(e)
-            if isinstance(s, Declare):
+            if isinstance(s, Declare | Allocate):
                 out.add(s.name)
             elif isinstance(s, For):
                 out.add(s.var)
@@ -472,131 +529,28 @@ def names_used(stmts: list[Stmt]) -> set[str]:
     return out
 
 
-class _NotOnlyLoaded(Exception):
-    """A renamed pointer is used other than as the array of a load."""
-
-
-class LoadRetargeting:
-    """Statements with loads from some pointers read through others instead (`{old: new}`),
-    for a kernel whose output buffer turned out to be one of its inputs' (it then reads that
-    input through the output's pointer). `apply` gives None when a renamed pointer is used
-    any other way (passed to a call, compared): that kernel is emitted again instead."""
-
-    def __init__(self, renamed: Mapping[str, str]) -> None:
-        self.renamed = dict(renamed)
-        self._done: dict[int, Expr] = {}
-
-    def apply(self, stmts: list[Stmt]) -> list[Stmt] | None:
-        try:
-            return [self._stmt(s) for s in stmts]
-        except _NotOnlyLoaded:
-            return None
-
-    def _exprs(self, exprs: tuple[Expr, ...]) -> tuple[Expr, ...]:
-        out = tuple(self._expr(e) for e in exprs)
-        return exprs if all(a is b for a, b in zip(out, exprs)) else out
-
-    def _expr(self, e: Expr) -> Expr:
-        done = self._done.get(id(e))
-        if done is not None:
-            return done
-        out: Expr
-        kind = type(e)
-        if kind is Var:
-            if e.name in self.renamed:  # type: ignore[attr-defined]
-                raise _NotOnlyLoaded
-            out = e
-        elif kind is Int or kind is Const or kind is TypeName:
-            out = e
-        # A node whose parts come back unchanged is kept (most read no renamed pointer).
-        elif type(e) is Load:
-            array = e.array
-            if isinstance(array, Var) and array.name in self.renamed:
-                array = Var(self.renamed[array.name])
-            else:
-                array = self._expr(array)
-            indices = self._exprs(e.indices)
-            out = e if array is e.array and indices is e.indices else Load(array, indices)
-        elif type(e) is Unary:
-            operand = self._expr(e.operand)
-            out = e if operand is e.operand else Unary(e.op, operand)
-        elif type(e) is Cast:
-            operand = self._expr(e.operand)
-            out = e if operand is e.operand else Cast(e.ctype, operand)
-        elif type(e) is Binary:
-            left, right = self._expr(e.left), self._expr(e.right)
-            out = e if left is e.left and right is e.right else Binary(e.op, left, right)
-        elif type(e) is Call:
-            arguments = self._exprs(e.arguments)
-            out = e if arguments is e.arguments else Call(e.function, arguments)
-        elif type(e) is Select:
-            was = (e.condition, e.on_true, e.on_false)
-            parts = tuple(self._expr(x) for x in was)
-            out = e if all(a is b for a, b in zip(parts, was)) else Select(*parts)
-        elif type(e) is Affine:
-            atoms = [self._expr(atom) for atom, _ in e.terms]
-            out = e if all(a is atom for a, (atom, _) in zip(atoms, e.terms)) else Affine(
-                e.const, tuple((a, k) for a, (_, k) in zip(atoms, e.terms)))
-        else:
-            raise _NotOnlyLoaded  # an expression kind this does not know: emit again
-        self._done[id(e)] = out
-        return out
-
-    def _body(self, stmts: list[Stmt]) -> list[Stmt]:
-        return [self._stmt(s) for s in stmts]
-
-    def _stmt(self, s: Stmt) -> Stmt:
-        if isinstance(s, Declare):
-            if s.name in self.renamed:
-                raise _NotOnlyLoaded
-            init = None if s.init is None else self._expr(s.init)
-            dims = tuple(self._expr(d) if isinstance(d, Expr) else d for d in s.dims)
-            if init is s.init and all(a is b for a, b in zip(dims, s.dims)):
-                return s
-            return Declare(s.ctype, s.name, init, s.const, dims, s.zeroed)
-        if isinstance(s, Assign):
-            target, value = self._expr(s.target), self._expr(s.value)
-            return s if target is s.target and value is s.value else Assign(target, value, s.op)
-        if isinstance(s, ExprStmt):
-            expr = self._expr(s.expr)
-            return s if expr is s.expr else ExprStmt(expr)
-        if isinstance(s, Comment | Break):
-            return s
-        if isinstance(s, Return):
-            return Return(None if s.value is None else self._expr(s.value))
-        if isinstance(s, Block):
-            return Block(self._body(s.body))
-        if isinstance(s, For):
-            if s.var in self.renamed:
-                raise _NotOnlyLoaded
-            return For(s.var, self._expr(s.lo), None if s.hi is None else self._expr(s.hi),
-                       self._body(s.body), s.how, s.ctype, s.step)
-        if isinstance(s, While):
-            return While(self._expr(s.condition), self._body(s.body))
-        if isinstance(s, If):
-            return If(self._expr(s.condition), self._body(s.then),
-                      None if s.otherwise is None else self._body(s.otherwise))
-        if isinstance(s, Switch):
-            return Switch(self._expr(s.selector), [self._body(case) for case in s.cases])
-        if isinstance(s, ParallelRegion):
-            return ParallelRegion(self._body(s.body),
-                                  None if s.condition is None else self._expr(s.condition))
-        raise _NotOnlyLoaded
-
-
 @dataclass(frozen=True, slots=True)
 class Parameter:
-    ctype: str  # the pointer type, qualifiers included
+    type: Type
     name: str
+    role: Role = Role.SCALAR
+    # The dimension of the array that runs over the lanes (a whole loop's independent
+    # environments), None where the array is not laid out by lane.
+    lane_dimension: int | None = None
 
 
 @dataclass
 class Function:
-    """A C function: `qualifier void name(parameters) { body }`, after a leading comment."""
+    """A function: `returns name(parameters) { body }`, after a leading comment."""
 
     name: str
     parameters: list[Parameter]
     body: list[Stmt]
-    qualifier: str = ""
+    linkage: Linkage = Linkage.PART
+    tuning: Tuning | None = None
     comment: str | None = None
-    returns: str = "void"
+    returns: Type = Special.VOID
+
+    @property
+    def kernel(self) -> bool:
+        return self.linkage is Linkage.KERNEL

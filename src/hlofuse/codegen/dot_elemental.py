@@ -17,7 +17,6 @@ from hlofuse.analysis.lane_linalg import contraction_size, is_small_dot
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr
 from hlofuse.codegen.emitter_types import Index, UnsupportedInstruction, Value
-from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ def dot_elemental(em: ElementalEmitter, inst: Instruction, index: Index) -> Valu
     batch_parts = tuple(multi[:n_batch])
     lhs_free = tuple(multi[n_batch:n_batch + n_lhs_free])
     rhs_free = tuple(multi[n_batch + n_lhs_free:])
-    ctype = em.lang.register_type(inst.dtype)
+    register = em.lang.register_type(inst.dtype)
     sizes = [lhs.shape.dims[d] for d in lhs_contracting]
     total: Expr = em.lang.literal(inst.dtype, 0)
     for position in itertools.product(*(range(s) for s in sizes)):
@@ -62,6 +61,6 @@ def dot_elemental(em: ElementalEmitter, inst: Instruction, index: Index) -> Valu
                                               batch_parts, lhs_free, position))
         b = em.array_value(rhs, operand_index(rhs.shape.dims, rhs_batch, rhs_contracting,
                                               batch_parts, rhs_free, position))
-        fma = "fma" if inst.dtype is DType.F64 else "fmaf"
-        total = em.body.let(ctype, cir.call(fma, a, b, total))
+        fma = em.lang.math("fma", inst.dtype)
+        total = em.body.let(register, cir.call(fma, a, b, total))
     return total

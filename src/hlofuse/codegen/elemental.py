@@ -247,9 +247,9 @@ class ElementalEmitter:
         with self.body.captured_scope() as else_scope:
             else_value = otherwise()
         then_stmts, else_stmts = then_scope.stmts, else_scope.stmts
-        ctype = self.lang.register_type(dtype)
+        register = self.lang.register_type(dtype)
         if not then_stmts and not else_stmts:
-            return self.body.let(ctype, Select(condition, then_value, else_value))
+            return self.body.let(register, Select(condition, then_value, else_value))
         load_ok = self.speculable_load
         if load_ok is not None and is_speculable(then_stmts + else_stmts, load_ok):
             for stmt in then_stmts + else_stmts:
@@ -257,10 +257,10 @@ class ElementalEmitter:
             # what both sides computed now holds here too (the next branch reuses it)
             self.body.scope.cache.update(then_scope.cache)
             self.body.scope.cache.update(else_scope.cache)
-            return self.body.let(ctype, Select(condition, then_value, else_value))
+            return self.body.let(register, Select(condition, then_value, else_value))
         name = self.body.fresh("v")
         self.body.assigned_once.add(name)
-        var = self.body.declare(ctype, name)
+        var = self.body.declare(register, name)
         then_stmts.append(cir.Assign(var, then_value))
         else_stmts.append(cir.Assign(var, else_value))
         self.body.emit(cir.If(condition, then_stmts, else_stmts))
@@ -314,10 +314,10 @@ class ElementalEmitter:
                     continue
                 top = cir.Int(high)
                 if start.dtype.is_unsigned_int:
-                    expr: Expr = Select(Binary(">", Cast("uint64_t", value), Cast("uint64_t", top)),
-                                        top, Cast("int64_t", value))
+                    expr: Expr = Select(Binary(">", Cast(DType.U64, value), Cast(DType.U64, top)),
+                                        top, Cast(DType.S64, value))
                 else:
-                    wide = Cast("int64_t", value)
+                    wide = Cast(DType.S64, value)
                     expr = Select(Binary("<", wide, cir.Int(0)), cir.Int(0),
                                   Select(Binary(">", wide, top), top, wide))
                 out.append(self.body.let(self.lang.index_type, expr, "s"))

@@ -52,9 +52,9 @@ def _start_component(em: ElementalEmitter, indices: Instruction, ivd: int,
     value = em.array_value(indices, Index(dims, None, tuple(multi), None))
     if indices.dtype.is_unsigned_int and indices.dtype.bits == 64:
         # Beyond int64's range is out of range anyway: saturate so the bounds tests see it.
-        value = Select(Binary(">", value, Cast("uint64_t", cir.Int(2**62))), cir.Int(2**62),
+        value = Select(Binary(">", value, Cast(DType.U64, cir.Int(2**62))), cir.Int(2**62),
                        value)
-    return Cast("int64_t", value)
+    return Cast(DType.S64, value)
 
 
 def gather(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
@@ -84,7 +84,7 @@ def gather(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
             if high <= 0:
                 start = cir.Int(0)
             else:
-                raw = em.body.let("int64_t",
+                raw = em.body.let(cir.INDEX,
                                   _start_component(em, indices, ivd, batch, start_map.index(d)),
                                   "s")
                 clamped = Select(Binary("<", raw, cir.Int(0)), cir.Int(0),
@@ -147,11 +147,11 @@ def emit_scatter(k: KernelEmitter, inst: Instruction, targets: list[str]) -> Non
                         indices_dim = indices_batching[input_batching.index(d)]
                         start: Expr = scatter_position[indices_batch_dims.index(indices_dim)]
                     elif d in to_operand:
-                        start = em.body.let("int64_t", _start_component(
+                        start = em.body.let(cir.INDEX, _start_component(
                             em, indices, ivd, scatter_position, to_operand.index(d)), "s")
                         # 0 <= start <= dim - window, as one unsigned comparison.
-                        conditions.append(Binary("<=", Cast("uint64_t", start),
-                                                 Cast("uint64_t", cir.Int(dim - window_size[d]))))
+                        conditions.append(Binary("<=", Cast(DType.U64, start),
+                                                 Cast(DType.U64, cir.Int(dim - window_size[d]))))
                     else:
                         start = cir.Int(0)
                     operand_multi.append(em.index_let(cir.add(offset, start)))
@@ -247,16 +247,16 @@ def scatter(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
         for d, dim in enumerate(dims):
             if d not in to_operand:
                 continue
-            start = em.body.let("int64_t", _start_component(
+            start = em.body.let(cir.INDEX, _start_component(
                 em, indices, ivd, scatter_position, to_operand.index(d)), "s")
-            conditions.append(Binary("<=", Cast("uint64_t", start),
-                                     Cast("uint64_t", cir.Int(dim - window_size[d]))))
+            conditions.append(Binary("<=", Cast(DType.U64, start),
+                                     Cast(DType.U64, cir.Int(dim - window_size[d]))))
             if d in inserted:
                 conditions.append(Binary("==", multi[d], start))
             else:
                 offset = em.index_let(cir.sub(multi[d], start))
-                conditions.append(Binary("<", Cast("uint64_t", offset),
-                                         Cast("uint64_t", cir.Int(window_size[d]))))
+                conditions.append(Binary("<", Cast(DType.U64, offset),
+                                         Cast(DType.U64, cir.Int(window_size[d]))))
                 window[d] = offset
         update_multi: list[Expr] = [cir.Int(0)] * len(update_dims)
         for d, s in zip(scatter_dims, scatter_position):

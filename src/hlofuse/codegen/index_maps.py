@@ -143,7 +143,7 @@ def _iota(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     dim = inst.attrs["iota_dimension"]
     assert isinstance(dim, int)
     position = em.multi_of(index)[dim]
-    expr = convert_expression(em.lang, DType.S64, inst.dtype, cir.Cast("int64_t", position))
+    expr = convert_expression(em.lang, DType.S64, inst.dtype, cir.Cast(DType.S64, position))
     return em.body.let(em.lang.register_type(inst.dtype), expr)
 
 

@@ -44,6 +44,7 @@ from hlofuse.codegen.linalg import LINALG_OPS, emit_linalg, is_linalg
 from hlofuse.codegen.loop_nests import Part
 from hlofuse.codegen.op_expressions import convert_expression
 from hlofuse.codegen.reductions import Outputs, ReductionEmission
+from hlofuse.codegen.retargeting import LoadRetargeting
 from hlofuse.codegen.sort import emit_sort, emit_topk
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -74,6 +75,7 @@ class KernelEmitter(ReductionEmission):
         self.results: dict[int, tuple[str, ...]] = {}
         self.in_place: list[tuple[int, int]] = []
         self.parts: list[Part] = []
+        self.function: cir.Function | None = None  # the kernel's IR, once emitted
         # Set where the code written depends on which inputs share the outputs' buffers (an
         # update copies its operand only when they differ): such a kernel is emitted again
         # after buffer assignment rather than retargeted (`emit_aliased`).
@@ -125,13 +127,24 @@ class KernelEmitter(ReductionEmission):
 
         return load
 
-    def parameter_types(self) -> tuple[str, ...]:
+    def parameter_types(self) -> tuple[cir.Pointer, ...]:
         types = []
         for inst, path in self.spec.inputs:
             types.append(self.lang.pointer(leaf_shape(inst, path).dtype, True))
         for inst, path in self.spec.outputs:
             types.append(self.lang.pointer(leaf_shape(inst, path).dtype, False))
         return tuple(types)
+
+    def kernel_parameters(self) -> list[cir.Parameter]:
+        """The kernel function's parameters, each with its role: an output the kernel may
+        update in place of an input (reading it first) is in-place."""
+        names = [*self.input_names, *self.output_names]
+        updated = {o for o, _ in self.in_place}
+        roles = [cir.Role.INPUT] * len(self.spec.inputs) + [
+            cir.Role.IN_PLACE if k in updated else cir.Role.OUTPUT
+            for k in range(len(self.spec.outputs))]
+        return [cir.Parameter(t, n, r)
+                for t, n, r in zip(self.parameter_types(), names, roles, strict=True)]
 
     def element(self, inst: Instruction, path: tuple[int, ...] = ()) -> Callable[[Index], Expr]:
         return lambda index: pick(self.em.value(inst, index), path)
@@ -188,14 +201,13 @@ class KernelEmitter(ReductionEmission):
             stmts.extend(section)
         stmts.extend(self.epilogue)
         types = self.parameter_types()
-        names = [*self.input_names, *self.output_names]
         small = self._is_small(self.options.small_kernel_elements)
-        qualifier = self.lang.kernel_qualifier + " " + (
-            self.lang.small_kernel_attribute if small else self.lang.no_jump_threading)
+        tuning = cir.Tuning.SMALL if small else cir.Tuning.VECTOR_LOOPS
         comment = kernel_comment(self.spec)
-        function = cir.Function("$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
-                                stmts, qualifier)
-        parts = "".join(self._render_part(part, types) for part in self.parts)
+        parameters = self.kernel_parameters()
+        function = cir.Function("$name", parameters, stmts, cir.Linkage.KERNEL, tuning)
+        self.function = function
+        parts = "".join(self._render_part(part, parameters) for part in self.parts)
         # Parallel parts take pointers as arguments: a kernel with parts is emitted again.
         retargetable = None
         if not self.parts and not self.layout_depends_on_aliasing:
@@ -320,14 +332,10 @@ class KernelEmitter(ReductionEmission):
 
     def _temporary(self, dtype: DType, count: int) -> str:
         name = self.body.fresh("t")
-        ctype = self.lang.storage_type(dtype)
-        size = cir.Binary("*", cir.Int(max(count, 1)), cir.call("sizeof", cir.TypeName(ctype)))
         # Its own memory: `restrict` spares the loops that write it run-time alias checks.
-        pointer_type = f"{ctype} *{self.lang.restrict}"
-        self.body.prologue.stmts.append(cir.Declare(
-            pointer_type, name, cir.Cast(f"{ctype} *", cir.call("malloc", size))))
-        self.body.prologue_names[name] = pointer_type
-        self.epilogue.append(cir.ExprStmt(cir.call("free", cir.Var(name))))
+        self.body.prologue.stmts.append(cir.Allocate(dtype, name, max(count, 1), restrict=True))
+        self.body.prologue_names[name] = self.lang.pointer(dtype, False)
+        self.epilogue.append(cir.Release(name))
         return name
 
     def operand_pointer(self, inst: Instruction) -> str:
@@ -366,8 +374,9 @@ class KernelEmitter(ReductionEmission):
                 f"%{inst.name}: {THREEFRY_TARGET} takes four u32 arrays of one shape and "
                 "returns two")
         pointers = [cir.Var(self.operand_pointer(o)) for o in inst.operands]
+        count = leaves[0].num_elements
         self.body.call("hlofuse_rt_threefry2x32", *pointers, cir.Var(targets[0]),
-                       cir.Var(targets[1]), cir.Int(leaves[0].num_elements))
+                       cir.Var(targets[1]), cir.Int(count), extent=max(count, 1))
 
     def _dot(self, inst: Instruction, target: str) -> None:
         lhs, rhs = inst.operands
@@ -386,8 +395,9 @@ class KernelEmitter(ReductionEmission):
         count = inst.shape.num_elements
         out = target if compute is result else self._temporary(compute, count)
         sizes = (batch, m, n, k, *a_strides, *b_strides)
+        # The routine shares the rows of every batch among its threads.
         self.body.call(self.lang.dot_routines[compute], cir.Var(a), cir.Var(b), cir.Var(out),
-                       *(cir.Int(x) for x in sizes))
+                       *(cir.Int(x) for x in sizes), extent=max(batch * m, 1))
         if out == target:
             return
         var = self.body.fresh("i")
@@ -465,7 +475,7 @@ def emit_aliased(previous: EmittedKernel, spec: KernelSpec, lang: Language,
     kept = previous.retargetable
     if kept is not None:
         renamed = {kept.input_names[i]: kept.output_names[o] for o, i in spec.aliased}
-        body = cir.LoadRetargeting(renamed).apply(kept.function.body)
+        body = LoadRetargeting(renamed).apply(kept.function.body)
         if body is not None:
             function = dataclasses.replace(kept.function, body=body)
             return dataclasses.replace(previous, code=lang.function(function),

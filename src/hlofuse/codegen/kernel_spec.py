@@ -81,7 +81,7 @@ class EmittedKernel:
     """A kernel's functions with its name left as $name (identical kernels share them)."""
 
     code: str  # its parallel parts, then the kernel function
-    parameter_types: tuple[str, ...]
+    parameter_types: tuple[cir.Pointer, ...]
     # (output argument, input argument) pairs whose buffers may be the same one: an in-place
     # dynamic-update-slice. The kernel copies the input first when they differ.
     in_place: tuple[tuple[int, int], ...]

@@ -64,7 +64,7 @@ class _LaneLinalg:
         self.inst = inst
         self.batch_parts = batch_parts
         self.dtype = inst.operands[0].dtype
-        self.ctype = em.lang.register_type(self.dtype)
+        self.register = em.lang.register_type(self.dtype)
 
     def read(self, operand: Instruction, row: int, column: int) -> Expr:
         index = Index(operand.shape.dims, None,
@@ -72,7 +72,7 @@ class _LaneLinalg:
         return self.em.array_value(operand, index)
 
     def let(self, expr: Expr) -> Expr:
-        return self.em.body.let(self.ctype, expr)
+        return self.em.body.let(self.register, expr)
 
     def minus_product(self, total: Expr, a: Expr, b: Expr) -> Expr:
         return self.let(Binary("-", total, self.let(Binary("*", a, b))))
@@ -103,10 +103,11 @@ class _LaneLinalg:
                 d = self.minus_product(d, factor[j, k], factor[j, k])
             failed = Binary("&&", Binary("==", status, lang.literal(DType.S32, 0)),
                             cir.Unary("!", Binary(">", d, zero)))
-            status = self.em.body.let("int32_t", cir.Select(failed, lang.literal(DType.S32, j + 1),
+            status = self.em.body.let(DType.S32, cir.Select(failed, lang.literal(DType.S32, j + 1),
                                                             status))
             root = self.let(lang.call_math("sqrt", self.dtype, d))
-            nan_root = self.em.body.let("int", Binary("||", nan_root, Binary("!=", root, root)))
+            nan_root = self.em.body.let(cir.Special.INT,
+                                        Binary("||", nan_root, Binary("!=", root, root)))
             factor[j, j] = root
             for i in range(j + 1, n):
                 x = source(i, j)
@@ -146,11 +147,11 @@ class _LaneLinalg:
             p: Expr = lang.literal(s32, j)
             for i in range(j + 1, m):
                 magnitude = self.abs(rows[i][j])
-                larger = self.em.body.let("int", Binary(">", magnitude, best))
+                larger = self.em.body.let(cir.Special.INT, Binary(">", magnitude, best))
                 best = self.let(cir.Select(larger, magnitude, best))
-                p = self.em.body.let("int32_t", cir.Select(larger, lang.literal(s32, i), p))
-            pivots[(j,)] = self.em.body.let("int32_t", Binary("+", p, lang.literal(s32, 1)))
-            picked = [self.em.body.let("int", Binary("==", p, lang.literal(s32, i)))
+                p = self.em.body.let(DType.S32, cir.Select(larger, lang.literal(s32, i), p))
+            pivots[(j,)] = self.em.body.let(DType.S32, Binary("+", p, lang.literal(s32, 1)))
+            picked = [self.em.body.let(cir.Special.INT, Binary("==", p, lang.literal(s32, i)))
                       for i in range(m)]
             # Row j and the pivot row trade places (no change when p == j).
             pivot_row = [self.pick(picked, [rows[i][c] for i in range(m)], j)
@@ -162,9 +163,9 @@ class _LaneLinalg:
             pivot = rows[j][j]
             failed = Binary("&&", Binary("==", pivot, zero),
                             Binary("==", status, lang.literal(s32, 0)))
-            status = self.em.body.let("int32_t",
+            status = self.em.body.let(DType.S32,
                                       cir.Select(failed, lang.literal(s32, j + 1), status))
-            nonzero = self.em.body.let("int", Binary("!=", pivot, zero))
+            nonzero = self.em.body.let(cir.Special.INT, Binary("!=", pivot, zero))
             for i in range(j + 1, m):
                 rows[i][j] = self.let(cir.Select(nonzero, self.divide(rows[i][j], pivot),
                                                  rows[i][j]))
@@ -188,25 +189,25 @@ class _LaneLinalg:
             raw = self.em.array_value(pivots, at)
             low = lang.literal(s32, 0)
             high = lang.literal(s32, m - 1)
-            p = self.em.body.let("int32_t", cir.Select(
+            p = self.em.body.let(DType.S32, cir.Select(
                 Binary("<", raw, low), low, cir.Select(Binary(">=", raw, lang.literal(s32, m)),
                                                        high, raw)))
-            picked = [self.em.body.let("int", Binary("==", p, lang.literal(s32, q)))
+            picked = [self.em.body.let(cir.Special.INT, Binary("==", p, lang.literal(s32, q)))
                       for q in range(m)]
-            moved = self.pick(picked, order, i, "int32_t")
+            moved = self.pick(picked, order, i, DType.S32)
             kept = order[i]
-            order = [self.em.body.let("int32_t", cir.Select(picked[q], kept,
+            order = [self.em.body.let(DType.S32, cir.Select(picked[q], kept,
                                                             moved if q == i else order[q]))
                      for q in range(m)]
         return {(q,): order[q] for q in range(m)}
 
     def pick(self, picked: list[Expr], values: list[Expr], default: int,
-             ctype: str | None = None) -> Expr:
+             register: DType | None = None) -> Expr:
         """values[p] where picked[i] says p == i (values[default] when none does)."""
         out = values[default]
         for i, value in enumerate(values):
             if i != default:
-                out = self.em.body.let(ctype or self.ctype, cir.Select(picked[i], value, out))
+                out = self.em.body.let(register or self.register, cir.Select(picked[i], value, out))
         return out
 
     def abs(self, x: Expr) -> Expr:
@@ -288,7 +289,7 @@ def _through_array(em: ElementalEmitter, inst: Instruction, leaf: int, inner: tu
                    elements: Elements, index: Index, batch: int) -> Expr:
     """A read at a computed position: the batch position's results in a local array."""
     dtype = inst.shape.leaves()[leaf].dtype
-    ctype = em.lang.register_type(dtype)
+    register = em.lang.register_type(dtype)
     key = Key(("lane-linalg-array", id(inst), leaf, *em.multi_of(index)[:batch]))
     # positions in row-major order, as `linear_of` counts them
     found = em.body.lookup(key)
@@ -296,12 +297,12 @@ def _through_array(em: ElementalEmitter, inst: Instruction, leaf: int, inner: tu
         name = found
     else:
         name = em.body.fresh("la")
-        em.body.declare(ctype, name, dims=(max(1, len(elements)),))
+        em.body.declare(register, name, dims=(max(1, len(elements)),))
         for q, position in enumerate(sorted(elements)):
             em.body.assign(cir.load(name, cir.Int(q)), elements[position])
         em.body.remember(key, name)
     position_index = Index(inner, None, em.multi_of(index)[batch:], None)
-    return em.body.let(ctype, cir.load(name, em.linear_of(position_index)))
+    return em.body.let(register, cir.load(name, em.linear_of(position_index)))
 
 
 def linalg_elemental(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:

@@ -147,9 +147,11 @@ class LoopEmission:
                         stack.enter_context(self.body.loop(var, lo, hi))
                     self._store_all(stores, indices, offsets, len(parts) == 1 and not in_prologue,
                                     group if unrolled is not None else None)
+        extent = 0  # iterations of the outermost loops shared among threads
         if parallel:
             stmts = self._parallel_part(stmts, spans, bound_names)
-        self._add_section(stmts, parallel, in_prologue)
+            extent = max(end - start for start, end in spans)
+        self._add_section(stmts, extent, in_prologue)
 
     def _store_all(self, stores: list[Store], indices: list[Index],
                    offsets: Callable[[Index], Expr] | None, whole: bool,
@@ -212,24 +214,25 @@ class LoopEmission:
             for t in (thread, cir.Binary("+", thread, cir.Int(1))):
                 shares.append(cir.add(start, cir.Binary(
                     "/", cir.Binary("*", cir.Int(count), t), threads)))
-        return [cir.Declare("int64_t", "hlofuse_t", cir.Var("HLOFUSE_THREAD"), const=True),
-                cir.Declare("int64_t", "hlofuse_nt", cir.Var("HLOFUSE_THREADS"), const=True),
+        return [cir.Declare(cir.INDEX, "hlofuse_t", cir.Var("HLOFUSE_THREAD"), const=True),
+                cir.Declare(cir.INDEX, "hlofuse_nt", cir.Var("HLOFUSE_THREADS"), const=True),
                 cir.ExprStmt(cir.Call(name, (*shares, *(cir.Var(a) for a in arguments))))]
 
-    def _render_part(self, part: Part, parameter_types: tuple[str, ...]) -> str:
-        names = [*self.input_names, *self.output_names]
-        parameters = [cir.Parameter("int64_t", b) for b in part.bounds]
-        parameters += [cir.Parameter(t, n) for t, n in zip(parameter_types, names)
-                       if n in part.used]
-        parameters += [cir.Parameter(t, n) for n, t in self.body.prologue_names.items()
-                       if n in part.used]
-        function = cir.Function(part.name, parameters, part.body,
-                                f"{self.lang.part_qualifier} {self.lang.no_jump_threading}")
+    def _render_part(self, part: Part, kernel_parameters: list[cir.Parameter]) -> str:
+        parameters = [cir.Parameter(cir.INDEX, b) for b in part.bounds]
+        parameters += [p for p in kernel_parameters if p.name in part.used]
+        # The kernel's locals the loop reads: its scratch arrays, and values.
+        parameters += [cir.Parameter(t, n, cir.Role.SCRATCH if isinstance(t, cir.Pointer)
+                                     else cir.Role.SCALAR)
+                       for n, t in self.body.prologue_names.items() if n in part.used]
+        function = cir.Function(part.name, parameters, part.body, cir.Linkage.PART,
+                                cir.Tuning.VECTOR_LOOPS)
         return self.lang.function(function) + "\n"
 
-    def _add_section(self, stmts: list[Stmt], parallel: bool, in_prologue: bool) -> None:
-        if parallel:
-            stmts = [cir.ParallelRegion(stmts)]
+    def _add_section(self, stmts: list[Stmt], extent: int, in_prologue: bool) -> None:
+        """`extent` > 0: a thread team shares that many iterations of the statements."""
+        if extent:
+            stmts = [cir.ParallelRegion(stmts, extent=extent)]
         if in_prologue:
             self.body.prologue.stmts.extend(stmts)
         else:

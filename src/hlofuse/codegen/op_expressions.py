@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Cast, Const, Expr, Select, Unary, call
-from hlofuse.codegen.language import Language, literal_float
+from hlofuse.codegen.language import Language, literal_float, signed_of, unsigned_of
 from hlofuse.codegen.reduce_precision import reduce_precision
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -36,14 +36,14 @@ def _wrapping(symbol: str) -> Handler:
         if dtype.is_pred:
             return Binary("|" if symbol == "+" else "&", x[0], x[1])
         wide = lang.wrap_type(dtype)
-        return Cast(lang.storage_type(dtype), Binary(symbol, Cast(wide, x[0]), Cast(wide, x[1])))
+        return Cast(dtype, Binary(symbol, Cast(wide, x[0]), Cast(wide, x[1])))
 
     return emit
 
 
 def _bitwise(symbol: str) -> Handler:
     def emit(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
-        return Cast(lang.storage_type(inst.dtype), Binary(symbol, x[0], x[1]))
+        return Cast(inst.dtype, Binary(symbol, x[0], x[1]))
 
     return emit
 
@@ -52,7 +52,7 @@ _NARROW = (DType.F16, DType.BF16)
 
 
 def _double(x: Expr) -> Expr:
-    return Cast("double", x)
+    return Cast(DType.F64, x)
 
 
 def _float_function(name: str) -> Handler:
@@ -191,7 +191,7 @@ def _extremum(is_max: bool) -> Handler:
     return emit
 
 
-def _zero_minus(wide: str, x: Expr) -> Expr:
+def _zero_minus(wide: DType, x: Expr) -> Expr:
     return Binary("-", Cast(wide, cir.Int(0)), Cast(wide, x))
 
 
@@ -203,7 +203,7 @@ def _abs(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         return x[0]
     wide = lang.wrap_type(dtype)
     negative = Binary("<", x[0], cir.Int(0))
-    return Cast(lang.storage_type(dtype), Select(negative, _zero_minus(wide, x[0]),
+    return Cast(dtype, Select(negative, _zero_minus(wide, x[0]),
                                                  Cast(wide, x[0])))
 
 
@@ -211,12 +211,12 @@ def _negate(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
     if dtype.is_float:
         return Unary("-", x[0])
-    return Cast(lang.storage_type(dtype), _zero_minus(lang.wrap_type(dtype), x[0]))
+    return Cast(dtype, _zero_minus(lang.wrap_type(dtype), x[0]))
 
 
 def _sign(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
-    ctype = lang.register_type(dtype)
+    register = lang.register_type(dtype)
     zero = cir.Int(0)
     if dtype.is_float:
         # XLA: copysign(x != 0, x) under DAZ, NaN kept: a subnormal gives a zero of its sign.
@@ -225,34 +225,34 @@ def _sign(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         return Select(Binary(">", flushed, zero), one,
                       Select(Binary("<", flushed, zero), Unary("-", one), flushed))
     if dtype.is_unsigned_int:
-        return Cast(ctype, Binary("!=", x[0], zero))
-    return Cast(ctype, Binary("-", Binary(">", x[0], zero), Binary("<", x[0], zero)))
+        return Cast(register, Binary("!=", x[0], zero))
+    return Cast(register, Binary("-", Binary(">", x[0], zero), Binary("<", x[0], zero)))
 
 
 def _not(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     if inst.dtype.is_pred:
-        return Cast("uint8_t", Unary("!", x[0]))
-    return Cast(lang.storage_type(inst.dtype), Unary("~", x[0]))
+        return Cast(DType.PRED, Unary("!", x[0]))
+    return Cast(inst.dtype, Unary("~", x[0]))
 
 
 def _popcnt(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
-    builtin = "__builtin_popcountll" if dtype.bits == 64 else "__builtin_popcount"
-    bits = Cast(lang.wrap_type(dtype), Cast(lang.unsigned_type(dtype), x[0]))
-    return Cast(lang.storage_type(dtype), call(builtin, bits))
+    wide = lang.wrap_type(dtype)
+    bits = Cast(wide, Cast(unsigned_of(dtype), x[0]))
+    return Cast(dtype, call(lang.bit_function("popcount", wide), bits))
 
 
 def _clz(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     dtype = inst.dtype
-    unsigned = Cast(lang.unsigned_type(dtype), x[0])
+    unsigned = Cast(unsigned_of(dtype), x[0])
     count: Expr
     if dtype.bits == 64:
-        count = call("__builtin_clzll", Cast("uint64_t", unsigned))
+        count = call(lang.bit_function("clz", DType.U64), Cast(DType.U64, unsigned))
     else:
-        count = Binary("-", call("__builtin_clz", Cast("uint32_t", unsigned)),
+        count = Binary("-", call(lang.bit_function("clz", DType.U32), Cast(DType.U32, unsigned)),
                        cir.Int(32 - dtype.bits))
     zero = Binary("==", x[0], cir.Int(0))
-    return Cast(lang.storage_type(dtype), Select(zero, cir.Int(dtype.bits), count))
+    return Cast(dtype, Select(zero, cir.Int(dtype.bits), count))
 
 
 def _shift(helper: str) -> Handler:
@@ -265,13 +265,13 @@ def _shift(helper: str) -> Handler:
         n = amount.value if isinstance(amount, cir.Const) and amount.dtype.is_integer else None
         if n is None or not 0 <= n < dtype.bits:
             return call(f"hlofuse_{helper}_{lang.type_tag(dtype)}", x[0], x[1])
-        ctype, unsigned = lang.storage_type(dtype), lang.unsigned_type(dtype)
+        unsigned = unsigned_of(dtype)
         if helper == "shl":
             wide = Cast(lang.wrap_type(dtype), Cast(unsigned, x[0]))
-            return Cast(ctype, Binary("<<", wide, cir.Int(int(n))))
+            return Cast(dtype, Binary("<<", wide, cir.Int(int(n))))
         if helper == "shrl":
-            return Cast(ctype, Binary(">>", Cast(unsigned, x[0]), cir.Int(int(n))))
-        return Cast(ctype, Binary(">>", Cast(lang.signed_type(dtype), x[0]), cir.Int(int(n))))
+            return Cast(dtype, Binary(">>", Cast(unsigned, x[0]), cir.Int(int(n))))
+        return Cast(dtype, Binary(">>", Cast(signed_of(dtype), x[0]), cir.Int(int(n))))
 
     return emit
 
@@ -288,10 +288,10 @@ def _compare(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         key = "hlofuse_total_key_d" if dtype is DType.F64 else "hlofuse_total_key_f"
         a, b = call(key, a), call(key, b)
     elif kind == "UNSIGNED" and dtype.is_signed_int:
-        a, b = Cast(lang.unsigned_type(dtype), a), Cast(lang.unsigned_type(dtype), b)
+        a, b = Cast(unsigned_of(dtype), a), Cast(unsigned_of(dtype), b)
     elif kind == "SIGNED" and dtype.is_unsigned_int:
-        a, b = Cast(lang.signed_type(dtype), a), Cast(lang.signed_type(dtype), b)
-    return Cast("uint8_t", Binary(symbol, a, b))
+        a, b = Cast(signed_of(dtype), a), Cast(signed_of(dtype), b)
+    return Cast(DType.PRED, Binary(symbol, a, b))
 
 
 def _select(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
@@ -305,7 +305,7 @@ def _clamp(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
 
 
 def _is_finite(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
-    return Cast("uint8_t", call("isfinite", x[0]))
+    return Cast(DType.PRED, call(lang.math("isfinite", inst.operands[0].dtype), x[0]))
 
 
 def _logistic(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
@@ -326,7 +326,8 @@ def _rsqrt(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
     if inst.dtype is DType.F64:
         return Binary("/", one, lang.call_math("sqrt", DType.F64, x[0]))
     operand = _double(call("hlofuse_daz_f", x[0]) if inst.dtype is DType.F32 else x[0])
-    return lang.from_double(inst.dtype, Binary("/", one, call("sqrt", operand)))
+    return lang.from_double(inst.dtype,
+                            Binary("/", one, call(lang.math("sqrt", DType.F64), operand)))
 
 
 def _erf(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
@@ -341,23 +342,23 @@ def _erf(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
 def convert_expression(lang: Language, source: DType, target: DType, x: Expr) -> Expr:
     """XLA's convert: float->int saturates with NaN->0; ->pred is != 0; exact f16/bf16 rounding."""
     if target is DType.PRED:
-        return Cast("uint8_t", Binary("!=", x, cir.Int(0)))
+        return Cast(DType.PRED, Binary("!=", x, cir.Int(0)))
     if target.is_integer:
         if source.is_float:
             return call(f"hlofuse_sat_{lang.type_tag(target)}", _double(x))
-        return Cast(lang.storage_type(target), x)
+        return Cast(target, x)
     if target is DType.F64:
         return _double(x)
     if target is DType.F32:
-        return Cast("float", x)
+        return Cast(DType.F32, x)
     if target is DType.F16:
         if source is DType.F64:
             return call("hlofuse_f16_to_f32", call("hlofuse_f64_to_f16", x))
-        return call("hlofuse_round_f16", Cast("float", x))
+        return call("hlofuse_round_f16", Cast(DType.F32, x))
     # bf16: the reference goes through f64 and then f32 for integers, through f32 for floats.
     if source.is_integer and source.bits == 64:
-        return call("hlofuse_round_bf16", Cast("float", _double(x)))
-    return call("hlofuse_round_bf16", Cast("float", x))
+        return call("hlofuse_round_bf16", Cast(DType.F32, _double(x)))
+    return call("hlofuse_round_bf16", Cast(DType.F32, x))
 
 
 def _convert(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
@@ -368,7 +369,7 @@ def bits_of(lang: Language, dtype: DType, x: Expr) -> Expr:
     """The bits of a register-form value, in the unsigned type of its width."""
     if dtype.is_float and dtype.bits >= 32:
         return call(f"hlofuse_f{dtype.bits}_bits", x)
-    return Cast(lang.unsigned_type(dtype), lang.to_storage(dtype, x))
+    return Cast(unsigned_of(dtype), lang.to_storage(dtype, x))
 
 
 def from_bits(lang: Language, dtype: DType, bits: Expr) -> Expr:
@@ -379,7 +380,7 @@ def from_bits(lang: Language, dtype: DType, bits: Expr) -> Expr:
     such a denormal while compiling, in IEEE arithmetic, where the kernel's DAZ reads zero.
     An f16 is widened to a normal f32 and needs no such care."""
     if dtype is DType.PRED:
-        return Cast("uint8_t", Binary("!=", bits, cir.Int(0)))
+        return Cast(DType.PRED, Binary("!=", bits, cir.Int(0)))
     if dtype is DType.F32:
         return call("hlofuse_f32_from_unseen_bits", bits)
     if dtype is DType.F64:
@@ -388,7 +389,7 @@ def from_bits(lang: Language, dtype: DType, bits: Expr) -> Expr:
         return call("hlofuse_f16_to_f32", bits)
     if dtype is DType.BF16:
         return call("hlofuse_bf16_from_unseen_bits", bits)
-    return Cast(lang.storage_type(dtype), bits)
+    return Cast(dtype, bits)
 
 
 def _bitcast_convert(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
@@ -402,7 +403,7 @@ def bitcast_piece(lang: Language, source: DType, target: DType, x: Expr, k: Expr
     shift = cir.mul(k, target.bits) if not cir.is_zero(k) else None
     wide = Cast(lang.wrap_type(source), bits_of(lang, source, x))
     shifted = wide if shift is None else Binary(">>", wide, shift)
-    return from_bits(lang, target, Cast(lang.unsigned_type(target), shifted))
+    return from_bits(lang, target, Cast(unsigned_of(target), shifted))
 
 
 def bitcast_joined(lang: Language, source: DType, target: DType, pieces: list[Expr]) -> Expr:
@@ -415,7 +416,7 @@ def bitcast_joined(lang: Language, source: DType, target: DType, pieces: list[Ex
             part = Binary("<<", part, cir.Int(k * source.bits))
         joined = part if joined is None else Binary("|", joined, part)
     assert joined is not None
-    return from_bits(lang, target, Cast(lang.unsigned_type(target), joined))
+    return from_bits(lang, target, Cast(unsigned_of(target), joined))
 
 
 ELEMENTWISE: dict[Op, Handler] = {

@@ -7,16 +7,18 @@ from __future__ import annotations
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Cast, Expr, Select
 from hlofuse.codegen.emitter_types import UnsupportedInstruction
-from hlofuse.codegen.language import Language
+from hlofuse.codegen.language import Language, unsigned_of
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 
 # (exponent bits, mantissa bits, total bits) of the register forms bits are taken from.
 _LAYOUT = {DType.F16: (5, 10, 16), DType.F32: (8, 23, 32), DType.F64: (11, 52, 64)}
+_WIDTH = {16: DType.F16, 32: DType.F32, 64: DType.F64}
 
 
 def _u(value: int, bits: int) -> Expr:
-    return Cast(f"uint{bits}_t", cir.Int(value) if value < 2**63 else cir.Int(value - 2**64))
+    literal = cir.Int(value) if value < 2**63 else cir.Int(value - 2**64)
+    return Cast(unsigned_of(_WIDTH[bits]), literal)
 
 
 def reduce_precision(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
@@ -44,7 +46,7 @@ def reduce_precision(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
                       _u((1 << (shift - 1)) - 1, total))
         truncation = (~(last_bit - 1)) & ((1 << total) - 1)
         bits = Binary("&", Binary("+", bits, bias), _u(truncation, total))
-        bits = Cast(f"uint{total}_t", bits)
+        bits = Cast(unsigned_of(_WIDTH[total]), bits)
     if exponent_bits < src_exponent:
         sign = _u(1 << (total - 1), total)
         exponent_mask = ((1 << src_exponent) - 1) << src_mantissa
@@ -57,7 +59,7 @@ def reduce_precision(lang: Language, inst: Instruction, x: list[Expr]) -> Expr:
         signed_zero = Binary("&", bits, sign)
         bits = Select(overflow, Binary("|", signed_zero, _u(exponent_mask, total)),
                       Select(underflow, signed_zero, bits))
-        bits = Cast(f"uint{total}_t", bits)
+        bits = Cast(unsigned_of(_WIDTH[total]), bits)
     result: Expr = (cir.call("hlofuse_f16_to_f32", bits) if register is DType.F16
                     else cir.call(f"hlofuse_f{total}_from_bits", bits))
     is_nan = Binary("!=", value, value)

@@ -124,7 +124,7 @@ class ReductionEmission(LoopEmission):
             stmts: list[Stmt] = []
             with self.body.section(stmts):
                 self._reduce_rows(r, pointers, out_dims, extent, in_dims, reduced, targets)
-            self._add_section(stmts, False, in_prologue)
+            self._add_section(stmts, 0, in_prologue)
 
     def _reduce_rows(self, r: Instruction, pointers: list[str], out_dims: tuple[int, ...],
                      extent: int, in_dims: tuple[int, ...], reduced: tuple[int, ...],
@@ -144,7 +144,7 @@ class ReductionEmission(LoopEmission):
             if plan.pairwise and reduction_order(in_dims, reduced) == "pairwise":
                 width = "f64" if r.dtype is DType.F64 else "f32"
                 start = cir.Binary("+", cir.Var(pointers[0]), row)
-                total = body.let("double" if width == "f64" else "float",
+                total = body.let(DType.F64 if width == "f64" else DType.F32,
                                  cir.call(f"hlofuse_pairwise_{width}", start, cir.Int(extent)))
                 results = em.apply_reducer(r.calls[0], [em.scalar(inits[0])], [total])
             else:
@@ -223,7 +223,7 @@ class ReductionEmission(LoopEmission):
             outer_how = cir.Loop(parallel=True, collapse=2) if parallel else cir.SEQUENTIAL
             with body.loop(o, 0, outer, outer_how), body.loop(b, 0, inner, step=block):
                 block_end = cir.Binary("+", vb, cir.Int(block))
-                end = body.let("int64_t", cir.Select(cir.Binary("<", block_end, cir.Int(inner)),
+                end = body.let(cir.INDEX, cir.Select(cir.Binary("<", block_end, cir.Int(inner)),
                                                      block_end, cir.Int(inner)))
                 row = em.index_let(cir.mul(vo, inner))
                 initial = lang.to_storage(dtype, em.scalar(init))
@@ -238,4 +238,4 @@ class ReductionEmission(LoopEmission):
                                                                         element))
                     new = em.apply_reducer(inst.calls[0], [acc], [x])[0]
                     body.assign(cir.load(pointer, element), lang.to_storage(dtype, new))
-        self._add_section(stmts, parallel, False)
+        self._add_section(stmts, outer if parallel else 0, False)  # threads share `o`

@@ -60,7 +60,7 @@ class Accumulation:
     order. Without -ffast-math nothing is reassociated.
     """
 
-    ctype: str
+    register: DType
     simd_op: str | None = None
     identity: Expr | None = None  # start here and apply the initial value last
     pairwise: bool = False  # an f32/f64 sum: NumPy's pairwise order when rows are contiguous
@@ -72,17 +72,17 @@ def accumulation(em: ElementalEmitter, reducer: Computation, dtype: DType, count
     """How a reduce of `count` arrays of `dtype` over `extent` elements per result
     accumulates."""
     op = simple_reducer(reducer)
-    ctype = em.lang.register_type(dtype)
+    register = em.lang.register_type(dtype)
     if count != 1 or op is None or in_index_order(op, dtype, extent):
-        return Accumulation(ctype, op=op)
+        return Accumulation(register, op=op)
     if op in _SIMD_REDUCTIONS and (dtype.is_integer or dtype.is_pred):
-        return Accumulation(ctype, _SIMD_REDUCTIONS[op], op=op)
+        return Accumulation(register, _SIMD_REDUCTIONS[op], op=op)
     start = identity(op, dtype) if dtype.is_float and op in _FROM_IDENTITY else None
     if start is not None:
         start_value = em.lang.literal(dtype, float(start))
         pairwise = op is Op.ADD and dtype in (DType.F32, DType.F64)
-        return Accumulation(ctype, None, start_value, pairwise, op)
-    return Accumulation(ctype, op=op)
+        return Accumulation(register, None, start_value, pairwise, op)
+    return Accumulation(register, op=op)
 
 
 def reduction_order(in_dims: tuple[int, ...], dimensions: tuple[int, ...]) -> str:

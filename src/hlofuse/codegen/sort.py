@@ -80,12 +80,12 @@ def _order_key(lang_dtype: DType, value: Expr) -> Expr:
     """A signed integer ordered as the float total order of `value` (integers by value)."""
     if lang_dtype is DType.U64:
         # u64 above 2^63 would wrap negative: flip the top bit, which keeps the order.
-        flipped = Binary("^", Cast("uint64_t", value), cir.Const(DType.U64, 1 << 63))
-        return Cast("int64_t", flipped)
+        flipped = Binary("^", Cast(DType.U64, value), cir.Const(DType.U64, 1 << 63))
+        return Cast(DType.S64, flipped)
     if not lang_dtype.is_float:
-        return Cast("int64_t", value)
-    wide = Cast("double", value)
-    bits = Cast("int64_t", cir.call("hlofuse_f64_bits", wide))
+        return Cast(DType.S64, value)
+    wide = Cast(DType.F64, value)
+    bits = Cast(DType.S64, cir.call("hlofuse_f64_bits", wide))
     # Negative floats order in reverse of their bits: flip all but the sign.
     return Select(Binary("<", bits, cir.Int(0)),
                   Binary("^", bits, cir.Int(0x7FFFFFFFFFFFFFFF)), bits)
@@ -106,18 +106,18 @@ def emit_topk(k: KernelEmitter, inst: Instruction, targets: list[str]) -> None:
     values, positions = targets
     out_dims = (*dims[:-1], count)
     row, i, j = k.body.fresh("r"), k.body.fresh("i"), k.body.fresh("j")
-    index_ctype = em.lang.storage_type(DType.S32)
+    index_type = DType.S32
     with k.body.loop(row, 0, rows):
         # Insertion into the row's k best so far, kept in order in the outputs.
-        filled = k.body.variable("int64_t", "n", cir.Int(0))
+        filled = k.body.variable(cir.INDEX, "n", cir.Int(0))
         with k.body.loop(i, 0, length):
             with k.body.cache_scope():
                 em._no_hoist += 1
                 try:
                     source = em.index_let(cir.add(cir.mul(cir.Var(row), length), cir.Var(i)))
                     x = em.array_value(operand, _at(dims, source))
-                    key = k.body.let("int64_t", _order_key(operand.dtype, x), "key")
-                    place = k.body.variable("int64_t", "p", filled)
+                    key = k.body.let(cir.INDEX, _order_key(operand.dtype, x), "key")
+                    place = k.body.variable(cir.INDEX, "p", filled)
                     out_base = em.index_let(cir.mul(cir.Var(row), count))
                     # Move worse elements right; equal keys stay ahead (stable).
                     with k.body.loop(j, 0, cir.Var(filled.name)):
@@ -138,7 +138,7 @@ def emit_topk(k: KernelEmitter, inst: Instruction, targets: list[str]) -> None:
                     with k.body.if_(Binary("<", place, cir.Int(count))):
                         to = cir.add(out_base, place)
                         k.body.assign(cir.load(values, to), em.lang.to_storage(operand.dtype, x))
-                        k.body.assign(cir.load(positions, to), Cast(index_ctype, cir.Var(i)))
+                        k.body.assign(cir.load(positions, to), Cast(index_type, cir.Var(i)))
                     with k.body.if_(Binary("<", filled, cir.Int(count))):
                         k.body.assign(filled, Binary("+", filled, cir.Int(1)))
                 finally:

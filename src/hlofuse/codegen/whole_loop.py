@@ -183,6 +183,11 @@ class WholeLoopEmitter(BlockEmission):
                          if d.per_lane or plan.elements_per_env(i) <= LOOPED_ELEMENTS}
         self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
         self.speculative = speculative_math(plan, UNROLL_ELEMENTS, self.small_math)
+        self.function: cir.Function | None = None  # the kernel's IR, once emitted
+        # The local arrays lane code reads, by name: each lane input's table (its index in
+        # plan.lane_inputs) and each per-lane element's state (its element of the loop state).
+        self.tables: dict[str, int] = {}
+        self.state_arrays: dict[str, int] = {}
 
     def _reserve_names(self) -> None:
         elements = len(self.loop.shape.elements)
@@ -212,7 +217,7 @@ class WholeLoopEmitter(BlockEmission):
         # Both emitters write into the same body; either computes the position.
         return lambda index: self.uniform_em.load(dtype, cir.Var(pointer), index)
 
-    def parameter_types(self) -> tuple[str, ...]:
+    def parameter_types(self) -> tuple[cir.Pointer, ...]:
         # Pointers that may name the same memory lose `restrict`; once the runtime says which
         # do (`aliased`), those are read through one pointer and every pointer keeps it.
         shared = [] if self.spec.aliased else self.in_place
@@ -244,11 +249,11 @@ class WholeLoopEmitter(BlockEmission):
         self._declare_uniform_state()
         self._declare_tables()
         self._declare_partials()
-        body.declare("int64_t", "steps", cir.Int(0))
-        body.declare("int", "finished", cir.Int(0))
+        body.declare(cir.INDEX, "steps", cir.Int(0))
+        body.declare(cir.Special.INT, "finished", cir.Int(0))
         count, chunk = cir.Var("count"), cir.Var("chunk")
         with body.loop("chunk", 0, None):
-            body.declare("int64_t", "count", cir.Int(0))
+            body.declare(cir.INDEX, "count", cir.Int(0))
             with body.while_(Binary("<", count, cir.Int(self.chunk))):
                 self._uniform_step()
                 body.assign(count, cir.Int(1), "+=")
@@ -264,15 +269,32 @@ class WholeLoopEmitter(BlockEmission):
 
     def _kernel(self) -> EmittedKernel:
         types = self.parameter_types()
-        names = [*self.inputs, *self.outputs]
         comment = (f"{sanitize(self.spec.label)}: whole loop {sanitize(self.loop.name)}, "
                    f"{self.n} lanes in {self.blocks} blocks of {self.lanes} lanes")
-        function = cir.Function(
-            "$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
-            self.body.prologue.stmts,
-            f"{self.lang.kernel_qualifier} {self.lang.whole_loop_attribute}")
-        return EmittedKernel(self.lang.function(function), types, tuple(self.in_place), comment,
-                             False, FusionKind.CUSTOM)
+        self.function = cir.Function(
+            "$name", self._parameters(types), self.body.prologue.stmts,
+            cir.Linkage.KERNEL, cir.Tuning.WHOLE_LOOP)
+        return EmittedKernel(self.lang.function(self.function), types, tuple(self.in_place),
+                             comment, False, FusionKind.CUSTOM)
+
+    def _parameters(self, types: tuple[cir.Pointer, ...]) -> list[cir.Parameter]:
+        """The kernel's parameters with their roles and, for an array holding the lanes' values
+        (a per-lane or streamed element's initial value and output), its lane dimension."""
+        laned = {*self.plan.per_env, *(s.element for s in self.plan.streamed)}
+        element_lane_dim = {i: self.plan.lane_dims.get(i, 0) for i in laned}
+        argument = {id(inst): k for k, (inst, path) in enumerate(self.spec.inputs) if not path}
+        input_lane_dim: dict[int, int] = {}
+        for i, value in enumerate(self.init):
+            if i in element_lane_dim and id(value) in argument:
+                input_lane_dim.setdefault(argument[id(value)], element_lane_dim[i])
+        updated = {o for o, _ in self.in_place}
+        parameters = [cir.Parameter(types[k], name, cir.Role.INPUT, input_lane_dim.get(k))
+                      for k, name in enumerate(self.inputs)]
+        for k, name in enumerate(self.outputs):
+            role = cir.Role.IN_PLACE if k in updated else cir.Role.OUTPUT
+            parameters.append(cir.Parameter(types[len(self.inputs) + k], name, role,
+                                            element_lane_dim.get(k)))
+        return parameters
 
     # --- declarations -----------------------------------------------------------------------
 
@@ -280,29 +302,30 @@ class WholeLoopEmitter(BlockEmission):
         for i in self.plan.uniform:
             shape = self.loop.shape.elements[i]
             count = max(1, shape.num_elements)
-            self.body.declare(self._ctype(shape.dtype), f"u{i}", dims=(count,))
+            self.body.declare(self._register_type(shape.dtype), f"u{i}", dims=(count,))
             self._each_element(self.uniform_em, self.init[i], store_at(f"u{i}"))
 
     def _declare_tables(self) -> None:
         for k, inst in enumerate(self.plan.lane_inputs):
             count = self.chunk * max(1, inst.shape.num_elements)
-            self.body.declare(self._ctype(inst.dtype), f"tab{k}", dims=(count,))
+            # Every row up to the chunk's step count is written before the lanes read one.
+            self.body.declare(self._register_type(inst.dtype), f"tab{k}", dims=(count,),
+                              speculable=True)
+            self.tables[f"tab{k}"] = k
         for i in self.recorded:
             shape = self.loop.shape.elements[i]
             count = self.chunk * max(1, shape.num_elements)
-            self.body.declare(self._ctype(shape.dtype), f"ust{i}", dims=(count,))
+            self.body.declare(self._register_type(shape.dtype), f"ust{i}", dims=(count,))
 
     def _declare_partials(self) -> None:
         """Per block partial results of each accumulator, and its initial value: read now,
         since an output may share its buffer with it."""
         for k, acc in enumerate(self.plan.accumulators):
-            ctype = self._ctype(acc.combines[-1].dtype)
+            register = self._register_type(acc.combines[-1].dtype)
             initial = self.uniform_em.scalar(self.init[acc.element])
-            self.body.declare(ctype, f"init{k}", initial, const=True)
+            self.body.declare(register, f"init{k}", initial, const=True)
             identity = self.uniform_em.scalar(acc.identity)
-            size = Binary("*", cir.Int(self.blocks), cir.call("sizeof", cir.TypeName(ctype)))
-            self.body.declare(f"{ctype} *", f"part{k}",
-                              cir.Cast(f"{ctype} *", cir.call("malloc", size)))
+            self.body.emit(cir.Allocate(register, f"part{k}", self.blocks))
             self._copy_loop(self.blocks, copy(store_at(f"part{k}"), constant(identity)))
         self._declare_step_partials()
 
@@ -325,7 +348,7 @@ class WholeLoopEmitter(BlockEmission):
             position = em.linear_of(index) if index.dims else cir.Int(0)
             if offset is not None:
                 position = Binary("+", offset, position)
-            return self.body.let(self._ctype(dtype), cir.load(array, position))
+            return self.body.let(self._register_type(dtype), cir.load(array, position))
 
         return read
 
@@ -353,7 +376,7 @@ class WholeLoopEmitter(BlockEmission):
                                                   em.array_value(value, index)))
                     continue
                 # A large uniform array: computed into a copy first, the old one is still read.
-                body.declare(self._ctype(shape.dtype), f"nu{i}", dims=(shape.num_elements,))
+                body.declare(self._register_type(shape.dtype), f"nu{i}", dims=(shape.num_elements,))
                 self._each_element(em, value, store_at(f"nu{i}"))
                 commits.append(cir.ExprStmt(cir.call(
                     "memcpy", cir.Var(f"u{i}"), cir.Var(f"nu{i}"),
@@ -402,6 +425,13 @@ class WholeLoopEmitter(BlockEmission):
     # --- phase 3: the end -------------------------------------------------------------------
 
     def _finish(self) -> None:
+        """Once every block is done: the uniform state to its outputs, the blocks' partial
+        results combined."""
+        after = cir.AfterAll()
+        with self.body.nested(after, after.body):
+            self._outputs_after_all()
+
+    def _outputs_after_all(self) -> None:
         body, em = self.body, self.uniform_em
         for i in self.plan.uniform:
             shape = self.loop.shape.elements[i]
@@ -412,11 +442,11 @@ class WholeLoopEmitter(BlockEmission):
         for k, acc in enumerate(self.plan.accumulators):
             i = acc.element
             dtype = self.loop.shape.elements[i].dtype
-            total = body.variable(self._ctype(dtype), "total", cir.Var(f"init{k}"))
+            total = body.variable(self._register_type(dtype), "total", cir.Var(f"init{k}"))
             with body.if_(Binary(">", cir.Var("steps"), cir.Int(0))):
                 with body.loop("b", 0, self.blocks):
                     part = cir.load(f"part{k}", cir.Var("b"))
                     body.assign(total, em.apply_reducer(acc.reducer, [total], [part])[0])
             body.assign(cir.load(self.outputs[i], cir.Int(0)), self.lang.to_storage(dtype, total))
-            body.call("free", cir.Var(f"part{k}"))
+            body.emit(cir.Release(f"part{k}"))
         self._finish_step_reductions()

@@ -67,32 +67,34 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         # machine is busy and a thread waits for a core at the barrier.
         work = Binary(">=", Binary("*", cir.Var("count"), cir.Int(self.n)),
                       cir.Int(PARALLEL_MIN_ENV_STEPS))
-        region = cir.ParallelRegion([], work)
+        region = cir.ParallelRegion([], work, extent=self.blocks)
         with body.nested(region, region.body):
             with body.loop("b", 0, self.blocks, cir.Loop(parallel=True)):
                 self._block()
 
     def _block(self) -> None:
         body, lanes = self.body, self.lanes
-        body.declare("int", "valid", self._valid_lanes(), const=True)
-        body.emit(cir.ExprStmt(cir.Cast("void", cir.Var("valid"))))
+        body.declare(cir.Special.INT, "valid", self._valid_lanes(), const=True)
+        body.emit(cir.ExprStmt(cir.Cast(cir.Special.VOID, cir.Var("valid"))))
         for i in self.plan.per_env:
-            body.declare(self._ctype(self._shape(i).dtype), f"s{i}",
-                         dims=(self.plan.elements_per_env(i), lanes))
+            # Every position of the lanes' state holds its value for the whole step.
+            body.declare(self._register_type(self._shape(i).dtype), f"s{i}",
+                         dims=(self.plan.elements_per_env(i), lanes), speculable=True)
+            self.state_arrays[f"s{i}"] = i
             if self._looped(i):  # the step's new values, until every value is computed
-                body.declare(self._ctype(self._shape(i).dtype), f"n{i}",
+                body.declare(self._register_type(self._shape(i).dtype), f"n{i}",
                              dims=(self.plan.elements_per_env(i), lanes))
             if self.speculative:  # the state the step started with, should it run again
-                body.declare(self._ctype(self._shape(i).dtype), f"o{i}",
+                body.declare(self._register_type(self._shape(i).dtype), f"o{i}",
                              dims=(self.plan.elements_per_env(i), lanes))
         self._declare_staging()
         self._load_block()
         for k, acc in enumerate(self.plan.accumulators):
             identity = self.lane_em.scalar(acc.identity)
-            body.declare(self._ctype(acc.combines[-1].dtype), f"acc{k}", dims=(lanes,))
+            body.declare(self._register_type(acc.combines[-1].dtype), f"acc{k}", dims=(lanes,))
             if self.speculative:
-                body.declare(self._ctype(acc.combines[-1].dtype), f"oacc{k}", dims=(lanes,))
-            with body.loop("l", 0, lanes, ctype="int"):
+                body.declare(self._register_type(acc.combines[-1].dtype), f"oacc{k}", dims=(lanes,))
+            with body.loop("l", 0, lanes, counter=cir.Special.INT):
                 body.assign(cir.load(f"acc{k}", L), identity)
         self._declare_step_lane_values()
         self._declare_small_argument_values()
@@ -104,7 +106,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         """The block's state: the initial values in the first chunk, the outputs after."""
         body = self.body
         with body.if_else(Binary("==", cir.Var("chunk"), cir.Int(0))) as (first, later):
-            with first, body.loop("l", 0, self.lanes, ctype="int"):
+            with first, body.loop("l", 0, self.lanes, counter=cir.Special.INT):
                 self._declare_env()
                 for i in self.plan.per_env:
                     if self._looped(i):
@@ -116,7 +118,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
                         value = self.uniform_em.array_value(self.init[i], index)
                         body.assign(cir.load(f"s{i}", cir.Int(k), L), value)
                 self._initial_streamed()
-            with later, body.loop("l", 0, self.lanes, ctype="int"):
+            with later, body.loop("l", 0, self.lanes, counter=cir.Special.INT):
                 self._declare_env()
                 for i in self.plan.per_env:
                     shape = self._shape(i)
@@ -151,7 +153,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         saved += [(f"oacc{k}", f"acc{k}") for k in range(len(self.plan.accumulators))]
         for copy_to, copy_from in saved:
             body.emit(_memcpy(copy_to, copy_from))
-        beyond = body.declare("int", "beyond", cir.Int(0))
+        beyond = body.declare(cir.Special.INT, "beyond", cir.Int(0))
         for inst, form in self.speculative:
             self.lane_em.bindings[id(inst)] = self._speculative_reader(inst, form, beyond)
         self._main_lane_loop(masks, cir.Loop(reduction=("|", beyond.name)))
@@ -232,8 +234,8 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
     def _store_block(self) -> None:
         body = self.body
         valid = cir.Var("valid")
-        with body.loop("l", 0, valid, ctype="int"):
-            body.declare("int64_t", "e", Binary("+", Binary("*", B, cir.Int(self.lanes)), L),
+        with body.loop("l", 0, valid, counter=cir.Special.INT):
+            body.declare(cir.INDEX, "e", Binary("+", Binary("*", B, cir.Int(self.lanes)), L),
                          const=True)
             for i in self.plan.per_env:
                 shape = self._shape(i)
@@ -244,9 +246,9 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
                 self._copy_loop(per_env, copy(store_through(target, position),
                                               element_of(f"s{i}", lane=True), storage))
         for k, acc in enumerate(self.plan.accumulators):
-            partial = body.variable(self._ctype(acc.combines[-1].dtype), "p",
+            partial = body.variable(self._register_type(acc.combines[-1].dtype), "p",
                                     cir.load(f"part{k}", B))
-            with body.loop("l", 0, valid, ctype="int"):
+            with body.loop("l", 0, valid, counter=cir.Special.INT):
                 combined = self.lane_em.apply_reducer(acc.reducer, [partial],
                                                       [cir.load(f"acc{k}", L)])[0]
                 body.assign(partial, combined)

@@ -9,6 +9,7 @@ from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.emitter_types import Index, expr_of
 from hlofuse.codegen.whole_loop_elements import L
 from hlofuse.codegen.whole_loop_lane_code import SIMD, LaneCode
+from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 
 # Lanes per simd loop computing the deferred operands of the listed lanes (one 64-byte vector
@@ -29,7 +30,7 @@ class DeferredLanes(LaneCode):
                     masks[key] = f"m{len(masks)}"
                     # 32-bit, as the floats stored beside them: a byte array would make gcc
                     # vectorise the whole loop at 16 bytes per vector
-                    self.body.declare("int32_t", masks[key], dims=(self.lanes,))
+                    self.body.declare(DType.S32, masks[key], dims=(self.lanes,))
         return masks
 
     def _deferred_lane_loop(self, masks: dict[tuple[object, ...], str]) -> None:
@@ -103,7 +104,7 @@ class DeferredLanes(LaneCode):
         for test in groups:
             any_test = test if any_test is None else Binary("|", any_test, test)
         assert any_test is not None
-        pending = body.declare("int", "pending", cir.Int(0))
+        pending = body.declare(cir.Special.INT, "pending", cir.Int(0))
         with self._lane_loop(cir.Loop(reduction=("|", "pending"))):
             body.assign(pending, any_test, "|=")
         with body.if_(pending):
@@ -112,19 +113,19 @@ class DeferredLanes(LaneCode):
     def _deferred_listed(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]],
                          any_test: Expr) -> None:
         body, em = self.body, self.lane_em
-        picked = body.declare("int", "picked", cir.Int(0))
-        body.declare("int32_t", "pick", dims=(self.lanes,))
-        with body.loop("l", 0, self.lanes, ctype="int"):
+        picked = body.declare(cir.Special.INT, "picked", cir.Int(0))
+        body.declare(DType.S32, "pick", dims=(self.lanes,))
+        with body.loop("l", 0, self.lanes, counter=cir.Special.INT):
             body.assign(cir.load("pick", picked), L)
             body.assign(picked, cir.Binary("!=", any_test, cir.Int(0)), "+=")
         width = min(DEFERRED_VECTOR, self.lanes)
         first, offset = body.fresh("k"), body.fresh("k")
-        with body.loop(first, 0, picked, ctype="int", step=width), \
-                body.loop(offset, 0, width, SIMD, ctype="int"):
+        with body.loop(first, 0, picked, counter=cir.Special.INT, step=width), \
+                body.loop(offset, 0, width, SIMD, counter=cir.Special.INT):
             listed = Binary("+", cir.Var(first), cir.Var(offset))
             last = Binary("-", picked, cir.Int(1))
-            body.declare("int", "l", cir.load("pick", cir.Select(Binary("<", listed, picked),
-                                                                  listed, last)), const=True)
+            body.declare(cir.Special.INT, "l", cir.load(
+                "pick", cir.Select(Binary("<", listed, picked), listed, last)), const=True)
             self._declare_env()
             # With one predicate every listed lane picks: stores, no blends.
             blended = len(groups) > 1

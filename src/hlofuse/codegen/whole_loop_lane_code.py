@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Callable, Iterator
 
 from hlofuse.analysis.parallel_loop import LoopPlan
@@ -58,8 +57,14 @@ class LaneCode:
     deferred: dict[int, Deferred]
     small_math: list[tuple[Instruction, mathlib.SmallArgumentForm]]
     speculative: list[tuple[Instruction, mathlib.SmallArgumentForm]]
+    # The local arrays lane code reads, by name: each lane input's table (its index in
+    # plan.lane_inputs) and each per-lane element's state (its element of the loop state).
+    # Which arrays loads may read speculatively is stated where they are declared
+    # (`speculable`, collected in `body.speculable`).
+    tables: dict[str, int]
+    state_arrays: dict[str, int]
 
-    def _ctype(self, dtype: DType) -> str:
+    def _register_type(self, dtype: DType) -> DType:
         return self.lang.register_type(dtype)
 
     def _copy_loop(self, count: int, stmt: Callable[[Expr], Stmt]) -> None:
@@ -115,12 +120,15 @@ class LaneCode:
         """A loop over the positions of the lane's part of a looped element; what every
         position computes alike moves in front of it."""
         var = self.body.fresh("q")
-        with self.body.loop(var, 0, self.plan.elements_per_env(element), how, ctype="int"):
+        with self.body.loop(var, 0, self.plan.elements_per_env(element), how,
+                            counter=cir.Special.INT):
             yield cir.Var(var), self._lane_index_at(element, cir.Var(var))
         stmts = self.body.scope.stmts
         loop = stmts.pop()
         assert isinstance(loop, cir.For)
-        stmts += hoist_invariants(loop, _read_only_in_steps)
+        # What moves out of a branch reads only arrays whose every position holds a value in
+        # every step (declared speculable: the step's tables, the state, the math values).
+        stmts += hoist_invariants(loop, self.body.speculable.__contains__)
         stmts.append(loop)
 
     def _position(self, element: int, q: Expr) -> Expr:
@@ -153,7 +161,7 @@ class LaneCode:
                                              Binary("-", valid, cir.Int(1))))
 
     def _declare_env(self) -> None:
-        self.body.declare("int64_t", "e", self._env_of_lane(), const=True)
+        self.body.declare(cir.INDEX, "e", self._env_of_lane(), const=True)
 
     @contextlib.contextmanager
     def _lane_loop(self, how: cir.Loop) -> Iterator[None]:
@@ -163,10 +171,10 @@ class LaneCode:
         if self.lanes == 1:
             with self.body.braces():
                 self.body.emit(cir.Comment("the one lane"))
-                self.body.declare("int", "l", cir.Int(0), const=True)
+                self.body.declare(cir.Special.INT, "l", cir.Int(0), const=True)
                 yield
             return
-        with self.body.loop("l", 0, self.lanes, how, ctype="int"):
+        with self.body.loop("l", 0, self.lanes, how, counter=cir.Special.INT):
             yield
 
     def _lane_reader(self, array: str, dtype: DType, dims: tuple[int, ...],
@@ -185,22 +193,13 @@ class LaneCode:
                 multi = multi[:env_dim] + multi[env_dim + 1:]
                 position = em.linear_of(Index(rest, None, multi, None))
             if isinstance(position, cir.Int) or count > LANE_SELECTED_READ or self.lanes == 1:
-                return self.body.let(self._ctype(dtype), cir.load(array, position, L))
+                return self.body.let(self._register_type(dtype), cir.load(array, position, L))
             # A computed position: each lane reads another row, which gcc will not gather
             # from the block's arrays; a select over the rows keeps the lane loop a vector.
             value: Expr = cir.load(array, cir.Int(count - 1), L)
             for q in reversed(range(count - 1)):
                 value = cir.Select(Binary("==", position, cir.Int(q)),
                                    cir.load(array, cir.Int(q), L), value)
-            return self.body.let(self._ctype(dtype), value)
+            return self.body.let(self._register_type(dtype), value)
 
         return read
-
-
-def _read_only_in_steps(array: str) -> bool:
-    """Arrays lane code reads at positions valid in every step: the step's lane-input tables,
-    the block's state and the full-function math values (`tab<k>`, `s<i>`, `fm<k>`)."""
-    return _READ_ONLY.fullmatch(array) is not None
-
-
-_READ_ONLY = re.compile(r"(tab|s|fm)\d+")

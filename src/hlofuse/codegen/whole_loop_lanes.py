@@ -151,10 +151,10 @@ def lane_language(lang: Language, lanes: int) -> Language:
     return lang if lanes == 1 else lang.lane_language()
 
 
-def staged_storage(lang: Language, dtype: DType) -> str | None:
-    """The C type lane code stages values of `dtype` in before a narrow store (memory of
+def staged_storage(lang: Language, dtype: DType) -> DType | None:
+    """The type lane code stages values of `dtype` in before a narrow store (memory of
     fewer than LANE_REGISTER_BITS bits per value), None when it stores them directly."""
     if dtype.bits >= LANE_REGISTER_BITS:
         return None
     register = lang.register_type(dtype)
-    return "float" if register == "float" else "int32_t"
+    return DType.F32 if register is DType.F32 else DType.S32

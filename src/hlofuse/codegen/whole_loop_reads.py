@@ -3,7 +3,6 @@ lane-input tables, and which of those loads may run without their condition."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 
 from hlofuse.codegen import cir
@@ -21,20 +20,19 @@ class LaneReads(LaneCode):
     def speculable_lane_load(self, load: cir.Load, defined: Mapping[str, Expr]) -> bool:
         """A load lane code may run without its condition: the block's state at a position
         known to lie in the lane's part (`s<i>[q][l]`, q a literal or a clamp), or the
-        step's row of a lane-input table (`tab<k>[t * count + q]`)."""
-        if not isinstance(load.array, cir.Var):
+        step's row of a lane-input table (`tab<k>[t * count + q]`), arrays declared
+        speculable."""
+        if not isinstance(load.array, cir.Var) or load.array.name not in self.body.speculable:
             return False
         name = load.array.name
-        if re.fullmatch(r"s\d+", name) and len(load.indices) == 2:
-            element = int(name[1:])
+        element = self.state_arrays.get(name)
+        if element is not None and len(load.indices) == 2:
             bounds = index_range(load.indices[0], defined)
             return element in self.plan.per_env and bounds is not None and \
                 0 <= bounds[0] and bounds[1] < self.plan.elements_per_env(element) and \
                 load.indices[1] == L
-        if re.fullmatch(r"tab\d+", name) and len(load.indices) == 1:
-            k = int(name[3:])
-            if k >= len(self.plan.lane_inputs):
-                return False
+        k = self.tables.get(name)
+        if k is not None and len(load.indices) == 1:
             count = max(1, self.plan.lane_inputs[k].shape.num_elements)
             row = Binary("*", cir.Var("t"), cir.Int(count))
             index = load.indices[0]
@@ -53,7 +51,7 @@ class LaneReads(LaneCode):
                 em.bindings[id(inst)] = self._table_reader(inst.dtype, f"tab{k}", count)
             else:
                 name = f"li{k}"
-                self.body.declare(self._ctype(inst.dtype), name,
+                self.body.declare(self._register_type(inst.dtype), name,
                                   cir.load(f"tab{k}", cir.Var("t")), const=True)
                 em.bindings[id(inst)] = _named(name)
         for inst in self.plan.body.instructions:
@@ -70,7 +68,8 @@ class LaneReads(LaneCode):
 
         def read(index: Index) -> Value:
             position = self.lane_em.linear_of(index)
-            return self.body.let(self._ctype(dtype), cir.load(array, Binary("+", row, position)))
+            return self.body.let(self._register_type(dtype),
+                                 cir.load(array, Binary("+", row, position)))
 
         return read
 

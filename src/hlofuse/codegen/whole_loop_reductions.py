@@ -79,7 +79,7 @@ class LaneReductions(LaneCode):
                 value = em.array_value(operand, index)
                 total = em.apply_reducer(reducer, [total], [value])[0]
             return total
-        name = body.variable(self._ctype(operand.dtype), "acc", total)
+        name = body.variable(self._register_type(operand.dtype), "acc", total)
         variables = {d: body.fresh("r") for d, _ in loops}
         multi = tuple(self.env if d == env_dim else
                       (cir.Var(variables[d]) if d in variables else cir.Int(0))
@@ -102,16 +102,13 @@ class LaneReductions(LaneCode):
         partials = _partials(self.plan)
         for k, step in enumerate(self.plan.step_reductions):
             count = self._step_count(step)
-            body.declare("char", f"sw{k}", dims=(count,))
+            body.declare(cir.Special.BYTE, f"sw{k}", dims=(count,))
             var = body.fresh("q")
             with body.loop(var, 0, count):
                 body.assign(cir.load(f"sw{k}", cir.Var(var)), cir.Int(0))
             for j, reduce in enumerate(step.reduces):
-                ctype = self._ctype(reduce.reduce.dtype)
-                size = Binary("*", cir.Int(self.blocks * count),
-                              cir.call("sizeof", cir.TypeName(ctype)))
-                body.declare(f"{ctype} *", partials[(k, j)],
-                             cir.Cast(f"{ctype} *", cir.call("malloc", size)))
+                body.emit(cir.Allocate(self._register_type(reduce.reduce.dtype), partials[(k, j)],
+                                       self.blocks * count))
 
     def _mark_step_positions(self) -> None:
         """In a uniform step, before its new uniform state is committed: the positions it
@@ -124,7 +121,7 @@ class LaneReductions(LaneCode):
         """The block's per-lane results of the step's reductions."""
         for k, step in enumerate(self.plan.step_reductions):
             for j, reduce in enumerate(step.reduces):
-                self.body.declare(self._ctype(reduce.reduce.dtype), f"sr{k}_{j}",
+                self.body.declare(self._register_type(reduce.reduce.dtype), f"sr{k}_{j}",
                                   dims=(self.lanes,))
 
     def _reduce_step_at_lane(self) -> None:
@@ -151,9 +148,9 @@ class LaneReductions(LaneCode):
         for k, step in enumerate(self.plan.step_reductions):
             position = body.let(self.lang.index_type, self._step_position(em, step), "pos")
             for j, reduce in enumerate(step.reduces):
-                ctype = self._ctype(reduce.reduce.dtype)
-                partial = body.variable(ctype, "p", em.scalar(reduce.identity))
-                with body.loop("l", 0, cir.Var("valid"), ctype="int"):
+                register = self._register_type(reduce.reduce.dtype)
+                partial = body.variable(register, "p", em.scalar(reduce.identity))
+                with body.loop("l", 0, cir.Var("valid"), counter=cir.Special.INT):
                     combined = em.apply_reducer(reduce.reduce.calls[0], [partial],
                                                 [cir.load(f"sr{k}_{j}", _L)])[0]
                     body.assign(partial, combined)
@@ -175,8 +172,8 @@ class LaneReductions(LaneCode):
                 with body.if_else(cir.load(f"sw{k}", q)) as (written, kept):
                     with written, body.cache_scope():
                         for j, reduce in enumerate(step.reduces):
-                            ctype = self._ctype(reduce.reduce.dtype)
-                            total = body.variable(ctype, "total", em.scalar(reduce.identity))
+                            register = self._register_type(reduce.reduce.dtype)
+                            total = body.variable(register, "total", em.scalar(reduce.identity))
                             with body.loop("b", 0, self.blocks):
                                 part = cir.load(partials[(k, j)],
                                                 Binary("+", Binary("*", _B, cir.Int(count)), q))
@@ -195,7 +192,7 @@ class LaneReductions(LaneCode):
                         body.assign(cir.load(self.outputs[i], q),
                                     self.lang.to_storage(dtype, initial))
             for j in range(len(step.reduces)):
-                body.call("free", cir.Var(partials[(k, j)]))
+                body.emit(cir.Release(partials[(k, j)]))
 
 
 def _named(name: str) -> Callable[[Index], Value]:

@@ -4,8 +4,6 @@ lane loop with the lanes inside, so that lane code vectorises over the lanes."""
 
 from __future__ import annotations
 
-import re
-
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Stmt
 from hlofuse.codegen.whole_loop_elements import L
@@ -44,16 +42,19 @@ class ScratchLanes(LaneCode):
                     if not isinstance(e.array, cir.Var):
                         return False
                     name = e.array.name
-                    if name not in own and not re.fullmatch(r"(tab|fm)\d+", name):
+                    # Speculable arrays other than the state (the step's tables, the math
+                    # values) are not written by the lane loop.
+                    read_only = name in self.body.speculable and name not in self.state_arrays
+                    if name not in own and not read_only:
                         return False
         return True
 
-    def _keep_lane_values(self, loops: list[cir.For]) -> list[tuple[str, str]]:
+    def _keep_lane_values(self, loops: list[cir.For]) -> list[tuple[cir.Type, str]]:
         """At the end of the lane loop, each lane's values the interchanged position loops
         read (the values every position shares, moved in front of them) into per-lane
-        arrays `h_<name>[lane]`: (C type, name) of each."""
+        arrays `h_<name>[lane]`: (type, name) of each."""
         body = self.body
-        declared = {x.name: x.ctype for x in body.scope.stmts
+        declared = {x.name: x.type for x in body.scope.stmts
                     if isinstance(x, cir.Declare) and not x.dims}
         read = cir.names_used(list(loops))
         kept = [(ctype, name) for name, ctype in declared.items()
@@ -63,7 +64,7 @@ class ScratchLanes(LaneCode):
         return kept
 
     def _interchanged_positions(self, loops: list[cir.For],
-                                lane_values: list[tuple[str, str]]) -> None:
+                                lane_values: list[tuple[cir.Type, str]]) -> None:
         """The position loops after the lane loop, a simd loop over the lanes inside each:
         lane code of a large element then vectorises over the lanes (inside the lane loop
         a loop over 200 positions kept the lane loop scalar)."""
@@ -73,10 +74,10 @@ class ScratchLanes(LaneCode):
             body.declare(ctype, f"h_{name}", dims=(self.lanes,))
         body.emit(lane_loop)
         for loop in loops:
-            inner = cir.For("l", cir.Int(0), cir.Int(self.lanes), [], SIMD, "int")
+            inner = cir.For("l", cir.Int(0), cir.Int(self.lanes), [], SIMD, cir.Special.INT)
             names = cir.names_used([loop])
             if "e" in names:
-                inner.body.append(cir.Declare("int64_t", "e", self._env_of_lane(), const=True))
+                inner.body.append(cir.Declare(cir.INDEX, "e", self._env_of_lane(), const=True))
             for ctype, name in lane_values:
                 if name in names:
                     inner.body.append(cir.Declare(ctype, name, cir.load(f"h_{name}", L),

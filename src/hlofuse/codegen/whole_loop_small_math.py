@@ -25,8 +25,8 @@ class SmallArgumentLanes(LaneCode):
         large for the small forms (zeroed, so that lane code may read them unconditionally)."""
         for k, (inst, _) in enumerate(self.small_math):
             positions = inst.shape.num_elements // self.n
-            self.body.declare(self._ctype(inst.dtype), f"fm{k}", dims=(positions, self.lanes),
-                              zeroed=True)
+            self.body.declare(self._register_type(inst.dtype), f"fm{k}",
+                              dims=(positions, self.lanes), zeroed=True, speculable=True)
 
     def _small_argument_check(self) -> None:
         """Lane code computes the small-argument math values inline with the small forms,
@@ -37,7 +37,7 @@ class SmallArgumentLanes(LaneCode):
         if not self.small_math:
             return
         body = self.body
-        large = body.declare("int", "large", cir.Int(0))
+        large = body.declare(cir.Special.INT, "large", cir.Int(0))
         with self._lane_loop(cir.Loop(reduction=("|", "large"))):
             self._declare_env()
             tests: list[Stmt] = []
@@ -79,10 +79,10 @@ class SmallArgumentLanes(LaneCode):
 
         def read(index: Index) -> Value:
             # computed outside the select: gcc if-converts no conditional division (fmod's)
-            small = self.body.let(self._ctype(inst.dtype),
+            small = self.body.let(self._register_type(inst.dtype),
                                   cir.call(form.c_name, *self._math_arguments(inst, index)))
             chosen = cir.Select(cir.Var("large"), expr_of(full_value(index)), expr_of(small))
-            return self.body.let(self._ctype(inst.dtype), chosen)
+            return self.body.let(self._register_type(inst.dtype), chosen)
 
         return read
 
@@ -91,6 +91,6 @@ class SmallArgumentLanes(LaneCode):
         def read(index: Index) -> Value:
             arguments = self._math_arguments(inst, index)
             self.body.assign(beyond, cir.Unary("!", cir.call(form.guard, *arguments)), "|=")
-            return self.body.let(self._ctype(inst.dtype), cir.call(form.c_name, *arguments))
+            return self.body.let(self._register_type(inst.dtype), cir.call(form.c_name, *arguments))
 
         return read

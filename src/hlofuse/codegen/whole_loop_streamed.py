@@ -15,6 +15,7 @@ from hlofuse.codegen.emitter_types import Index, expr_of
 from hlofuse.codegen.whole_loop_elements import L, env_indices
 from hlofuse.codegen.whole_loop_lane_code import LaneCode
 from hlofuse.codegen.whole_loop_lanes import staged_storage
+from hlofuse.ir.dtypes import DType
 
 
 class StreamedLanes(LaneCode):
@@ -79,8 +80,8 @@ class StreamedLanes(LaneCode):
         return cir.Assign(cir.load(self.outputs[streamed.element], position),
                           self.lang.to_storage(dtype, value))
 
-    def _staged(self, streamed: Streamed) -> str | None:
-        """The C type a streamed element's values wait in between the lane loop and the
+    def _staged(self, streamed: Streamed) -> DType | None:
+        """The type a streamed element's values wait in between the lane loop and the
         output, None when lane code stores them itself: a store of fewer than 32 bits per
         value would set gcc's lanes per vector for the whole lane loop
         (codegen/whole_loop_lanes.py, `lane_language`)."""

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
+from hlofuse.codegen import cir
 from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.codegen.kernel_spec import EmittedKernel, KernelSpec, sanitize
 from hlofuse.codegen.whole_loop import whole_loop_in_place
@@ -32,7 +33,7 @@ class KernelFunction:
     """A generated function shared by the kernel thunks whose kernels are identical."""
 
     name: str
-    parameter_types: tuple[str, ...]
+    parameter_types: tuple[cir.Pointer, ...]
     comment: str
 
 

@@ -10,6 +10,7 @@ flag is read back (`ThunkDriver`'s three hooks); the walk is the same for all.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from hlofuse.codegen import cir
@@ -30,20 +31,26 @@ from hlofuse.runtime.program import (
 )
 
 PART_SIZE = 100  # thunks per driver function
+_BYTES = cir.Pointer(cir.Special.BYTE)
 DRIVER_ARGUMENTS = tuple(cir.Var(n) for n in ("params", "outs", "arena", "consts", "prof"))
 
 
 def driver_parameters() -> list[cir.Parameter]:
     """The driver's (and each part's) parameters: the caller's arrays, the arena, the
     constant pool and the profile record (null when not profiling)."""
-    return [cir.Parameter("void *const *", "params"), cir.Parameter("void *const *", "outs"),
-            cir.Parameter("char *", "arena"), cir.Parameter("const char *", "consts"),
-            cir.Parameter("hlofuse_profile *", "prof")]
+    arrays = cir.Pointer(cir.Pointer(cir.Special.VOID, fixed=True))
+    role = cir.Role.DRIVER
+    return [cir.Parameter(arrays, "params", role), cir.Parameter(arrays, "outs", role),
+            cir.Parameter(cir.Pointer(cir.Special.BYTE), "arena", role),
+            cir.Parameter(cir.Pointer(cir.Special.BYTE, const=True), "consts", role),
+            cir.Parameter(cir.Pointer(cir.Special.PROFILE), "prof", role)]
 
 
-def cast_type(parameter_type: str, lang: Language) -> str:
+def cast_type(parameter_type: cir.Type) -> cir.Type:
     """A kernel parameter's type without its restrict qualifier, for a cast."""
-    return parameter_type.replace(lang.restrict, "").rstrip()
+    if isinstance(parameter_type, cir.Pointer):
+        return dataclasses.replace(parameter_type, restrict=False)
+    return parameter_type
 
 
 class ThunkDriver:
@@ -71,8 +78,7 @@ class ThunkDriver:
 
     def read_scalar(self, pointer: Expr, dtype: DType) -> Expr:
         """The value of a pred or s32 scalar buffer (a loop's predicate, a branch index)."""
-        ctype = "const uint8_t *" if dtype is DType.PRED else "const int32_t *"
-        return cir.Load(cir.Cast(ctype, pointer), (cir.Int(0),))
+        return cir.Load(cir.Cast(cir.Pointer(dtype, const=True), pointer), (cir.Int(0),))
 
     # --- the walk ---------------------------------------------------------------------------
 
@@ -81,9 +87,9 @@ class ThunkDriver:
         if storage.kind is BufferKind.TEMPORARY:
             return cir.Binary("+", cir.Var("arena"), cir.Int(storage.offset))
         if storage.kind is BufferKind.PARAMETER:
-            return cir.Cast("char *", cir.load("params", cir.Int(storage.offset)))
+            return cir.Cast(_BYTES, cir.load("params", cir.Int(storage.offset)))
         if storage.kind is BufferKind.OUTPUT:
-            return cir.Cast("char *", cir.load("outs", cir.Int(storage.offset)))
+            return cir.Cast(_BYTES, cir.load("outs", cir.Int(storage.offset)))
         return cir.Binary("+", cir.Var("consts"),
                           cir.Int(self.constant_offsets[storage.offset]))
 
@@ -97,9 +103,8 @@ class ThunkDriver:
             # Reserve the slot: a loop inside may add parts of its own.
             self.parts.append(cir.Function(name, [], []))
             body = [s for t in thunks[start:start + PART_SIZE] for s in self.thunk(t)]
-            self.parts[k] = cir.Function(
-                name, driver_parameters(), body,
-                f"{self.lang.part_qualifier} {self.lang.small_kernel_attribute}")
+            self.parts[k] = cir.Function(name, driver_parameters(), body, cir.Linkage.PART,
+                                         cir.Tuning.SMALL)
             calls.append(cir.ExprStmt(cir.Call(name, DRIVER_ARGUMENTS)))
         return calls
 
@@ -110,7 +115,7 @@ class ThunkDriver:
         if isinstance(thunk, KernelThunk):
             function = self.function_of[id(thunk)]
             buffers = [*thunk.inputs, *thunk.outputs]
-            arguments = tuple(cir.Cast(cast_type(t, self.lang), self.pointer(b))
+            arguments = tuple(cir.Cast(cast_type(t), self.pointer(b))
                               for t, b in zip(function.parameter_types, buffers))
             return [cir.Comment(sanitize(thunk.spec.label)),
                     self.timed(thunk.profile_id, self.kernel_call(thunk, function, arguments))]

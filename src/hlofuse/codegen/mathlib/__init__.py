@@ -192,8 +192,20 @@ def include_dir() -> Path:
     return header_path().parent
 
 
-def header_text() -> str:
-    return header_path().read_text(encoding="utf-8")
+_FUNCTION_MACRO = "#define HLOFUSE_MATH_FN static inline"
+
+
+def header_text(function_qualifier: str = "") -> str:
+    """The header's text; `function_qualifier`: what a target adds to the qualifiers of every
+    function it defines (`HLOFUSE_MATH_FN`, e.g. CUDA's `__host__ __device__`)."""
+    text = header_path().read_text(encoding="utf-8")
+    if not function_qualifier:
+        return text
+    lines = text.splitlines(keepends=True)
+    for k, line in enumerate(lines):
+        if line.startswith(_FUNCTION_MACRO):
+            lines[k] = f"{_FUNCTION_MACRO} {function_qualifier}{line[len(_FUNCTION_MACRO):]}"
+    return "".join(lines)
 
 
 def lookup(name: str, dtype: DType) -> MathFunction | None:

@@ -1,8 +1,9 @@
-"""The C + OpenMP language: type names, literals, and the printer of the codegen IR (cir.py).
+"""The C + OpenMP language: type spellings, literals, and the printer of the codegen IR (cir.py).
 
-Emitters build `cir` nodes and ask a `Language` (codegen/language.py) only for names (types,
-math functions); this table prints every expression, statement, loop header and pragma, so the
-CUDA language can replace fields and printing rules without touching an emitter.
+Emitters build `cir` nodes typed by hlofuse dtypes and ask a `Language` (codegen/language.py)
+only for decisions and names (register types, math functions); this table spells every type
+and prints every expression, statement, loop header and pragma, so the CUDA language can
+replace fields and printing rules without touching an emitter.
 
 Values live in "register" form while a kernel computes: f16 and bf16 are held as `float`
 (already rounded to their precision), pred as a 0/1 `uint8_t`. Memory holds the "storage"
@@ -23,7 +24,12 @@ from hlofuse.codegen.cir import Expr
 from hlofuse.codegen.language import literal, literal_float
 from hlofuse.ir.dtypes import DType
 
-_STORAGE = MappingProxyType({
+# The spelling of every type of the kernel IR; an element type as it lies in memory.
+_TYPE_NAMES: Mapping[cir.Type, str] = MappingProxyType({
+    cir.Special.VOID: "void",
+    cir.Special.BYTE: "char",
+    cir.Special.INT: "int",
+    cir.Special.PROFILE: "hlofuse_profile",
     DType.PRED: "uint8_t",
     DType.S8: "int8_t",
     DType.S16: "int16_t",
@@ -56,7 +62,13 @@ _FLOAT_MATH = MappingProxyType({
     "cbrt": ("cbrtf", "cbrt"), "floor": ("floorf", "floor"), "ceil": ("ceilf", "ceil"),
     "round": ("roundf", "round"), "rint": ("rintf", "rint"), "fabs": ("fabsf", "fabs"),
     "fmod": ("fmodf", "fmod"), "pow": ("powf", "pow"), "atan2": ("atan2f", "atan2"),
-    "isfinite": ("isfinite", "isfinite"), "erf": ("erff", "erf"),
+    "isfinite": ("isfinite", "isfinite"), "erf": ("erff", "erf"), "fma": ("fmaf", "fma"),
+})
+
+# Bit counts of an unsigned 32- or 64-bit integer: gcc's and clang's builtins (nvcc's too).
+_BIT_FUNCTIONS = MappingProxyType({
+    ("popcount", 32): "__builtin_popcount", ("popcount", 64): "__builtin_popcountll",
+    ("clz", 32): "__builtin_clz", ("clz", 64): "__builtin_clzll",
 })
 
 
@@ -76,13 +88,17 @@ class CLanguage:
     dot_routines: Mapping[DType, str] = field(default_factory=lambda: _DOT_ROUTINES)
     has_linalg_library: bool = True  # hlofuse_linalg.c
 
-    storage_types: Mapping[DType, str] = field(default_factory=lambda: _STORAGE)
+    type_names: Mapping[cir.Type, str] = field(default_factory=lambda: _TYPE_NAMES)
     float_math: Mapping[str, tuple[str, str]] = field(default_factory=lambda: _FLOAT_MATH)
+    bit_functions: Mapping[tuple[str, int], str] = field(default_factory=lambda: _BIT_FUNCTIONS)
     # Branch-free functions of codegen/mathlib (within ~0.5 ulp for f32) that vectorise, where
     # libm's are calls that keep a loop scalar; keyed by (name, f32 or f64).
     vector_math: Mapping[tuple[str, DType], str] = field(default_factory=_vectorisable_math)
-    index_type: str = "int64_t"
+    index_type: cir.Type = cir.INDEX
     restrict: str = "restrict"
+    block_shared: str = ""  # C has no memory shared by a block of threads
+    # What the header's helper functions add to `static inline` (none: host code only).
+    helper_qualifier: str = ""
     kernel_qualifier: str = "static __attribute__((noinline))"
     # A function a kernel or the driver calls (a parallel part, a slice of the driver).
     part_qualifier: str = "static __attribute__((noinline))"
@@ -124,32 +140,34 @@ class CLanguage:
 
     # --- types ------------------------------------------------------------------------
 
-    def storage_type(self, dtype: DType) -> str:
+    def type_name(self, t: cir.Type) -> str:
+        """`t` spelled: an element type as it lies in memory (f16 and bf16 as their bits),
+        a pointer with its qualifiers (`const float *restrict `: a declaration strips the
+        trailing space)."""
+        if type(t) is cir.Pointer:
+            text = f"{'const ' if t.const else ''}{self.type_name(t.element)} *"
+            if t.restrict:
+                text += f"{self.restrict} "
+            return text + "const" if t.fixed else text
         try:
-            return self.storage_types[dtype]
+            return self.type_names[t]
         except KeyError:
-            raise ValueError(f"no C type for element type {dtype.text}") from None
+            what = t.text if isinstance(t, DType) else str(t)
+            raise ValueError(f"no {self.name} type for element type {what}") from None
 
-    def register_type(self, dtype: DType) -> str:
+    def register_type(self, dtype: DType) -> DType:
         if dtype in (DType.F16, DType.BF16):
-            return "float"
-        return self.storage_type(dtype)
+            return DType.F32
+        self.type_name(dtype)  # one the language has
+        return dtype
 
-    def unsigned_type(self, dtype: DType) -> str:
-        """The unsigned type of the same width: bit manipulation happens there."""
-        return {8: "uint8_t", 16: "uint16_t", 32: "uint32_t", 64: "uint64_t"}[dtype.bits]
-
-    def signed_type(self, dtype: DType) -> str:
-        return {8: "int8_t", 16: "int16_t", 32: "int32_t", 64: "int64_t"}[dtype.bits]
-
-    def wrap_type(self, dtype: DType) -> str:
+    def wrap_type(self, dtype: DType) -> DType:
         """Where integer + - * wrap without undefined behaviour (no promotion to int)."""
-        return "uint64_t" if dtype.bits == 64 else "uint32_t"
+        return DType.U64 if dtype.bits == 64 else DType.U32
 
-    def pointer(self, dtype: DType, const: bool, restrict: bool = True) -> str:
-        qualifier = "const " if const else ""
-        r = f"{self.restrict} " if restrict else ""
-        return f"{qualifier}{self.storage_type(dtype)} *{r}"
+    def pointer(self, dtype: DType, const: bool, restrict: bool = True) -> cir.Pointer:
+        self.type_name(dtype)  # one the language has
+        return cir.Pointer(dtype, const, restrict)
 
     def type_tag(self, dtype: DType) -> str:
         """Suffix of the per-type helper functions in the header (hlofuse_div_s32, ...)."""
@@ -186,9 +204,9 @@ class CLanguage:
         if dtype is DType.F16:
             return cir.call("hlofuse_f16_to_f32", cir.call("hlofuse_f64_to_f16", expr))
         if dtype is DType.BF16:
-            return cir.call("hlofuse_round_bf16", cir.Cast("float", expr))
+            return cir.call("hlofuse_round_bf16", cir.Cast(DType.F32, expr))
         if dtype is DType.F32:
-            return cir.call("hlofuse_daz_f", cir.Cast("float", expr))
+            return cir.call("hlofuse_daz_f", cir.Cast(DType.F32, expr))
         return expr
 
     def math(self, name: str, dtype: DType) -> str:
@@ -198,6 +216,9 @@ class CLanguage:
             return vectorised
         f32_name, f64_name = self.float_math[name]
         return f64_name if dtype is DType.F64 else f32_name
+
+    def bit_function(self, name: str, dtype: DType) -> str:
+        return self.bit_functions[name, dtype.bits]
 
     def has_math(self, name: str, dtype: DType) -> bool:
         """Whether `math(name)` exists as a function (logistic has no libm spelling)."""
@@ -228,7 +249,7 @@ class CLanguage:
         return self.float_literal(dtype, literal_float(const))
 
     def int_literal(self, dtype: DType, number: int) -> str:
-        ctype = self.storage_type(dtype)
+        ctype = self.type_name(dtype)
         if dtype.is_unsigned_int:
             return f"(({ctype}){number}ULL)"
         if number == -(1 << 63):
@@ -269,7 +290,7 @@ class CLanguage:
         if type(e) is cir.Var:
             return e.name
         if type(e) is cir.Cast:
-            return f"(({e.ctype}){self.expr(e.operand)})"
+            return f"(({self.type_name(e.to)}){self.expr(e.operand)})"
         if type(e) is cir.Binary:
             return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
         if isinstance(e, cir.Var):
@@ -279,13 +300,13 @@ class CLanguage:
         if isinstance(e, cir.Const):
             return self.const_text(e)
         if isinstance(e, cir.TypeName):
-            return e.ctype
+            return self.type_name(e.of)
         if isinstance(e, cir.Unary):
             return f"({e.op}{self.expr(e.operand)})"
         if isinstance(e, cir.Binary):
             return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
         if isinstance(e, cir.Cast):
-            return f"(({e.ctype}){self.expr(e.operand)})"
+            return f"(({self.type_name(e.to)}){self.expr(e.operand)})"
         if isinstance(e, cir.Call):
             return f"{e.function}({', '.join(self.top(a) for a in e.arguments)})"
         if isinstance(e, cir.Select):
@@ -331,9 +352,9 @@ class CLanguage:
             out.append(self.unroll.format(n=how.unroll))
         return out
 
-    def declaration(self, ctype: str, name: str) -> str:
-        ctype = ctype.rstrip()
-        return f"{ctype}{name}" if ctype.endswith("*") else f"{ctype} {name}"
+    def declaration(self, t: cir.Type, name: str) -> str:
+        spelled = self.type_name(t).rstrip()
+        return f"{spelled}{name}" if spelled.endswith("*") else f"{spelled} {name}"
 
     def statements(self, stmts: list[cir.Stmt], depth: int) -> list[str]:
         lines: list[str] = []
@@ -344,7 +365,11 @@ class CLanguage:
     def _statement(self, s: cir.Stmt, depth: int, out: list[str]) -> None:
         pad = self.indent * depth
         if isinstance(s, cir.Declare):
-            text = ("const " if s.const else "") + self.declaration(s.ctype, s.name)
+            text = ("const " if s.const else "") + self.declaration(s.type, s.name)
+            if s.block_shared:
+                if not self.block_shared:
+                    raise TypeError(f"{self.name} has no memory shared by a block: {s.name}")
+                text = self.block_shared + text
             if s.dims:
                 text += "".join(f"[{self.top(d) if isinstance(d, Expr) else d}]" for d in s.dims)
             if s.zeroed:
@@ -354,6 +379,13 @@ class CLanguage:
             out.append(f"{pad}{text};")
         elif isinstance(s, cir.Assign | cir.ExprStmt | cir.Break | cir.Return):
             out.append(pad + self._simple(s))
+        elif isinstance(s, cir.Allocate):
+            self._statement(self.allocation(s), depth, out)
+        elif isinstance(s, cir.Release):
+            out.append(f"{pad}free({s.name});")
+        elif isinstance(s, cir.AfterAll):
+            # OpenMP's threads have joined at the end of every parallel region.
+            out.extend(self.statements(s.body, depth))
         elif isinstance(s, cir.Comment):
             out.append(f"{pad}/* {s.text} */")
         elif isinstance(s, cir.Block):
@@ -378,6 +410,12 @@ class CLanguage:
         else:
             raise TypeError(f"no spelling for {s!r}")
 
+    def allocation(self, s: cir.Allocate) -> cir.Declare:
+        """A scratch array from the heap (`free`d by its `Release`)."""
+        size = cir.Binary("*", cir.Int(s.count), cir.call("sizeof", cir.TypeName(s.element)))
+        return cir.Declare(cir.Pointer(s.element, restrict=s.restrict), s.name,
+                           cir.Cast(cir.Pointer(s.element), cir.call("malloc", size)))
+
     def _simple(self, s: cir.Stmt) -> str:
         if isinstance(s, cir.Assign):
             return f"{self.top(s.target)} {s.op} {self.top(s.value)};"
@@ -391,7 +429,7 @@ class CLanguage:
     def for_header(self, s: cir.For) -> str:
         hi = "" if s.hi is None else f"{s.var} < {self.top(s.hi)}"
         step = f"++{s.var}" if s.step == 1 else f"{s.var} += {s.step}"
-        return f"for ({s.ctype} {s.var} = {self.top(s.lo)}; {hi}; {step})"
+        return f"for ({self.type_name(s.type)} {s.var} = {self.top(s.lo)}; {hi}; {step})"
 
     def _braced(self, opening: str, body: list[cir.Stmt], depth: int, out: list[str]) -> None:
         out.append(opening)
@@ -422,12 +460,25 @@ class CLanguage:
             out.append(f"{pad}{self.indent}}} break;")
         out.append(pad + "}")
 
+    def qualifier(self, f: cir.Function) -> str:
+        """The qualifiers and attributes a function is defined with."""
+        base = {cir.Linkage.KERNEL: self.kernel_qualifier, cir.Linkage.PART: self.part_qualifier,
+                cir.Linkage.ENTRY: self.export_qualifier, cir.Linkage.HOST: "static"}[f.linkage]
+        if f.tuning is None:
+            return base
+        attribute = {cir.Tuning.SMALL: self.small_kernel_attribute,
+                     cir.Tuning.VECTOR_LOOPS: self.no_jump_threading,
+                     cir.Tuning.WHOLE_LOOP: self.whole_loop_attribute}[f.tuning]
+        return f"{base} {attribute}"
+
     def function(self, f: cir.Function) -> str:
         """A whole function definition (its comment first, when it has one)."""
-        parameters = ", ".join(self.declaration(p.ctype, p.name) for p in f.parameters)
+        parameters = ", ".join(self.declaration(p.type, p.name) for p in f.parameters)
         lines = [] if f.comment is None else [f"/* {f.comment} */"]
-        qualifier = f"{f.qualifier} " if f.qualifier else ""
-        lines.append(f"{qualifier}{f.returns} {f.name}({parameters or 'void'}) {{")
+        qualifier = self.qualifier(f)
+        qualifier = f"{qualifier} " if qualifier else ""
+        returns = self.type_name(f.returns)
+        lines.append(f"{qualifier}{returns} {f.name}({parameters or 'void'}) {{")
         lines.extend(self.statements(f.body, 1))
         lines.append("}")
         return "\n".join(lines) + "\n"
@@ -444,9 +495,9 @@ class _WidePredicates(CLanguage):
     iteration of a lane loop, four 32-byte vectors per float operation, and two to three
     times the compile time on the larger rollouts."""
 
-    def register_type(self, dtype: DType) -> str:
+    def register_type(self, dtype: DType) -> DType:
         if dtype is DType.PRED:
-            return "int32_t"
+            return DType.S32
         return super().register_type(dtype)
 
     def lane_language(self) -> CLanguage:

@@ -70,7 +70,7 @@ from hlofuse.codegen.kernel_spec import (
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op, OpKind
-from hlofuse.targets.cuda.language import CudaLanguage, allocates
+from hlofuse.targets.cuda.language import CudaLanguage
 
 WARP = 32
 BLOCK = 256  # threads per block: 8 warps
@@ -310,7 +310,7 @@ class _LoopKernel(KernelEmitter):
         count = max(leaf_shape(inst, path).num_elements for inst, path in self.spec.outputs)
         stmts: list[Stmt] = []
         with body.section(stmts):
-            out = body.variable("int64_t", "unit", cir.Var("HLOFUSE_THREAD"))
+            out = body.variable(cir.INDEX, "unit", cir.Var("HLOFUSE_THREAD"))
             with body.while_(cir.Binary("<", out, cir.Int(count))):
                 em._no_hoist += 1
                 try:
@@ -327,9 +327,8 @@ class _LoopKernel(KernelEmitter):
         if self.parts or self.epilogue or not all(_plain_declaration(s) for s in prologue):
             return None
         types = self.parameter_types()
-        names = [*self.input_names, *self.output_names]
-        function = cir.Function("$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
-                                [*prologue, *stmts], self.lang.kernel_qualifier)
+        function = cir.Function("$name", self.kernel_parameters(), [*prologue, *stmts],
+                                cir.Linkage.KERNEL)
         assert isinstance(self.lang, CudaLanguage)
         code = self.lang.grid_function(function, max(count, 1), BLOCK)
         comment = f"{kernel_comment(self.spec)}; CUDA loop kernel with elemental reduces"
@@ -359,9 +358,8 @@ class _ReductionKernel(KernelEmitter):
         if self.parts or self.epilogue or not all(_plain_declaration(s) for s in prologue):
             return None  # a temporary or a loop outside the grid: the one-thread kernel
         types = self.parameter_types()
-        names = [*self.input_names, *self.output_names]
-        function = cir.Function("$name", [cir.Parameter(t, n) for t, n in zip(types, names)],
-                                [*prologue, *stmts], self.lang.kernel_qualifier)
+        function = cir.Function("$name", self.kernel_parameters(), [*prologue, *stmts],
+                                cir.Linkage.KERNEL)
         code = self.cuda.grid_function(function, self.layout.threads, BLOCK)
         comment = f"{kernel_comment(self.spec)}; CUDA {kind} reduction"
         return EmittedKernel(code, types, (), comment, False, self.spec.kind, 0)
@@ -380,7 +378,7 @@ class _ReductionKernel(KernelEmitter):
                 continue
             values = [self.body.variable(self.lang.register_type(t), "acc",
                                          self.lang.literal(t, 0)) for t in _types(r)]
-            out.append(_State(values, self.body.variable("int", "has", cir.Int(0))))
+            out.append(_State(values, self.body.variable(cir.Special.INT, "has", cir.Int(0))))
         return out
 
     def _combine(self, r: Instruction, state: _State, others: list[Expr],
@@ -435,12 +433,12 @@ class _ReductionKernel(KernelEmitter):
                 others = [self._shuffled(self.lang.register_type(t), v, offset, width)
                           for t, v in zip(_types(r), state.values)]
                 other_has = None if state.has is None else \
-                    self._shuffled("int", state.has, offset, width)
+                    self._shuffled(cir.Special.INT, state.has, offset, width)
                 self._combine(r, state, others, other_has)
             offset //= 2
 
-    def _shuffled(self, ctype: str, value: Expr, offset: int, width: int) -> Expr:
-        return self.body.let(ctype, cir.call("hlofuse_shfl_down", value, cir.Int(offset),
+    def _shuffled(self, vtype: cir.Type, value: Expr, offset: int, width: int) -> Expr:
+        return self.body.let(vtype, cir.call("hlofuse_shfl_down", value, cir.Int(offset),
                                              cir.Int(width)))
 
     def _store(self, states: list[_State], position: Expr) -> None:
@@ -471,13 +469,13 @@ class _ReductionKernel(KernelEmitter):
 
     def _shared(self, r: Instruction, count: int, state: _State) -> _State:
         """Shared arrays of `count` for each accumulator (and flag) of a reduce."""
-        def array(ctype: str) -> cir.Var:
+        def array(vtype: cir.Type) -> cir.Var:
             name = self.body.fresh("shared")
-            self.body.declare(f"__shared__ {ctype}", name, dims=(count,))
+            self.body.declare(vtype, name, dims=(count,), block_shared=True)
             return cir.Var(name)
 
         values = [array(self.lang.register_type(t)) for t in _types(r)]
-        return _State(values, None if state.has is None else array("int"))
+        return _State(values, None if state.has is None else array(cir.Special.INT))
 
     def _publish(self, states: list[_State], shared: list[_State], at: Expr) -> None:
         for state, arrays in zip(states, shared):
@@ -503,13 +501,13 @@ class _ReductionKernel(KernelEmitter):
                 flag: Expr = cir.Load(arrays.has, (at,))
                 if valid is not None:
                     flag = cir.Select(valid, flag, cir.Int(0))
-                has = self.body.variable("int", "has", flag)
+                has = self.body.variable(cir.Special.INT, "has", flag)
             out.append(_State(values, has))
         return out
 
     def _grid_stride(self, start: str, stride: str) -> tuple[cir.Var, Stmt]:
         """`v = start; while (v < count) { ...; v += stride; }`: the loop and its step."""
-        var = self.body.variable("int64_t", "unit", cir.Var(start))
+        var = self.body.variable(cir.INDEX, "unit", cir.Var(start))
         return var, cir.Assign(var, cir.Var(stride), "+=")
 
     def _row_elements(self, states: list[_State], row: Expr, first: Expr, stride: int) -> None:
@@ -543,11 +541,11 @@ class _ReductionKernel(KernelEmitter):
             wide = [d for d in kept if dims[d] != 1]
             for d in reversed(wide):
                 coordinate = rest if d == wide[0] else \
-                    body.let("int64_t", cir.Binary("%", rest, cir.Int(dims[d])), "c")
+                    body.let(cir.INDEX, cir.Binary("%", rest, cir.Int(dims[d])), "c")
                 if d != wide[0]:
-                    rest = body.let("int64_t", cir.Binary("/", rest, cir.Int(dims[d])), "rest")
+                    rest = body.let(cir.INDEX, cir.Binary("/", rest, cir.Int(dims[d])), "rest")
                 base = cir.add(base, cir.mul(coordinate, strides[d]))
-            start = body.let("int64_t", base, "base")
+            start = body.let(cir.INDEX, base, "base")
             states = self._start()
             loops = [d for d in layout.reduced if dims[d] != 1]
             with contextlib.ExitStack() as nest:
@@ -563,7 +561,7 @@ class _ReductionKernel(KernelEmitter):
 
     def _warp_rows(self) -> None:
         body, layout = self.body, self.layout
-        lane = body.let("int64_t", cir.Var("HLOFUSE_LANE"), "lane")
+        lane = body.let(cir.INDEX, cir.Var("HLOFUSE_LANE"), "lane")
         row, step = self._grid_stride("HLOFUSE_WARP", "HLOFUSE_WARPS")
         with body.while_(cir.Binary("<", row, cir.Int(layout.outer))):
             accumulators = self._start()
@@ -575,8 +573,8 @@ class _ReductionKernel(KernelEmitter):
 
     def _block_rows(self) -> None:
         body, layout = self.body, self.layout
-        lane = body.let("int64_t", cir.Var("HLOFUSE_LANE"), "lane")
-        warp = body.let("int64_t", cir.Var("HLOFUSE_WARP_IN_BLOCK"), "warp")
+        lane = body.let(cir.INDEX, cir.Var("HLOFUSE_LANE"), "lane")
+        warp = body.let(cir.INDEX, cir.Var("HLOFUSE_WARP_IN_BLOCK"), "warp")
         row, step = self._grid_stride("HLOFUSE_BLOCK", "HLOFUSE_BLOCKS")
         shared: list[_State] | None = None
         with body.while_(cir.Binary("<", row, cir.Int(layout.outer))):
@@ -603,16 +601,16 @@ class _ReductionKernel(KernelEmitter):
         body, layout = self.body, self.layout
         tiles_per_outer = -(-layout.inner // WARP)
         pitch = WARP + 1  # a padded row: the transposed reads hit 32 different banks
-        lane = body.let("int64_t", cir.Var("HLOFUSE_LANE"), "lane")
-        warp = body.let("int64_t", cir.Var("HLOFUSE_WARP_IN_BLOCK"), "warp")
+        lane = body.let(cir.INDEX, cir.Var("HLOFUSE_LANE"), "lane")
+        warp = body.let(cir.INDEX, cir.Var("HLOFUSE_WARP_IN_BLOCK"), "warp")
         tiles = layout.outer * tiles_per_outer
         tile, step = self._grid_stride("HLOFUSE_BLOCK", "HLOFUSE_BLOCKS")
         shared: list[_State] | None = None
         with body.while_(cir.Binary("<", tile, cir.Int(tiles))):
-            o = body.let("int64_t", cir.Binary("/", tile, cir.Int(tiles_per_outer)), "o")
-            first = body.let("int64_t", cir.mul(cir.Binary("%", tile, cir.Int(tiles_per_outer)),
+            o = body.let(cir.INDEX, cir.Binary("/", tile, cir.Int(tiles_per_outer)), "o")
+            first = body.let(cir.INDEX, cir.mul(cir.Binary("%", tile, cir.Int(tiles_per_outer)),
                                                 WARP), "first")
-            column = body.let("int64_t", cir.add(first, lane), "column")
+            column = body.let(cir.INDEX, cir.add(first, lane), "column")
             states = self._start()
             if shared is None:
                 with body.hoisted():
@@ -627,8 +625,8 @@ class _ReductionKernel(KernelEmitter):
             body.call("__syncthreads")
             # Transposed: lanes 8c .. 8c + 7 hold column c's partial values.
             thread = cir.Var("HLOFUSE_BLOCK_THREAD")
-            mine = body.let("int64_t", cir.Binary("/", thread, cir.Int(WARPS_PER_BLOCK)), "c")
-            part = body.let("int64_t", cir.Binary("%", thread, cir.Int(WARPS_PER_BLOCK)), "p")
+            mine = body.let(cir.INDEX, cir.Binary("/", thread, cir.Int(WARPS_PER_BLOCK)), "c")
+            part = body.let(cir.INDEX, cir.Binary("%", thread, cir.Int(WARPS_PER_BLOCK)), "p")
             totals = self._gather(shared, cir.add(cir.mul(part, pitch), mine), None)
             self._shuffle(totals, WARPS_PER_BLOCK)
             out_column = cir.add(first, mine)
@@ -674,8 +672,7 @@ def _constant(value: Expr) -> Callable[[Index], Value]:
 
 def _plain_declaration(s: Stmt) -> bool:
     """A value declared once (no memory of its own): every thread may compute it."""
-    if isinstance(s, cir.Declare):
-        return (not s.dims or s.ctype.startswith("__shared__")) and (
-            s.init is None or not allocates(s.init))
+    if isinstance(s, cir.Declare):  # scratch memory is an Allocate
+        return not s.dims or s.block_shared
     return isinstance(s, cir.ExprStmt) and isinstance(s.expr, cir.Cast) \
-        and s.expr.ctype == "void"
+        and s.expr.to is cir.Special.VOID
