@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hlofuse.analysis.lane_dims import Mixed, env_dim
+from hlofuse.analysis.lane_dims import Mixed, value_lane_dim
 from hlofuse.ir.parser import parse_module
 
 
@@ -15,7 +15,7 @@ ENTRY main {{
   ROOT r = {target} reshape(p)
 }}
 """)
-        return env_dim(4, module.entry.root, [0])
+        return value_lane_dim(4, module.entry.root, [0])
 
     assert reshape("f32[4,3]{1,0}", "f32[1,4,3]{2,1,0}") == 1
     assert isinstance(reshape("f32[4,3]{1,0}", "f32[12]{0}"), Mixed)

@@ -90,14 +90,14 @@ def test_elementwise_loop_with_accumulator_is_parallel() -> None:
   acc1 = f32[] add(sum, acc)
   ROOT t = (s32[], f32[8]{0}, f32[]) tuple(next, y, acc1)""", "(s32[], f32[8]{0}, f32[])"))
     assert isinstance(plan, pl.LoopPlan)
-    assert (plan.size, plan.per_env, plan.uniform) == (8, (1,), (0,))
+    assert (plan.size, plan.per_lane, plan.uniform) == (8, (1,), (0,))
     (acc,) = plan.accumulators
     assert (acc.element, acc.op, [r.name for r in acc.reduces]) == (2, Op.ADD, ["sum"])
     names = {i.name for i in plan.body.instructions if id(i) in plan.lane}
     assert {"x", "y", "env"} <= names and "sum" not in names and "next" not in names
     assert {i.name for i in plan.body.instructions if id(i) in plan.uniform_code} == {
         "i", "one", "next"}
-    assert plan.env_dims[id(plan.body.root.operands[1])] == 0
+    assert plan.value_lane_dims[id(plan.body.root.operands[1])] == 0
 
 
 @pytest.mark.parametrize("rule,body,state,offender", [
@@ -162,7 +162,7 @@ def test_refusals_name_the_rule_and_the_instruction(rule: str, body: str, state:
     assert refusal.message.startswith("%loop: ") and f"%{offender}" in refusal.message
 
 
-def test_condition_reading_per_env_state_is_a_data_dependent_trip_count() -> None:
+def test_condition_reading_per_lane_state_is_a_data_dependent_trip_count() -> None:
     refusal = plan_of(loop_text("""
   x = f32[8]{0} get-tuple-element(p), index=1
   ROOT t = (s32[], f32[8]{0}) tuple(next, x)""", condition="""
@@ -180,9 +180,9 @@ def test_state_limits() -> None:
   x = f32[8,4]{1,0} get-tuple-element(p), index=1
   ROOT t = (s32[], f32[8,4]{1,0}) tuple(next, x)""", "(s32[], f32[8,4]{1,0})")
     assert isinstance(plan_of(text), pl.LoopPlan)
-    refusal = plan_of(text, max_state_elements_per_env=3)
+    refusal = plan_of(text, max_state_elements_per_lane=3)
     assert isinstance(refusal, Refusal) and refusal.rule == STATE_TOO_LARGE
-    assert dict(refusal.figures) == {"element": 1, "per_env": 4, "limit": 3}
+    assert dict(refusal.figures) == {"element": 1, "per_lane": 4, "limit": 3}
     # With 100 environments (tried first: the larger of two equally common sizes) x would be
     # uniform and too large for it; with 8 the table would be.
     table = loop_text("""
@@ -225,8 +225,8 @@ def test_values_moved_within_an_environment_keep_it_apart() -> None:
   y = f32[8,4]{1,0} add(flat, rot)
   ROOT t = (s32[], f32[8,4]{1,0}) tuple(next, y)""", "(s32[], f32[8,4]{1,0})"))
     assert isinstance(plan, pl.LoopPlan), plan
-    dims = {i.name: plan.env_dims[id(i)] for i in plan.body.instructions if id(i) in
-            plan.env_dims}
+    dims = {i.name: plan.value_lane_dims[id(i)] for i in plan.body.instructions if id(i) in
+            plan.value_lane_dims}
     assert dims["bc"] == 1 and dims["tb"] == 0 and dims["split"] == 0 and dims["rows"] == 0
 
 
@@ -252,7 +252,7 @@ def test_cartpole_step_loop_is_parallel_over_environments() -> None:
     assert isinstance(plan, pl.LoopPlan)
     assert plan.size == 37
     shapes = plan.loop.shape.elements
-    assert all(shapes[i].dims == (37,) for i in plan.per_env) and len(plan.per_env) == 5
+    assert all(shapes[i].dims == (37,) for i in plan.per_lane) and len(plan.per_lane) == 5
     assert sorted(shapes[i].text(False) for i in plan.uniform) == ["s32[]", "s32[]", "u32[2]"]
     # The episode count and the return sum only accumulate.
     assert sorted(shapes[a.element].dtype.text for a in plan.accumulators) == ["f32", "s32"]
@@ -280,7 +280,7 @@ def test_key_of_two_words_becomes_uniform_when_there_are_two_environments() -> N
 
 def test_one_environment() -> None:
     plan = pl.plan_parallel_loop(the_loop(rewritten_cartpole("baseline", 1)))
-    assert isinstance(plan, pl.LoopPlan) and plan.size == 1 and len(plan.per_env) == 5
+    assert isinstance(plan, pl.LoopPlan) and plan.size == 1 and len(plan.per_lane) == 5
 
 
 def test_config_round_trip() -> None:

@@ -148,7 +148,7 @@ def test_speculable_loads_are_the_arrays_declared_so_not_names() -> None:
     assert emitter.tables and emitter.state_arrays
     assert declared == emitter.body.speculable
     state, element = next(iter(emitter.state_arrays.items()))
-    assert element in emitter.plan.per_env
+    assert element in emitter.plan.per_lane
     position = (cir.Int(0), cir.Var("l"))
     assert emitter.speculable_lane_load(cir.load(state, *position), {})
     # The same load from an array not declared speculable may not run unasked, whatever its

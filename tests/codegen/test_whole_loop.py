@@ -399,7 +399,7 @@ class LoopMaker:
     def float_update(self, b: ComputationBuilder, x: Instruction, u: Instruction,
                      i: Instruction) -> Instruction:
         shape = x.shape
-        env = b.add(Op.IOTA, attrs={"iota_dimension": 0}, shape=shape)
+        lane_index = b.add(Op.IOTA, attrs={"iota_dimension": 0}, shape=shape)
         step = b.add(Op.CONVERT, [i], shape=Shape.scalar(DType.F32))
         steps = b.add(Op.BROADCAST, [step], attrs={"dimensions": ()}, shape=shape)
         us = b.add(Op.BROADCAST, [u], attrs={"dimensions": ()}, shape=shape)
@@ -407,7 +407,7 @@ class LoopMaker:
         for _ in range(int(self.rng.integers(2, 6))):
             kind = self.pick(["binary", "unary", "structural", "reduce", "select"])
             if kind == "binary":
-                other = [env, steps, us, value, x][int(self.rng.integers(0, 5))]
+                other = [lane_index, steps, us, value, x][int(self.rng.integers(0, 5))]
                 op = [Op.ADD, Op.SUBTRACT, Op.MULTIPLY, Op.MAXIMUM, Op.MINIMUM][
                     int(self.rng.integers(0, 5))]
                 value = b.add(op, [value, other])
@@ -430,20 +430,20 @@ class LoopMaker:
                 value = b.add(Op.BROADCAST, [rows], attrs={"dimensions": (0,)}, shape=shape)
             elif kind == "select":
                 pred = b.add(Op.COMPARE, [value, us], attrs={"direction": "GT"})
-                value = b.add(Op.SELECT, [pred, value, env])
+                value = b.add(Op.SELECT, [pred, value, lane_index])
         bound = b.add(Op.TANH, [value])  # keeps the values bounded
         return b.add(Op.ADD, [bound, x])
 
     def int_update(self, b: ComputationBuilder, y: Instruction, key: Instruction,
                    i: Instruction) -> Instruction:
         shape = y.shape
-        env = b.add(Op.IOTA, attrs={"iota_dimension": 0}, shape=shape)
+        lane_index = b.add(Op.IOTA, attrs={"iota_dimension": 0}, shape=shape)
         word = b.add(Op.RESHAPE, [b.add(Op.SLICE, [key], attrs={"slice": (SliceDim(1, 2),)})],
                      shape=Shape.scalar(DType.U32))
         step = b.add(Op.CONVERT, [i], shape=Shape.scalar(DType.U32))
         mixed = b.add(Op.XOR, [word, step])
         words = b.add(Op.BROADCAST, [mixed], attrs={"dimensions": ()}, shape=shape)
-        value = b.add(Op.ADD, [y, env])
+        value = b.add(Op.ADD, [y, lane_index])
         for _ in range(int(self.rng.integers(1, 4))):
             op = [Op.XOR, Op.MULTIPLY, Op.ADD, Op.SHIFT_RIGHT_LOGICAL][int(self.rng.integers(0, 4))]
             value = b.add(op, [value, words])
@@ -549,11 +549,11 @@ def test_the_emitter_applies_the_plan_fusion_recorded(monkeypatch: pytest.Monkey
     loop = fusion.calls[0].root
     searched = pl.plan_parallel_loop(loop)
     assert isinstance(searched, pl.LoopPlan)
-    assert recorded == (searched.size, {i: 0 for i in searched.per_env})
+    assert recorded == (searched.size, {i: 0 for i in searched.per_lane})
     applied = pl.apply_recorded_plan(loop, *recorded)
     assert isinstance(applied, pl.LoopPlan)
-    assert (applied.per_env, applied.uniform, applied.lane_inputs) == \
-        (searched.per_env, searched.uniform, searched.lane_inputs)
+    assert (applied.per_lane, applied.uniform, applied.lane_inputs) == \
+        (searched.per_lane, searched.uniform, searched.lane_inputs)
 
     def no_search(*args: object, **kwargs: object) -> None:
         raise AssertionError("the emitter planned the loop again")

@@ -70,7 +70,7 @@ def test_stacked_outputs_are_streamed_and_match(n: int, t: int, steps: int) -> N
     assert isinstance(plan, pl.LoopPlan), plan
     assert [s.element for s in plan.streamed] == [2, 3]
     assert all(s.lane_dim == 1 for s in plan.streamed)
-    assert plan.per_env == (1,)
+    assert plan.per_lane == (1,)
     fused = whole_loop(module, lanes=8)
     assert_compiled_matches(fused, stacked_inputs(n, t), module)
 
@@ -93,8 +93,8 @@ def test_a_stacked_output_read_by_the_step_is_held_not_streamed() -> None:
     assert isinstance(plan, Refusal)
     assert plan.rule == STATE_TOO_LARGE
     assert "2000 values per" in plan.message
-    planned = pl.plan_parallel_loop(the_loop(module), max_state_elements_per_env=2000)
-    assert isinstance(planned, pl.LoopPlan) and planned.per_env == (1, 2)
+    planned = pl.plan_parallel_loop(the_loop(module), max_state_elements_per_lane=2000)
+    assert isinstance(planned, pl.LoopPlan) and planned.per_lane == (1, 2)
     assert planned.streamed == ()
 
 
@@ -231,7 +231,7 @@ def test_large_per_lane_state_runs_in_the_lanes_scratch_area(n: int, lanes: int)
     module = scratch_board(n)
     plan = pl.plan_parallel_loop(the_loop(module))
     assert isinstance(plan, pl.LoopPlan), plan
-    assert plan.per_env == (1, 2) and plan.elements_per_env(1) == 128
+    assert plan.per_lane == (1, 2) and plan.elements_per_lane(1) == 128
     fused = whole_loop(module, lanes=lanes)
     rng = np.random.default_rng(n)
     inputs = [np.asarray(0, np.int32),

@@ -195,7 +195,7 @@ def test_a_large_factorisation_stays_a_library_call() -> None:
   m = f32[4,24,24]{2,1,0} get-tuple-element(p), index=1
   l = f32[4,24,24]{2,1,0} cholesky(m), lower=true
   ROOT r = (s32[], f32[4,24,24]{2,1,0}) tuple(next, l)""", state))
-    plan = pl.plan_parallel_loop(the_loop(module), max_state_elements_per_env=1000)
+    plan = pl.plan_parallel_loop(the_loop(module), max_state_elements_per_lane=1000)
     assert isinstance(plan, Refusal)
     assert plan.rule == OPAQUE_OP and "%l" in plan.message
 

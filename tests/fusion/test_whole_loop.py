@@ -91,9 +91,9 @@ def test_knobs_are_checked() -> None:
         WholeLoopFusion(lanes=-1)
     with pytest.raises(ValueError, match="element limits"):
         WholeLoopFusion(max_uniform_elements=0)
-    (p,) = parse_pass_list("whole-loop-fusion{lanes=16,max_state_elements_per_env=4}",
+    (p,) = parse_pass_list("whole-loop-fusion{lanes=16,max_state_elements_per_lane=4}",
                            [WholeLoopFusion])
-    assert p == WholeLoopFusion(lanes=16, max_state_elements_per_env=4)
+    assert p == WholeLoopFusion(lanes=16, max_state_elements_per_lane=4)
 
 
 def test_strategies() -> None:

@@ -6,7 +6,7 @@ which dimension each holds the lanes, propagated forward through the ops' index 
 
 from __future__ import annotations
 
-from hlofuse.analysis.lane_dims import EnvDim, env_dim
+from hlofuse.analysis.lane_dims import LaneDim, value_lane_dim
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
 
@@ -37,10 +37,10 @@ class LaneClassification:
         self.loop = loop
         self.size = size
         self.lane_dims = lane_dims
-        self.per_env = frozenset(lane_dims)
+        self.per_lane = frozenset(lane_dims)
         self.condition, self.body = loop.calls
         self.dependent: set[int] = set()  # id() of state-dependent instructions
-        self.env: dict[int, EnvDim] = {}  # id() -> lane dimension (N > 1)
+        self.lane_at: dict[int, LaneDim] = {}  # id() -> lane dimension (N > 1)
         self.users: dict[int, list[Instruction]] = {}
         for comp in (self.condition, self.body):
             for inst in comp.instructions:
@@ -76,26 +76,26 @@ class LaneClassification:
     def _classify(self, comp: Computation, inst: Instruction) -> None:
         element = element_read(inst)
         if element is not None:
-            if element in self.per_env:
+            if element in self.per_lane:
                 self.dependent.add(id(inst))
-                self.env[id(inst)] = self.lane_dims[element]
+                self.lane_at[id(inst)] = self.lane_dims[element]
             return
         if inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.TUPLE:
             source = alias(inst)
             if id(source) in self.dependent:
                 self.dependent.add(id(inst))
-                self.env[id(inst)] = self.env.get(id(source), 0)
+                self.lane_at[id(inst)] = self.lane_at.get(id(source), 0)
             return
         dependent = [o for o in inst.operands if id(o) in self.dependent]
         if not dependent:
             return
         self.dependent.add(id(inst))
         if self.size > 1:
-            self.env[id(inst)] = self._env_dim(inst)
+            self.lane_at[id(inst)] = self._value_lane_dim(inst)
 
-    def _operand_env(self, inst: Instruction) -> list[EnvDim | None]:
-        return [self.env.get(id(o)) if id(o) in self.dependent else None
+    def _operand_lanes(self, inst: Instruction) -> list[LaneDim | None]:
+        return [self.lane_at.get(id(o)) if id(o) in self.dependent else None
                 for o in inst.operands]
 
-    def _env_dim(self, inst: Instruction) -> EnvDim:
-        return env_dim(self.size, inst, self._operand_env(inst))
+    def _value_lane_dim(self, inst: Instruction) -> LaneDim:
+        return value_lane_dim(self.size, inst, self._operand_lanes(inst))

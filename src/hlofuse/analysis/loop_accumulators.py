@@ -63,7 +63,7 @@ def find_accumulators(lanes: LaneClassification) -> list[Accumulator]:
     """The loop's accumulators, among its uniform scalar elements (after `lanes.classify()`)."""
     out = []
     for i, shape in enumerate(lanes.loop.shape.elements):
-        if i in lanes.per_env or shape.dims:
+        if i in lanes.per_lane or shape.dims:
             continue
         found = _accumulator(lanes, i)
         if found is not None:

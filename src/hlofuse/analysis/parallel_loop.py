@@ -65,7 +65,7 @@ from hlofuse.ir.ops import Op
 # Per-lane values of one loop element: small ones are written out position by position in
 # lane code, larger ones are computed in loops over the lane's scratch area (both live in
 # the block's local arrays, so this bounds their size: 1024 values x 32 lanes x 8 bytes).
-DEFAULT_MAX_STATE_ELEMENTS_PER_ENV = 1024
+DEFAULT_MAX_STATE_ELEMENTS_PER_LANE = 1024
 DEFAULT_MAX_UNIFORM_ELEMENTS = 64
 # State-free arrays at most this large (without an N dimension) that lane code reads are
 # computed once per step rather than per lane.
@@ -89,13 +89,13 @@ class LoopPlan:
 
     loop: Instruction
     size: int  # N, the parallel dimension (the lanes)
-    per_env: tuple[int, ...]  # tuple elements each lane holds its part of through the loop
+    per_lane: tuple[int, ...]  # tuple elements each lane holds its part of through the loop
     uniform: tuple[int, ...]  # uniform elements (accumulators excluded)
     accumulators: tuple[Accumulator, ...]
     lane: frozenset[int]  # id() of the body instructions computed per lane
     uniform_code: frozenset[int]  # id() of the body and condition instructions computed once
     lane_inputs: tuple[Instruction, ...]  # uniform values lane code reads, in body order
-    env_dims: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    value_lane_dims: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
     dependent: frozenset[int] = frozenset()  # id() of the state-dependent instructions
     # The dimension holding the lanes of each per-lane element (held and streamed).
     lane_dims: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
@@ -111,12 +111,12 @@ class LoopPlan:
     def body(self) -> Computation:
         return self.loop.calls[1]
 
-    def elements_per_env(self, element: int) -> int:
+    def elements_per_lane(self, element: int) -> int:
         return self.loop.shape.elements[element].num_elements // self.size
 
 
 def plan_parallel_loop(loop: Instruction, *,
-                       max_state_elements_per_env: int = DEFAULT_MAX_STATE_ELEMENTS_PER_ENV,
+                       max_state_elements_per_lane: int = DEFAULT_MAX_STATE_ELEMENTS_PER_LANE,
                        max_uniform_elements: int = DEFAULT_MAX_UNIFORM_ELEMENTS
                        ) -> LoopPlan | Refusal:
     """The loop's plan, or the refusal of the first candidate dimension that fails."""
@@ -132,16 +132,16 @@ def plan_parallel_loop(loop: Instruction, *,
     for size in candidates:
         lane_dims = {i: d for i in range(len(elements))
                      if (d := _lane_dim(loop, i, size)) is not None}
-        per_env = set(lane_dims)
-        while per_env:
-            result = _Analysis(loop, size, {i: lane_dims[i] for i in per_env},
-                               max_state_elements_per_env, max_uniform_elements).run()
+        per_lane = set(lane_dims)
+        while per_lane:
+            result = _Analysis(loop, size, {i: lane_dims[i] for i in per_lane},
+                               max_state_elements_per_lane, max_uniform_elements).run()
             if isinstance(result, LoopPlan):
                 return result
             first = first or result
             if not result.demotable:
                 break
-            per_env -= result.demotable
+            per_lane -= result.demotable
     assert first is not None
     return first
 
@@ -220,12 +220,12 @@ class _Analysis:
     """One attempt: a size N and a set of per-lane elements."""
 
     def __init__(self, loop: Instruction, size: int, lane_dims: dict[int, int],
-                 max_per_env: int, max_uniform: int) -> None:
+                 max_per_lane: int, max_uniform: int) -> None:
         self.loop = loop
         self.size = size
         self.lane_dims = lane_dims
-        self.per_env = frozenset(lane_dims)
-        self.max_per_env = max_per_env
+        self.per_lane = frozenset(lane_dims)
+        self.max_per_lane = max_per_lane
         self.max_uniform = max_uniform
         self.condition, self.body = loop.calls
         self.lanes = LaneClassification(loop, size, lane_dims)
@@ -251,7 +251,7 @@ class _Analysis:
         step_reductions = find_step_reductions(self.lanes)
         accumulated = {a.element for a in accumulators} | {s.element for s in step_reductions}
         uniform = tuple(i for i in range(len(self.loop.shape.elements))
-                        if i not in self.per_env and i not in accumulated)
+                        if i not in self.per_lane and i not in accumulated)
         lane, inputs = self._lane_code(accumulators, step_reductions)
         roots = [(self.condition.root, True)]
         roots += [(self.body.root.operands[i], False) for i in uniform]
@@ -268,11 +268,13 @@ class _Analysis:
                                   f"{self.max_uniform}", element=i, limit=self.max_uniform)
         order = {id(inst): k for k, inst in enumerate(self.body.instructions)}
         lane_inputs = tuple(sorted(inputs, key=lambda inst: order[id(inst)]))
-        env_dims = {key: value for key, value in self.lanes.env.items() if isinstance(value, int)}
-        held = tuple(sorted(self.per_env - {s.element for s in self.streamed}))
+        value_lane_dims = {key: value for key, value in self.lanes.lane_at.items()
+                           if isinstance(value, int)}
+        held = tuple(sorted(self.per_lane - {s.element for s in self.streamed}))
         return LoopPlan(self.loop, self.size, held, uniform,
                         tuple(accumulators), frozenset(lane), frozenset(uniform_code),
-                        lane_inputs, MappingProxyType(env_dims), frozenset(self.lanes.dependent),
+                        lane_inputs, MappingProxyType(value_lane_dims),
+                        frozenset(self.lanes.dependent),
                         MappingProxyType(dict(self.lane_dims)), self.streamed,
                         tuple(step_reductions))
 
@@ -282,7 +284,7 @@ class _Analysis:
         never reads."""
         out = []
         root = self.body.root
-        for i in sorted(self.per_env):
+        for i in sorted(self.per_lane):
             value = root.operands[i]
             if value.op is not Op.DYNAMIC_UPDATE_SLICE or self.loop.shape.elements[i].rank < 2:
                 continue
@@ -306,14 +308,14 @@ class _Analysis:
 
     def _check_sizes(self) -> None:
         streamed = {s.element for s in self.streamed}
-        for i in sorted(self.per_env - streamed):
+        for i in sorted(self.per_lane - streamed):
             shape = self.loop.shape.elements[i]
-            per_env = shape.num_elements // self.size
-            if per_env > self.max_per_env:
+            per_lane = shape.num_elements // self.size
+            if per_lane > self.max_per_lane:
                 raise self.refuse(STATE_TOO_LARGE, self.loop,
-                                  f"loop element {i} ({shape.text(False)}) holds {per_env} "
-                                  f"values per lane, over {self.max_per_env}",
-                                  element=i, per_env=per_env, limit=self.max_per_env)
+                                  f"loop element {i} ({shape.text(False)}) holds {per_lane} "
+                                  f"values per lane, over {self.max_per_lane}",
+                                  element=i, per_lane=per_lane, limit=self.max_per_lane)
 
     # --- placement ----------------------------------------------------------------------
 
@@ -330,7 +332,7 @@ class _Analysis:
                    step_reductions: list[StepReduction]) -> tuple[set[int], list[Instruction]]:
         streamed = {s.element: s for s in self.streamed}
         roots: list[tuple[Instruction, int | None]] = [
-            (self.body.root.operands[i], i) for i in sorted(self.per_env - set(streamed))]
+            (self.body.root.operands[i], i) for i in sorted(self.per_lane - set(streamed))]
         roots += [(x, None) for a in accumulators for x in a.operands]
         # Lane code reduces each step's lanes and needs the position the step writes.
         roots += [(r.operand, None) for s in step_reductions for r in s.reduces]
@@ -355,9 +357,9 @@ class _Analysis:
                 if id(inst) in lane or id(inst) in inputs:
                     continue
                 if id(inst) in self.lanes.dependent:
-                    env = self.lanes.env.get(id(inst))
-                    if isinstance(env, Mixed):
-                        raise self._refuse_mixed(env)
+                    lane_at = self.lanes.lane_at.get(id(inst))
+                    if isinstance(lane_at, Mixed):
+                        raise self._refuse_mixed(lane_at)
                     lane.add(id(inst))
                     stack.extend(inst.operands)
                 elif element_read(inst) is not None or self._is_lane_input(inst):
@@ -371,13 +373,13 @@ class _Analysis:
         """The new value of a per-lane element holds the lanes where the element does."""
         if id(value) not in self.lanes.dependent or self.size == 1:
             return
-        env = self.lanes.env.get(id(value))
-        if isinstance(env, Mixed):
-            raise self._refuse_mixed(env)
-        if env != self.lane_dims[element]:
+        lane_at = self.lanes.lane_at.get(id(value))
+        if isinstance(lane_at, Mixed):
+            raise self._refuse_mixed(lane_at)
+        if lane_at != self.lane_dims[element]:
             raise self.refuse(CROSS_LANE_ACCESS, value,
                               f"its new element {element} (%{value.name}) holds the lanes "
-                              f"along dimension {env}, not {self.lane_dims[element]}")
+                              f"along dimension {lane_at}, not {self.lane_dims[element]}")
 
     def _uniform_code(self, roots: list[tuple[Instruction, bool]]) -> set[int]:
         seen: set[int] = set()
@@ -408,16 +410,16 @@ class _Analysis:
     def _refuse_uniform(self, inst: Instruction, in_condition: bool) -> _Refused:
         """A value computed once per step that depends on per-lane state."""
         demotable = self._demotable(inst)
-        env = self.lanes.env.get(id(inst))
+        lane_at = self.lanes.lane_at.get(id(inst))
         if in_condition:
             # Name the op that gathers the lanes (a reduce, a slice), if there is one.
-            origin = env.instruction if isinstance(env, Mixed) else inst
+            origin = lane_at.instruction if isinstance(lane_at, Mixed) else inst
             return self.refuse(DATA_DEPENDENT_TRIP_COUNT, origin,
                                f"its condition reads per-lane state through "
                                f"%{origin.name} ({origin.op.text}), so the trip count depends "
                                "on data", demotable)
-        if isinstance(env, Mixed):
-            return self.refuse(env.rule, env.instruction, env.message, demotable)
+        if isinstance(lane_at, Mixed):
+            return self.refuse(lane_at.rule, lane_at.instruction, lane_at.message, demotable)
         if inst.op is Op.REDUCE:
             return self.refuse(CROSS_LANE_REDUCE, inst,
                                f"%{inst.name} reduces over the lanes and is not an "

@@ -57,7 +57,7 @@ def rare_selects(plan: LoopPlan) -> list[RareSelect]:
     """The per-lane elements whose new value is a select with one costly operand that does
     not depend on the state, in element order."""
     out: list[RareSelect] = []
-    for i in plan.per_env:
+    for i in plan.per_lane:
         value = plan.body.root.operands[i]
         if value.op is not Op.SELECT or id(value) not in plan.lane:
             continue

@@ -69,7 +69,7 @@ def find_step_reductions(lanes: LaneClassification) -> list[StepReduction]:
     elements may share them (a sum and a mean of the same reward)."""
     found: dict[int, tuple[StepReduction, dict[int, Instruction]]] = {}
     for i, shape in enumerate(lanes.loop.shape.elements):
-        if i in lanes.per_env or not shape.dims:
+        if i in lanes.per_lane or not shape.dims:
             continue
         candidate = _step_reduction(lanes, i)
         if candidate is not None:

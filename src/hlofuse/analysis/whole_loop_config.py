@@ -20,7 +20,7 @@ def whole_loop_config(lanes: int, plan: LoopPlan | None = None) -> str:
     config: dict[str, object] = {"custom_fusion": WHOLE_LOOP_FUSION, "lanes": lanes}
     if plan is not None:
         config["size"] = plan.size
-        config["per_env"] = sorted([*plan.per_env, *(s.element for s in plan.streamed)])
+        config["per_lane"] = sorted([*plan.per_lane, *(s.element for s in plan.streamed)])
         moved = {str(i): d for i, d in sorted(plan.lane_dims.items()) if d != 0}
         if moved:
             config["lane_dims"] = moved
@@ -43,16 +43,17 @@ def read_recorded_plan(text: str) -> tuple[int, dict[int, int]] | None:
         return None
     if not isinstance(config, dict):
         return None
-    size, per_env = config.get("size"), config.get("per_env")
+    # "per_env" is the key programs saved before the lane vocabulary carry.
+    size, per_lane = config.get("size"), config.get("per_lane", config.get("per_env"))
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         return None
-    if not isinstance(per_env, list) or not all(_is_index(i) for i in per_env):
+    if not isinstance(per_lane, list) or not all(_is_index(i) for i in per_lane):
         return None
     moved = config.get("lane_dims", {})
     if not isinstance(moved, dict) or not all(
             isinstance(k, str) and k.isdigit() and _is_index(d) for k, d in moved.items()):
         return None
-    return size, {i: moved.get(str(i), 0) for i in per_env}
+    return size, {i: moved.get(str(i), 0) for i in per_lane}
 
 
 def _is_index(value: object) -> bool:

@@ -100,7 +100,7 @@ def _plan(spec: KernelSpec, loop: Instruction) -> LoopPlan | Refusal:
     recorded = read_recorded_plan(spec.backend_config)
     if recorded is not None:
         return apply_recorded_plan(loop, *recorded)
-    return plan_parallel_loop(loop, max_state_elements_per_env=1 << 62,
+    return plan_parallel_loop(loop, max_state_elements_per_lane=1 << 62,
                               max_uniform_elements=1 << 62)
 
 
@@ -151,7 +151,7 @@ class WholeLoopEmitter(BlockEmission):
         self.blocks = -(-self.n // self.lanes)
         # The lane component of lane indices. With one lane it is the literal 0,
         # as index maps write it for dimensions of size 1, so equal values share one local.
-        self.env: Expr = cir.Var("e") if self.n > 1 else cir.Int(0)
+        self.lane_index: Expr = cir.Var("e") if self.n > 1 else cir.Int(0)
         self.body = FunctionBody()
         self._reserve_names()
         self.inputs, self.outputs = spec.argument_names(self.body.names)
@@ -180,7 +180,7 @@ class WholeLoopEmitter(BlockEmission):
         self.chunk = self._chunk_steps()
         # A looped element's positions share one mask: its select must pick per lane.
         self.deferred = {i: d for i, d in deferred_selects(plan).items()
-                         if d.per_lane or plan.elements_per_env(i) <= LOOPED_ELEMENTS}
+                         if d.per_lane or plan.elements_per_lane(i) <= LOOPED_ELEMENTS}
         self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
         self.speculative = speculative_math(plan, UNROLL_ELEMENTS, self.small_math)
         self.function: cir.Function | None = None  # the kernel's IR, once emitted
@@ -280,7 +280,7 @@ class WholeLoopEmitter(BlockEmission):
     def _parameters(self, types: tuple[cir.Pointer, ...]) -> list[cir.Parameter]:
         """The kernel's parameters with their roles and, for an array holding the lanes' values
         (a per-lane or streamed element's initial value and output), its lane dimension."""
-        laned = {*self.plan.per_env, *(s.element for s in self.plan.streamed)}
+        laned = {*self.plan.per_lane, *(s.element for s in self.plan.streamed)}
         element_lane_dim = {i: self.plan.lane_dims.get(i, 0) for i in laned}
         argument = {id(inst): k for k, (inst, path) in enumerate(self.spec.inputs) if not path}
         input_lane_dim: dict[int, int] = {}

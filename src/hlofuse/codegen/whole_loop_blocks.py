@@ -76,17 +76,17 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         body, lanes = self.body, self.lanes
         body.declare(cir.Special.INT, "valid", self._valid_lanes(), const=True)
         body.emit(cir.ExprStmt(cir.Cast(cir.Special.VOID, cir.Var("valid"))))
-        for i in self.plan.per_env:
+        for i in self.plan.per_lane:
             # Every position of the lanes' state holds its value for the whole step.
             body.declare(self._register_type(self._shape(i).dtype), f"s{i}",
-                         dims=(self.plan.elements_per_env(i), lanes), speculable=True)
+                         dims=(self.plan.elements_per_lane(i), lanes), speculable=True)
             self.state_arrays[f"s{i}"] = i
             if self._looped(i):  # the step's new values, until every value is computed
                 body.declare(self._register_type(self._shape(i).dtype), f"n{i}",
-                             dims=(self.plan.elements_per_env(i), lanes))
+                             dims=(self.plan.elements_per_lane(i), lanes))
             if self.speculative:  # the state the step started with, should it run again
                 body.declare(self._register_type(self._shape(i).dtype), f"o{i}",
-                             dims=(self.plan.elements_per_env(i), lanes))
+                             dims=(self.plan.elements_per_lane(i), lanes))
         self._declare_staging()
         self._load_block()
         for k, acc in enumerate(self.plan.accumulators):
@@ -107,8 +107,8 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         body = self.body
         with body.if_else(Binary("==", cir.Var("chunk"), cir.Int(0))) as (first, later):
             with first, body.loop("l", 0, self.lanes, counter=cir.Special.INT):
-                self._declare_env()
-                for i in self.plan.per_env:
+                self._declare_lane_index()
+                for i in self.plan.per_lane:
                     if self._looped(i):
                         with self._positions(i) as (q, index):
                             value = self.uniform_em.array_value(self.init[i], index)
@@ -119,13 +119,13 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
                         body.assign(cir.load(f"s{i}", cir.Int(k), L), value)
                 self._initial_streamed()
             with later, body.loop("l", 0, self.lanes, counter=cir.Special.INT):
-                self._declare_env()
-                for i in self.plan.per_env:
+                self._declare_lane_index()
+                for i in self.plan.per_lane:
                     shape = self._shape(i)
-                    per_env = self.plan.elements_per_env(i)
+                    per_lane = self.plan.elements_per_lane(i)
                     loaded = functools.partial(self._load_element, shape.dtype, self.outputs[i],
                                                i)
-                    self._copy_loop(per_env, copy(store_at(f"s{i}", lane=True), loaded))
+                    self._copy_loop(per_lane, copy(store_at(f"s{i}", lane=True), loaded))
 
     def _load_element(self, dtype: DType, pointer: str, element: int, q: Expr) -> Expr:
         return self.lang.load(dtype, cir.Var(pointer), self._position(element, q))
@@ -149,7 +149,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         started and the step runs again with the full functions. Stores to the outputs are
         made again with the same or the corrected values; nothing else is kept."""
         body = self.body
-        saved = [(f"o{i}", f"s{i}") for i in self.plan.per_env]
+        saved = [(f"o{i}", f"s{i}") for i in self.plan.per_lane]
         saved += [(f"oacc{k}", f"acc{k}") for k in range(len(self.plan.accumulators))]
         for copy_to, copy_from in saved:
             body.emit(_memcpy(copy_to, copy_from))
@@ -170,11 +170,11 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         the select's predicate kept in a mask) and the accumulators."""
         body, em = self.body, self.lane_em
         with self._lane_loop(how):
-            self._declare_env()
+            self._declare_lane_index()
             stores: list[Stmt] = []
             stored: set[str] = set()
-            looped = [i for i in self.plan.per_env if self._looped(i)]
-            for i in self.plan.per_env:
+            looped = [i for i in self.plan.per_lane if self._looped(i)]
+            for i in self.plan.per_lane:
                 deferred = self.deferred.get(i)
                 value = self.plan.body.root.operands[i] if deferred is None else deferred.kept
                 if i in looped:
@@ -227,8 +227,8 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
     def _accumulate(self, k: int, acc: Accumulator) -> None:
         total: Expr = cir.load(f"acc{k}", L)
         for operand in acc.operands:
-            env_dim = self.plan.env_dims.get(id(operand), 0) if self.n > 1 else None
-            total = self._reduce_at_lane(acc.reducer, operand, env_dim, total)
+            value_lane_dim = self.plan.value_lane_dims.get(id(operand), 0) if self.n > 1 else None
+            total = self._reduce_at_lane(acc.reducer, operand, value_lane_dim, total)
         self.body.assign(cir.load(f"acc{k}", L), total)
 
     def _store_block(self) -> None:
@@ -237,13 +237,13 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         with body.loop("l", 0, valid, counter=cir.Special.INT):
             body.declare(cir.INDEX, "e", Binary("+", Binary("*", B, cir.Int(self.lanes)), L),
                          const=True)
-            for i in self.plan.per_env:
+            for i in self.plan.per_lane:
                 shape = self._shape(i)
-                per_env = self.plan.elements_per_env(i)
+                per_lane = self.plan.elements_per_lane(i)
                 target = self.outputs[i]
                 storage = functools.partial(self.lang.to_storage, shape.dtype)
                 position = functools.partial(self._position, i)
-                self._copy_loop(per_env, copy(store_through(target, position),
+                self._copy_loop(per_lane, copy(store_through(target, position),
                                               element_of(f"s{i}", lane=True), storage))
         for k, acc in enumerate(self.plan.accumulators):
             partial = body.variable(self._register_type(acc.combines[-1].dtype), "p",

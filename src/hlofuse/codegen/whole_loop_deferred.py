@@ -67,7 +67,7 @@ class DeferredLanes(LaneCode):
             self._deferred_blend(groups)
             return
         with self._lane_loop(cir.Loop(simd=True)):
-            self._declare_env()
+            self._declare_lane_index()
             for test, stores in groups.items():
                 with body.if_(test):
                     for i, q, operand, index in stores:
@@ -81,7 +81,7 @@ class DeferredLanes(LaneCode):
         compute every lane of the block for the few that reset."""
         body, em = self.body, self.lane_em
         with self._lane_loop(cir.SEQUENTIAL):
-            self._declare_env()
+            self._declare_lane_index()
             for test, stores in groups.items():
                 with body.if_(test):
                     for i, _, operand, _ in stores:
@@ -126,7 +126,7 @@ class DeferredLanes(LaneCode):
             last = Binary("-", picked, cir.Int(1))
             body.declare(cir.Special.INT, "l", cir.load(
                 "pick", cir.Select(Binary("<", listed, picked), listed, last)), const=True)
-            self._declare_env()
+            self._declare_lane_index()
             # With one predicate every listed lane picks: stores, no blends.
             blended = len(groups) > 1
             blends = []

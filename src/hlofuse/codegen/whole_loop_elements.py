@@ -42,14 +42,14 @@ def element_indices(dims: tuple[int, ...]) -> list[Index]:
     return out
 
 
-def env_indices(dims: tuple[int, ...], env: Expr, lane_dim: int = 0) -> list[Index]:
+def lane_part_indices(dims: tuple[int, ...], lane_index: Expr, lane_dim: int = 0) -> list[Index]:
     """The elements of the lane's part of a per-lane array whose lanes lie along `lane_dim`
     (that component written `env`)."""
     rest = dims[:lane_dim] + dims[lane_dim + 1:]
     out = []
     for index in element_indices(rest):
         multi = list(index.multi or ())
-        multi.insert(lane_dim, env)
+        multi.insert(lane_dim, lane_index)
         out.append(Index(dims, None, tuple(multi), None))
     return out
 

@@ -22,7 +22,7 @@ from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index, Value, strides_of
 from hlofuse.codegen.language import Language
 from hlofuse.codegen.licm import hoist_invariants
-from hlofuse.codegen.whole_loop_elements import L, element_indices, env_indices
+from hlofuse.codegen.whole_loop_elements import L, element_indices, lane_part_indices
 from hlofuse.codegen.whole_loop_lanes import Deferred
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -50,7 +50,7 @@ class LaneCode:
     n: int
     lanes: int
     blocks: int
-    env: Expr
+    lane_index: Expr
     outputs: list[str]
     uniform_em: ElementalEmitter
     lane_em: ElementalEmitter
@@ -98,10 +98,11 @@ class LaneCode:
 
     def _lane_indices(self, element: int) -> list[Index]:
         """The elements of the lane's part of per-lane loop element `element`."""
-        return env_indices(self._shape(element).dims, self.env, self._lane_dim(element))
+        return lane_part_indices(self._shape(element).dims, self.lane_index,
+                                 self._lane_dim(element))
 
     def _looped(self, element: int) -> bool:
-        return self.plan.elements_per_env(element) > LOOPED_ELEMENTS
+        return self.plan.elements_per_lane(element) > LOOPED_ELEMENTS
 
     def _lane_index_at(self, element: int, q: Expr) -> Index:
         """Element q (an expression: the position loop's variable) of the lane's part of loop
@@ -111,7 +112,7 @@ class LaneCode:
         multi: list[Expr] = []
         for size, stride in zip(rest, strides_of(rest)):
             multi.append(cir.Int(0) if size == 1 else cir.mod(cir.div(q, stride), size))
-        multi.insert(d, self.env)
+        multi.insert(d, self.lane_index)
         return Index(dims, None, tuple(multi), None)
 
     @contextlib.contextmanager
@@ -120,7 +121,7 @@ class LaneCode:
         """A loop over the positions of the lane's part of a looped element; what every
         position computes alike moves in front of it."""
         var = self.body.fresh("q")
-        with self.body.loop(var, 0, self.plan.elements_per_env(element), how,
+        with self.body.loop(var, 0, self.plan.elements_per_lane(element), how,
                             counter=cir.Special.INT):
             yield cir.Var(var), self._lane_index_at(element, cir.Var(var))
         stmts = self.body.scope.stmts
@@ -152,7 +153,7 @@ class LaneCode:
         return cir.Select(Binary("==", B, cir.Int(self.blocks - 1)),
                           cir.Int(self.n % self.lanes), cir.Int(self.lanes))
 
-    def _env_of_lane(self) -> Expr:
+    def _lane_index_of_slot(self) -> Expr:
         first = Binary("*", B, cir.Int(self.lanes))
         if self.n % self.lanes == 0:
             return Binary("+", first, L)
@@ -160,8 +161,8 @@ class LaneCode:
         return Binary("+", first, cir.Select(Binary("<", L, valid), L,
                                              Binary("-", valid, cir.Int(1))))
 
-    def _declare_env(self) -> None:
-        self.body.declare(cir.INDEX, "e", self._env_of_lane(), const=True)
+    def _declare_lane_index(self) -> None:
+        self.body.declare(cir.INDEX, "e", self._lane_index_of_slot(), const=True)
 
     @contextlib.contextmanager
     def _lane_loop(self, how: cir.Loop) -> Iterator[None]:
@@ -178,11 +179,11 @@ class LaneCode:
             yield
 
     def _lane_reader(self, array: str, dtype: DType, dims: tuple[int, ...],
-                     env_dim: int) -> Callable[[Index], Value]:
+                     value_lane_dim: int) -> Callable[[Index], Value]:
         """Reads of a per-lane value kept in `array[position][lane]`: the analysis
         guarantees the index's lane component is the lane's own lane, so only
         the position inside the lane's part matters."""
-        rest = dims[:env_dim] + dims[env_dim + 1:]
+        rest = dims[:value_lane_dim] + dims[value_lane_dim + 1:]
         count = math.prod(rest)
 
         def read(index: Index) -> Value:
@@ -190,7 +191,7 @@ class LaneCode:
             position: Expr = cir.Int(0)
             if rest:
                 multi = em.multi_of(index)
-                multi = multi[:env_dim] + multi[env_dim + 1:]
+                multi = multi[:value_lane_dim] + multi[value_lane_dim + 1:]
                 position = em.linear_of(Index(rest, None, multi, None))
             if isinstance(position, cir.Int) or count > LANE_SELECTED_READ or self.lanes == 1:
                 return self.body.let(self._register_type(dtype), cir.load(array, position, L))

@@ -130,10 +130,10 @@ def math_lane_dim(plan: LoopPlan, inst: Instruction) -> int | None:
     dims = inst.shape.dims
     if plan.size == 1:
         return 0 if dims and dims[0] == 1 else None
-    env = plan.env_dims.get(id(inst))
-    if not isinstance(env, int) or env >= len(dims) or dims[env] != plan.size:
+    lane_index = plan.value_lane_dims.get(id(inst))
+    if not isinstance(lane_index, int) or lane_index >= len(dims) or dims[lane_index] != plan.size:
         return None
-    return env
+    return lane_index
 
 
 # Values narrower than this many bits make gcc vectorise a lane loop at more lanes per vector

@@ -28,8 +28,8 @@ class LaneReads(LaneCode):
         element = self.state_arrays.get(name)
         if element is not None and len(load.indices) == 2:
             bounds = index_range(load.indices[0], defined)
-            return element in self.plan.per_env and bounds is not None and \
-                0 <= bounds[0] and bounds[1] < self.plan.elements_per_env(element) and \
+            return element in self.plan.per_lane and bounds is not None and \
+                0 <= bounds[0] and bounds[1] < self.plan.elements_per_lane(element) and \
                 load.indices[1] == L
         k = self.tables.get(name)
         if k is not None and len(load.indices) == 1:
@@ -56,7 +56,7 @@ class LaneReads(LaneCode):
                 em.bindings[id(inst)] = _named(name)
         for inst in self.plan.body.instructions:
             element = element_read(inst)
-            if element is None or element not in self.plan.per_env:
+            if element is None or element not in self.plan.per_lane:
                 continue
             shape = self._shape(element)
             em.bindings[id(inst)] = self._lane_reader(f"s{element}", shape.dtype, shape.dims,

@@ -25,7 +25,7 @@ from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.emitter_types import Index, Value
-from hlofuse.codegen.whole_loop_elements import element_indices, env_indices
+from hlofuse.codegen.whole_loop_elements import element_indices, lane_part_indices
 from hlofuse.codegen.whole_loop_lane_code import LaneCode
 from hlofuse.ir.hlo import Computation, Instruction
 
@@ -67,21 +67,22 @@ class LaneReductions(LaneCode):
     whole_loop.py calls its uniform and final parts)."""
 
     def _reduce_at_lane(self, reducer: Computation, operand: Instruction,
-                        env_dim: int | None, total: Expr) -> Expr:
+                        value_lane_dim: int | None, total: Expr) -> Expr:
         """`total <op>` every element of the lane's part of `operand`."""
         em, body = self.lane_em, self.body
         dims = operand.shape.dims
-        loops = [(d, size) for d, size in enumerate(dims) if d != env_dim and size > 1]
+        loops = [(d, size) for d, size in enumerate(dims) if d != value_lane_dim and size > 1]
         if math.prod(size for _, size in loops) <= LANE_UNROLLED_REDUCTION:
             # written out in the loops' order: row-major over the lane's positions
-            for index in env_indices(dims, self.env, env_dim or 0) if env_dim is not None \
-                    else element_indices(dims):
+            indices = element_indices(dims) if value_lane_dim is None else \
+                lane_part_indices(dims, self.lane_index, value_lane_dim)
+            for index in indices:
                 value = em.array_value(operand, index)
                 total = em.apply_reducer(reducer, [total], [value])[0]
             return total
         name = body.variable(self._register_type(operand.dtype), "acc", total)
         variables = {d: body.fresh("r") for d, _ in loops}
-        multi = tuple(self.env if d == env_dim else
+        multi = tuple(self.lane_index if d == value_lane_dim else
                       (cir.Var(variables[d]) if d in variables else cir.Int(0))
                       for d in range(len(dims)))
         with contextlib.ExitStack() as stack:
@@ -129,9 +130,10 @@ class LaneReductions(LaneCode):
         for k, step in enumerate(self.plan.step_reductions):
             for j, reduce in enumerate(step.reduces):
                 operand = reduce.operand
-                env_dim = self.plan.env_dims.get(id(operand), 0) if self.n > 1 else None
+                value_lane_dim = self.plan.value_lane_dims.get(id(operand), 0) if self.n > 1 \
+                    else None
                 start = self.lane_em.scalar(reduce.identity)
-                total = self._reduce_at_lane(reduce.reduce.calls[0], operand, env_dim, start)
+                total = self._reduce_at_lane(reduce.reduce.calls[0], operand, value_lane_dim, start)
                 self.body.assign(cir.load(f"sr{k}_{j}", _L), total)
 
     def _step_position(self, em: ElementalEmitter, step: StepReduction) -> Expr:

@@ -77,7 +77,8 @@ class ScratchLanes(LaneCode):
             inner = cir.For("l", cir.Int(0), cir.Int(self.lanes), [], SIMD, cir.Special.INT)
             names = cir.names_used([loop])
             if "e" in names:
-                inner.body.append(cir.Declare(cir.INDEX, "e", self._env_of_lane(), const=True))
+                inner.body.append(cir.Declare(cir.INDEX, "e", self._lane_index_of_slot(),
+                                              const=True))
             for ctype, name in lane_values:
                 if name in names:
                     inner.body.append(cir.Declare(ctype, name, cir.load(f"h_{name}", L),

@@ -11,7 +11,7 @@ from hlofuse.codegen import cir, mathlib
 from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.emitter_types import Index, Value, expr_of
 from hlofuse.codegen.op_expressions import math_arguments
-from hlofuse.codegen.whole_loop_elements import L, env_indices
+from hlofuse.codegen.whole_loop_elements import L, lane_part_indices
 from hlofuse.codegen.whole_loop_lane_code import LaneCode
 from hlofuse.codegen.whole_loop_lanes import math_lane_dim
 from hlofuse.ir.hlo import Instruction
@@ -39,10 +39,11 @@ class SmallArgumentLanes(LaneCode):
         body = self.body
         large = body.declare(cir.Special.INT, "large", cir.Int(0))
         with self._lane_loop(cir.Loop(reduction=("|", "large"))):
-            self._declare_env()
+            self._declare_lane_index()
             tests: list[Stmt] = []
             for inst, form in self.small_math:
-                for index in env_indices(inst.shape.dims, self.env, self._math_lane_dim(inst)):
+                for index in lane_part_indices(inst.shape.dims, self.lane_index,
+                                               self._math_lane_dim(inst)):
                     arguments = self._math_arguments(inst, index)
                     test = cir.Assign(large, cir.Unary("!", cir.call(form.guard, *arguments)),
                                       "|=")
@@ -50,12 +51,13 @@ class SmallArgumentLanes(LaneCode):
                         tests.append(test)
                         body.emit(test)
         with body.if_(large), self._lane_loop(cir.Loop(simd=True)):
-            self._declare_env()
+            self._declare_lane_index()
             for k, (inst, form) in enumerate(self.small_math):
                 full = mathlib.lookup(form.name, form.dtype)
                 assert full is not None
                 lane_dim = self._math_lane_dim(inst)
-                for q, index in enumerate(env_indices(inst.shape.dims, self.env, lane_dim)):
+                indices = lane_part_indices(inst.shape.dims, self.lane_index, lane_dim)
+                for q, index in enumerate(indices):
                     arguments = self._math_arguments(inst, index)
                     body.assign(cir.load(f"fm{k}", cir.Int(q), L),
                                 cir.call(full.c_name, *arguments))

@@ -12,7 +12,7 @@ from hlofuse.analysis.parallel_loop import Streamed
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr, Stmt
 from hlofuse.codegen.emitter_types import Index, expr_of
-from hlofuse.codegen.whole_loop_elements import L, env_indices
+from hlofuse.codegen.whole_loop_elements import L, lane_part_indices
 from hlofuse.codegen.whole_loop_lane_code import LaneCode
 from hlofuse.codegen.whole_loop_lanes import staged_storage
 from hlofuse.ir.dtypes import DType
@@ -35,7 +35,7 @@ class StreamedLanes(LaneCode):
             with self.body.loop(var, 0, math.prod(rest)):
                 q = cir.Var(var)
                 multi = list(self.uniform_em.multi_of(Index(rest, q, None, None)))
-                multi.insert(streamed.lane_dim, self.env)
+                multi.insert(streamed.lane_dim, self.lane_index)
                 value = self.uniform_em.array_value(init, Index(dims, None, tuple(multi), None))
                 self.body.assign(cir.load(self.outputs[i], self._position(i, q)),
                                  storage(expr_of(value)))
@@ -66,7 +66,7 @@ class StreamedLanes(LaneCode):
         written = update.operands[1]
         starts = em.clamped_starts(update, update.operands[2:], dims, written.shape.dims)
         out = []
-        for index in env_indices(written.shape.dims, self.env, streamed.lane_dim):
+        for index in lane_part_indices(written.shape.dims, self.lane_index, streamed.lane_dim):
             multi = index.multi
             assert multi is not None
             # The lane dimension's start clamps to 0: the slice covers every lane.
@@ -104,7 +104,7 @@ class StreamedLanes(LaneCode):
         if not staged:
             return
         with self._lane_loop(cir.SEQUENTIAL):
-            self._declare_env()
+            self._declare_lane_index()
             for k, streamed in staged:
                 for q, (_, position) in enumerate(self._streamed_positions(streamed)):
                     self.body.emit(self._streamed_store(

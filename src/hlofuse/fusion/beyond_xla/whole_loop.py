@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.analysis.counted_loops import NotCounted, counted_loop
 from hlofuse.analysis.parallel_loop import (
-    DEFAULT_MAX_STATE_ELEMENTS_PER_ENV,
+    DEFAULT_MAX_STATE_ELEMENTS_PER_LANE,
     DEFAULT_MAX_UNIFORM_ELEMENTS,
     LoopPlan,
     plan_parallel_loop,
@@ -83,14 +83,14 @@ class WholeLoopFusion:
 
     name: ClassVar[str] = "whole-loop-fusion"
     lanes: int = 0  # lanes per block; 0 chooses per loop (`default_lanes`)
-    max_state_elements_per_env: int = DEFAULT_MAX_STATE_ELEMENTS_PER_ENV
+    max_state_elements_per_lane: int = DEFAULT_MAX_STATE_ELEMENTS_PER_LANE
     max_uniform_elements: int = DEFAULT_MAX_UNIFORM_ELEMENTS
 
     def __post_init__(self) -> None:
         if not 0 <= self.lanes <= MAX_LANES:
             raise ValueError(f"whole-loop-fusion: lanes must be in 0..{MAX_LANES} (0: chosen "
                              f"per loop), got {self.lanes}")
-        if self.max_state_elements_per_env < 1 or self.max_uniform_elements < 1:
+        if self.max_state_elements_per_lane < 1 or self.max_uniform_elements < 1:
             raise ValueError("whole-loop-fusion: the element limits must be positive")
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
@@ -126,7 +126,8 @@ class WholeLoopFusion:
         loop = dataclasses.replace(inst, operands=operands, calls=tuple(
             _unfused(c, builder.names, computation_names, id(original) in shared)
             for c, original in zip(calls, inst.calls)))
-        plan = plan_parallel_loop(loop, max_state_elements_per_env=self.max_state_elements_per_env,
+        plan = plan_parallel_loop(loop,
+                                  max_state_elements_per_lane=self.max_state_elements_per_lane,
                                   max_uniform_elements=self.max_uniform_elements)
         if isinstance(plan, Refusal):
             _log_refusal(log, comp, inst, plan)
@@ -293,11 +294,11 @@ def _log_fusion(log: DecisionSink | None, comp: Computation, loop: Instruction,
     per_step = [s.element for s in plan.step_reductions]
     block = block_lanes(lanes, plan.size)
     message = (f"%{loop.name} runs as one kernel %{fusion.name}: {plan.size} lanes in "
-               f"blocks of {block}, per-lane elements {list(plan.per_env)}, uniform "
+               f"blocks of {block}, per-lane elements {list(plan.per_lane)}, uniform "
                f"{list(plan.uniform)}" + (f", accumulated {accumulated}" if accumulated else "")
                + (f", reduced over the lanes per step {per_step}" if per_step else ""))
     figures: dict[str, Figure] = {
-        "lanes": plan.size, "block_lanes": block, "per_lane_elements": len(plan.per_env),
+        "lanes": plan.size, "block_lanes": block, "per_lane_elements": len(plan.per_lane),
         "uniform_elements": len(plan.uniform), "accumulators": len(plan.accumulators),
         "step_reductions": len(plan.step_reductions),
         "lane_instructions": len(plan.lane), "uniform_instructions": len(plan.uniform_code),
