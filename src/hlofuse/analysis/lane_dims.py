@@ -1,8 +1,8 @@
 """How the lane dimension of a per-lane value moves through each op.
 
 Part of the parallel-loop analysis (parallel_loop.py): given the lane dimension of an
-instruction's state-dependent operands (None for the others), `value_lane_dim` gives the dimension of
-its result that holds the lanes, or `Mixed` when the op moves values between
+instruction's state-dependent operands (None for the others), `value_lane_dim` gives the
+dimension of its result that holds the lanes, or `Mixed` when the op moves values between
 lanes (the op, the refusal's rule id and why). Element-wise ops keep the dimension,
 broadcast and transpose move it, reshape keeps it where the elements before and after it are
 unchanged; slice, pad, reverse, concatenate, dynamic-(update-)slice, reduce and reduce-window
