@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from hlofuse.analysis.lane_classification import element_read
 from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan, plan_parallel_loop
 from hlofuse.analysis.parallel_loop_refusals import Refusal
 from hlofuse.analysis.whole_loop_config import (
@@ -60,7 +61,6 @@ from hlofuse.codegen.whole_loop_elements import (
     copy,
     element_indices,
     element_of,
-    element_read,
     store_at,
 )
 from hlofuse.codegen.whole_loop_lane_code import LOOPED_ELEMENTS

@@ -15,19 +15,8 @@ from collections.abc import Callable
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr, Stmt
 from hlofuse.codegen.emitter_types import SCALAR, Index, strides_of
-from hlofuse.ir.hlo import Instruction
-from hlofuse.ir.ops import Op
 
 L = cir.Var("l")
-
-
-def element_read(inst: Instruction) -> int | None:
-    """The loop-state element a get-tuple-element of the loop parameter reads."""
-    if inst.op is not Op.GET_TUPLE_ELEMENT or inst.operands[0].op is not Op.PARAMETER:
-        return None
-    index = inst.attrs["index"]
-    assert isinstance(index, int)
-    return index
 
 
 def element_indices(dims: tuple[int, ...]) -> list[Index]:

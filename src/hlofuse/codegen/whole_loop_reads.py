@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from hlofuse.analysis.lane_classification import element_read
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.emitter_types import Index, Value
 from hlofuse.codegen.licm import index_range
-from hlofuse.codegen.whole_loop_elements import L, element_read
+from hlofuse.codegen.whole_loop_elements import L
 from hlofuse.codegen.whole_loop_lane_code import LaneCode
 from hlofuse.ir.dtypes import DType
 
