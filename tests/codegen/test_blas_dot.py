@@ -183,7 +183,7 @@ def test_hlofuse_blas_0_turns_blas_off_and_explains_why() -> None:
             "assert find_blas() is None\n"
             "print(dot_implementation(DType.F32, find_blas()))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          lane_index={**os.environ, "HLOFUSE_BLAS": "0"}, check=True)
+                          env={**os.environ, "HLOFUSE_BLAS": "0"}, check=True)
     assert "the runtime's loop (no BLAS" in done.stdout
     assert identity_comment(None) == "/* BLAS: none */\n"
 

@@ -52,9 +52,9 @@ FAST_ROLLOUTS = {("catch", "xla"), ("pendulum", "none")}
 def _programs() -> list[object]:
     return [pytest.param(str(p), "none", id=f"{p.stem}-none")
             for p in sorted(CODEGEN_DATA.glob("*.hlo"))] + [
-        pytest.param(str(ROLLOUTS / f"{lane_index}.cpu.hlo"), s, id=f"{lane_index}.cpu-{s}",
-                     marks=() if (lane_index, s) in FAST_ROLLOUTS else pytest.mark.thorough)
-        for lane_index in ("catch", "bandit", "pendulum") for s in ("none", "xla")]
+        pytest.param(str(ROLLOUTS / f"{name}.cpu.hlo"), s, id=f"{name}.cpu-{s}",
+                     marks=() if (name, s) in FAST_ROLLOUTS else pytest.mark.thorough)
+        for name in ("catch", "bandit", "pendulum") for s in ("none", "xla")]
 
 
 @pytest.mark.parametrize(("path", "strategy"), _programs())

@@ -130,10 +130,10 @@ def math_lane_dim(plan: LoopPlan, inst: Instruction) -> int | None:
     dims = inst.shape.dims
     if plan.size == 1:
         return 0 if dims and dims[0] == 1 else None
-    lane_index = plan.value_lane_dims.get(id(inst))
-    if not isinstance(lane_index, int) or lane_index >= len(dims) or dims[lane_index] != plan.size:
+    dim = plan.value_lane_dims.get(id(inst))
+    if not isinstance(dim, int) or dim >= len(dims) or dims[dim] != plan.size:
         return None
-    return lane_index
+    return dim
 
 
 # Values narrower than this many bits make gcc vectorise a lane loop at more lanes per vector
