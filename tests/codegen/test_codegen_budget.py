@@ -5,10 +5,9 @@ HLO instruction (plus FIXED_LINES for the header and driver).
 
 The bounds are generous on purpose (a shared, loaded machine must not fail them), yet far
 below what a quadratic gives: with the scanning name claim this replaced (each claim of a stem
-tried `stem_1`, `stem_2`, ... from the start), the wide written-out step below takes minutes
-to generate, and `test_the_budget_catches_the_scanning_name_claim` checks that the time
-budget fails it (its code is also far over the lines budget: lane code still writes such a
-product out position by position).
+tried `stem_1`, `stem_2`, ... from the start), a whole loop writing 8,192 products out per lane
+took 109 s to generate against 8.8 s (measured once on a loaded 2-core machine; the claim
+itself is checked against the scan in tests/codegen/test_cir.py, not timed here).
 """
 
 from __future__ import annotations
@@ -18,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from hlofuse.codegen.naming import Names
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
+from hlofuse.runtime.target import CodegenError
 from hlofuse.targets.c import generate_c
 
 DATA = Path(__file__).parent.parent / "data"
@@ -57,14 +56,26 @@ def measured(module: Module, strategy: str) -> str | None:
     start = time.perf_counter()
     fused = run_strategy(module, strategy, debug=False, log_decisions=False).module
     fused_at = time.perf_counter()
-    generated = generate_c(fused)
+    try:
+        generated = generate_c(fused)
+    except CodegenError:
+        return None  # not compiled to C at all (a convolution runs on the interpreter)
     done = time.perf_counter()
     return over_budget(fused_at - start, done - fused_at, generated.source.text.count("\n"),
                        instructions)
 
 
-@pytest.mark.thorough
-@pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: f"{p.parent.name}/{p.name}")
+# The whole sweep fuses and generates ~200 programs six times (tens of minutes on the 2-core
+# machine): opted into with `-m slow`; `make test` runs the programs with the largest lane
+# code and nested loops.
+LARGEST = ("rollouts/spring_chain.cpu.hlo", "rollouts/jacobi_rope.gpu.hlo",
+           "rollouts/grid_forage.cpu.hlo", "jax/argmax.hlo")
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.thorough if f"{p.parent.name}/{p.name}" in LARGEST
+                 else pytest.mark.slow) for p in PROGRAMS],
+    ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_code_generation_is_within_budget_under_every_strategy(path: Path) -> None:
     module = parse_module(path.read_text(), str(path))
     failures = [f"{strategy}: {problem}" for strategy in STRATEGIES
@@ -78,85 +89,3 @@ def test_budget_bounds() -> None:
     limit = LINES_PER_INSTRUCTION * 10 + FIXED_LINES
     assert over_budget(0.0, 0.0, limit, 10) is None
     assert "lines of C" in str(over_budget(0.0, 0.0, limit + 1, 10))
-
-
-# A whole loop whose step multiplies each lane's 64 values by two 64 x 64 matrices written as
-# element-wise products and sums (jnp.sum(w * x[:, None, :], axis=2)), the products named as
-# a library names them, alike in their first 48 characters: lane code writes the 8,192
-# products out, each a local named after its multiply, all claims of one stem. Measured on a
-# loaded 2-core machine: 8.8 s to generate, 109 s with the scanning claim.
-def _wide_step(matrices: int = 2) -> str:
-    name = "product_of_the_weight_matrix_and_the_state_of_the_lane"
-    lines = []
-    total = "zero_sum"
-    for k in range(matrices):
-        lines += [
-            f"  c{k} = f32[] constant({k + 1})",
-            f"  cb{k} = f32[64,64] broadcast(c{k}), dimensions={{}}",
-            f"  w{k} = f32[64,64] multiply(w, cb{k})",
-            f"  wb{k} = f32[8,64,64] broadcast(w{k}), dimensions={{1,2}}",
-            f"  {name}.{k} = f32[8,64,64] multiply(wb{k}, xb)",
-            f"  summed{k} = f32[8,64] reduce({name}.{k}, zero), dimensions={{2}}, to_apply=add",
-            f"  total{k} = f32[8,64] add({total}, summed{k})",
-        ]
-        total = f"total{k}"
-    step = "\n".join(lines)
-    return f"""
-HloModule wide_step
-
-cond {{
-  cp = (s32[], f32[8,64]) parameter(0)
-  ci = s32[] get-tuple-element(cp), index=0
-  n = s32[] constant(3)
-  ROOT lt = pred[] compare(ci, n), direction=LT
-}}
-
-add {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}}
-
-body {{
-  p = (s32[], f32[8,64]) parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  x = f32[8,64] get-tuple-element(p), index=1
-  one = s32[] constant(1)
-  next = s32[] add(i, one)
-  w = f32[64,64] iota(), iota_dimension=1
-  xb = f32[8,64,64] broadcast(x), dimensions={{0,2}}
-  zero = f32[] constant(0)
-  zero_sum = f32[8,64] broadcast(zero), dimensions={{}}
-{step}
-  scale = f32[] constant(0.001)
-  scaled = f32[8,64] broadcast(scale), dimensions={{}}
-  y = f32[8,64] multiply({total}, scaled)
-  ROOT t = (s32[], f32[8,64]) tuple(next, y)
-}}
-
-ENTRY main {{
-  x0 = f32[8,64] parameter(0)
-  start = s32[] constant(0)
-  init = (s32[], f32[8,64]) tuple(start, x0)
-  loop = (s32[], f32[8,64]) while(init), condition=cond, body=body
-  ROOT out = f32[8,64] get-tuple-element(loop), index=1
-}}
-"""
-
-
-def _scanning_claim(self: Names, stem: str) -> str:
-    """The claim before the per-stem counter: a scan from `stem_1` on every claim."""
-    candidate, k = stem, 1
-    while candidate in self.taken:
-        candidate = f"{stem}_{k}"
-        k += 1
-    self.taken.add(candidate)
-    return candidate
-
-
-@pytest.mark.thorough
-def test_the_budget_catches_the_scanning_name_claim(monkeypatch: pytest.MonkeyPatch) -> None:
-    module = parse_module(_wide_step())
-    assert "code generation took" not in str(measured(module, "max+default_costs"))
-    monkeypatch.setattr(Names, "_claim", _scanning_claim)
-    assert "code generation took" in str(measured(module, "max+default_costs"))
