@@ -197,9 +197,18 @@ def test_xla_gpu_keeps_the_results_of_corpus_loops(name: str) -> None:
     _assert_same_results(module, fused, arguments)
 
 
+# XLA's GPU pipeline runs SimplifyFPConversions (excess precision allowed, XLA's default):
+# convert_types' f32 -> f16 -> f32 round trips are removed, so its results are f32's, not
+# JAX's CPU ones; xla-gpu does what XLA does (tests/xla_gpu/test_fp_conversions.py).
+EXCESS_PRECISION = {"convert_types"}
+
+
 @pytest.mark.thorough
-@pytest.mark.parametrize("name", sorted(p.stem for p in JAX_DATA.glob("*.npz")
-                                        if (DATA / f"{p.stem}.before.hlo").exists()))
+@pytest.mark.parametrize("name", [
+    pytest.param(p.stem, marks=pytest.mark.xfail(
+        strict=True, reason="XLA's SimplifyFPConversions keeps f32 precision"))
+    if p.stem in EXCESS_PRECISION else p.stem
+    for p in sorted(JAX_DATA.glob("*.npz")) if (DATA / f"{p.stem}.before.hlo").exists()])
 def test_xla_gpu_keeps_the_results_of_the_jax_corpus(name: str) -> None:
     """Every program of the JAX corpus, through the whole xla-gpu pipeline, gives JAX's
     stored outputs."""
