@@ -119,11 +119,20 @@ def _is_accumulated_reduce(lanes: LaneClassification, reduce: Instruction, op: O
     if lanes.size == 1 and one_element_reshape(reduce):
         return id(reduce.operands[0]) in lanes.dependent and identity(op, reduce.dtype) \
             is not None
+    return full_lane_reduce_op(lanes, reduce) is op
+
+
+def full_lane_reduce_op(lanes: LaneClassification, reduce: Instruction) -> Op | None:
+    """The op of `reduce` when it reduces a per-lane value over all its dimensions with an
+    associative and commutative op, from that op's identity (its result needs every lane)."""
     if reduce.op is not Op.REDUCE or len(reduce.operands) != 2:
-        return False
+        return None
     operand, init = reduce.operands
     if id(operand) not in lanes.dependent or id(init) in lanes.dependent:
-        return False
+        return None
     if sorted(reduce.ints("dimensions")) != list(range(operand.shape.rank)):
-        return False
-    return reducer_op(reduce.calls[0]) is op and is_identity(init, op)
+        return None
+    op = reducer_op(reduce.calls[0])
+    if op is None or op not in ASSOCIATIVE_OPS or not is_identity(init, op):
+        return None
+    return op

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlofuse.analysis.lane_classification import LaneClassification, element_read
-from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, is_identity, reducer_op
+from hlofuse.analysis.loop_accumulators import full_lane_reduce_op
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
 
@@ -145,17 +145,8 @@ def _reduces_behind(lanes: LaneClassification, value: Instruction
 
 def _lane_reduce(lanes: LaneClassification, inst: Instruction) -> LaneReduce | None:
     """`inst` as a reduction of a per-lane value over all its dimensions from the identity."""
-    if inst.op is not Op.REDUCE or len(inst.operands) != 2 or inst.shape.dims:
-        return None
-    operand, init = inst.operands
-    if id(operand) not in lanes.dependent or id(init) in lanes.dependent:
-        return None
-    if sorted(inst.ints("dimensions")) != list(range(operand.shape.rank)):
-        return None
-    op = reducer_op(inst.calls[0])
-    if op is None or op not in ASSOCIATIVE_OPS or not is_identity(init, op):
-        return None
-    return LaneReduce(inst, op)
+    op = full_lane_reduce_op(lanes, inst)
+    return None if op is None else LaneReduce(inst, op)
 
 
 def _reads_loop_state(inst: Instruction) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr, Stmt
-from hlofuse.codegen.emitter_types import SCALAR, Index, strides_of
+from hlofuse.codegen.emitter_types import SCALAR, Index, Value, strides_of
 
 L = cir.Var("l")
 
@@ -80,3 +80,8 @@ def copy(store: Callable[[Expr, Expr], Stmt], source: Callable[[Expr], Expr],
         return store(q, value if convert is None else convert(value))
 
     return statement
+
+
+def named(name: str) -> Callable[[Index], Value]:
+    """A binding that reads a named local, whatever the index (a value computed once)."""
+    return lambda index: cir.Var(name)

@@ -10,7 +10,7 @@ from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.emitter_types import Index, Value
 from hlofuse.codegen.licm import index_range
-from hlofuse.codegen.whole_loop_elements import L
+from hlofuse.codegen.whole_loop_elements import L, named
 from hlofuse.codegen.whole_loop_lane_code import LaneCode
 from hlofuse.ir.dtypes import DType
 
@@ -54,7 +54,7 @@ class LaneReads(LaneCode):
                 name = f"li{k}"
                 self.body.declare(self._register_type(inst.dtype), name,
                                   cir.load(f"tab{k}", cir.Var("t")), const=True)
-                em.bindings[id(inst)] = _named(name)
+                em.bindings[id(inst)] = named(name)
         for inst in self.plan.body.instructions:
             element = element_read(inst)
             if element is None or element not in self.plan.per_lane:
@@ -73,7 +73,3 @@ class LaneReads(LaneCode):
                                  cir.load(array, Binary("+", row, position)))
 
         return read
-
-
-def _named(name: str) -> Callable[[Index], Value]:
-    return lambda index: cir.Var(name)

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
 
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.analysis.step_reductions import StepReduction
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.elemental import ElementalEmitter
-from hlofuse.codegen.emitter_types import Index, Value
-from hlofuse.codegen.whole_loop_elements import element_indices, lane_part_indices
+from hlofuse.codegen.emitter_types import Index
+from hlofuse.codegen.whole_loop_elements import element_indices, lane_part_indices, named
 from hlofuse.codegen.whole_loop_lane_code import LaneCode
 from hlofuse.ir.hlo import Computation, Instruction
 
@@ -181,7 +180,7 @@ class LaneReductions(LaneCode):
                                                 Binary("+", Binary("*", _B, cir.Int(count)), q))
                                 body.assign(total, em.apply_reducer(reduce.reduce.calls[0],
                                                                     [total], [part])[0])
-                            em.bindings[id(reduce.reduce)] = _named(total.name)
+                            em.bindings[id(reduce.reduce)] = named(total.name)
                         value = em.array_value(step.value, Index(
                             step.value.shape.dims, cir.Int(0), None, None))
                         body.assign(cir.load(self.outputs[i], q),
@@ -195,7 +194,3 @@ class LaneReductions(LaneCode):
                                     self.lang.to_storage(dtype, initial))
             for j in range(len(step.reduces)):
                 body.emit(cir.Release(partials[(k, j)]))
-
-
-def _named(name: str) -> Callable[[Index], Value]:
-    return lambda index: cir.Var(name)
