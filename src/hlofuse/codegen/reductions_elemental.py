@@ -209,38 +209,17 @@ def reduce_window(em: ElementalEmitter, inst: Instruction, index: Index) -> Valu
     accumulators: list[Expr] = [
         em.body.variable(em.lang.register_type(init.dtype), "acc", em.scalar(init))
         for init in inits]
-    zero = cir.Int(0)
     with contextlib.ExitStack() as stack:
-        positions: list[Expr] = []
-        conditions: list[Expr] = []
-        for d, size in enumerate(in_dims):
+        padded: list[Expr] = []
+        for d in range(len(in_dims)):
             terms: list[Expr | int] = [cir.mul(out_multi[d], window.stride[d])]
             if window.size[d] > 1:
                 var = em.body.fresh("w")
                 stack.enter_context(em.body.loop(var, 0, window.size[d]))
                 terms.append(cir.mul(cir.Var(var), window.rhs_dilate[d]))
             terms.append(-window.pad_low[d])
-            position = em.index_let(cir.add(*terms))
-            dilate = window.lhs_dilate[d]
-            padded = window.pad_low[d] > 0 or window.pad_high[d] > 0 or dilate > 1
-            if dilate > 1:
-                conditions += [Binary(">=", position, zero),
-                               Binary("==", cir.mod(position, dilate), zero),
-                               Binary("<", cir.div(position, dilate), cir.Int(size))]
-                position = em.index_let(cir.div(position, dilate))
-            elif padded:
-                conditions += [Binary(">=", position, zero),
-                               Binary("<", position, cir.Int(size))]
-            positions.append(position)
-        input_index = Index(in_dims, None, tuple(positions), None)
-        if conditions:
-            condition = conjunction(conditions)
-            values = [em.branch(x.dtype, condition,
-                                lambda x=x: em.array_value(x, input_index),  # type: ignore[misc]
-                                lambda init=init: em.scalar(init))  # type: ignore[misc]
-                      for x, init in zip(inputs, inits)]
-        else:
-            values = [em.array_value(x, input_index) for x in inputs]
+            padded.append(em.index_let(cir.add(*terms)))
+        values = _window_element(em, inputs, inits, window, padded)
         updated = em.apply_reducer(inst.calls[0], accumulators, values)
         for acc, new in zip(accumulators, updated):
             em.body.assign(acc, new)
@@ -254,49 +233,52 @@ def _reduce_window_written_out(em: ElementalEmitter, inst: Instruction, index: I
     the lanes a vector loop, and positions known to fall in the padding take the init alone."""
     count = len(inst.operands) // 2
     inputs, inits = inst.operands[:count], inst.operands[count:]
-    in_dims = inputs[0].shape.dims
     out_multi = em.multi_of(index)
-    zero = cir.Int(0)
     accumulators: list[Expr] = [em.scalar(init) for init in inits]
     for offsets in itertools.product(*(range(size) for size in window.size)):
-        positions: list[Expr] = []
-        conditions: list[Expr] = []
-        outside = False
-        for d, size in enumerate(in_dims):
-            position = em.index_let(cir.add(cir.mul(out_multi[d], window.stride[d]),
-                                            offsets[d] * window.rhs_dilate[d] - window.pad_low[d]))
-            dilate = window.lhs_dilate[d]
-            if isinstance(position, cir.Int):
-                p = position.value
-                if p < 0 or p % dilate or p // dilate >= size:
-                    outside = True
-                    break
-                positions.append(cir.Int(p // dilate))
-                continue
-            if dilate > 1:
-                conditions += [Binary(">=", position, zero),
-                               Binary("==", cir.mod(position, dilate), zero),
-                               Binary("<", cir.div(position, dilate), cir.Int(size))]
-                position = em.index_let(cir.div(position, dilate))
-            elif window.pad_low[d] > 0 or window.pad_high[d] > 0:
-                conditions += [Binary(">=", position, zero),
-                               Binary("<", position, cir.Int(size))]
-            positions.append(position)
-        if outside:
-            values = [em.scalar(init) for init in inits]
-        else:
-            input_index = Index(in_dims, None, tuple(positions), None)
-            if conditions:
-                condition = conjunction(conditions)
-                values = [em.branch(x.dtype, condition,
-                                    lambda x=x, at=input_index: em.array_value(  # type: ignore[misc]
-                                        x, at),
-                                    lambda init=init: em.scalar(init))  # type: ignore[misc]
-                          for x, init in zip(inputs, inits)]
-            else:
-                values = [em.array_value(x, input_index) for x in inputs]
+        padded = [em.index_let(cir.add(cir.mul(out_multi[d], window.stride[d]),
+                                       offsets[d] * window.rhs_dilate[d] - window.pad_low[d]))
+                  for d in range(len(offsets))]
+        values = _window_element(em, inputs, inits, window, padded)
         accumulators = em.apply_reducer(inst.calls[0], accumulators, values)
     return accumulators[0] if count == 1 else tuple(accumulators)
+
+
+def _window_element(em: ElementalEmitter, inputs: tuple[Instruction, ...],
+                    inits: tuple[Instruction, ...], window: Window,
+                    padded: list[Expr]) -> list[Expr]:
+    """The inputs' values at one window position, given its position in the padded and
+    dilated operand per dimension: the init where it falls in the padding or between dilated
+    elements (known here for a literal position, else tested when the kernel runs)."""
+    in_dims = inputs[0].shape.dims
+    zero = cir.Int(0)
+    positions: list[Expr] = []
+    conditions: list[Expr] = []
+    for d, (size, position) in enumerate(zip(in_dims, padded)):
+        dilate = window.lhs_dilate[d]
+        if isinstance(position, cir.Int):
+            p = position.value
+            if p < 0 or p % dilate or p // dilate >= size:
+                return [em.scalar(init) for init in inits]
+            positions.append(cir.Int(p // dilate))
+            continue
+        if dilate > 1:
+            conditions += [Binary(">=", position, zero),
+                           Binary("==", cir.mod(position, dilate), zero),
+                           Binary("<", cir.div(position, dilate), cir.Int(size))]
+            position = em.index_let(cir.div(position, dilate))
+        elif window.pad_low[d] > 0 or window.pad_high[d] > 0:
+            conditions += [Binary(">=", position, zero),
+                           Binary("<", position, cir.Int(size))]
+        positions.append(position)
+    input_index = Index(in_dims, None, tuple(positions), None)
+    if not conditions:
+        return [em.array_value(x, input_index) for x in inputs]
+    condition = conjunction(conditions)
+    return [em.branch(x.dtype, condition,
+                      lambda x=x: em.array_value(x, input_index),  # type: ignore[misc]
+                      lambda init=init: em.scalar(init))  # type: ignore[misc]
+            for x, init in zip(inputs, inits)]
 
 
 def materialized(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
