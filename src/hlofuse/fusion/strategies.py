@@ -81,6 +81,8 @@ from hlofuse.fusion.xla_gpu.copy_fusion import CopyFusion
 from hlofuse.fusion.xla_gpu.copy_insertion import GpuCopyInsertion
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
 from hlofuse.fusion.xla_gpu.fp_conversions import SimplifyFPConversions
+from hlofuse.fusion.xla_gpu.gather_scatter import BatchedGatherScatterNormalizer
+from hlofuse.fusion.xla_gpu.gather_scatter_simplifier import GatherSimplifier, ScatterSimplifier
 from hlofuse.fusion.xla_gpu.gemm_fusion import GemmFusion
 from hlofuse.fusion.xla_gpu.ids import InstructionIds, RecordInstructionIds
 from hlofuse.fusion.xla_gpu.layout import TransposeToBitcast
@@ -110,7 +112,9 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          GpuPriorityFusion, GpuMultiOutputFusion,
                                          TransposeToBitcast, SoftmaxRewriterTriton, GemmFusion,
                                          RecordInstructionIds, SimplifyFPConversions,
-                                         GpuCopyInsertion, CopyFusion, *GPU_LOOP_PASSES)
+                                         GpuCopyInsertion, CopyFusion,
+                                         BatchedGatherScatterNormalizer, GatherSimplifier,
+                                         ScatterSimplifier, *GPU_LOOP_PASSES)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -208,6 +212,9 @@ class Strategy:
         ids = InstructionIds()
         if self.gpu_priority_fusion:
             steps.append(RecordInstructionIds(ids))
+            # XLA's first GPU pass (RunPreSPMDPartitionerPasses): batched gathers and
+            # scatters get explicit iota index columns (xla_gpu/gather_scatter.py).
+            steps.append(BatchedGatherScatterNormalizer(ids))
         # On the fusion passes' graphs, so a fusion fixed point never leaves them.
         # xla-gpu: today's HloCSE there too, identical iotas one operand (graphs/cleanup.py).
         cleanup = (FusedComputationCse(combine_iotas=self.gpu_priority_fusion), GraphDce())
@@ -229,7 +236,10 @@ class Strategy:
             steps.append(LoopUnroll(factor=self.unroll))
             steps.append(FixedPoint(tidy, label="after unrolling"))
         if self.gpu_priority_fusion:  # XLA's while-loop simplifier (xla_gpu/while_simplify.py)
-            steps.append(FixedPoint(GPU_LOOP_SIMPLIFICATION + tidy, label="while loops"))
+            # GatherSimplifier and ScatterSimplifier open XLA's simplification pipeline.
+            canonical = (GatherSimplifier(ids), ScatterSimplifier(ids))
+            steps.append(FixedPoint(canonical + GPU_LOOP_SIMPLIFICATION + tidy,
+                                    label="while loops"))
             # XLA's HloComputationDeduplicator, then FlattenCallGraph's copies per call site.
             steps.append(ComputationDeduplicator())
         # XLA annotates trip counts last among the loop rewrites (nothing may change a loop

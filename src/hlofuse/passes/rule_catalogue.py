@@ -57,6 +57,9 @@ RESHAPE_MOVER = "reshape-mover"
 COPY_INSERTION = "copy-insertion"
 COPY_FUSION = "copy-fusion"
 FP_CONVERSIONS = "simplify-fp-conversions"
+BATCHED_GATHER_SCATTER = "batched-gather-scatter-normalizer"
+GATHER_SIMPLIFIER = "gather-simplifier"
+SCATTER_SIMPLIFIER = "scatter-simplifier"
 _WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
 # Rules every vertical fusion pass applies through the shared legality checks (rules.py).
@@ -440,6 +443,20 @@ CATALOGUE: tuple[Rule, ...] = (
     _rule("canonical-dot", DOT_DECOMPOSER,
           "a dot not in canonical form became transposes and reshapes around a canonical one",
           "xla/hlo/transforms/expanders/dot_decomposer.cc: CanonicalizeDot"),
+    _rule("batched-gather-scatter-normalized", BATCHED_GATHER_SCATTER,
+          "a gather or scatter with batching dimensions became one without, an iota index "
+          "column per batching dimension concatenated in front of its indices",
+          "xla/service/batched_gather_scatter_normalizer.cc: NormalizeBatchGather, "
+          "NormalizeBatchScatter, CreateConcatIndices"),
+    _rule("gather-simplified", GATHER_SIMPLIFIER,
+          "a gather not in canonical form became one with indices [N, k] that keeps every "
+          "slice dimension, with transposes and reshapes around it",
+          "xla/service/gather_simplifier.cc: GatherSimplifier::ExpandInstruction"),
+    _rule("scatter-simplified", SCATTER_SIMPLIFIER,
+          "a scatter not in canonical form became one with indices [N, k], updates "
+          "[N, window...] and no inserted window dimensions",
+          "xla/service/scatter_simplifier.cc: ScatterSimplifier::ExpandInstruction, "
+          "FlattenAndTransposeUpdates"),
     _rule("dot-to-reduce", DOT_STRENGTH_REDUCTION,
           "a small dot with a vector operand became a multiply and a reduce",
           "xla/backends/gpu/transforms/dot_strength_reduction.cc: "
