@@ -181,3 +181,38 @@ def test_copies_match_xla_on_the_corpus(name: str) -> None:
     assert result.xla.copies() > 0
     assert result.ours.copies() == result.xla.copies()
     assert result.same_grouping
+
+
+def _reduction_kernel_loop(roots: str) -> str:
+    """The loop with x1 an element-wise output (negate) of a reduction kernel that also
+    reduces x and y; `roots` orders the kernel's outputs."""
+    kernel = f"""
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT sum = f32[] add(a, b)
+}}
+
+fused_reductions {{
+  fx = f32[4] parameter(0)
+  fy = f32[4] parameter(1)
+  zero_f = f32[] constant(0)
+  rx = f32[] reduce(fx, zero_f), dimensions={{0}}, to_apply=add
+  ry = f32[] reduce(fy, zero_f), dimensions={{0}}, to_apply=add
+  neg = f32[4] negate(fx)
+  ROOT roots = (f32[], f32[], f32[4]) tuple({roots})
+}}
+"""
+    update = """f = (f32[], f32[], f32[4]) fusion(x, y), kind=kInput, calls=fused_reductions
+  x1 = f32[4] get-tuple-element(f), index=2"""
+    return loop_module(update=update).replace("HloModule loop\n", "HloModule loop\n" + kernel)
+
+
+def test_only_the_hero_reduction_of_a_reduction_kernel_reads_before_the_writes() -> None:
+    """GPU `FusionCanShareBufferHint`: the reduction emitter computes the kernel's hero
+    reduction (its first root's) before it writes any output, so an output may overwrite a
+    buffer that only the hero and element-wise ops read. Another reduction of the same
+    kernel reading it is no such exception: x1 then needs a copy in the body
+    (rollout_reacher_logged's state element 3, as XLA copies it)."""
+    assert copies(_reduction_kernel_loop("rx, ry, neg")) == {"main": 1}
+    assert copies(_reduction_kernel_loop("ry, rx, neg")) == {"main": 1, "body": 1}

@@ -39,6 +39,11 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from hlofuse.fusion.kernels import is_free
+from hlofuse.fusion.legality.properties import (
+    current_xla_rules,
+    reduces_contiguous_dimensions,
+)
+from hlofuse.fusion.xla_gpu.kernel_names import hero, roots_of
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import FusionKind, Op, OpKind
 from hlofuse.passes.decision_log import DecisionSink, RewriteLog
@@ -84,13 +89,24 @@ def in_place_operands(inst: Instruction) -> dict[int, int | None]:
     return pairs
 
 
+def reduction_hero(fused: Computation) -> Instruction | None:
+    """The reduction the reduction emitter computes first: the hero of the first root whose
+    hero is a reduction it tiles (`HloFusionAnalysis::FindHeroReduction`)."""
+    for root in roots_of(fused):
+        found = hero(root)
+        if found.op is Op.REDUCE and reduces_contiguous_dimensions(
+                found.operands[0].shape, found.ints("dimensions")):
+            return found
+    return None
+
+
 def _reads_in_output_order(parameter: Instruction, fused: Computation) -> bool:
     """Every path from a fused parameter to the fusion's outputs reads it at the element it
-    writes: element-wise ops and bitcasts, or a reduction where the fusion is a reduction
-    kernel, which reduces before it writes any output (GPU `FusionCanShareBufferHint`,
-    `xla/service/gpu/buffer_sharing.cc`)."""
-    roots = list(fused.root.operands) if fused.root.op is Op.TUPLE else [fused.root]
-    reduction_kernel = any(r.op is Op.REDUCE for r in roots)
+    writes: element-wise ops and bitcasts, or the hero reduction of a reduction kernel, which
+    the reduction emitter computes before it writes any output (GPU
+    `FusionCanShareBufferHint`, `xla/service/gpu/buffer_sharing.cc`). Another reduction of
+    the kernel is no exception: its reads may come after the shared output's writes."""
+    first_reduction = reduction_hero(fused)
     users: dict[Instruction, list[Instruction]] = {}
     for inst in fused.instructions:
         for operand in inst.operands:
@@ -98,7 +114,7 @@ def _reads_in_output_order(parameter: Instruction, fused: Computation) -> bool:
     stack, seen = [parameter], {parameter}
     while stack:
         for user in users.get(stack.pop(), ()):
-            if user.op is Op.REDUCE and reduction_kernel:
+            if user is first_reduction:
                 continue
             elementwise = (user.op.definition.kind is OpKind.ELEMENTWISE
                            and user.shape.dims == parameter.shape.dims)
@@ -351,12 +367,16 @@ class GpuCopyInsertion:
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         records = RewriteLog(log, self.name)
-        plans: dict[str, CopyPlan] = {module.entry.name: plan_copies(module.entry,
-                                                                     is_entry=True)}
-        for comp in module.computations:
-            for inst in comp.instructions:
-                if inst.op is Op.WHILE and inst.calls[1].name not in plans:
-                    plans[inst.calls[1].name] = plan_copies(inst.calls[1], is_entry=False)
+        # Today's emitter choice (which reductions the reduction emitter takes) decides
+        # buffer sharing, as in priority fusion.
+        with current_xla_rules():
+            plans: dict[str, CopyPlan] = {module.entry.name: plan_copies(module.entry,
+                                                                         is_entry=True)}
+            for comp in module.computations:
+                for inst in comp.instructions:
+                    if inst.op is Op.WHILE and inst.calls[1].name not in plans:
+                        plans[inst.calls[1].name] = plan_copies(inst.calls[1],
+                                                                is_entry=False)
         if not any(plan.count for plan in plans.values()):
             return module, False
 

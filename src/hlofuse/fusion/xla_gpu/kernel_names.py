@@ -85,7 +85,7 @@ def hero(root: Instruction) -> Instruction:
     return found[0] if len(found) == 1 else root
 
 
-def _roots(fused: Computation) -> list[Instruction]:
+def roots_of(fused: Computation) -> list[Instruction]:
     return list(fused.root.operands) if fused.root.op is Op.TUPLE else [fused.root]
 
 
@@ -96,7 +96,7 @@ def emitter_kind(inst: Instruction) -> str:
     root whose hero is a concatenate of at most four operands) are input fusions, like
     scatters; hlofuse's own kind otherwise."""
     kind = str(inst.attrs.get("kind", ""))
-    roots = _roots(inst.calls[0])
+    roots = roots_of(inst.calls[0])
     if kind != FusionKind.LOOP:
         return kind
     heroes = [hero(r) for r in roots]
@@ -116,7 +116,7 @@ def fusion_name(inst: Instruction) -> str | None:
     if prefix is None:
         return None
     # Copies among the roots came after renaming (CopyFusion's extra outputs).
-    roots = [r for r in _roots(inst.calls[0]) if r.op is not Op.COPY] or _roots(inst.calls[0])
+    roots = [r for r in roots_of(inst.calls[0]) if r.op is not Op.COPY] or roots_of(inst.calls[0])
     heroes = sorted({hero(r).op.text.replace("-", "_") for r in roots})
     return f"{prefix}_{'_'.join(heroes)}_fusion"
 
