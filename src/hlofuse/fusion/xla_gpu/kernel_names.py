@@ -33,6 +33,7 @@ import re
 from hlofuse.analysis.call_graph import callee_order
 from hlofuse.fusion.kernels import is_free
 from hlofuse.fusion.legality.properties import (
+    current_xla_rules,
     is_effective_scalar,
     reduces_contiguous_dimensions,
 )
@@ -137,16 +138,19 @@ def xla_kernel_names(module: Module) -> dict[tuple[str, str], str]:
     names: dict[tuple[str, str], str] = {}
     fused = {c for comp in module.computations for i in comp.instructions
              if i.op is Op.FUSION for c in i.calls}
-    for comp in callee_order(module):
-        if comp in fused:
-            continue
-        for inst in comp.instructions:
-            base = bare_name(inst)
-            if base is None:
+    # The emitter kinds are today's (a small row reduction is the reduction emitter's), as
+    # xla-gpu's priority fusion chose them.
+    with current_xla_rules():
+        for comp in callee_order(module):
+            if comp in fused:
                 continue
-            count = used.get(base, 0)
-            used[base] = count + 1
-            names[(comp.name, inst.name)] = base if count == 0 else f"{base}.{count}"
+            for inst in comp.instructions:
+                base = bare_name(inst)
+                if base is None:
+                    continue
+                count = used.get(base, 0)
+                used[base] = count + 1
+                names[(comp.name, inst.name)] = base if count == 0 else f"{base}.{count}"
     return names
 
 
