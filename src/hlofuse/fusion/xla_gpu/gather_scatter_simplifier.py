@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from hlofuse.fusion.xla_gpu.gather_scatter import (
     forget_ids,
+    is_batched,
     replacement,
     reshape_to,
     transpose_by,
@@ -84,7 +85,10 @@ def _ivd(inst: Instruction) -> int:
 def gather_needs_simplifying(inst: Instruction) -> bool:
     """GatherSimplifier::InstructionMatchesPattern, less the gathers of one index (left to
     XLA's GatherExpander, not modelled) and those with a slice of size 0."""
-    if inst.op is not Op.GATHER or 0 in inst.ints("slice_sizes"):
+    # A batched gather is the normaliser's to rewrite first (XLA runs it before); a gather
+    # from a scalar has no canonical form.
+    if (inst.op is not Op.GATHER or 0 in inst.ints("slice_sizes") or is_batched(inst)
+            or inst.operands[0].shape.rank == 0):
         return False
     indices = inst.operands[1]
     if _index_count(indices, _ivd(inst)) == 1:
@@ -140,7 +144,7 @@ def scatter_needs_simplifying(inst: Instruction) -> bool:
     """ScatterSimplifier::InstructionMatchesPattern (not IsSimplifiedScatter), less the
     scatters of one index (left to XLA's ScatterExpander, not modelled) and those into a
     scalar."""
-    if inst.op is not Op.SCATTER:
+    if inst.op is not Op.SCATTER or is_batched(inst):
         return False
     count = (len(inst.operands) - 1) // 2
     indices, update = inst.operands[count], inst.operands[count + 1]
