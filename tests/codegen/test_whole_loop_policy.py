@@ -6,6 +6,7 @@ Results equal the reference interpreter; the kernel's code stays small."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -104,3 +105,6 @@ def test_hidden_layers_are_computed_once_per_step() -> None:
     whole_loop = source[source.index("(kCustom)"):]
     assert whole_loop.count("tanhf(") <= 3 * POSITIONS_TOGETHER, whole_loop.count("tanhf(")
     assert len(whole_loop.splitlines()) < 2500, len(whole_loop.splitlines())
+    # The 64-position sums of the second and third layers are loops over the contracting
+    # positions (one per pass of positions), not written out.
+    assert len(re.findall(r"for \(int c\d+ = 0; c\d+ < 64; \+\+c\d+\)", whole_loop)) == 2
