@@ -108,3 +108,13 @@ def test_hidden_layers_are_computed_once_per_step() -> None:
     # The 64-position sums of the second and third layers are loops over the contracting
     # positions (one per pass of positions), not written out.
     assert len(re.findall(r"for \(int c\d+ = 0; c\d+ < 64; \+\+c\d+\)", whole_loop)) == 2
+
+
+def test_policy_rollout_on_the_emulated_cuda_target() -> None:
+    """The same kernel IR retargeted to CUDA (run through the emulation build)."""
+    args = _arguments(37)
+    module = _module(37, 4)
+    compiled = compile_module(module, "max", "cuda-emulated")
+    expected = flatten_value(evaluate(module, args))
+    for k, (a, e) in enumerate(zip(flatten_value(compiled(*args)), expected)):
+        np.testing.assert_allclose(np.asarray(a), e, rtol=2e-5, atol=2e-6, err_msg=f"out{k}")
