@@ -181,6 +181,8 @@ def test_rollout_corpus_loops_compare_per_iteration() -> None:
     assert len(comparison("rollout_particles").xla.per_iteration()) == 2
 
 
+# pendulum_rollout through xla-gpu (seconds): thorough (make test), not make fast.
+@pytest.mark.thorough
 def test_copies_for_loop_state_are_kernels_on_both_sides() -> None:
     """pendulum_rollout: XLA copies the loop's two constants and two entry parameters before
     the loop (copy insertion); xla-gpu does the same, and both count them as kernels."""
