@@ -187,12 +187,35 @@ def test_state_limits() -> None:
     # uniform and too large for it; with 8 the table would be.
     table = loop_text("""
   x = f32[8,10]{1,0} get-tuple-element(p), index=1
+  doubled = f32[8,10]{1,0} add(x, x)
   tab = f32[100]{0} get-tuple-element(p), index=2
-  ROOT t = (s32[], f32[8,10]{1,0}, f32[100]{0}) tuple(next, x, tab)""",
+  tab_doubled = f32[100]{0} add(tab, tab)
+  ROOT t = (s32[], f32[8,10]{1,0}, f32[100]{0}) tuple(next, doubled, tab_doubled)""",
                       "(s32[], f32[8,10]{1,0}, f32[100]{0})")
     refusal = plan_of(table, max_uniform_elements=64)
     assert isinstance(refusal, Refusal) and refusal.rule == STATE_TOO_LARGE
     assert "uniform loop element 1 has 80 elements, over 64" in refusal.message
+
+
+def test_large_unchanged_elements_are_read_only() -> None:
+    """A uniform element the loop passes on unchanged and larger than READ_ONLY_MIN_ELEMENTS
+    is read where it lies, under no size limit; a small one, or one that changes, is not."""
+    state = "(s32[], f32[8,3]{1,0}, f32[8]{0}, f32[6,100]{1,0}, f32[7]{0}, f32[7,100]{1,0})"
+    text = loop_text(f"""
+  x = f32[8,3]{{1,0}} get-tuple-element(p), index=1
+  y = f32[8]{{0}} get-tuple-element(p), index=2
+  w = f32[6,100]{{1,0}} get-tuple-element(p), index=3
+  small = f32[7]{{0}} get-tuple-element(p), index=4
+  moved = f32[7,100]{{1,0}} get-tuple-element(p), index=5
+  moved_doubled = f32[7,100]{{1,0}} add(moved, moved)
+  ROOT t = {state} tuple(next, x, y, w, small, moved_doubled)""", state)
+    plan = plan_of(text, max_uniform_elements=1000)
+    assert isinstance(plan, pl.LoopPlan)
+    assert plan.size == 8 and plan.read_only == (3,)
+    assert 4 in plan.uniform and 5 in plan.uniform
+    # The changing one is still limited: with 8 lanes it is too large to be uniform.
+    limited = plan_of(text, max_uniform_elements=64)
+    assert not (isinstance(limited, pl.LoopPlan) and limited.size == 8)
 
 
 def test_structure_refusals() -> None:

@@ -176,10 +176,13 @@ def test_compiled_matches_jax(request: pytest.FixtureRequest, name: str, form: s
 # nested Threefry loops unrolled into it, per-lane gathers, scatters, small dots and the rigid
 # body's Cholesky factorisation and solves computed per element, grid_forage's 200-value
 # board in loops over the lane's scratch area, the stacked outputs written a row per step, the
-# per-step statistics across the lanes reduced per block of lanes and combined after the loop).
+# per-step statistics across the lanes reduced per block of lanes and combined after the loop,
+# the policy networks' weights read where they lie and their hidden layers computed once per
+# step into the block's scratch).
 WHOLE_LOOP_KERNEL = {"acrobot", "bandit", "catch", "grid_forage", "mountain_car",
                      "mountain_car_continuous", "particles", "pendulum", "rigid_body",
-                     "reacher_logged", "inventory_logged"}
+                     "reacher_logged", "inventory_logged", "acrobot_mlp", "pendulum_mlp",
+                     "mountain_car_mlp", "mountain_car_continuous_mlp"}
 # The physics-engine-style rollouts step in a nested `fori_loop` larger than whole-loop fusion
 # unrolls (16 substeps, 12 Jacobi iterations): the nested loop stays a loop, becomes a kernel of
 # its own, and the time loop is refused naming it (whole-loop-nested-control-flow).

@@ -70,6 +70,11 @@ DEFAULT_MAX_UNIFORM_ELEMENTS = 64
 # State-free arrays at most this large (without an N dimension) that lane code reads are
 # computed once per step rather than per lane.
 LANE_INPUT_MAX_ELEMENTS = 64
+# A uniform element the loop never changes (a policy network's weights, a physics model's
+# constants carried in the state) and larger than this is read-only: every part of the kernel
+# reads it where it lies, in the loop's input, and no size limit applies to it. Smaller ones
+# stay uniform state (copied to the kernel's locals and handed to the lanes per step).
+READ_ONLY_MIN_ELEMENTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,8 @@ class LoopPlan:
     streamed: tuple[Streamed, ...] = ()
     # Uniform elements written a position per step from reductions over all lanes.
     step_reductions: tuple[StepReduction, ...] = ()
+    # Uniform elements the loop never changes, read where they lie (READ_ONLY_MIN_ELEMENTS).
+    read_only: tuple[int, ...] = ()
 
     @property
     def condition(self) -> Computation:
@@ -250,8 +257,10 @@ class _Analysis:
         accumulators = find_accumulators(self.lanes)
         step_reductions = find_step_reductions(self.lanes)
         accumulated = {a.element for a in accumulators} | {s.element for s in step_reductions}
-        uniform = tuple(i for i in range(len(self.loop.shape.elements))
-                        if i not in self.per_lane and i not in accumulated)
+        unchanged = tuple(i for i in range(len(self.loop.shape.elements))
+                          if i not in self.per_lane and i not in accumulated)
+        self.read_only = frozenset(i for i in unchanged if self._read_only(i))
+        uniform = tuple(i for i in unchanged if i not in self.read_only)
         lane, inputs = self._lane_code(accumulators, step_reductions)
         roots = [(self.condition.root, True)]
         roots += [(self.body.root.operands[i], False) for i in uniform]
@@ -276,7 +285,15 @@ class _Analysis:
                         lane_inputs, MappingProxyType(value_lane_dims),
                         frozenset(self.lanes.dependent),
                         MappingProxyType(dict(self.lane_dims)), self.streamed,
-                        tuple(step_reductions))
+                        tuple(step_reductions), tuple(sorted(self.read_only)))
+
+    def _read_only(self, element: int) -> bool:
+        """A large element whose new value is its old one, read straight from the state."""
+        shape = self.loop.shape.elements[element]
+        value = self.body.root.operands[element]
+        return (shape.num_elements > READ_ONLY_MIN_ELEMENTS and value.op is Op.GET_TUPLE_ELEMENT
+                and value.operands[0] is self.body.parameters[0]
+                and element_read(value) == element)
 
     def _streamed(self) -> tuple[Streamed, ...]:
         """The per-lane elements the body only overwrites a slice of (their old value read by
@@ -362,6 +379,8 @@ class _Analysis:
                         raise self._refuse_mixed(lane_at)
                     lane.add(id(inst))
                     stack.extend(inst.operands)
+                elif element_read(inst) in self.read_only:
+                    lane.add(id(inst))  # lane code reads it where it lies
                 elif element_read(inst) is not None or self._is_lane_input(inst):
                     inputs[id(inst)] = inst
                 else:

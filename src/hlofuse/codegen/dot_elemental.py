@@ -24,16 +24,17 @@ if TYPE_CHECKING:
 
 def operand_index(dims: tuple[int, ...], batch: tuple[int, ...], contracting: tuple[int, ...],
                   batch_parts: tuple[Expr, ...], free_parts: tuple[Expr, ...],
-                  position: tuple[int, ...]) -> Index:
+                  position: tuple[int | Expr, ...]) -> Index:
     """The index into a dot operand for the result's batch and free components and the
-    contracting position."""
+    contracting position (literals, or a loop's variable)."""
     free = iter(free_parts)
     multi: list[Expr] = []
     for d in range(len(dims)):
         if d in batch:
             multi.append(batch_parts[batch.index(d)])
         elif d in contracting:
-            multi.append(cir.Int(position[contracting.index(d)]))
+            at = position[contracting.index(d)]
+            multi.append(cir.Int(at) if isinstance(at, int) else at)
         else:
             multi.append(next(free))
     return Index(dims, None, tuple(multi), None)

@@ -70,6 +70,7 @@ from hlofuse.codegen.whole_loop_lanes import (
     small_argument_math,
     speculative_math,
 )
+from hlofuse.codegen.whole_loop_materialized import materialized_values
 from hlofuse.codegen.whole_loop_reductions import LANE_UNROLLED_REDUCTION, step_reduction_names
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -153,6 +154,7 @@ class WholeLoopEmitter(BlockEmission):
         # as index maps write it for dimensions of size 1, so equal values share one local.
         self.lane_index: Expr = cir.Var("e") if self.n > 1 else cir.Int(0)
         self.body = FunctionBody()
+        self.materialized = materialized_values(plan)
         self._reserve_names()
         self.inputs, self.outputs = spec.argument_names(self.body.names)
         init = self.loop.operands[0]
@@ -173,6 +175,7 @@ class WholeLoopEmitter(BlockEmission):
         # Lane inputs are computed after the uniform steps of a chunk, from the uniform state
         # each step recorded, in a loop over the steps the compiler vectorises.
         self.table_em = ElementalEmitter(lang, self.body, dict(constants), simd_reductions=False)
+        self._bind_read_only()
         self.uniform_em._no_hoist = 1  # values change every step: nothing moves out of it
         self.lane_em._no_hoist = 1
         self.table_em._no_hoist = 1
@@ -197,6 +200,7 @@ class WholeLoopEmitter(BlockEmission):
                                       ("u", "nu", "ust", "s", "tab", "li", "init", "part", "acc",
                                        "m", "fm", "w")))
         self.body.names.reserve(*step_reduction_names(self.plan))
+        self.body.names.reserve(*(f"v{k}" for k in range(len(self.materialized))))
 
     # --- arguments ------------------------------------------------------------------------
 
@@ -212,6 +216,34 @@ class WholeLoopEmitter(BlockEmission):
                     f"%{sanitize(self.spec.label)}: tuple-shaped operand %{inst.name}")
             out[id(inst)] = self._reader(inst.dtype, through.get(k, name))
         return out
+
+    def _read_only_pointer(self, element: int) -> str:
+        """The argument a read-only element lies in: its initial value's."""
+        through = {k: self.outputs[o] for o, k in self.spec.aliased}
+        for k, (inst, path) in enumerate(self.spec.inputs):
+            if inst is self.init[element] and not path:
+                return through.get(k, self.inputs[k])
+        raise UnsupportedInstruction(
+            f"%{sanitize(self.spec.label)}: read-only loop element {element} is not an "
+            "argument of the kernel")
+
+    def _bind_read_only(self) -> None:
+        """Every read of a read-only element, in every part of the kernel, loads it from the
+        argument it lies in (the loop never changes it)."""
+        for element in self.plan.read_only:
+            pointer = self._read_only_pointer(element)
+            dtype = self.loop.shape.elements[element].dtype
+            for comp in (self.plan.condition, self.plan.body):
+                for inst in comp.instructions:
+                    if element_read(inst) != element:
+                        continue
+                    for em in (self.uniform_em, self.lane_em, self.table_em):
+                        em.bindings[id(inst)] = functools.partial(
+                            self._load_from, em, dtype, pointer)
+
+    @staticmethod
+    def _load_from(em: ElementalEmitter, dtype: DType, pointer: str, index: Index) -> Value:
+        return em.load(dtype, cir.Var(pointer), index)
 
     def _reader(self, dtype: DType, pointer: str) -> Callable[[Index], Value]:
         # Both emitters write into the same body; either computes the position.
@@ -439,6 +471,14 @@ class WholeLoopEmitter(BlockEmission):
             storage = functools.partial(self.lang.to_storage, shape.dtype)
             self._copy_loop(shape.num_elements,
                             copy(store_at(target), element_of(f"u{i}"), storage))
+        for i in self.plan.read_only:  # unchanged: a copy, unless it is the same buffer
+            if any(o == i for o, _ in self.spec.aliased):
+                continue
+            shape = self.loop.shape.elements[i]
+            source = functools.partial(self.lang.load, shape.dtype,
+                                       cir.Var(self._read_only_pointer(i)))
+            storage = functools.partial(self.lang.to_storage, shape.dtype)
+            self._copy_loop(shape.num_elements, copy(store_at(self.outputs[i]), source, storage))
         for k, acc in enumerate(self.plan.accumulators):
             i = acc.element
             dtype = self.loop.shape.elements[i].dtype

@@ -39,6 +39,7 @@ from hlofuse.codegen.whole_loop_elements import (
     store_through,
 )
 from hlofuse.codegen.whole_loop_lane_code import SIMD, B
+from hlofuse.codegen.whole_loop_materialized import MaterializedLanes
 from hlofuse.codegen.whole_loop_reads import LaneReads
 from hlofuse.codegen.whole_loop_reductions import LaneReductions
 from hlofuse.codegen.whole_loop_scratch import ScratchLanes
@@ -53,7 +54,7 @@ PARALLEL_MIN_ENV_STEPS = 1 << 17
 
 
 class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes, ScratchLanes,
-                    LaneReductions):
+                    LaneReductions, MaterializedLanes):
     """The per-lane half of the whole-loop emitter (codegen/whole_loop.py): the blocks, their
     state's loads and stores, and each step's lane loops."""
 
@@ -88,6 +89,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
                 body.declare(self._register_type(self._shape(i).dtype), f"o{i}",
                              dims=(self.plan.elements_per_lane(i), lanes))
         self._declare_staging()
+        self._declare_materialized()
         self._load_block()
         for k, acc in enumerate(self.plan.accumulators):
             identity = self.lane_em.scalar(acc.identity)
@@ -133,6 +135,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
     def _lane_step(self) -> None:
         self._lane_bindings()
         self._small_argument_check()
+        self._compute_materialized()
         masks = self._declare_masks()
         if self.speculative:
             self._speculative_lane_loops(masks)

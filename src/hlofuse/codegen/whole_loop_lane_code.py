@@ -107,7 +107,10 @@ class LaneCode:
     def _lane_index_at(self, element: int, q: Expr) -> Index:
         """Element q (an expression: the position loop's variable) of the lane's part of loop
         element `element`."""
-        dims, d = self._shape(element).dims, self._lane_dim(element)
+        return self._index_at(self._shape(element).dims, self._lane_dim(element), q)
+
+    def _index_at(self, dims: tuple[int, ...], d: int, q: Expr) -> Index:
+        """Element q of the lane's part of a value of `dims` whose lanes lie along d."""
         rest = dims[:d] + dims[d + 1:]
         multi: list[Expr] = []
         for size, stride in zip(rest, strides_of(rest)):
