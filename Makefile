@@ -5,7 +5,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 # The fast tier (README, Install and run): no C compiler needed, no sweeps.
 FAST_MARKERS := not needs_cc and not slow and not thorough
 
-.PHONY: test fast lint run setup clean fuzz docs wheel-check
+.PHONY: test test-all fast lint run setup clean fuzz docs wheel-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -15,11 +15,20 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# Tests run on every core (pytest-xdist); tests that share per-process state (a cache of
+# compared programs) are kept on one worker by an `xdist_group` mark (--dist loadgroup).
+PARALLEL := -n auto --dist loadgroup
+
 test: $(STAMP)
-	$(PY) -m pytest -m 'not slow'
+	$(PY) -m pytest -m 'not slow' $(PARALLEL)
+
+# Everything, `slow` too: the full products (every rollout under every strategy, the whole
+# xla-gpu agreement corpus, every TPU-interpret and CartPole sweep) that `make test` samples.
+test-all: $(STAMP)
+	$(PY) -m pytest -m '' $(PARALLEL)
 
 fast: $(STAMP)
-	$(PY) -m pytest -m '$(FAST_MARKERS)' --no-cc --durations=10
+	$(PY) -m pytest -m '$(FAST_MARKERS)' --no-cc --durations=10 $(PARALLEL)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check

@@ -45,18 +45,26 @@ def compiled_once(request: pytest.FixtureRequest, built: dict[tuple[str, ...], A
                   key: tuple[str, ...], params: tuple[str, ...],
                   prepare: Callable[..., Any]) -> Any:
     """The executable for `key` (the values of `params`): on first use, every selected test
-    of the calling test module is compiled at once, two compilers at a time, into `built`."""
+    of the calling test module is compiled at once, two compilers at a time, into `built`.
+    Under pytest-xdist a worker runs only some of the module's tests (which, it learns one
+    by one), so there it compiles `key` alone: the workers are the parallelism."""
     from hlofuse.targets.c import compile_many
 
     if key not in built:
-        wanted = [tuple(item.callspec.params[p] for p in params)
-                  for item in request.session.items
-                  if item.module is request.module and hasattr(item, "callspec")
-                  and all(p in item.callspec.params for p in params)]
+        wanted = [key] if under_xdist() else [
+            tuple(item.callspec.params[p] for p in params)
+            for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec")
+            and all(p in item.callspec.params for p in params)]
         wanted = [w for w in wanted if w not in built]
         for w, executable in zip(wanted, compile_many([prepare(*w) for w in wanted])):
             built[w] = executable
     return built[key]
+
+
+def under_xdist() -> bool:
+    """Whether this process is a pytest-xdist worker (`make test` runs `-n auto`)."""
+    return "PYTEST_XDIST_WORKER" in os.environ
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

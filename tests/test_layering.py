@@ -404,6 +404,11 @@ print(json.dumps(report))
 """
 
 
+# The import probe (a subprocess, seconds) is made once per process and shared by the tests
+# below: under pytest-xdist they run on one worker.
+LAYER_PROBE_GROUP = pytest.mark.xdist_group("layering_import_probe")
+
+
 @pytest.fixture(scope="module")
 def import_report() -> dict[str, list[object]]:
     done = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, *sorted(NOT_LOADED_BY)],
@@ -412,6 +417,7 @@ def import_report() -> dict[str, list[object]]:
     return report
 
 
+@LAYER_PROBE_GROUP
 @pytest.mark.parametrize("module", sorted(NOT_LOADED_BY))
 def test_importing_a_layer_loads_no_layer_above_it(module: str,
                                                     import_report: dict[str, list[str]]) -> None:
@@ -420,12 +426,14 @@ def test_importing_a_layer_loads_no_layer_above_it(module: str,
     assert [m for m in loaded if any(covers(name, m) for name in NOT_LOADED_BY[module])] == []
 
 
+@LAYER_PROBE_GROUP
 def test_the_package_root_loads_its_names_on_first_use(
         import_report: dict[str, list[object]]) -> None:
     assert import_report["hlofuse"] == ["hlofuse"]
     assert import_report["after hlofuse.jit"] == [True, True, "key"]
 
 
+@LAYER_PROBE_GROUP
 def test_the_import_probe_sees_what_a_module_loads(
         import_report: dict[str, list[object]]) -> None:
     # A control: fusion needs the pass manager, so the probe must report it.

@@ -1,7 +1,7 @@
 """The rollout corpus (tests/data/rollouts/): batched simulations written in plain JAX, in
 JAX's CPU and GPU lowerings, load, verify, print back, and run equal to JAX (integers exactly,
 floats within rtol 1e-4 over the 30 steps) on the interpreter and compiled under every
-strategy."""
+strategy (`make test` compiles a rotation of them, `sampled_strategies`; `-m slow` all)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,6 @@ ROLLOUT_DIR = Path(__file__).parent.parent / "data" / "rollouts"
 NAMES = sorted(p.name.split(".")[0] for p in ROLLOUT_DIR.glob("*.cpu.hlo"))
 FORMS = ("cpu", "gpu")
 STRATEGIES = ("none", "xla", "priority", "max")
-# The others compile hundreds of kernels per program: `-m slow` runs them (a few minutes).
-DEFAULT_STRATEGIES = ("xla", "max")
 # Rollouts whose programs index with gather/scatter.
 USES_GATHER_SCATTER = {"bandit", "catch", "grid_forage", "jacobi_rope", "spring_chain"}
 _BUILT: dict[tuple[str, ...], Executable] = {}
@@ -130,17 +128,38 @@ def _executable(request: pytest.FixtureRequest, key: tuple[str, str, str]) -> Ex
     return executable
 
 
+# Under none and priority a rollout compiles to hundreds of kernels (tens of seconds each with
+# a cold cache): `make test` compiles them for the smallest rollout, in both lowerings.
+SMALLEST = "mountain_car"
+
+
+def sampled_strategies(index: int, form: str) -> tuple[str, ...]:
+    """The strategies `make test` compiles the `index`-th rollout's `form` under: xla and
+    max alternate over the programs and lowerings (each program gets both, one per
+    lowering), none and priority for the smallest rollout; `-m slow` (`make test-all`)
+    compiles the whole product."""
+    alternating = ("xla", "max")[(index + FORMS.index(form)) % 2]
+    return (alternating, "none", "priority") if NAMES[index] == SMALLEST else (alternating,)
+
+
 def _compiled_cases() -> list[object]:
     cases: list[object] = []
-    for name in NAMES:
+    for index, name in enumerate(NAMES):
         for form in FORMS:
             for strategy in STRATEGIES:
-                marks = []
-                if strategy not in DEFAULT_STRATEGIES:
-                    marks.append(pytest.mark.slow)
+                marks = [] if strategy in sampled_strategies(index, form) else [pytest.mark.slow]
                 cases.append(pytest.param(name, form, strategy, marks=marks,
                                           id=f"{name}.{form}-{strategy}"))
     return cases
+
+
+def test_the_sample_covers_every_strategy_program_and_lowering() -> None:
+    sampled = {(name, form, strategy) for index, name in enumerate(NAMES) for form in FORMS
+               for strategy in sampled_strategies(index, form)}
+    assert {s for _, _, s in sampled} == set(STRATEGIES)
+    assert {(n, f) for n, f, _ in sampled} == {(n, f) for n in NAMES for f in FORMS}
+    for name in NAMES:
+        assert {s for n, _, s in sampled if n == name} >= {"xla", "max"}
 
 
 @pytest.mark.needs_cc

@@ -13,7 +13,7 @@ from hlofuse.reference.interpreter import flatten_value
 from hlofuse.targets.c import compile_many
 from hlofuse.targets.native.executable import SharedObjectExecutable as Executable
 
-from tests.conftest import CORPUS, assert_matches, load_corpus_case
+from tests.conftest import CORPUS, assert_matches, load_corpus_case, under_xdist
 
 HAS_STRATEGIES = importlib.util.find_spec("hlofuse.fusion.strategies") is not None
 # The module as parsed (every instruction its own kernel), and the named strategies.
@@ -31,11 +31,14 @@ def prepare(name: str, strategy: str) -> Module:
 
 
 def executable(request: pytest.FixtureRequest, name: str, strategy: str) -> Executable:
-    """Compiled once for every selected test of this file, two compilers at a time."""
+    """Compiled once for every selected test of this file, two compilers at a time (under
+    pytest-xdist, only the one asked for: a worker runs some of the tests, the workers are
+    the parallelism)."""
     if (name, strategy) not in _BUILT:
-        wanted = [(item.callspec.params["name"], item.callspec.params["strategy"])
-                  for item in request.session.items
-                  if item.module is request.module and hasattr(item, "callspec")]
+        wanted = [(name, strategy)] if under_xdist() else [
+            (item.callspec.params["name"], item.callspec.params["strategy"])
+            for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec")]
         wanted = [w for w in wanted if w not in _BUILT and (HAS_STRATEGIES or w[1] == "as-parsed")]
         built = compile_many([prepare(n, s) for n, s in wanted])
         _BUILT.update(zip(wanted, built))

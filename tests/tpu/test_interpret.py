@@ -124,6 +124,8 @@ def test_cartpole_variant(step: object, strategy: str) -> None:
     assert float(got[2]) == pytest.approx(float(want[2]), abs=1e-4)
 
 
+# N = 4096 lanes in interpret mode (seconds each): thorough (make test), not make fast.
+@pytest.mark.thorough
 @pytest.mark.parametrize("name", ["baseline", "max"])
 def test_cartpole_over_several_blocks(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """Blocks of 8 rows: N = 4096 lanes are 32 rows, four blocks per tiled kernel (a 1-d iota

@@ -84,6 +84,8 @@ def _hlofuse(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300, env={"PYTHONPATH": str(SRC), "PATH": ""})
 
 
+# Two subprocesses that import JAX (over 10 s): thorough (make test), not make fast.
+@pytest.mark.thorough
 def test_cli_runs_and_lowers(tmp_path: Path) -> None:
     path = tmp_path / "m.hlo"
     path.write_text(HLO)
@@ -104,6 +106,8 @@ def test_cli_runs_and_lowers(tmp_path: Path) -> None:
     assert "pallas_call whole" in listing.stdout
 
 
+# A subprocess that imports JAX (seconds): thorough (make test), not make fast.
+@pytest.mark.thorough
 def test_run_on_the_tpu_backend_without_a_chip_says_so(tmp_path: Path) -> None:
     from tests.tpu.conftest import has_tpu
 

@@ -29,6 +29,8 @@ def test_report_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     assert "= input_add_clamp_reduce_fusion " in out  # XLA's name on both sides
 
 
+# pendulum_rollout through xla-gpu again, for another device (seconds): thorough, not make fast.
+@pytest.mark.thorough
 def test_json_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare-xla", str(BEFORE), "--xla-hlo", str(OPTIMISED), "--device", "a100",
                  "--json"]) == 0

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from hlofuse.compare_xla.compare import report_text
 from hlofuse.fusion.xla_gpu.copy_fusion import CopyFusion
@@ -18,6 +19,8 @@ from hlofuse.reference.interpreter import evaluate, flatten_value
 from tests.xla_gpu.test_corpus_agreement import DATA, comparison
 
 
+# Parses XLA's output of every stored program (over 10 s): thorough (make test), not make fast.
+@pytest.mark.thorough
 def test_fusion_names_are_xlas_on_xlas_own_output() -> None:
     """Every loop and input fusion of XLA's optimised HLO (h100, every stored program) is
     named as `fusion_name` names it (copies among the roots came after renaming)."""
@@ -114,6 +117,8 @@ def test_copy_fusion_folds_an_elementwise_fusions_copy_into_it() -> None:
         np.testing.assert_array_equal(got, want)
 
 
+# minatar_rollout through xla-gpu takes half a minute: thorough (make test), not make fast.
+@pytest.mark.thorough
 def test_copy_fusion_takes_minatars_zero_board_copy_as_xla_does() -> None:
     """minatar_rollout: two loop-state elements start from one zero broadcast; XLA's copy
     for the second becomes an output of the broadcast's fusion, so outside the loop XLA and
