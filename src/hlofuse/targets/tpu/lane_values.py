@@ -178,10 +178,17 @@ class LaneValues:
             for k, c in zip(dynamic, choice):
                 hit = position[k] == np.int32(c)
                 mask = hit if mask is None else lax.bitwise_and(mask, hit)
-            candidate, result = _same_shape(candidate, result)
-            mask, result = _same_shape(mask, result)
-            result = lax.select(mask, candidate, result)
+            result = _select(mask, candidate, result)
         return result
+
+
+def _select(mask: Value, on_true: Value, on_false: Value) -> Value:
+    """lax.select with scalars broadcast to the tiles among its operands."""
+    values = [jnp.asarray(v) for v in (mask, on_true, on_false)]
+    shape = max((v.shape for v in values), key=len)
+    mask, on_true, on_false = (v if v.shape == shape else jnp.broadcast_to(v, shape)
+                               for v in values)
+    return lax.select(mask, on_true, on_false)
 
 
 def _same_shape(a: Value, b: Value) -> tuple[Value, Value]:
@@ -210,6 +217,8 @@ def _clamped(start: Value, limit: int) -> Index:
 def _add(index: Index, offset: Index) -> Index:
     if _is_static(index) and _is_static(offset):
         return int(index) + int(offset)
+    if _is_static(index) and index == 0:
+        return offset
     if _is_static(offset) and offset == 0:
         return index
     return index + offset
@@ -241,28 +250,61 @@ def _broadcast(values: LaneValues, inst: Instruction, position: Position) -> Val
 
 
 def _reshape(values: LaneValues, inst: Instruction, position: Position) -> Value:
+    """The operand at the same row-major element. Dimensions are matched in groups of equal
+    size products, each group delinearised on its own, so a dimension kept whole (the lanes)
+    keeps its index as it is."""
     operand = inst.operands[0]
     if operand.dtype != inst.dtype:
         raise Unlowerable(OP_RULE, f"%{inst.name} ({inst.op.text}) changes the element type")
-    out_dims, in_dims = inst.shape.dims, operand.shape.dims
-    squeezed_out = [(i, d) for i, d in zip(position, out_dims) if d != 1]
-    squeezed_in = [d for d in in_dims if d != 1]
-    if [d for _, d in squeezed_out] == squeezed_in:  # only unit dimensions change
-        it = iter(i for i, _ in squeezed_out)
-        return values.value(operand, tuple(0 if d == 1 else next(it) for d in in_dims))
-    linear: Index = 0
-    for index, stride in zip(position, strides(out_dims)):
-        linear = _add(linear, index * stride if _is_static(index) else index * np.int32(stride))
+    out_dims = [d for d in inst.shape.dims]
+    in_dims = [d for d in operand.shape.dims]
     operand_position: list[Index] = []
-    for k, (dim, stride) in enumerate(zip(in_dims, strides(in_dims))):
-        if dim == 1:
-            operand_position.append(0)
-        elif _is_static(linear):
-            operand_position.append((int(linear) // stride) % dim)
-        else:
-            index = linear if stride == 1 else lax.div(linear, np.int32(stride))
-            operand_position.append(index if k == 0 else lax.rem(index, np.int32(dim)))
+    for out_group, in_group in _reshape_groups(out_dims, in_dims):
+        indices = [position[k] for k in out_group if out_dims[k] != 1]
+        sizes = [out_dims[k] for k in out_group if out_dims[k] != 1]
+        targets = [in_dims[k] for k in in_group]
+        kept = [d for d in targets if d != 1]
+        if len(indices) == 1 and len(kept) == 1:
+            operand_position.extend(indices[0] if d != 1 else 0 for d in targets)
+            continue
+        linear: Index = 0
+        for index, stride in zip(indices, strides(sizes)):
+            linear = _add(linear, _scaled(index, stride))
+        for j, (dim, stride) in enumerate(zip(targets, strides(targets))):
+            if dim == 1:
+                operand_position.append(0)
+            elif _is_static(linear):
+                operand_position.append((int(linear) // stride) % dim)
+            else:
+                index = linear if stride == 1 else lax.div(linear, np.int32(stride))
+                operand_position.append(index if j == 0 else lax.rem(index, np.int32(dim)))
     return values.value(operand, tuple(operand_position))
+
+
+def _reshape_groups(out_dims: Sequence[int], in_dims: Sequence[int]
+                    ) -> list[tuple[list[int], list[int]]]:
+    """Consecutive dimensions of the two shapes in groups of equal products (unit
+    dimensions join the group before them, or the first)."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(out_dims) or j < len(in_dims):
+        out_group, in_group = [], []
+        out_size = in_size = 1
+        while True:
+            if i < len(out_dims) and (out_size < in_size or not out_group or
+                                      (out_size == in_size and out_dims[i] == 1)):
+                out_size *= out_dims[i]
+                out_group.append(i)
+                i += 1
+            elif j < len(in_dims) and (in_size < out_size or not in_group or
+                                       (in_size == out_size and in_dims[j] == 1)):
+                in_size *= in_dims[j]
+                in_group.append(j)
+                j += 1
+            else:
+                break
+        groups.append((out_group, in_group))
+    return groups
 
 
 def _copy(values: LaneValues, inst: Instruction, position: Position) -> Value:
@@ -282,8 +324,15 @@ def _slice(values: LaneValues, inst: Instruction, position: Position) -> Value:
     assert isinstance(attr, tuple)
     spec = [s for s in attr if isinstance(s, SliceDim)]
     return values.value(inst.operands[0], tuple(
-        _add(i * s.stride if _is_static(i) or s.stride == 1 else i * np.int32(s.stride),
-             s.start) for i, s in zip(position, spec)))
+        _add(_scaled(i, s.stride), s.start) for i, s in zip(position, spec)))
+
+
+def _scaled(index: Index, factor: int) -> Index:
+    """index x factor, keeping the lane tile itself where the factor is 1 (the lane tile is
+    recognised by identity)."""
+    if factor == 1:
+        return index
+    return int(index) * factor if _is_static(index) else index * np.int32(factor)
 
 
 def _reverse(values: LaneValues, inst: Instruction, position: Position) -> Value:
@@ -316,9 +365,7 @@ def _concatenate(values: LaneValues, inst: Instruction, position: Position) -> V
         if result is None:
             result = candidate
             continue
-        candidate, result = _same_shape(candidate, result)
-        mask, result = _same_shape(index >= np.int32(offsets[k]), result)
-        result = lax.select(mask, candidate, result)
+        result = _select(index >= np.int32(offsets[k]), candidate, result)
     return result
 
 
@@ -367,9 +414,7 @@ def _dynamic_update_slice(values: LaneValues, inst: Instruction, position: Posit
     if inside is True:
         return new
     old = values.value(operand, position)
-    new, old = _same_shape(new, old)
-    mask, old = _same_shape(inside, old)
-    return lax.select(mask, new, old)
+    return _select(inside, new, old)
 
 
 def _unlowerable(inst: Instruction) -> Value:
