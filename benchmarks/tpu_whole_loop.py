@@ -47,7 +47,7 @@ def check_equal(steps: int) -> dict[str, Any]:
     want = flatten_value(evaluate(module, [random.key(0)]))
     compiled = compile_module(module, step.strategy, "tpu")
     got = compiled.run_flat([random.key(0)])
-    layouts = [k.layout for k in compiled.executable.kernel_plans]  # type: ignore[attr-defined]
+    layouts = [k.layout for k in compiled.executable.kernel_plans]  # type: ignore[union-attr]
     return {"max_state_error": float(np.abs(np.asarray(got[0]) - np.asarray(want[0])).max()),
             "episodes": [int(got[1]), int(want[1])],
             "returns": [float(got[2]), float(want[2])], "layouts": layouts}
@@ -67,12 +67,12 @@ def hlofuse_max(n: int, steps: int, rows: int, repeats: int) -> dict[str, Any]:
     module = cartpole.trace(step.variant, n, steps, 0)
     start = time.perf_counter()
     compiled = compile_module(module, step.strategy, "tpu")
-    run = compiled.executable.device_function()  # type: ignore[attr-defined]
+    run = compiled.executable.device_function()  # type: ignore[union-attr]
     key = jnp.asarray(random.key(0))
     run(key)
     compile_s = time.perf_counter() - start
     seconds = _median_seconds(lambda: run(key), repeats)
-    kernels = compiled.executable.kernel_plans  # type: ignore[attr-defined]
+    kernels = compiled.executable.kernel_plans  # type: ignore[union-attr]
     return {"runner": "hlofuse-max-tpu", "n": n, "steps": steps, "rows": rows,
             "seconds": seconds, "env_steps_per_s": n * steps / seconds,
             "compile_s": compile_s,

@@ -288,7 +288,8 @@ def _reshape_groups(out_dims: Sequence[int], in_dims: Sequence[int]
     groups: list[tuple[list[int], list[int]]] = []
     i = j = 0
     while i < len(out_dims) or j < len(in_dims):
-        out_group, in_group = [], []
+        out_group: list[int] = []
+        in_group: list[int] = []
         out_size = in_size = 1
         while True:
             if i < len(out_dims) and (out_size < in_size or not out_group or
