@@ -63,6 +63,11 @@ def hlofuse_max(n: int, steps: int, rows: int, repeats: int) -> dict[str, Any]:
     from hlofuse.targets.tpu import whole_loop
 
     whole_loop.BLOCK_ROWS = rows
+    # Programs are kept in memory by the module's cache key, which the block size is not part
+    # of: forget them, or every block size after the first reuses the first's kernel.
+    from hlofuse.targets.tpu import TpuTarget
+
+    TpuTarget._programs.clear()
     step = known_steps()["max"]
     module = cartpole.trace(step.variant, n, steps, 0)
     start = time.perf_counter()
