@@ -40,16 +40,17 @@ from jax.experimental.pallas import tpu as pltpu
 
 from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan
 from hlofuse.analysis.parallel_loop_refusals import Refusal
+from hlofuse.analysis.rare_selects import RareSelect, rare_selects
 from hlofuse.analysis.whole_loop_config import read_recorded_plan, read_whole_loop_config
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
+from hlofuse.targets.tpu.lane_ops import first_unlowered
 from hlofuse.targets.tpu.lane_values import (
     LaneValues,
     Position,
     Unlowerable,
-    first_unlowered,
     static_positions,
     strides,
 )
@@ -305,6 +306,7 @@ class LaneKernel:
             tuple(jnp.full((rows, LANES), constant(a.identity), _word(
                 layout.element_shape(a.element).dtype)) for a in plan.accumulators),
         )
+        rare = {r.element: r for r in rare_selects(plan)}
         streamed_refs = {s.element: lane_out[n_lane - len(plan.streamed) + k]
                          for k, s in enumerate(plan.streamed)}
 
@@ -322,7 +324,7 @@ class LaneKernel:
                 return [_from_word(v, dtype) for v in scalars[plan.uniform.index(element)]]
 
             lane_dims = {e: plan.lane_dims[e] for e in held}
-            return LaneValues(lanes, lane_dims, read_held, read_uniform)
+            return LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
 
         def condition(carry: Any) -> Value:
             return values_of(carry).scalar(plan.condition.root)
@@ -330,13 +332,9 @@ class LaneKernel:
         def step(carry: Any) -> Any:
             values = values_of(carry)
             root = plan.body.root
-            new_tiles = []
-            for e in held:
-                shape = layout.element_shape(e)
-                new_tiles.append(tuple(
-                    jnp.broadcast_to(_to_word(values.value(root.operands[e], values.lane_position(
-                        shape.dims, plan.lane_dims[e], p)), shape.dtype), (rows, LANES))
-                    for p in static_positions(layout.other_dims(e))))
+            new_tiles = {e: self._held_tiles(values, e, root.operands[e])
+                         for e in held if e not in rare}
+            new_tiles.update(self._rarely_taken(values, rare))
             new_scalars = []
             for e in plan.uniform:
                 shape = layout.element_shape(e)
@@ -351,7 +349,7 @@ class LaneKernel:
                 partials.append(partial)
             for s in plan.streamed:
                 self._write_slice(values, s, streamed_refs[s.element])
-            return (tuple(new_tiles), tuple(new_scalars), tuple(partials))
+            return (tuple(new_tiles[e] for e in held), tuple(new_scalars), tuple(partials))
 
         tiles, scalars, partials = lax.while_loop(condition, step, carry0)
         for k in range(len(held)):
@@ -362,6 +360,43 @@ class LaneKernel:
         for ref, values in zip(uniform_out, scalars):
             for j, v in enumerate(values):
                 ref[j] = v
+
+    def _held_tiles(self, values: LaneValues, element: int, value: Instruction
+                    ) -> tuple[Value, ...]:
+        """A held element's new tiles, one per position of a lane's part."""
+        layout = self.layout
+        shape = layout.element_shape(element)
+        lane_dim = layout.plan.lane_dims[element]
+        return tuple(
+            jnp.broadcast_to(_to_word(values.value(value, values.lane_position(
+                shape.dims, lane_dim, p)), shape.dtype), (layout.rows, LANES))
+            for p in static_positions(layout.other_dims(element)))
+
+    def _rarely_taken(self, values: LaneValues, rare: dict[int, RareSelect]
+                      ) -> dict[int, tuple[Value, ...]]:
+        """The new tiles of elements whose new value is a select with a costly operand few
+        lanes pick (an auto-reset's fresh draws): the operands are computed for the block
+        only when one of its lanes picks one (`lax.cond` on the block's predicates)."""
+        if not rare:
+            return {}
+        wanted: Value = None
+        kept: dict[int, tuple[Value, ...]] = {}
+        for e, r in rare.items():
+            kept[e] = self._held_tiles(values, e, r.kept)
+            for mask in self._held_tiles(values, e, r.select.operands[0]):
+                picks = lax.convert_element_type(mask if r.when else ~mask, np.int32)
+                wanted = picks if wanted is None else lax.max(wanted, picks)
+        any_lane = jnp.max(wanted) > 0
+
+        def taken() -> tuple[tuple[Value, ...], ...]:
+            with values.branch():
+                return tuple(self._held_tiles(values, e, r.select) for e, r in rare.items())
+
+        def skipped() -> tuple[tuple[Value, ...], ...]:
+            return tuple(kept[e] for e in rare)
+
+        chosen = lax.cond(any_lane, taken, skipped)
+        return dict(zip(rare, chosen))
 
     def _accumulate(self, values: LaneValues, accumulator: Any, x: Instruction,
                     partial: Value, dtype: DType) -> Value:
