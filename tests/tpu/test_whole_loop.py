@@ -28,11 +28,9 @@ from tests.tpu.test_interpret import assert_close, load_npz_case
 ROLLOUTS = Path(__file__).parent.parent / "data" / "rollouts"
 ALL_ROLLOUTS = sorted(p.name for p in ROLLOUTS.glob("*.cpu.hlo"))
 FAST_ROLLOUTS = {"mountain_car.cpu.hlo"}
-# Rollouts whose loop has work the kernel has no per-lane form for yet (a Cholesky), 8-bit
-# state or a per-step reduction over all lanes: their loop runs as one XLA operation, named
-# by the rule.
-REFUSED = {"grid_forage.cpu.hlo", "rigid_body.cpu.hlo", "inventory_logged.cpu.hlo",
-           "reacher_logged.cpu.hlo"}
+# Rollouts whose loop has 8-bit state or a per-step reduction over all lanes: their loop runs
+# as one XLA operation, named by the rule.
+REFUSED = {"grid_forage.cpu.hlo", "inventory_logged.cpu.hlo", "reacher_logged.cpu.hlo"}
 
 
 def _lane_kernels(kernels: list[Kernel]) -> list[Kernel]:
@@ -119,6 +117,29 @@ def test_a_block_over_vmem_falls_back_and_says_why(monkeypatch: pytest.MonkeyPat
     assert all(k.reason.startswith(whole_loop.VMEM_RULE) for k in custom)
     got = compiled.run_flat([random.key(0)])
     np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
+
+
+WIDE = """HloModule m
+ENTRY e {
+  i = u64[8] iota(), iota_dimension=0
+  c = u64[] constant(%d)
+  b = u64[8] broadcast(c), dimensions={}
+  ROOT s = u64[8] add(i, b)
+}
+"""
+
+
+@pytest.mark.parametrize(("offset", "refused"), [(32, False), (2**31, True)])
+def test_64_bit_positions_are_computed_in_32_bits_only_below_2_to_the_31(
+        offset: int, refused: bool) -> None:
+    from hlofuse.ir.parser import parse_module
+    from hlofuse.targets.tpu.lane_wide import wide_refusal
+
+    module = parse_module(WIDE % offset, "wide")
+    why = wide_refusal(list(module.entry.instructions))
+    assert (why is not None) == refused
+    if refused:
+        assert why is not None and "u64" in why and "2^31" in why
 
 
 @pytest.mark.parametrize(("out", "operand", "groups"), [

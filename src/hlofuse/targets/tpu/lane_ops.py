@@ -22,6 +22,7 @@ from hlofuse.targets.tpu.lane_indexing import (
     gather,
     scatter,
 )
+from hlofuse.targets.tpu.lane_linalg import is_tile_linalg, linalg_leaf
 from hlofuse.targets.tpu.lane_values import (
     MAX_REDUCED_POSITIONS,
     OP_RULE,
@@ -129,7 +130,10 @@ def _tuple_element(values: LaneValues, inst: Instruction, position: Position) ->
     """One result of a multi-output instruction (a variadic reduce) at the position."""
     index = inst.attrs["index"]
     assert isinstance(index, int)
-    return values.value(inst.operands[0], position)[index]
+    operand = inst.operands[0]
+    if is_tile_linalg(operand):  # potrf's factor and info: each leaf its own shape
+        return linalg_leaf(values, operand, index, position, inst.shape.dims)
+    return values.value(operand, position)[index]
 
 
 def _transpose(values: LaneValues, inst: Instruction, position: Position) -> Value:
@@ -301,6 +305,8 @@ def first_unlowered(instructions: Sequence[Instruction]) -> Instruction | None:
     """The first instruction whose op has no per-lane form here (hlofuse's Threefry call is
     the one custom call that has)."""
     for inst in instructions:
+        if is_tile_linalg(inst):
+            continue
         if inst.op not in LOWERED_OPS:
             return inst
         if inst.op is Op.CUSTOM_CALL and \

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -40,6 +41,7 @@ from hlofuse.analysis.lane_classification import alias, element_read
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.reference.rnglib import THREEFRY_TARGET
+from hlofuse.targets.tpu.lane_wide import is_wide, narrow_dtype
 from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, elementwise, threefry
 
 Index = int | Value  # a static index, or an int32 (rows, 128) tile of per-lane indices
@@ -93,7 +95,7 @@ class LaneValues:
         self.lane_dims = lane_dims
         self.held = held
         self.uniform = uniform
-        self._memo: dict[tuple[int, tuple[object, ...]], Value] = {}
+        self._memo: dict[tuple[object, tuple[object, ...]], Value] = {}
         self._alive: list[Value] = []
         # Known bounds of per-lane indices, by id(); lanes past N (padding) may break the
         # lane tile's, and compute values nobody reads.
@@ -244,6 +246,16 @@ class LaneValues:
             found = self._memo[key] = self._compute(inst, position)
         return found
 
+    def cached(self, tag: tuple[object, ...], position: Position,
+               compute: Callable[[], Any]) -> Any:
+        """What `compute` gives for `tag` at a position, computed once per step (a batch
+        position's factorisation)."""
+        key = (tag, self._key(position))
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = compute()
+        return found
+
     def scalar(self, inst: Instruction) -> Value:
         return self.value(inst, ())
 
@@ -252,10 +264,18 @@ class LaneValues:
         element = element_read(inst)
         if element is not None:
             return self._element(inst, element, position)
+        if is_wide(inst):
+            narrowed = self._narrowed(inst, position)
+            if narrowed is not None:
+                return narrowed
         if op in ELEMENTWISE:
             return elementwise(inst, [self.value(o, position) for o in inst.operands])
         if op is Op.CUSTOM_CALL and inst.attrs.get("custom_call_target") == THREEFRY_TARGET:
             return threefry(inst, [self.value(o, position) for o in inst.operands])
+        from hlofuse.targets.tpu.lane_linalg import is_tile_linalg, linalg_leaf
+
+        if is_tile_linalg(inst) and inst.shape.is_array:
+            return linalg_leaf(self, inst, 0, position, inst.shape.dims)
         from hlofuse.targets.tpu.lane_ops import MOVES
 
         handler = MOVES.get(op)
@@ -263,6 +283,32 @@ class LaneValues:
             return handler(self, inst, position)
         raise Unlowerable(OP_RULE, f"%{inst.name} ({op.text}) has no per-lane form in the "
                           "whole-loop kernel")
+
+    def _narrowed(self, inst: Instruction, position: Position) -> Value | None:
+        """A 64-bit position value computed in 32 bits (lane_wide.py): the ops whose 32-bit
+        form differs; the others (sums, masks, moves) work on the narrowed operands."""
+        narrow = narrow_dtype(inst)
+        op = inst.op
+        if op is Op.IOTA:
+            dim = inst.attrs["iota_dimension"]
+            assert isinstance(dim, int)
+            index = position[dim]
+            if is_static(index):
+                return jnp.asarray(np.asarray(index, narrow))
+            return lax.convert_element_type(index, narrow)
+        if op is Op.CONSTANT:
+            literal = np.asarray(inst.attrs["literal"]).astype(narrow)
+            if literal.ndim == 0:
+                return jnp.asarray(literal)
+            return self.select_over(literal.shape, position, lambda p: jnp.asarray(literal[p]))
+        if op is Op.CONVERT:
+            return lax.convert_element_type(self.value(inst.operands[0], position), narrow)
+        if op is Op.SHIFT_RIGHT_LOGICAL:
+            x, shift = (self.value(o, position) for o in inst.operands)
+            x, shift = same_shape(x, shift)
+            shifted = lax.shift_right_logical(x, lax.min(shift, jnp.full_like(shift, 31)))
+            return select_where(shift >= 32, jnp.zeros_like(x), shifted)
+        return None
 
     def _element(self, inst: Instruction, element: int, position: Position) -> Value:
         dims = inst.shape.dims

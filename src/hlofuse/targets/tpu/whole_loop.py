@@ -54,6 +54,7 @@ from hlofuse.targets.tpu.lane_values import (
     static_positions,
     strides,
 )
+from hlofuse.targets.tpu.lane_wide import wide_refusal
 from hlofuse.targets.tpu.lax_ops import BINARY, REDUCTIONS, Value, constant
 
 LANES = 128
@@ -146,6 +147,9 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
         if shape.dtype not in _WORD_TYPES:
             return WholeLoopRefusal(TYPES_RULE, f"element {element} is {shape.text(False)}: "
                                     "the kernel keeps 32-bit words")
+    wide = wide_refusal([*plan.condition.instructions, *plan.body.instructions])
+    if wide is not None:
+        return WholeLoopRefusal(TYPES_RULE, wide)
     init = loop.operands[0]
     if init.op is not Op.TUPLE or any(o.op is not Op.PARAMETER for o in init.operands):
         return WholeLoopRefusal(NOT_PLANNED, "the loop's initial values are not the fusion's "
