@@ -28,9 +28,9 @@ from tests.tpu.test_interpret import assert_close, load_npz_case
 ROLLOUTS = Path(__file__).parent.parent / "data" / "rollouts"
 ALL_ROLLOUTS = sorted(p.name for p in ROLLOUTS.glob("*.cpu.hlo"))
 FAST_ROLLOUTS = {"mountain_car.cpu.hlo"}
-# Rollouts whose loop has 8-bit state or a per-step reduction over all lanes: their loop runs
-# as one XLA operation, named by the rule.
-REFUSED = {"grid_forage.cpu.hlo", "inventory_logged.cpu.hlo", "reacher_logged.cpu.hlo"}
+# Rollouts whose loop the kernel refuses (8-bit state): their loop runs as one XLA
+# operation, named by the rule.
+REFUSED = {"grid_forage.cpu.hlo"}
 
 
 def _lane_kernels(kernels: list[Kernel]) -> list[Kernel]:
@@ -94,7 +94,7 @@ def test_rollout_under_max_equals_the_interpreter(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["mountain_car.cpu.hlo", "pendulum.cpu.hlo",
-                                  "acrobot.cpu.hlo"])
+                                  "inventory_logged.cpu.hlo"])
 def test_rollout_lane_kernels_lower_for_the_tpu(name: str) -> None:
     module, _ = load_npz_case(ROLLOUTS / name)
     fused = run_strategy(module, "max", debug=False).module

@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 
 from hlofuse.analysis.reducers import reducer_op
-from hlofuse.ir.attrs import PaddingDim, SliceDim
+from hlofuse.ir.attrs import PaddingDim, SliceDim, Window
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.reference.rnglib import THREEFRY_TARGET
@@ -231,6 +231,46 @@ def _reduce(values: LaneValues, inst: Instruction, position: Position) -> Value:
     return tuple(result) if half > 1 else result[0]
 
 
+def _reduce_window(values: LaneValues, inst: Instruction, position: Position) -> Value:
+    """A reduce-window at an output position, its window written out: each window position
+    read from the operand, or the initial value where it falls in padding or between
+    dilated elements. A per-lane index (the lanes) passes through a dimension the window
+    leaves alone."""
+    window = inst.attrs["window"]
+    assert isinstance(window, Window)
+    half = len(inst.operands) // 2
+    inputs, inits = inst.operands[:half], inst.operands[half:]
+    dims = inputs[0].shape.dims
+    count = int(np.prod(window.size))
+    if count > MAX_REDUCED_POSITIONS:
+        raise Unlowerable(SIZE_RULE, f"%{inst.name} reduces {count} positions per window")
+    result: list[Value] = [values.scalar(i) for i in inits]
+    for offset in itertools.product(*(range(n) for n in window.size)):
+        at: list[Index] = []
+        padding = False
+        for a, (index, o) in enumerate(zip(position, offset)):
+            plain = (window.size[a], window.stride[a], window.pad_low[a], window.lhs_dilate[a],
+                     window.rhs_dilate[a]) == (1, 1, 0, 1, 1)
+            if plain:
+                at.append(index)
+                continue
+            if not is_static(index):
+                raise Unlowerable(OP_RULE, f"%{inst.name} (reduce-window) windows a "
+                                  "dimension read at a per-lane position")
+            q = int(index) * window.stride[a] + o * window.rhs_dilate[a] - window.pad_low[a]
+            if q % window.lhs_dilate[a] or not 0 <= q // window.lhs_dilate[a] < dims[a]:
+                padding = True
+                break
+            at.append(q // window.lhs_dilate[a])
+        if padding:
+            items = [values.scalar(i) for i in inits]
+        else:
+            items = [values.value(x, tuple(at)) for x in inputs]
+        combined = run_elementwise(inst.calls[0], [*result, *items])
+        result = list(combined) if half > 1 else [combined]
+    return tuple(result) if half > 1 else result[0]
+
+
 def run_elementwise(comp: Computation, arguments: Sequence[Value]) -> Value:
     """A small computation (a reducer) evaluated on tiles and scalars."""
     env: dict[int, Value] = {}
@@ -294,6 +334,7 @@ MOVES: dict[Op, Callable[[LaneValues, Instruction, Position], Value]] = {
     Op.SLICE: _slice, Op.REVERSE: _reverse, Op.CONCATENATE: _concatenate, Op.PAD: _pad,
     Op.DYNAMIC_SLICE: dynamic_slice, Op.DYNAMIC_UPDATE_SLICE: dynamic_update_slice,
     Op.GATHER: gather, Op.SCATTER: scatter, Op.REDUCE: _reduce, Op.DOT: _dot,
+    Op.REDUCE_WINDOW: _reduce_window,
 }
 
 # Ops the whole-loop kernel computes on tiles (the static check before the kernel is built).

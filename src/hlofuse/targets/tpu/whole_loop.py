@@ -19,7 +19,8 @@ kernel:
   accumulators' partial tiles reduced (in block order) and combined with their initial
   values outside the kernel.
 
-What cannot be lowered this way (an op with no per-lane form, per-step reductions, a block
+Per-step reductions across the lanes (a scan's [T] output summed over the lanes) are
+whole_loop_steps.py. What cannot be lowered this way (an op with no per-lane form, a block
 that would not fit VMEM) is refused with a named rule before the kernel is built; the fusion
 then runs as one XLA operation (XLA's own per-step kernels inside its loop), and the
 listing says why.
@@ -56,6 +57,7 @@ from hlofuse.targets.tpu.lane_values import (
 )
 from hlofuse.targets.tpu.lane_wide import wide_refusal
 from hlofuse.targets.tpu.lax_ops import BINARY, REDUCTIONS, Value, constant
+from hlofuse.targets.tpu.whole_loop_steps import finish, start_tables, table_outputs, write_step
 
 LANES = 128
 # Rows of a block: the largest of these that fits the VMEM model and N. 32 rows (4,096
@@ -71,7 +73,6 @@ _WORD_TYPES = frozenset({DType.F32, DType.S32, DType.U32, DType.PRED})
 # Rule ids of a refusal (the listing's words).
 NOT_PLANNED = "tpu-whole-loop-no-plan"
 TYPES_RULE = "tpu-whole-loop-types"
-STEP_REDUCTION_RULE = "tpu-whole-loop-step-reduction"
 VMEM_RULE = "tpu-whole-loop-vmem"
 
 
@@ -139,10 +140,6 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
         return WholeLoopRefusal(plan.rule, plan.message)
     if plan.size < 2:
         return WholeLoopRefusal(NOT_PLANNED, "one lane: nothing to lay out on tiles")
-    if plan.step_reductions:
-        element = plan.step_reductions[0].element
-        return WholeLoopRefusal(STEP_REDUCTION_RULE, f"element {element} is a per-step "
-                                "reduction over all lanes (not lowered on the TPU yet)")
     for element, shape in enumerate(loop.shape.elements):
         if shape.dtype not in _WORD_TYPES:
             return WholeLoopRefusal(TYPES_RULE, f"element {element} is {shape.text(False)}: "
@@ -251,6 +248,9 @@ class LaneKernel:
         out_specs = [block(layout.positions(e)) for e in lane_elements]
         out_specs += [pl.BlockSpec((rows, LANES), lambda i: (i, 0)) for _ in accumulators]
         out_specs += [smem for _ in uniform]
+        table_shapes, table_specs = table_outputs(plan.step_reductions, layout.grid)
+        out_shapes += table_shapes
+        out_specs += table_specs
         outputs = pl.pallas_call(
             self._kernel, grid=(layout.grid,), out_shape=out_shapes,
             in_specs=[*(block(layout.positions(e)) for e in lane_elements),
@@ -269,6 +269,9 @@ class LaneKernel:
         for k, e in enumerate(uniform):
             shape = layout.element_shape(e)
             result[e] = _from_word(outputs[offset + k].reshape(shape.dims), shape.dtype)
+        offset += len(uniform)
+        result.update(finish(plan.step_reductions, outputs[offset:],
+                             {s.element: inits[s.element] for s in plan.step_reductions}))
         return [result[e] for e in range(len(layout.loop.shape.elements))]
 
     def _combined(self, accumulator: Any, partials: Value, init: Value) -> Value:
@@ -292,7 +295,9 @@ class LaneKernel:
         uniform_in = refs[n_lane:n_lane + n_uniform]
         outs = refs[n_lane + n_uniform:]
         lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
-        uniform_out = outs[n_lane + n_acc:]
+        uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
+        table_refs = outs[n_lane + n_acc + n_uniform:]
+        start_tables(plan.step_reductions, table_refs)
         rows = layout.rows
         first = pl.program_id(0) * np.int32(rows * LANES)
         lanes = (lax.broadcasted_iota(np.int32, (rows, LANES), 0) * np.int32(LANES)
@@ -353,6 +358,8 @@ class LaneKernel:
                 partials.append(partial)
             for s in plan.streamed:
                 self._write_slice(values, s, streamed_refs[s.element])
+            write_step(values, plan.step_reductions, table_refs, lanes, layout.size,
+                       self._lane_dim_of)
             return (tuple(new_tiles[e] for e in held), tuple(new_scalars), tuple(partials))
 
         tiles, scalars, partials = lax.while_loop(condition, step, carry0)
@@ -405,13 +412,7 @@ class LaneKernel:
     def _accumulate(self, values: LaneValues, accumulator: Any, x: Instruction,
                     partial: Value, dtype: DType) -> Value:
         """The partial tile combined with a lane's reduction of its own part of x."""
-        lane_dim = self.layout.plan.value_lane_dims.get(id(x))
-        if lane_dim is None:
-            candidates = [k for k, d in enumerate(x.shape.dims) if d == self.layout.size]
-            if len(candidates) != 1:
-                raise Unlowerable("tpu-whole-loop-op", f"%{x.name}: an accumulated value "
-                                  "without one lane dimension")
-            lane_dim = candidates[0]
+        lane_dim = self._lane_dim_of(x)
         others = [d for k, d in enumerate(x.shape.dims) if k != lane_dim]
         op = BINARY[accumulator.op]
         for p in static_positions(others):
@@ -419,6 +420,17 @@ class LaneKernel:
             item = jnp.broadcast_to(_to_word(item, dtype), partial.shape)
             partial = op(partial, item)
         return partial
+
+    def _lane_dim_of(self, x: Instruction) -> int:
+        """The dimension holding the lanes of a value reduced over all of them."""
+        lane_dim = self.layout.plan.value_lane_dims.get(id(x))
+        if lane_dim is not None:
+            return lane_dim
+        candidates = [k for k, d in enumerate(x.shape.dims) if d == self.layout.size]
+        if len(candidates) != 1:
+            raise Unlowerable("tpu-whole-loop-op", f"%{x.name}: a value reduced over the "
+                              "lanes without one lane dimension")
+        return candidates[0]
 
     def _write_slice(self, values: LaneValues, streamed: Any, ref: Any) -> None:
         """One step's slice of a stacked output, at the uniform position the body writes."""
