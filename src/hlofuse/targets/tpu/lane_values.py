@@ -41,7 +41,7 @@ from hlofuse.analysis.lane_classification import alias, element_read
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.reference.rnglib import THREEFRY_TARGET
-from hlofuse.targets.tpu.lane_wide import is_wide, narrow_dtype
+from hlofuse.targets.tpu.lane_wide import is_small_int, is_wide, narrow_dtype, wrapped
 from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, elementwise, threefry
 
 Index = int | Value  # a static index, or an int32 (rows, 128) tile of per-lane indices
@@ -268,6 +268,8 @@ class LaneValues:
             narrowed = self._narrowed(inst, position)
             if narrowed is not None:
                 return narrowed
+        if is_small_int(inst):
+            return self._small(inst, position)
         if op in ELEMENTWISE:
             return elementwise(inst, [self.value(o, position) for o in inst.operands])
         if op is Op.CUSTOM_CALL and inst.attrs.get("custom_call_target") == THREEFRY_TARGET:
@@ -309,6 +311,45 @@ class LaneValues:
             shifted = lax.shift_right_logical(x, lax.min(shift, jnp.full_like(shift, 31)))
             return select_where(shift >= 32, jnp.zeros_like(x), shifted)
         return None
+
+    def _small(self, inst: Instruction, position: Position) -> Value:
+        """An 8- or 16-bit integer in an int32 word (lane_wide.py): computed as the wider
+        value, then wrapped into its type's range; moves keep the word as it is."""
+        from hlofuse.targets.tpu.lane_ops import MOVES
+
+        dtype = np.dtype(inst.dtype.numpy)
+        op = inst.op
+        if op is Op.CONSTANT:
+            literal = np.asarray(inst.attrs["literal"], dtype).astype(np.int32)
+            if literal.ndim == 0:
+                return jnp.asarray(literal)
+            return self.select_over(literal.shape, position, lambda p: jnp.asarray(literal[p]))
+        if op is Op.IOTA:
+            dim = inst.attrs["iota_dimension"]
+            assert isinstance(dim, int)
+            index = position[dim]
+            return wrapped(jnp.asarray(index, np.int32) if is_static(index) else index, dtype)
+        if op is Op.CONVERT:
+            x = self.value(inst.operands[0], position)
+            if jnp.issubdtype(x.dtype, jnp.floating):
+                info = np.iinfo(dtype)
+                x = lax.clamp(np.float32(info.min), x.astype(np.float32), np.float32(info.max))
+            return wrapped(x, dtype)
+        if op in ELEMENTWISE and op is not Op.BITCAST_CONVERT:
+            operands = [self.value(o, position) for o in inst.operands]
+            if op is Op.SHIFT_RIGHT_LOGICAL:  # on the type's own bits
+                bits = dtype.itemsize * 8
+                operands[0] = lax.bitwise_and(operands[0], np.int32((1 << bits) - 1))
+            return wrapped(elementwise(inst, operands), dtype)
+        handler = MOVES.get(op)
+        if handler is None or op is Op.BITCAST:
+            raise Unlowerable(OP_RULE, f"%{inst.name} ({op.text}) on {inst.dtype.text} has "
+                              "no per-lane form in the kernel")
+        result = handler(self, inst, position)
+        if op in (Op.REDUCE, Op.REDUCE_WINDOW, Op.DOT, Op.SCATTER):  # sums wrap at the end
+            return tuple(wrapped(r, dtype) for r in result) if isinstance(result, tuple) \
+                else wrapped(result, dtype)
+        return result
 
     def _element(self, inst: Instruction, element: int, position: Position) -> Value:
         dims = inst.shape.dims

@@ -1,4 +1,7 @@
-"""64-bit integers in a whole-loop kernel's step, computed in 32 bits where they fit.
+"""64-, 16- and 8-bit integers in a whole-loop kernel's step, computed in 32-bit words.
+
+8- and 16-bit integers (a grid world's board) are held in int32 and wrapped into their range
+after every operation that computes them, which is how the narrow type wraps.
 
 Mosaic keeps no 64-bit values, yet JAX's random bits index their counters with a u64 iota
 (`iota_2x32_shape`: the linear position, then its high and low words). Such values are
@@ -13,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from jax import lax
 
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
+from hlofuse.targets.tpu.lax_ops import Value
 
 _LIMIT = 2**31
 _MOVES = frozenset({Op.BROADCAST, Op.RESHAPE, Op.SLICE, Op.CONCATENATE, Op.TRANSPOSE,
@@ -24,6 +29,24 @@ _MOVES = frozenset({Op.BROADCAST, Op.RESHAPE, Op.SLICE, Op.CONCATENATE, Op.TRANS
 
 def is_wide(inst: Instruction) -> bool:
     return inst.shape.is_array and inst.dtype.bits > 32 and not inst.dtype.is_float
+
+
+def is_small_int(inst: Instruction) -> bool:
+    """8- and 16-bit integers: computed in int32 and wrapped into their range (Mosaic's
+    vector unit works on 32-bit words)."""
+    return inst.shape.is_array and inst.dtype.bits in (8, 16) and \
+        inst.dtype.numpy.kind in "iu"
+
+
+def wrapped(x: Value, dtype: np.dtype) -> Value:
+    """An int32 value brought into an 8- or 16-bit type's range, as that type wraps:
+    sign-extended from its low bits (signed) or masked (unsigned)."""
+    bits = dtype.itemsize * 8
+    x = lax.convert_element_type(x, np.int32)
+    if dtype.kind == "u":
+        return lax.bitwise_and(x, np.int32((1 << bits) - 1))
+    shift = np.int32(32 - bits)
+    return lax.shift_right_arithmetic(lax.shift_left(x, shift), shift)
 
 
 def narrow_dtype(inst: Instruction) -> np.dtype:

@@ -67,8 +67,9 @@ MIN_ROWS = 8
 # What the blocks of one grid step may take of VMEM (inputs and outputs double-buffered,
 # plus the carry): v5e has 128 MiB, the kernel is compiled with a 100 MiB limit.
 VMEM_BUDGET = 48 * 2**20
-# 32-bit words in the kernel (booleans as int32).
-_WORD_TYPES = frozenset({DType.F32, DType.S32, DType.U32, DType.PRED})
+# 32-bit words in the kernel (booleans and 8- and 16-bit integers as int32).
+_WORD_TYPES = frozenset({DType.F32, DType.S32, DType.U32, DType.PRED, DType.S8, DType.U8,
+                         DType.S16, DType.U16})
 
 # Rule ids of a refusal (the listing's words).
 NOT_PLANNED = "tpu-whole-loop-no-plan"
@@ -183,18 +184,31 @@ def _block_rows(layout: LaneLayout) -> int:
 
 # --- the kernel -------------------------------------------------------------------------
 
+def _in_word(dtype: DType) -> bool:
+    return dtype is DType.PRED or (dtype.bits < 32 and not dtype.is_float)
+
+
 def _word(dtype: DType) -> np.dtype:
-    return np.dtype(np.int32) if dtype is DType.PRED else np.dtype(dtype.numpy)
+    return np.dtype(np.int32) if _in_word(dtype) else np.dtype(dtype.numpy)
 
 
 def _to_word(value: Value, dtype: DType) -> Value:
-    if dtype is DType.PRED:
+    if _in_word(dtype):
         return lax.convert_element_type(value, np.int32)
     return value
 
 
 def _from_word(value: Value, dtype: DType) -> Value:
-    return value != 0 if dtype is DType.PRED else value
+    """A word of the kernel as its type: booleans from int32 outside and inside; 8- and
+    16-bit integers stay int32 inside the kernel (lane_wide.py) and are narrowed outside."""
+    if dtype is DType.PRED:
+        return value != 0
+    return value
+
+
+def _narrowed(value: Value, dtype: DType) -> Value:
+    return lax.convert_element_type(value, np.dtype(dtype.numpy)) if _in_word(dtype) and \
+        dtype is not DType.PRED else value
 
 
 class LaneKernel:
@@ -225,7 +239,7 @@ class LaneKernel:
         x = x.reshape(layout.positions(element), layout.padded)[:, :layout.size]
         x = x.reshape(*layout.other_dims(element), layout.size)
         x = jnp.moveaxis(x, -1, layout.plan.lane_dims[element])
-        return _from_word(x, shape.dtype)
+        return _narrowed(_from_word(x, shape.dtype), shape.dtype)
 
     def __call__(self, *leaves: Value) -> list[Value]:
         layout = self.layout
@@ -268,7 +282,8 @@ class LaneKernel:
         offset += len(accumulators)
         for k, e in enumerate(uniform):
             shape = layout.element_shape(e)
-            result[e] = _from_word(outputs[offset + k].reshape(shape.dims), shape.dtype)
+            result[e] = _narrowed(_from_word(outputs[offset + k].reshape(shape.dims),
+                                             shape.dtype), shape.dtype)
         offset += len(uniform)
         result.update(finish(plan.step_reductions, outputs[offset:],
                              {s.element: inits[s.element] for s in plan.step_reductions}))
@@ -280,7 +295,7 @@ class LaneKernel:
         layout = self.layout
         dtype = layout.element_shape(accumulator.element).dtype
         flat = _from_word(partials.reshape(-1), dtype)[:layout.size]  # lanes past N cut off
-        reduced = REDUCTIONS[accumulator.op](flat, (0,))
+        reduced = _narrowed(REDUCTIONS[accumulator.op](flat, (0,)), dtype)
         return BINARY[accumulator.op](jnp.asarray(init), reduced)
 
     # --- inside ----------------------------------------------------------------------------
