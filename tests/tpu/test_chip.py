@@ -20,14 +20,27 @@ from tests.tpu.test_interpret import assert_close
 
 pytestmark = pytest.mark.tpu
 
+# Where the chip's arithmetic differs from NumPy's, measured on a v5e (docs/tpu.md).
+CHIP_DIFFERS = {
+    "convert_types": "XLA:TPU computes f16 in f32, so f32 -> f16 -> f32 does not round "
+                     "(3.1415927 where NumPy has 3.140625); f16 kernels are XLA operations",
+    "special_floats": "the chip divides by multiplying with the reciprocal: 1 / 3.4e38 is "
+                      "subnormal and flushed to zero, so 3.4e38 / 3.4e38 is 0 there, not 1",
+}
+# The chip's transcendental functions differ from NumPy's in the last bits: one element of
+# elementwise_math is 1.7e-4 off (relative).
+CHIP_RTOL = {"elementwise_math": 5e-4}
 
-@pytest.mark.parametrize("name", CORPUS)
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(reason=CHIP_DIFFERS[n], strict=True))
+    if n in CHIP_DIFFERS else n for n in CORPUS])
 def test_jax_corpus_on_the_chip(name: str) -> None:
     text, inputs, _ = load_corpus_case(name)
     module = parse_module(text, name)
     want = flatten_value(evaluate(module, inputs))
     compiled = compile_module(module, "xla", "tpu")
-    assert_close(compiled.run_flat(inputs), want, rtol=1e-4)
+    assert_close(compiled.run_flat(inputs), want, rtol=CHIP_RTOL.get(name, 1e-4))
 
 
 @pytest.mark.parametrize("step", [s for s in SEQUENCE if s.is_default], ids=lambda s: s.name)

@@ -114,3 +114,20 @@ def test_run_on_the_tpu_backend_without_a_chip_says_so(tmp_path: Path) -> None:
     run = _hlofuse("run", str(path), "--backend", "tpu")
     assert run.returncode == 2
     assert "no TPU device here" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_block_rows_follow_the_vmem_model() -> None:
+    """An element-wise kernel over three f32 arrays gets blocks of as many rows as fit the
+    budget (its arrays double-buffered plus a value per instruction); a long body gets fewer;
+    a small array is one block."""
+    from hlofuse.ir.dtypes import DType
+    from hlofuse.ir.shapes import Shape
+    from hlofuse.targets.tpu.kernels import BLOCK_VMEM_BYTES, LANES, ROW_MULTIPLE, block_rows
+
+    arrays = [Shape(DType.F32, (1 << 24,))] * 3
+    rows = block_rows(1 << 17, arrays, 2)
+    assert rows % ROW_MULTIPLE == 0 and rows >= 1024
+    assert 2 * 3 * rows * LANES * 4 + 2 * rows * LANES * 4 <= BLOCK_VMEM_BYTES
+    long_body = block_rows(1 << 17, arrays, 200)
+    assert ROW_MULTIPLE <= long_body < rows and long_body % ROW_MULTIPLE == 0
+    assert block_rows(40, arrays, 2) == 40

@@ -142,5 +142,8 @@ def _persistent_cache() -> None:
             path = default_cache_dir() / "jax"
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
             jax.config.update("jax_compilation_cache_dir", str(path))
+            # Kernels compile in well under JAX's default one second; a profile and a study
+            # compile the same kernel many times (a loop unrolled ten times), so keep them all.
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     except (OSError, AttributeError):
         pass  # no cache: every process compiles again

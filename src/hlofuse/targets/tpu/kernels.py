@@ -6,7 +6,7 @@ is the computation evaluated with `lax` (`evaluate.py`) on the values of its blo
 
 - **tiled**: a kernel whose instructions are all element-wise over arrays of one shape (0-d
   values broadcast) runs over the flattened arrays laid out as (rows, 128) tiles, a grid of
-  blocks of up to `BLOCK_ROWS` rows; 0-d inputs come through SMEM;
+  blocks of as many rows as VMEM holds (`block_rows`); 0-d inputs come through SMEM;
 - **whole**: any other kernel Mosaic lowers takes its arrays whole, as one block each;
 - **xla-op**: a kernel with an instruction Mosaic does not lower in a kernel (see
   `refusal`) is evaluated with `lax` outside any `pallas_call`: an XLA operation of the
@@ -44,7 +44,13 @@ from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, runs_on_host
 from hlofuse.targets.tpu.whole_loop import LaneKernel, LaneLayout, plan_lanes
 
 LANES = 128
-BLOCK_ROWS = 512  # (512, 128) f32 blocks: 256 KiB per array, double-buffered well under VMEM
+BLOCK_ROWS = 2048  # the most rows of a tiled kernel's block: (2048, 128) f32 is 1 MiB
+# What a tiled kernel's blocks may take of VMEM: its arrays' blocks double-buffered, plus one
+# block-sized value per instruction of its body (an upper bound on what Mosaic keeps live),
+# under the 8 MiB scoped limit that compiled on v5e (docs: tpu-target). Larger blocks spend
+# less of each grid step on the step's fixed cost; a long body gets fewer rows.
+BLOCK_VMEM_BYTES = 6 * 2**20
+ROW_MULTIPLE = 32  # rows of a block: a whole number of (8, 128) f32, (16, 128) bf16 tiles
 WHOLE_MAX_ELEMENTS = 65536  # 64 vector registers per operation on a whole array
 VMEM_LIMIT = 100 * 2**20  # v5e has 128 MiB; whole-array kernels may need most of it
 # What Mosaic keeps in kernels: 32-bit words and bf16 (booleans cross as int32).
@@ -226,7 +232,7 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
         size = int(np.prod(outputs[0].dims))
         rows = _tiles_dims(size)[0]
         kernel.layout = "tiled"
-        kernel.block_rows = rows if rows <= BLOCK_ROWS else BLOCK_ROWS
+        kernel.block_rows = block_rows(rows, (*inputs, *outputs), len(body))
         kernel.grid = -(-rows // kernel.block_rows)
     return kernel
 
@@ -234,6 +240,15 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
 def _is_whole_loop(inst: Instruction) -> bool:
     config = next((raw.text for key, raw in inst.extra if key == "backend_config"), "")
     return read_whole_loop_config(config) is not None
+
+
+def block_rows(rows: int, arrays: Sequence[Shape], instructions: int) -> int:
+    """Rows per block of a tiled kernel over `rows` rows of 128 (see BLOCK_VMEM_BYTES)."""
+    moved = sum(LANES * max(np.dtype(s.dtype.numpy).itemsize, 4) for s in arrays if s.rank)
+    per_row = 2 * moved + instructions * LANES * 4
+    fit = BLOCK_VMEM_BYTES // per_row // ROW_MULTIPLE * ROW_MULTIPLE
+    limit = min(BLOCK_ROWS, max(fit, ROW_MULTIPLE))
+    return rows if rows <= limit else limit
 
 
 def refusal(body: list[Instruction], inputs: Sequence[Shape],
