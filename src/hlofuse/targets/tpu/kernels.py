@@ -30,6 +30,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from hlofuse.analysis.reducers import reducer_op
+from hlofuse.analysis.whole_loop_config import read_whole_loop_config
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction
@@ -38,7 +39,9 @@ from hlofuse.ir.shapes import Shape
 from hlofuse.reference.rnglib import THREEFRY_TARGET
 from hlofuse.runtime.program import leaf_paths
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
+from hlofuse.targets.tpu.lane_values import Unlowerable
 from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, runs_on_host
+from hlofuse.targets.tpu.whole_loop import LaneKernel, LaneLayout, plan_lanes
 
 LANES = 128
 BLOCK_ROWS = 2048  # the most rows of a tiled kernel's block: (2048, 128) f32 is 1 MiB
@@ -82,6 +85,7 @@ class Kernel:
     interpret: bool = False
     debug: bool = False  # pallas_call prints its jaxpr and Mosaic module (--emit mosaic)
     constants: tuple[Instruction, ...] = ()
+    lanes: LaneLayout | None = None  # a whole-loop fusion's layout on lane tiles
     _call: Callable[..., list[Value]] | None = field(default=None, repr=False)
 
     @property
@@ -96,11 +100,18 @@ class Kernel:
     def __call__(self, *leaves: Value) -> list[Value]:
         if self._call is None:
             self._call = self._build()
-        return self._call(*leaves)
+        try:
+            return self._call(*leaves)
+        except Unlowerable as e:
+            # Found while tracing the whole-loop kernel (a per-lane read over too many
+            # positions, too much written-out work): the loop runs as an XLA operation.
+            self.as_xla_op(f"{e.rule}: {e}")
+            return self(*leaves)
 
     def as_xla_op(self, reason: str) -> None:
         """Run this kernel as an XLA operation from now on (Mosaic refused it)."""
         self.mode, self.layout, self.reason, self._call = "xla-op", "", reason, None
+        self.lanes = None
 
     # --- evaluation --------------------------------------------------------------------
 
@@ -119,6 +130,8 @@ class Kernel:
     def _build(self) -> Callable[..., list[Value]]:
         if self.mode == "xla-op":
             return self._xla_op
+        if self.lanes is not None:
+            return LaneKernel(self.lanes, self.interpret, _kernel_name(self.name), self.debug)
         return self._tiled if self.layout == "tiled" else self._whole
 
     def _xla_op(self, *leaves: Value) -> list[Value]:
@@ -197,6 +210,14 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
     host = tuple(i.name for i in body if runs_on_host(i))
     kernel = Kernel(inst.name, kind, names, "pallas", "whole", "", host, comp, inst, inputs,
                     outputs, interpret=interpret, constants=constants)
+    if kind == FusionKind.CUSTOM and _is_whole_loop(inst):
+        layout = plan_lanes(inst)
+        if isinstance(layout, LaneLayout):
+            kernel.layout, kernel.lanes, kernel.constants = "lanes", layout, ()
+        else:
+            kernel.as_xla_op(str(layout))
+            kernel.constants = ()
+        return kernel
     reason = refusal(body, inputs, outputs)
     tiled = reason is None and _is_tiled(body, inputs, outputs)
     largest = max((s.num_elements for s in (*inputs, *outputs)), default=0)
@@ -214,6 +235,11 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
         kernel.block_rows = block_rows(rows, (*inputs, *outputs), len(body))
         kernel.grid = -(-rows // kernel.block_rows)
     return kernel
+
+
+def _is_whole_loop(inst: Instruction) -> bool:
+    config = next((raw.text for key, raw in inst.extra if key == "backend_config"), "")
+    return read_whole_loop_config(config) is not None
 
 
 def block_rows(rows: int, arrays: Sequence[Shape], instructions: int) -> int:

@@ -39,6 +39,8 @@ def pallas_listing(kernels: list[Kernel]) -> str:
 def _header(k: Kernel) -> str:
     if k.mode == "xla-op":
         return f"xla-op: {k.reason}"
+    if k.lanes is not None:
+        return k.lanes.describe()
     if k.layout == "tiled":
         return (f"pallas_call tiled: grid ({k.grid},), blocks ({k.block_rows}, 128) of the "
                 "flattened arrays, 0-d inputs in SMEM")

@@ -1,0 +1,476 @@
+"""A whole-loop fusion (fusion/beyond_xla/whole_loop.py) as one `pallas_call` on the TPU.
+
+The plan whole-loop fusion recorded (analysis/parallel_loop.py, the one the C target reads)
+says which loop elements each lane holds (and along which dimension), which are uniform,
+which are accumulated sums over the lanes and which are stacked per-step outputs. The
+kernel:
+
+- a grid over blocks of B = rows x 128 lanes (N padded to whole blocks); each per-lane
+  element is laid out outside the kernel as (positions, N / 128, 128): its lane dimension
+  last, on (rows, 128) tiles, one tile per position of the lane's own part (`lane_values.py`
+  computes every value position by position on such tiles);
+- the time loop a `lax.while_loop` inside the kernel, its carry the held elements' tiles,
+  the uniform elements as scalars (computed on the scalar unit, identically in every block)
+  and one tile of partial results per accumulator (lanes past N masked out afterwards);
+- a stacked output's block in VMEM for the whole loop, written a slice per step at the
+  uniform position the body computes; hlofuse's Threefry calls are u32 operations on the
+  tiles, bit-equal to JAX's;
+- after the loop, the held elements' and stacked outputs' blocks written back, the
+  accumulators' partial tiles reduced (in block order) and combined with their initial
+  values outside the kernel.
+
+Per-step reductions across the lanes (a scan's [T] output summed over the lanes) are
+whole_loop_steps.py. What cannot be lowered this way (an op with no per-lane form, a block
+that would not fit VMEM) is refused with a named rule before the kernel is built; the fusion
+then runs as one XLA operation (XLA's own per-step kernels inside its loop), and the
+listing says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan
+from hlofuse.analysis.parallel_loop_refusals import Refusal
+from hlofuse.analysis.rare_selects import RareSelect, rare_selects
+from hlofuse.analysis.whole_loop_config import read_recorded_plan, read_whole_loop_config
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape
+from hlofuse.targets.tpu.lane_ops import first_unlowered
+from hlofuse.targets.tpu.lane_values import (
+    LaneValues,
+    Position,
+    Unlowerable,
+    static_positions,
+    strides,
+)
+from hlofuse.targets.tpu.lane_wide import wide_refusal
+from hlofuse.targets.tpu.lax_ops import BINARY, REDUCTIONS, Value, constant
+from hlofuse.targets.tpu.whole_loop_steps import finish, start_tables, table_outputs, write_step
+
+LANES = 128
+# Rows of a block: the largest of these that fits the VMEM model and N. 32 rows (4,096
+# lanes) keep a handful of per-lane values in the 64 vector registers.
+BLOCK_ROWS = 32
+MIN_ROWS = 8
+# What the blocks of one grid step may take of VMEM (inputs and outputs double-buffered,
+# plus the carry): v5e has 128 MiB, the kernel is compiled with a 100 MiB limit.
+VMEM_BUDGET = 48 * 2**20
+# 32-bit words in the kernel (booleans and 8- and 16-bit integers as int32).
+_WORD_TYPES = frozenset({DType.F32, DType.S32, DType.U32, DType.PRED, DType.S8, DType.U8,
+                         DType.S16, DType.U16})
+
+# Rule ids of a refusal (the listing's words).
+NOT_PLANNED = "tpu-whole-loop-no-plan"
+TYPES_RULE = "tpu-whole-loop-types"
+VMEM_RULE = "tpu-whole-loop-vmem"
+
+
+@dataclass(frozen=True)
+class WholeLoopRefusal:
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.message}"
+
+
+@dataclass
+class LaneLayout:
+    """How the loop's elements cross the kernel boundary and what a block holds."""
+
+    loop: Instruction
+    plan: LoopPlan
+    init_params: tuple[int, ...]  # element -> the fusion parameter holding its initial value
+    rows: int  # rows of a block (B = rows x 128 lanes)
+    grid: int
+
+    @property
+    def size(self) -> int:
+        return self.plan.size
+
+    @property
+    def padded(self) -> int:
+        return self.grid * self.rows * LANES
+
+    def element_shape(self, element: int) -> Shape:
+        return self.loop.shape.elements[element]
+
+    def positions(self, element: int) -> int:
+        """The positions of one lane's part of a per-lane element."""
+        return self.element_shape(element).num_elements // self.size
+
+    def other_dims(self, element: int) -> tuple[int, ...]:
+        dims = self.element_shape(element).dims
+        lane_dim = self.plan.lane_dims[element]
+        return tuple(d for k, d in enumerate(dims) if k != lane_dim)
+
+    def lane_elements(self) -> list[int]:
+        """Held elements, then stacked outputs: the kernel's per-lane inputs and outputs."""
+        return [*self.plan.per_lane, *(s.element for s in self.plan.streamed)]
+
+    def describe(self) -> str:
+        held = len(self.plan.per_lane)
+        return (f"pallas_call lanes: grid ({self.grid},), blocks of {self.rows} x 128 lanes "
+                f"(N = {self.size}), the time loop inside; {held} held, "
+                f"{len(self.plan.streamed)} stacked, {len(self.plan.accumulators)} "
+                f"accumulated and {len(self.plan.uniform)} uniform element(s)")
+
+
+def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
+    """The layout of a whole-loop fusion's kernel, or the rule that refuses it."""
+    config = next((raw.text for key, raw in fusion.extra if key == "backend_config"), "")
+    recorded = read_recorded_plan(config) if read_whole_loop_config(config) else None
+    comp = fusion.calls[0]
+    loop = comp.root
+    if recorded is None or loop.op is not Op.WHILE:
+        return WholeLoopRefusal(NOT_PLANNED, "the fusion records no whole-loop plan")
+    plan = apply_recorded_plan(loop, *recorded)
+    if isinstance(plan, Refusal):
+        return WholeLoopRefusal(plan.rule, plan.message)
+    if plan.size < 2:
+        return WholeLoopRefusal(NOT_PLANNED, "one lane: nothing to lay out on tiles")
+    for element, shape in enumerate(loop.shape.elements):
+        if shape.dtype not in _WORD_TYPES:
+            return WholeLoopRefusal(TYPES_RULE, f"element {element} is {shape.text(False)}: "
+                                    "the kernel keeps 32-bit words")
+    wide = wide_refusal([*plan.condition.instructions, *plan.body.instructions])
+    if wide is not None:
+        return WholeLoopRefusal(TYPES_RULE, wide)
+    init = loop.operands[0]
+    if init.op is not Op.TUPLE or any(o.op is not Op.PARAMETER for o in init.operands):
+        return WholeLoopRefusal(NOT_PLANNED, "the loop's initial values are not the fusion's "
+                                "parameters")
+    unlowered = first_unlowered([*plan.condition.instructions, *plan.body.instructions])
+    if unlowered is not None:
+        return WholeLoopRefusal("tpu-whole-loop-op", f"%{unlowered.name} "
+                                f"({unlowered.op.text}) has no per-lane form in the kernel")
+    layout = LaneLayout(loop, plan, tuple(o.parameter_number for o in init.operands), 0, 0)
+    rows = _block_rows(layout)
+    if rows == 0:
+        return WholeLoopRefusal(VMEM_RULE, f"a block of {MIN_ROWS} x 128 lanes needs over "
+                                f"{VMEM_BUDGET >> 20} MiB of VMEM")
+    needed = -(-plan.size // (rows * LANES))
+    layout.rows, layout.grid = rows, needed
+    return layout
+
+
+def _block_rows(layout: LaneLayout) -> int:
+    """Rows per block: BLOCK_ROWS, fewer for a small N, fewer again for VMEM; 0 if even
+    MIN_ROWS do not fit. The model: every per-lane block in and out twice (double
+    buffering), stacked outputs once more (copied in the kernel), the carry once."""
+    rows_needed = -(-layout.size // LANES)
+    rows = min(BLOCK_ROWS, -(-rows_needed // MIN_ROWS) * MIN_ROWS)
+    held = sum(layout.positions(e) for e in layout.plan.per_lane)
+    stacked = sum(layout.positions(s.element) for s in layout.plan.streamed)
+    tiles = 5 * held + 5 * stacked + 3 * len(layout.plan.accumulators)
+    while rows >= MIN_ROWS:
+        if tiles * rows * LANES * 4 <= VMEM_BUDGET:
+            return rows
+        rows //= 2
+    return 0
+
+
+# --- the kernel -------------------------------------------------------------------------
+
+def _in_word(dtype: DType) -> bool:
+    return dtype is DType.PRED or (dtype.bits < 32 and not dtype.is_float)
+
+
+def _word(dtype: DType) -> np.dtype:
+    return np.dtype(np.int32) if _in_word(dtype) else np.dtype(dtype.numpy)
+
+
+def _to_word(value: Value, dtype: DType) -> Value:
+    if _in_word(dtype):
+        return lax.convert_element_type(value, np.int32)
+    return value
+
+
+def _from_word(value: Value, dtype: DType) -> Value:
+    """A word of the kernel as its type: booleans from int32 outside and inside; 8- and
+    16-bit integers stay int32 inside the kernel (lane_wide.py) and are narrowed outside."""
+    if dtype is DType.PRED:
+        return value != 0
+    return value
+
+
+def _narrowed(value: Value, dtype: DType) -> Value:
+    return lax.convert_element_type(value, np.dtype(dtype.numpy)) if _in_word(dtype) and \
+        dtype is not DType.PRED else value
+
+
+class LaneKernel:
+    """The whole-loop kernel of one layout: called with the fusion's leaves, it returns the
+    loop's elements."""
+
+    def __init__(self, layout: LaneLayout, interpret: bool, name: str, debug: bool) -> None:
+        self.layout = layout
+        self.interpret = interpret
+        self.name = name
+        self.debug = debug
+
+    # --- across the boundary ------------------------------------------------------------
+
+    def _to_tiles(self, x: Value, element: int) -> Value:
+        """(positions, padded N / 128, 128): the lane dimension last, padded, on tiles."""
+        layout = self.layout
+        shape = layout.element_shape(element)
+        x = _to_word(jnp.asarray(x), shape.dtype)
+        x = jnp.moveaxis(x, layout.plan.lane_dims[element], -1)
+        x = x.reshape(layout.positions(element), layout.size)
+        x = jnp.pad(x, ((0, 0), (0, layout.padded - layout.size)))
+        return x.reshape(layout.positions(element), layout.padded // LANES, LANES)
+
+    def _from_tiles(self, x: Value, element: int) -> Value:
+        layout = self.layout
+        shape = layout.element_shape(element)
+        x = x.reshape(layout.positions(element), layout.padded)[:, :layout.size]
+        x = x.reshape(*layout.other_dims(element), layout.size)
+        x = jnp.moveaxis(x, -1, layout.plan.lane_dims[element])
+        return _narrowed(_from_word(x, shape.dtype), shape.dtype)
+
+    def __call__(self, *leaves: Value) -> list[Value]:
+        layout = self.layout
+        plan = layout.plan
+        inits = [leaves[p] for p in layout.init_params]
+        lane_elements = layout.lane_elements()
+        uniform = list(plan.uniform)
+        accumulators = list(plan.accumulators)
+        tiled_in = [self._to_tiles(inits[e], e) for e in lane_elements]
+        uniform_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
+                      .reshape(-1) for e in uniform]
+        rows = layout.rows
+        block = lambda p: pl.BlockSpec((p, rows, LANES), lambda i: (0, i, 0))  # noqa: E731
+        smem = pl.BlockSpec(memory_space=pltpu.SMEM)
+        out_shapes = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in tiled_in]
+        out_shapes += [jax.ShapeDtypeStruct((layout.padded // LANES, LANES),
+                                            _word(layout.element_shape(a.element).dtype))
+                       for a in accumulators]
+        out_shapes += [jax.ShapeDtypeStruct(u.shape, u.dtype) for u in uniform_in]
+        out_specs = [block(layout.positions(e)) for e in lane_elements]
+        out_specs += [pl.BlockSpec((rows, LANES), lambda i: (i, 0)) for _ in accumulators]
+        out_specs += [smem for _ in uniform]
+        table_shapes, table_specs = table_outputs(plan.step_reductions, layout.grid)
+        out_shapes += table_shapes
+        out_specs += table_specs
+        outputs = pl.pallas_call(
+            self._kernel, grid=(layout.grid,), out_shape=out_shapes,
+            in_specs=[*(block(layout.positions(e)) for e in lane_elements),
+                      *(smem for _ in uniform)],
+            out_specs=out_specs, interpret=self.interpret, debug=self.debug, name=self.name,
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
+                                                 vmem_limit_bytes=100 * 2**20),
+        )(*tiled_in, *uniform_in)
+        result: dict[int, Value] = {}
+        for k, e in enumerate(lane_elements):
+            result[e] = self._from_tiles(outputs[k], e)
+        offset = len(lane_elements)
+        for k, a in enumerate(accumulators):
+            result[a.element] = self._combined(a, outputs[offset + k], inits[a.element])
+        offset += len(accumulators)
+        for k, e in enumerate(uniform):
+            shape = layout.element_shape(e)
+            result[e] = _narrowed(_from_word(outputs[offset + k].reshape(shape.dims),
+                                             shape.dtype), shape.dtype)
+        offset += len(uniform)
+        result.update(finish(plan.step_reductions, outputs[offset:],
+                             {s.element: inits[s.element] for s in plan.step_reductions}))
+        return [result[e] for e in range(len(layout.loop.shape.elements))]
+
+    def _combined(self, accumulator: Any, partials: Value, init: Value) -> Value:
+        """The accumulator's final value: its partial tiles (lanes past N the identity)
+        reduced, combined with the initial value."""
+        layout = self.layout
+        dtype = layout.element_shape(accumulator.element).dtype
+        flat = _from_word(partials.reshape(-1), dtype)[:layout.size]  # lanes past N cut off
+        reduced = _narrowed(REDUCTIONS[accumulator.op](flat, (0,)), dtype)
+        return BINARY[accumulator.op](jnp.asarray(init), reduced)
+
+    # --- inside ----------------------------------------------------------------------------
+
+    def _kernel(self, *refs: Any) -> None:
+        layout = self.layout
+        plan = layout.plan
+        lane_elements = layout.lane_elements()
+        n_lane, n_uniform = len(lane_elements), len(plan.uniform)
+        n_acc = len(plan.accumulators)
+        lane_in = refs[:n_lane]
+        uniform_in = refs[n_lane:n_lane + n_uniform]
+        outs = refs[n_lane + n_uniform:]
+        lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
+        uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
+        table_refs = outs[n_lane + n_acc + n_uniform:]
+        start_tables(plan.step_reductions, table_refs)
+        rows = layout.rows
+        first = pl.program_id(0) * np.int32(rows * LANES)
+        lanes = (lax.broadcasted_iota(np.int32, (rows, LANES), 0) * np.int32(LANES)
+                 + lax.broadcasted_iota(np.int32, (rows, LANES), 1) + first)
+        held = list(plan.per_lane)
+        streamed = {s.element: k for k, s in enumerate(plan.streamed)}
+        # Stacked outputs start as their initial values; the steps overwrite slices.
+        for s in plan.streamed:
+            k = n_lane - len(plan.streamed) + streamed[s.element]
+            lane_out[k][...] = lane_in[k][...]
+        carry0 = (
+            tuple(tuple(lane_in[k][p] for p in range(layout.positions(e)))
+                  for k, e in enumerate(held)),
+            tuple(tuple(ref[j] for j in range(ref.shape[0])) for ref in uniform_in),
+            tuple(jnp.full((rows, LANES), constant(a.identity), _word(
+                layout.element_shape(a.element).dtype)) for a in plan.accumulators),
+        )
+        rare = {r.element: r for r in rare_selects(plan)}
+        streamed_refs = {s.element: lane_out[n_lane - len(plan.streamed) + k]
+                         for k, s in enumerate(plan.streamed)}
+
+        def values_of(carry: Any) -> LaneValues:
+            tiles, scalars, _ = carry
+
+            def read_held(element: int, position: Position) -> Value:
+                dims = layout.other_dims(element)
+                flat = sum(int(i) * s for i, s in zip(position, strides(dims)))
+                return _from_word(tiles[held.index(element)][flat],
+                                  layout.element_shape(element).dtype)
+
+            def read_uniform(element: int) -> Sequence[Value]:
+                dtype = layout.element_shape(element).dtype
+                return [_from_word(v, dtype) for v in scalars[plan.uniform.index(element)]]
+
+            lane_dims = {e: plan.lane_dims[e] for e in held}
+            return LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
+
+        def condition(carry: Any) -> Value:
+            return values_of(carry).scalar(plan.condition.root)
+
+        def step(carry: Any) -> Any:
+            values = values_of(carry)
+            root = plan.body.root
+            new_tiles = {e: self._held_tiles(values, e, root.operands[e])
+                         for e in held if e not in rare}
+            new_tiles.update(self._rarely_taken(values, rare))
+            new_scalars = []
+            for e in plan.uniform:
+                shape = layout.element_shape(e)
+                new_scalars.append(tuple(
+                    _to_word(values.value(root.operands[e], p), shape.dtype)
+                    for p in static_positions(shape.dims)))
+            partials = []
+            for a, partial in zip(plan.accumulators, carry[2]):
+                dtype = layout.element_shape(a.element).dtype
+                for x in a.operands:
+                    partial = self._accumulate(values, a, x, partial, dtype)
+                partials.append(partial)
+            for s in plan.streamed:
+                self._write_slice(values, s, streamed_refs[s.element])
+            write_step(values, plan.step_reductions, table_refs, lanes, layout.size,
+                       self._lane_dim_of)
+            return (tuple(new_tiles[e] for e in held), tuple(new_scalars), tuple(partials))
+
+        tiles, scalars, partials = lax.while_loop(condition, step, carry0)
+        for k in range(len(held)):
+            for p, tile in enumerate(tiles[k]):
+                lane_out[k][p] = tile
+        for ref, partial in zip(acc_out, partials):
+            ref[...] = partial
+        for ref, values in zip(uniform_out, scalars):
+            for j, v in enumerate(values):
+                ref[j] = v
+
+    def _held_tiles(self, values: LaneValues, element: int, value: Instruction
+                    ) -> tuple[Value, ...]:
+        """A held element's new tiles, one per position of a lane's part."""
+        layout = self.layout
+        shape = layout.element_shape(element)
+        lane_dim = layout.plan.lane_dims[element]
+        return tuple(
+            jnp.broadcast_to(_to_word(values.value(value, values.lane_position(
+                shape.dims, lane_dim, p)), shape.dtype), (layout.rows, LANES))
+            for p in static_positions(layout.other_dims(element)))
+
+    def _rarely_taken(self, values: LaneValues, rare: dict[int, RareSelect]
+                      ) -> dict[int, tuple[Value, ...]]:
+        """The new tiles of elements whose new value is a select with a costly operand few
+        lanes pick (an auto-reset's fresh draws): the operands are computed for the block
+        only when one of its lanes picks one (`lax.cond` on the block's predicates)."""
+        if not rare:
+            return {}
+        wanted: Value = None
+        kept: dict[int, tuple[Value, ...]] = {}
+        for e, r in rare.items():
+            kept[e] = self._held_tiles(values, e, r.kept)
+            for mask in self._held_tiles(values, e, r.select.operands[0]):
+                picks = lax.convert_element_type(mask if r.when else ~mask, np.int32)
+                wanted = picks if wanted is None else lax.max(wanted, picks)
+        any_lane = jnp.max(wanted) > 0
+
+        def taken() -> tuple[tuple[Value, ...], ...]:
+            with values.branch():
+                return tuple(self._held_tiles(values, e, r.select) for e, r in rare.items())
+
+        def skipped() -> tuple[tuple[Value, ...], ...]:
+            return tuple(kept[e] for e in rare)
+
+        chosen = lax.cond(any_lane, taken, skipped)
+        return dict(zip(rare, chosen))
+
+    def _accumulate(self, values: LaneValues, accumulator: Any, x: Instruction,
+                    partial: Value, dtype: DType) -> Value:
+        """The partial tile combined with a lane's reduction of its own part of x."""
+        lane_dim = self._lane_dim_of(x)
+        others = [d for k, d in enumerate(x.shape.dims) if k != lane_dim]
+        op = BINARY[accumulator.op]
+        for p in static_positions(others):
+            item = values.value(x, values.lane_position(x.shape.dims, lane_dim, p))
+            item = jnp.broadcast_to(_to_word(item, dtype), partial.shape)
+            partial = op(partial, item)
+        return partial
+
+    def _lane_dim_of(self, x: Instruction) -> int:
+        """The dimension holding the lanes of a value reduced over all of them."""
+        lane_dim = self.layout.plan.value_lane_dims.get(id(x))
+        if lane_dim is not None:
+            return lane_dim
+        candidates = [k for k, d in enumerate(x.shape.dims) if d == self.layout.size]
+        if len(candidates) != 1:
+            raise Unlowerable("tpu-whole-loop-op", f"%{x.name}: a value reduced over the "
+                              "lanes without one lane dimension")
+        return candidates[0]
+
+    def _write_slice(self, values: LaneValues, streamed: Any, ref: Any) -> None:
+        """One step's slice of a stacked output, at the uniform position the body writes."""
+        update = streamed.update
+        element = streamed.element
+        layout = self.layout
+        shape = layout.element_shape(element)
+        lane_dim = streamed.lane_dim
+        slice_value = update.operands[1]
+        other_dims = layout.other_dims(element)
+        slice_dims = [d for k, d in enumerate(slice_value.shape.dims) if k != lane_dim]
+        starts = []
+        for k, (start, dim, size) in enumerate(zip(update.operands[2:], shape.dims,
+                                                   slice_value.shape.dims)):
+            if k == lane_dim:
+                continue
+            s = lax.convert_element_type(values.scalar(start), np.int32)
+            starts.append(lax.clamp(np.int32(0), s, np.int32(dim - size)))
+        element_strides = strides(other_dims)
+        for p in static_positions(slice_dims):
+            tile = values.value(slice_value, values.lane_position(
+                slice_value.shape.dims, lane_dim, p))
+            tile = jnp.broadcast_to(_to_word(tile, shape.dtype), (layout.rows, LANES))
+            flat: Any = np.int32(0)
+            for start, offset, stride in zip(starts, p, element_strides):
+                flat = flat + (start + np.int32(offset)) * np.int32(stride)
+            ref[flat] = tile
+

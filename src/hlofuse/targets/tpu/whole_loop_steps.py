@@ -1,0 +1,172 @@
+"""Per-step reductions across the lanes in the TPU's whole-loop kernel (whole_loop.py): a
+uniform element written one position per step from reductions over all lanes
+(analysis/step_reductions.py: a scan's [T] output of the reward summed over the lanes).
+
+Each block reduces its own lanes (lanes past N count as the identity) at every step into a
+table of its own in SMEM, one entry per position of the element, with a flag per position
+written. After the kernel the blocks' tables are combined in block order, the element-wise
+ops between the reductions and the written value applied to every position at once, and
+positions no step wrote keep the element's initial value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from hlofuse.analysis.step_reductions import StepReduction
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+from hlofuse.targets.tpu.evaluate import LaxEvaluator
+from hlofuse.targets.tpu.lane_values import LaneValues, static_positions, strides
+from hlofuse.targets.tpu.lax_ops import BINARY, REDUCTIONS, Value, constant, elementwise
+
+
+def reduce_tables(steps: Sequence[StepReduction]) -> list[tuple[StepReduction, int]]:
+    """(step reduction, its reduce's index) of every table: one per lane reduction."""
+    return [(s, k) for s in steps for k in range(len(s.reduces))]
+
+
+def table_outputs(steps: Sequence[StepReduction], grid: int
+                  ) -> tuple[list[jax.ShapeDtypeStruct], list[pl.BlockSpec]]:
+    """Each table's (grid, positions) partials, then each element's (grid, positions)
+    written flags, in SMEM, a row per block."""
+    shapes, specs = [], []
+    for s, k in reduce_tables(steps):
+        dtype = _word(s.reduces[k].reduce.dtype.numpy)
+        shapes.append(jax.ShapeDtypeStruct((grid, _positions(s)), dtype))
+    for s in steps:
+        shapes.append(jax.ShapeDtypeStruct((grid, _positions(s)), np.int32))
+    for shape in shapes:
+        specs.append(pl.BlockSpec((1, shape.shape[1]), lambda i: (i, 0),
+                                  memory_space=pltpu.SMEM))
+    return shapes, specs
+
+
+def _positions(step: StepReduction) -> int:
+    return step.update.operands[0].shape.num_elements
+
+
+def _word(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.int32) if dtype == np.bool_ else np.dtype(dtype)
+
+
+def start_tables(steps: Sequence[StepReduction], refs: Sequence[Any]) -> None:
+    """Every entry the identity, every position unwritten, before the loop."""
+    tables = reduce_tables(steps)
+    for (s, k), ref in zip(tables, refs):
+        identity = _word_value(constant(s.reduces[k].identity))
+        for p in range(_positions(s)):
+            ref[0, p] = identity
+    for ref in refs[len(tables):]:
+        for p in range(ref.shape[1]):
+            ref[0, p] = np.int32(0)
+
+
+def _word_value(x: Value) -> Value:
+    return lax.convert_element_type(x, np.int32) if x.dtype == jnp.bool_ else x
+
+
+def write_step(values: LaneValues, steps: Sequence[StepReduction], refs: Sequence[Any],
+               lanes: Value, size: int, lane_dim_of: Any) -> None:
+    """This step's block reduction of each table's per-lane value, at the position the body
+    writes, and the position marked written."""
+    tables = reduce_tables(steps)
+    valid = lanes < np.int32(size)
+    for (s, k), ref in zip(tables, refs):
+        reduce = s.reduces[k]
+        x = reduce.operand
+        lane_dim = lane_dim_of(x)
+        identity = _word_value(constant(reduce.identity))
+        op = BINARY[reduce.op]
+        total: Value = None
+        others = [d for j, d in enumerate(x.shape.dims) if j != lane_dim]
+        for p in static_positions(others):
+            tile = _word_value(values.value(x, values.lane_position(x.shape.dims, lane_dim, p)))
+            tile = jnp.broadcast_to(tile, lanes.shape)
+            tile = lax.select(valid, tile, jnp.full(lanes.shape, identity, tile.dtype))
+            total = tile if total is None else op(total, tile)
+        assert total is not None
+        block = REDUCTIONS[reduce.op](total, (0, 1))
+        flat = _written_position(values, s)
+        ref[0, flat] = op(ref[0, flat], block)
+    for s, ref in zip(steps, refs[len(tables):]):
+        ref[0, _written_position(values, s)] = np.int32(1)
+
+
+def _written_position(values: LaneValues, step: StepReduction) -> Value:
+    dims = step.update.operands[0].shape.dims
+    sizes = step.value.shape.dims
+    flat: Value = np.int32(0)
+    for start, dim, size, stride in zip(step.starts, dims, sizes, strides(dims)):
+        s = lax.convert_element_type(values.scalar(start), np.int32)
+        s = lax.clamp(np.int32(0), s, np.int32(dim - size))
+        flat = flat + s * np.int32(stride)
+    return flat
+
+
+def finish(steps: Sequence[StepReduction], outputs: Sequence[Value],
+           inits: dict[int, Value]) -> dict[int, Value]:
+    """Each element's final value: the blocks' partials combined per position, the
+    element-wise ops to the written value applied, unwritten positions the initial value."""
+    tables = reduce_tables(steps)
+    combined: dict[int, Value] = {}
+    for (s, k), partials in zip(tables, outputs):
+        reduce = s.reduces[k]
+        combined[id(reduce.reduce)] = REDUCTIONS[reduce.op](partials, (0,))
+    result = {}
+    for s, written in zip(steps, outputs[len(tables):]):
+        value = _evaluate_path(s.value, combined)
+        init = jnp.asarray(inits[s.element]).reshape(-1)
+        value = jnp.broadcast_to(jnp.reshape(value, (-1,)), init.shape).astype(init.dtype)
+        marked = jnp.max(written, axis=0) > 0
+        result[s.element] = jnp.where(marked, value, init).reshape(
+            s.update.operands[0].shape.dims)
+    return result
+
+
+def _evaluate_path(inst: Instruction, combined: dict[int, Value]) -> Value:
+    """The written value at every position at once: the reductions' combined (positions,)
+    vectors through the one-element ops between them and the value; other operands are
+    loop-invariant and evaluated on their own."""
+    memo: dict[int, Value] = {}
+    evaluator = LaxEvaluator()
+
+    def at(x: Instruction) -> Value:
+        if id(x) in combined:
+            return combined[id(x)]
+        if id(x) in memo:
+            return memo[id(x)]
+        operands = [at(o) for o in x.operands]
+        if any(id(o) in combined or _on_path(o, combined) for o in x.operands):
+            if x.op in (Op.RESHAPE, Op.BROADCAST, Op.BITCAST, Op.COPY):
+                value = operands[0]
+            else:
+                value = elementwise(x, [jnp.reshape(v, (-1,)) if jnp.size(v) > 1 else
+                                        jnp.reshape(v, ()) for v in operands])
+        else:
+            value = jnp.reshape(evaluator.instruction(x, operands), ())
+        memo[id(x)] = value
+        return value
+
+    return at(inst)
+
+
+def _on_path(inst: Instruction, combined: dict[int, Value]) -> bool:
+    stack, seen = [inst], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in combined:
+            return True
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        stack.extend(x.operands)
+    return False

@@ -1,0 +1,153 @@
+"""`max`'s whole-loop kernel on the TPU target (targets/tpu/whole_loop.py): one pallas_call
+over blocks of lane tiles with the time loop inside, run with `interpret=True` (backend
+`tpu-interpret`) equal to the reference interpreter, and lowered to Mosaic for the TPU
+without one. What it cannot lower falls back to an XLA operation under a named rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hlofuse import random
+from hlofuse.api import compile_module
+from hlofuse.envs import cartpole
+from hlofuse.fusion.strategies import run_strategy
+from hlofuse.ir.hlo import Module
+from hlofuse.reference.interpreter import evaluate, flatten_value
+from hlofuse.studies.cartpole_study import known_steps
+from hlofuse.targets.tpu import whole_loop
+from hlofuse.targets.tpu.kernels import Kernel
+from hlofuse.targets.tpu.lane_ops import _reshape_groups
+from hlofuse.targets.tpu.listing import lower_for_tpu
+from hlofuse.targets.tpu.program import kernel_structs, plan_kernels
+
+from tests.tpu.test_interpret import assert_close, load_npz_case
+
+ROLLOUTS = Path(__file__).parent.parent / "data" / "rollouts"
+ALL_ROLLOUTS = sorted(p.name for p in ROLLOUTS.glob("*.cpu.hlo"))
+FAST_ROLLOUTS = {"mountain_car.cpu.hlo"}
+# Rollouts whose loop the kernel refuses (their loop then runs as one XLA operation, named
+# by the rule): none of the corpus now.
+REFUSED: set[str] = set()
+
+
+def _lane_kernels(kernels: list[Kernel]) -> list[Kernel]:
+    return [k for k in kernels if k.lanes is not None]
+
+
+def _cartpole_max(n: int, steps: int) -> Module:
+    return cartpole.trace(known_steps()["max"].variant, n, steps, 0)
+
+
+def test_cartpole_max_is_one_lane_kernel_over_several_blocks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """N = 2,100 lanes in blocks of 8 x 128: three blocks, the last one padded; the episode
+    counts (accumulated per lane, combined after the kernel) exact."""
+    monkeypatch.setattr(whole_loop, "BLOCK_ROWS", 8)
+    module = _cartpole_max(2100, 30)
+    want = flatten_value(evaluate(module, [random.key(0)]))
+    compiled = compile_module(module, "max", "tpu-interpret")
+    lanes = _lane_kernels(compiled.executable.kernel_plans)  # type: ignore[union-attr]
+    assert len(lanes) == 1 and lanes[0].lanes is not None
+    assert (lanes[0].lanes.rows, lanes[0].lanes.grid) == (8, 3)
+    got = compiled.run_flat([random.key(0)])
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
+    assert int(got[1]) == int(want[1]) > 0
+    assert float(got[2]) == pytest.approx(float(want[2]), rel=1e-6)
+
+
+def test_the_time_loop_is_inside_one_kernel_for_the_tpu() -> None:
+    """Lowered for the TPU without one: the lane kernel's Mosaic module holds the time loop
+    (scf.while), works on (rows, 128) tiles, and computes the auto-reset's fresh draws under
+    a branch (scf.if) taken when a lane of the block resets."""
+    fused = run_strategy(_cartpole_max(4096, 4), "max", debug=False).module
+    lanes = _lane_kernels(plan_kernels(fused, interpret=True))
+    assert len(lanes) == 1
+    text = lower_for_tpu(lanes[0], kernel_structs(lanes[0]))
+    assert "scf.while" in text and "vector<32x128xf32>" in text
+    assert "scf.if" in text
+
+
+def _rollout_cases() -> list[object]:
+    return [pytest.param(name, id=name.split(".")[0],
+                         marks=[] if name in FAST_ROLLOUTS else [pytest.mark.slow])
+            for name in ALL_ROLLOUTS]
+
+
+@pytest.mark.parametrize("name", _rollout_cases())
+def test_rollout_under_max_equals_the_interpreter(name: str) -> None:
+    module, inputs = load_npz_case(ROLLOUTS / name)
+    want = flatten_value(evaluate(module, inputs))
+    compiled = compile_module(module, "max", "tpu-interpret")
+    kernels = compiled.executable.kernel_plans  # type: ignore[union-attr]
+    refused = [k for k in kernels if k.kind == "kCustom" and k.lanes is None]
+    for kernel in refused:
+        assert kernel.mode == "xla-op" and kernel.reason.startswith("tpu-whole-loop-"), \
+            kernel.reason
+    if name in REFUSED:
+        assert refused
+    else:
+        assert _lane_kernels(kernels) and not refused
+    assert_close(compiled.run_flat(inputs), want, 1e-4)
+
+
+@pytest.mark.parametrize("name", ["mountain_car.cpu.hlo", "pendulum.cpu.hlo",
+                                  "inventory_logged.cpu.hlo"])
+def test_rollout_lane_kernels_lower_for_the_tpu(name: str) -> None:
+    module, _ = load_npz_case(ROLLOUTS / name)
+    fused = run_strategy(module, "max", debug=False).module
+    lanes = _lane_kernels(plan_kernels(fused, interpret=True))
+    assert lanes
+    for kernel in lanes:
+        assert "scf.while" in lower_for_tpu(kernel, kernel_structs(kernel))
+
+
+def test_a_block_over_vmem_falls_back_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-lane state that does not fit VMEM at the smallest block: the loop runs as an
+    XLA operation under the named rule, never a Mosaic out-of-memory error."""
+    monkeypatch.setattr(whole_loop, "VMEM_BUDGET", 1024)
+    module = _cartpole_max(256, 12)
+    want = flatten_value(evaluate(module, [random.key(0)]))
+    compiled = compile_module(module, "max", "tpu-interpret")
+    kernels = compiled.executable.kernel_plans  # type: ignore[union-attr]
+    custom = [k for k in kernels if k.kind == "kCustom"]
+    assert custom and all(k.mode == "xla-op" for k in custom)
+    assert all(k.reason.startswith(whole_loop.VMEM_RULE) for k in custom)
+    got = compiled.run_flat([random.key(0)])
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
+
+
+WIDE = """HloModule m
+ENTRY e {
+  i = u64[8] iota(), iota_dimension=0
+  c = u64[] constant(%d)
+  b = u64[8] broadcast(c), dimensions={}
+  ROOT s = u64[8] add(i, b)
+}
+"""
+
+
+@pytest.mark.parametrize(("offset", "refused"), [(32, False), (2**31, True)])
+def test_64_bit_positions_are_computed_in_32_bits_only_below_2_to_the_31(
+        offset: int, refused: bool) -> None:
+    from hlofuse.ir.parser import parse_module
+    from hlofuse.targets.tpu.lane_wide import wide_refusal
+
+    module = parse_module(WIDE % offset, "wide")
+    why = wide_refusal(list(module.entry.instructions))
+    assert (why is not None) == refused
+    if refused:
+        assert why is not None and "u64" in why and "2^31" in why
+
+
+@pytest.mark.parametrize(("out", "operand", "groups"), [
+    ([8, 1], [1, 8], [([0, 1], [0, 1])]),
+    ([1024], [4, 256], [([0], [0, 1])]),
+    ([2, 3, 4], [6, 4], [([0, 1], [0]), ([2], [1])]),
+    ([], [1, 1], [([], [0, 1])]),
+])
+def test_reshape_groups_keep_whole_dimensions_apart(out: list[int], operand: list[int],
+                                                    groups: list[object]) -> None:
+    assert _reshape_groups(out, operand) == groups
