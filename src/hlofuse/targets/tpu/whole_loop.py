@@ -75,6 +75,7 @@ _WORD_TYPES = frozenset({DType.F32, DType.S32, DType.U32, DType.PRED, DType.S8, 
 NOT_PLANNED = "tpu-whole-loop-no-plan"
 TYPES_RULE = "tpu-whole-loop-types"
 VMEM_RULE = "tpu-whole-loop-vmem"
+READ_ONLY_RULE = "tpu-whole-loop-read-only"
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,12 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
         return WholeLoopRefusal(plan.rule, plan.message)
     if plan.size < 2:
         return WholeLoopRefusal(NOT_PLANNED, "one lane: nothing to lay out on tiles")
+    if plan.read_only:
+        # Read-only elements (a policy's weights) would be kernel inputs read whole by every
+        # block; the kernel has no such inputs yet.
+        return WholeLoopRefusal(READ_ONLY_RULE, f"read-only elements {list(plan.read_only)} "
+                                "(unchanged loop state larger than 64 values) are not inputs "
+                                "of the TPU kernel yet")
     for element, shape in enumerate(loop.shape.elements):
         if shape.dtype not in _WORD_TYPES:
             return WholeLoopRefusal(TYPES_RULE, f"element {element} is {shape.text(False)}: "
