@@ -6,10 +6,11 @@ much work it unrolls."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
-from hlofuse.ir.linalg import Routine, linalg_call
+from hlofuse.ir.linalg import Routine, linalg_call, options_of
 from hlofuse.ir.ops import Op
 
 # Dots lane code computes element by element (codegen/dot_elemental.py writes the
@@ -81,3 +82,26 @@ def lane_linalg_work(inst: Instruction) -> int | None:
 def is_lane_linalg(inst: Instruction) -> bool:
     work = lane_linalg_work(inst)
     return work is not None and work <= LANE_LINALG_MAX_WORK
+
+
+@dataclass(frozen=True, slots=True)
+class TriangularSolve:
+    """A triangular solve in the runtime's terms: op(A) x = b (left) or x op(A) = b."""
+
+    left: bool
+    lower: bool
+    transpose: bool
+    unit: bool
+
+
+def triangular_solve_of(inst: Instruction) -> TriangularSolve:
+    """The solve of a triangular-solve instruction or of a library call of one."""
+    if inst.op is Op.TRIANGULAR_SOLVE:
+        attrs = inst.attrs
+        return TriangularSolve(
+            attrs.get("left_side", False) is True, attrs.get("lower", False) is True,
+            attrs.get("transpose_a", "NO_TRANSPOSE") != "NO_TRANSPOSE",
+            attrs.get("unit_diagonal", False) is True)
+    options = options_of(inst)
+    return TriangularSolve(options.left_side, options.lower, options.transpose != "N",
+                           options.unit_diagonal)

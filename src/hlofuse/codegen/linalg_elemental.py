@@ -14,10 +14,15 @@ literal (a dynamic slice of the solution) goes through a local array of the resu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hlofuse.analysis.lane_linalg import batch_rank, is_lane_linalg, lane_linalg_routine
+from hlofuse.analysis.lane_linalg import (
+    TriangularSolve,
+    batch_rank,
+    is_lane_linalg,
+    lane_linalg_routine,
+    triangular_solve_of,
+)
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import Key
 from hlofuse.codegen.cir import Binary, Expr
@@ -32,27 +37,6 @@ if TYPE_CHECKING:
 
 # One result of a batch position: its elements by position inside the position's part.
 Elements = dict[tuple[int, ...], Expr]
-
-
-@dataclass(frozen=True, slots=True)
-class _Solve:
-    """A triangular solve in the runtime's terms: op(A) x = b (left) or x op(A) = b."""
-
-    left: bool
-    lower: bool
-    transpose: bool
-    unit: bool
-
-
-def _solve_of(inst: Instruction) -> _Solve:
-    if inst.op is Op.TRIANGULAR_SOLVE:
-        attrs = inst.attrs
-        return _Solve(attrs.get("left_side", False) is True, attrs.get("lower", False) is True,
-                      attrs.get("transpose_a", "NO_TRANSPOSE") != "NO_TRANSPOSE",
-                      attrs.get("unit_diagonal", False) is True)
-    options = options_of(inst)
-    return _Solve(options.left_side, options.lower, options.transpose != "N",
-                  options.unit_diagonal)
 
 
 class _LaneLinalg:
@@ -216,7 +200,7 @@ class _LaneLinalg:
 
     # --- triangular solve -----------------------------------------------------------------
 
-    def solve(self, how: _Solve) -> Elements:
+    def solve(self, how: TriangularSolve) -> Elements:
         """x with op(A) x = b (left) or x op(A) = b (right), by substitution in the runtime's
         order: one system (a column of b, or a row for the right side) after the other, the
         unknowns from the triangle's first row on."""
@@ -269,7 +253,7 @@ def _results(em: ElementalEmitter, inst: Instruction,
     elif routine is Routine.PIVOTS_TO_PERMUTATION:
         results = [lane.permutation()]
     else:
-        results = [lane.solve(_solve_of(inst))]
+        results = [lane.solve(triangular_solve_of(inst))]
     em.body.remember(key, results)
     return results
 

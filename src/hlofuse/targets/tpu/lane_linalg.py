@@ -12,13 +12,18 @@ read, and later reads pick from them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from hlofuse.analysis.lane_linalg import batch_rank, is_lane_linalg, lane_linalg_routine
+from hlofuse.analysis.lane_linalg import (
+    TriangularSolve,
+    batch_rank,
+    is_lane_linalg,
+    lane_linalg_routine,
+    triangular_solve_of,
+)
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.linalg import Routine, options_of
 from hlofuse.ir.ops import Op
@@ -32,25 +37,6 @@ _ROUTINES = (Routine.POTRF, Routine.TRSM)
 def is_tile_linalg(inst: Instruction) -> bool:
     """A factorisation or solve the kernel writes out per lane."""
     return lane_linalg_routine(inst) in _ROUTINES and is_lane_linalg(inst)
-
-
-@dataclass(frozen=True)
-class _Solve:
-    left: bool
-    lower: bool
-    transpose: bool
-    unit: bool
-
-
-def _solve_of(inst: Instruction) -> _Solve:
-    if inst.op is Op.TRIANGULAR_SOLVE:
-        attrs = inst.attrs
-        return _Solve(attrs.get("left_side", False) is True, attrs.get("lower", False) is True,
-                      attrs.get("transpose_a", "NO_TRANSPOSE") != "NO_TRANSPOSE",
-                      attrs.get("unit_diagonal", False) is True)
-    options = options_of(inst)
-    return _Solve(options.left_side, options.lower, options.transpose != "N",
-                  options.unit_diagonal)
 
 
 def linalg_leaf(values: LaneValues, inst: Instruction, leaf: int, position: Position,
@@ -77,7 +63,8 @@ def _results(values: LaneValues, inst: Instruction, batch: Position) -> list[Ele
         factor, info = _cholesky(read(inst.operands[0]), n, options_of(inst).lower, False, dtype)
         return [factor, {(): info}]
     a, b = inst.operands[0], inst.operands[1]
-    return [_solve(read(a), read(b), a.shape.dims[-1], b.shape.dims[-2:], _solve_of(inst))]
+    how = triangular_solve_of(inst)
+    return [_solve(read(a), read(b), a.shape.dims[-1], b.shape.dims[-2:], how)]
 
 
 def _cholesky(read: Callable[[int, int], Value], n: int, lower: bool, xla: bool,
@@ -119,7 +106,7 @@ def _cholesky(read: Callable[[int, int], Value], n: int, lower: bool, xla: bool,
 
 
 def _solve(read_a: Callable[[int, int], Value], read_b: Callable[[int, int], Value], n: int,
-           b_dims: tuple[int, ...], how: _Solve) -> Elements:
+           b_dims: tuple[int, ...], how: TriangularSolve) -> Elements:
     """x with op(A) x = b (left) or x op(A) = b (right), by substitution in the runtime's
     order: one system after the other, the unknowns from the triangle's first row on."""
     m, r = b_dims
