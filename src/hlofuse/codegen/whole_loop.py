@@ -217,33 +217,17 @@ class WholeLoopEmitter(BlockEmission):
             out[id(inst)] = self._reader(inst.dtype, through.get(k, name))
         return out
 
-    def _read_only_pointer(self, element: int) -> str:
-        """The argument a read-only element lies in: its initial value's."""
-        through = {k: self.outputs[o] for o, k in self.spec.aliased}
-        for k, (inst, path) in enumerate(self.spec.inputs):
-            if inst is self.init[element] and not path:
-                return through.get(k, self.inputs[k])
-        raise UnsupportedInstruction(
-            f"%{sanitize(self.spec.label)}: read-only loop element {element} is not an "
-            "argument of the kernel")
-
     def _bind_read_only(self) -> None:
-        """Every read of a read-only element, in every part of the kernel, loads it from the
-        argument it lies in (the loop never changes it)."""
+        """Every read of a read-only element, in every part of the kernel, reads its initial
+        value (the kernel's argument, bound like every argument): the loop never changes it."""
         for element in self.plan.read_only:
-            pointer = self._read_only_pointer(element)
-            dtype = self.loop.shape.elements[element].dtype
+            initial = self.init[element]
             for comp in (self.plan.condition, self.plan.body):
                 for inst in comp.instructions:
                     if element_read(inst) != element:
                         continue
                     for em in (self.uniform_em, self.lane_em, self.table_em):
-                        em.bindings[id(inst)] = functools.partial(
-                            self._load_from, em, dtype, pointer)
-
-    @staticmethod
-    def _load_from(em: ElementalEmitter, dtype: DType, pointer: str, index: Index) -> Value:
-        return em.load(dtype, cir.Var(pointer), index)
+                        em.bindings[id(inst)] = functools.partial(em.array_value, initial)
 
     def _reader(self, dtype: DType, pointer: str) -> Callable[[Index], Value]:
         # Both emitters write into the same body; either computes the position.
@@ -463,6 +447,10 @@ class WholeLoopEmitter(BlockEmission):
         with self.body.nested(after, after.body):
             self._outputs_after_all()
 
+    def _stored(self, store: Callable[[Expr, Expr], Stmt], dtype: DType, q: Expr,
+                value: Expr) -> Stmt:
+        return store(q, self.lang.to_storage(dtype, value))
+
     def _outputs_after_all(self) -> None:
         body, em = self.body, self.uniform_em
         for i in self.plan.uniform:
@@ -474,11 +462,9 @@ class WholeLoopEmitter(BlockEmission):
         for i in self.plan.read_only:  # unchanged: a copy, unless it is the same buffer
             if any(o == i for o, _ in self.spec.aliased):
                 continue
-            shape = self.loop.shape.elements[i]
-            source = functools.partial(self.lang.load, shape.dtype,
-                                       cir.Var(self._read_only_pointer(i)))
-            storage = functools.partial(self.lang.to_storage, shape.dtype)
-            self._copy_loop(shape.num_elements, copy(store_at(self.outputs[i]), source, storage))
+            stored = functools.partial(self._stored, store_at(self.outputs[i]),
+                                       self.loop.shape.elements[i].dtype)
+            self._each_element(em, self.init[i], stored)
         for k, acc in enumerate(self.plan.accumulators):
             i = acc.element
             dtype = self.loop.shape.elements[i].dtype

@@ -51,7 +51,7 @@ def materialized_values(plan: LoopPlan) -> list[Instruction]:
     for inst in plan.body.instructions:
         if inst.op is not Op.DOT or id(inst) not in plan.lane:
             continue
-        if looped_product(plan, inst) is not None:
+        if looped_product(plan, inst):
             chosen.add(id(inst))
         many_outputs = positions_per_lane(plan, inst) > 1
         for operand in inst.operands:
@@ -67,22 +67,17 @@ def materialized_values(plan: LoopPlan) -> list[Instruction]:
     return [inst for inst in plan.body.instructions if id(inst) in chosen]
 
 
-def looped_product(plan: LoopPlan, dot: Instruction) -> int | None:
-    """For a per-lane product computed as a loop nest, which operand holds the lanes (0 or
-    1): one contracting dimension of more than LANE_SELECTED_READ positions, no batch
-    dimensions, one operand per lane and the other shared by the lanes."""
+def looped_product(plan: LoopPlan, dot: Instruction) -> bool:
+    """Whether a per-lane product is computed as a loop nest: one contracting dimension of
+    more than LANE_SELECTED_READ positions, no batch dimensions, one operand per lane and
+    the other shared by the lanes."""
     if (dot.ints("lhs_batch_dims") or len(dot.ints("lhs_contracting_dims")) != 1
             or id(dot) not in plan.value_lane_dims or not dot.dtype.is_float):
-        return None
+        return False
     lhs, rhs = dot.operands
     if lhs.shape.dims[dot.ints("lhs_contracting_dims")[0]] <= LANE_SELECTED_READ:
-        return None
-    laned = [id(o) in plan.value_lane_dims for o in (lhs, rhs)]
-    if laned == [True, False]:
-        return 0
-    if laned == [False, True]:
-        return 1
-    return None
+        return False
+    return (id(lhs) in plan.value_lane_dims) != (id(rhs) in plan.value_lane_dims)
 
 
 def positions_per_lane(plan: LoopPlan, inst: Instruction) -> int:
@@ -106,13 +101,10 @@ class MaterializedLanes(LaneCode):
                               speculable=True)
 
     def _compute_materialized(self) -> None:
-        """Each value into its scratch, position by position with the lanes inside; later
-        reads (the next value's, the lane loops') read the scratch."""
+        """Each value into its scratch, POSITIONS_TOGETHER positions per pass with the lanes
+        inside; later reads (the next value's, the lane loops') read the scratch."""
         body, em = self.body, self.lane_em
         for k, value in enumerate(self.materialized):
-            if value.op is Op.DOT and looped_product(self.plan, value) is not None:
-                self._looped_product(k, value)
-                continue
             dim = self.plan.value_lane_dims[id(value)]
             dims = value.shape.dims
             positions = positions_per_lane(self.plan, value)
@@ -122,50 +114,39 @@ class MaterializedLanes(LaneCode):
                                                step=together):
                 with self._lane_loop(SIMD):
                     self._declare_lane_index()
-                    for u in range(together):
-                        at = cir.Var(q) if u == 0 else Binary("+", cir.Var(q), cir.Int(u))
-                        value_at = em.array_value(value, self._index_at(dims, dim, at))
-                        body.assign(cir.load(f"v{k}", at, L), value_at)
+                    at: list[Expr] = [cir.Var(q) if u == 0 else
+                                      Binary("+", cir.Var(q), cir.Int(u))
+                                      for u in range(together)]
+                    indices = [self._index_at(dims, dim, position) for position in at]
+                    if value.op is Op.DOT and looped_product(self.plan, value):
+                        values = self._looped_sums(value, indices)
+                    else:
+                        values = [em.array_value(value, index) for index in indices]
+                    for position, computed in zip(at, values):
+                        body.assign(cir.load(f"v{k}", position, L), computed)
             em.bindings[id(value)] = self._lane_reader(f"v{k}", value.dtype, dims, dim)
 
-    def _looped_product(self, k: int, dot: Instruction) -> None:
-        """`v<k>` = the product, positions in passes, lanes inside, a loop over the
-        contracting positions innermost with one sum per position of the pass."""
+    def _looped_sums(self, dot: Instruction, outputs: list[Index]) -> list[Expr]:
+        """The product at each of `outputs` (the pass's positions of one lane): one sum per
+        position, updated in one loop over the contracting positions."""
         body, em = self.body, self.lane_em
         lhs, rhs = dot.operands
         lhs_contracting = dot.ints("lhs_contracting_dims")
         rhs_contracting = dot.ints("rhs_contracting_dims")
-        contraction = lhs.shape.dims[lhs_contracting[0]]
-        dim = self.plan.value_lane_dims[id(dot)]
-        dims = dot.shape.dims
         n_lhs_free = lhs.shape.rank - 1
-        positions = positions_per_lane(self.plan, dot)
-        together = next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
         register = self._register_type(dot.dtype)
         fma = self.lang.math("fma", dot.dtype)
-        q = body.fresh("q")
-        with body.cache_scope(), body.loop(q, 0, positions, counter=cir.Special.INT,
-                                           step=together):
-            with self._lane_loop(SIMD):
-                self._declare_lane_index()
-                outputs: list[Index] = []
-                for u in range(together):
-                    at: Expr = cir.Var(q) if u == 0 else Binary("+", cir.Var(q), cir.Int(u))
-                    outputs.append(self._index_at(dims, dim, at))
-                sums = [body.variable(register, "sum", self.lang.literal(dot.dtype, 0))
-                        for _ in outputs]
-                c = body.fresh("c")
-                with body.loop(c, 0, contraction, counter=cir.Special.INT):
-                    for total, out in zip(sums, outputs):
-                        multi = em.multi_of(out)
-                        a = em.array_value(lhs, operand_index(
-                            lhs.shape.dims, (), lhs_contracting, (), tuple(multi[:n_lhs_free]),
-                            (cir.Var(c),)))
-                        b = em.array_value(rhs, operand_index(
-                            rhs.shape.dims, (), rhs_contracting, (), tuple(multi[n_lhs_free:]),
-                            (cir.Var(c),)))
-                        body.assign(total, cir.call(fma, a, b, total))
-                for u, total in enumerate(sums):
-                    at = cir.Var(q) if u == 0 else Binary("+", cir.Var(q), cir.Int(u))
-                    body.assign(cir.load(f"v{k}", at, L), total)
-        em.bindings[id(dot)] = self._lane_reader(f"v{k}", dot.dtype, dims, dim)
+        sums = [body.variable(register, "sum", self.lang.literal(dot.dtype, 0))
+                for _ in outputs]
+        c = body.fresh("c")
+        with body.loop(c, 0, lhs.shape.dims[lhs_contracting[0]], counter=cir.Special.INT):
+            for total, out in zip(sums, outputs):
+                multi = em.multi_of(out)
+                a = em.array_value(lhs, operand_index(
+                    lhs.shape.dims, (), lhs_contracting, (), tuple(multi[:n_lhs_free]),
+                    (cir.Var(c),)))
+                b = em.array_value(rhs, operand_index(
+                    rhs.shape.dims, (), rhs_contracting, (), tuple(multi[n_lhs_free:]),
+                    (cir.Var(c),)))
+                body.assign(total, cir.call(fma, a, b, total))
+        return list(sums)
