@@ -12,20 +12,7 @@
 # into /tmp/site from the local index when PIP_INDEX is given.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-python3}
-DEST=${OUT:+$OUT/tpu}
-DEST=${DEST:-results/tpu}
-mkdir -p "$DEST"
-if [ -n "${PIP_INDEX:-}" ]; then
-  PIP_CONFIG_FILE=/dev/null "$PY" -m pip install --isolated -q --only-binary=:all: \
-    --index-url "$PIP_INDEX" --target /tmp/site rich matplotlib
-fi
-export PYTHONPATH=${PYTHONPATH:-}:/tmp/site:$PWD/src:$PWD
-export HLOFUSE_CACHE_DIR=${HLOFUSE_CACHE_DIR:-/tmp/hlofuse-cache}
-if ! "$PY" -c "import jax; assert jax.devices('tpu')" >/dev/null 2>&1; then
-  echo "tpu_check: no TPU (jax.devices('tpu') finds none); nothing measured" >&2
-  exit 2
-fi
+source benchmarks/tpu_env.sh
 "$PY" -c "import jax; print(jax.__version__, jax.devices())" | tee "$DEST/device.txt"
 
 echo "== 1/4 the tpu tests (CartPole's steps and the JAX corpus on the chip)"

@@ -5,12 +5,7 @@
 # results/tpu/): whole_loop.json, rollouts.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-python3}
-DEST=${OUT:+$OUT/tpu}
-DEST=${DEST:-results/tpu}
-mkdir -p "$DEST"
-export PYTHONPATH=${PYTHONPATH:-}:$PWD/src:$PWD
-export HLOFUSE_CACHE_DIR=${HLOFUSE_CACHE_DIR:-/tmp/hlofuse-cache}
+source benchmarks/tpu_env.sh
 timeout ${T1:-250} "$PY" benchmarks/tpu_whole_loop.py --envs 65536,1048576 \
   --rows ${ROWS:-32,64} --steps 200 --repeats 5 --out "$DEST/whole_loop.json" \
   || echo "tpu_whole_loop: CartPole did not finish"
