@@ -33,7 +33,7 @@ from hlofuse.analysis.reducers import reducer_op
 from hlofuse.analysis.whole_loop_config import read_whole_loop_config
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.dtypes import DType
-from hlofuse.ir.hlo import Computation, Instruction
+from hlofuse.ir.hlo import Computation, Instruction, reachable_computations
 from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.reference.rnglib import THREEFRY_TARGET
@@ -331,19 +331,8 @@ def _is_tiled(body: list[Instruction], inputs: Sequence[Shape],
 
 
 def _instructions(comp: Computation) -> list[Instruction]:
-    """Every instruction of a computation and of what it calls."""
-    out: list[Instruction] = []
-    seen: set[int] = set()
-    stack = [comp]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        out.extend(current.instructions)
-        for inst in current.instructions:
-            stack.extend(inst.calls)
-    return out
+    """Every instruction of a computation and of what it calls, the computation's first."""
+    return [inst for c in reversed(reachable_computations(comp)) for inst in c.instructions]
 
 
 # --- values across the kernel boundary -------------------------------------------------
