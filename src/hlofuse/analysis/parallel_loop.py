@@ -289,11 +289,9 @@ class _Analysis:
 
     def _read_only(self, element: int) -> bool:
         """A large element whose new value is its old one, read straight from the state."""
-        shape = self.loop.shape.elements[element]
-        value = self.body.root.operands[element]
-        return (shape.num_elements > READ_ONLY_MIN_ELEMENTS and value.op is Op.GET_TUPLE_ELEMENT
-                and value.operands[0] is self.body.parameters[0]
-                and element_read(value) == element)
+        # The body's one parameter is the state: a read of it is a read of the old value.
+        return (self.loop.shape.elements[element].num_elements > READ_ONLY_MIN_ELEMENTS
+                and element_read(self.body.root.operands[element]) == element)
 
     def _streamed(self) -> tuple[Streamed, ...]:
         """The per-lane elements the body only overwrites a slice of (their old value read by
