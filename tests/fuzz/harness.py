@@ -29,7 +29,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import re
+import tempfile
 import time
 import traceback
 from collections import Counter
@@ -41,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from tests.fuzz.compile_facts import CompileTally, cpu_seconds, prepare_machine, time_loop_verdict
 from tests.fuzz.program import (
     FLUSHED_TINY,
     Generator,
@@ -50,6 +53,17 @@ from tests.fuzz.program import (
     is_float,
     np_dtype,
 )
+from tests.fuzz.rollout import RolloutGenerator
+
+# Program generators by mode: the ordinary one (any operation, every element type) and the
+# rollout-shaped one (a time loop over lanes, nested loops, MLPs; tests/fuzz/rollout.py).
+MODES: dict[str, Callable[[int, Callable[[Step, Sequence[Value]], bool]], Generator]] = {
+    "ops": lambda seed, check: Generator(seed, check=check),
+    "rollout": lambda seed, check: RolloutGenerator(seed, check=check),
+}
+# The targets of a rollout campaign: the reference interpreter and the named strategies
+# `hlofuse bench rollouts` compares (C backend).
+ROLLOUT_TARGETS = ("interpreter", "none", "xla", "priority", "max")
 
 STRATEGIES = ("none", "xla", "priority", "max", "xla+relax_concatenate", "xla-gpu")
 TARGETS = ("interpreter", *STRATEGIES)
@@ -152,8 +166,11 @@ def compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray],
 # --- running one target -------------------------------------------------------------------
 
 
-def run_target(text: str, inputs: Sequence[np.ndarray], target: str) -> tuple[str, Any]:
-    """("ok", outputs) | ("refused", message) | ("crash", message): hlofuse on one program."""
+def run_target(text: str, inputs: Sequence[np.ndarray], target: str,
+               facts: dict[str, Any] | None = None) -> tuple[str, Any]:
+    """("ok", outputs) | ("refused", message) | ("crash", message): hlofuse on one program.
+    `facts`, when given, receives the compile's seconds and, under `max`, the time loop's
+    verdict (compile_facts.py)."""
     from hlofuse.ir.parser import HloParseError, parse_module
     from hlofuse.ir.verifier import HloVerifyError, verify
     from hlofuse.reference.interpreter import InterpreterError, evaluate, flatten_value
@@ -167,7 +184,17 @@ def run_target(text: str, inputs: Sequence[np.ndarray], target: str) -> tuple[st
         else:
             from hlofuse.api import compile_module
 
-            outputs = compile_module(module, target, "cpu").run_flat(list(inputs))
+            if facts is not None:
+                prepare_machine(target)
+            start, wall = cpu_seconds(), time.perf_counter()
+            compiled = compile_module(module, target, "cpu")
+            if facts is not None:
+                facts["compile_s"] = cpu_seconds() - start
+                facts["compile_wall_s"] = time.perf_counter() - wall
+                facts["cache_hit"] = bool(getattr(compiled.executable, "cache_hit", False))
+                if target == "max":
+                    facts["time_loop"] = time_loop_verdict(compiled)
+            outputs = compiled.run_flat(list(inputs))
         return "ok", [np.asarray(o) for o in outputs]
     except (HloParseError, HloVerifyError, CodegenError) as e:
         return "refused", f"{type(e).__name__}: {e}"
@@ -179,11 +206,12 @@ def run_target(text: str, inputs: Sequence[np.ndarray], target: str) -> tuple[st
         return "crash", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
 
 
-def _handle(request: tuple[Any, ...]) -> tuple[str, Any]:
+def _handle(request: tuple[Any, ...]) -> tuple[Any, ...]:
     kind = request[0]
     if kind == "target":
         _, text, inputs, target = request
-        return run_target(text, inputs, target)
+        facts: dict[str, Any] = {}
+        return (*run_target(text, inputs, target, facts), facts)
     from tests.fuzz.jax_build import every_value, oracle
 
     try:
@@ -212,6 +240,7 @@ class Worker:
         self.context = multiprocessing.get_context("spawn")
         self.process: Any = None
         self.connection: Connection | None = None
+        self.facts: dict[str, Any] = {}  # of the last target run
 
     def _start(self) -> None:
         parent, child = self.context.Pipe()
@@ -239,7 +268,10 @@ class Worker:
             return "crash", f"the worker process died (exit code {code})"
 
     def run(self, text: str, inputs: Sequence[np.ndarray], target: str) -> tuple[str, Any]:
-        return self.call(("target", text, list(inputs), target))
+        """The target's result; `facts` holds what was recorded of the compile."""
+        result = self.call(("target", text, list(inputs), target))
+        self.facts = result[2] if len(result) > 2 else {}
+        return result[0], result[1]
 
     def stop(self) -> None:
         if self.process is not None:
@@ -279,10 +311,11 @@ def run_oracle(program: Program, oracle_worker: Worker | None, kind: str = "orac
     return payload
 
 
-def make_case(seed: int, oracle_worker: Worker | None = None) -> Case:
+def make_case(seed: int, oracle_worker: Worker | None = None, mode: str = "ops") -> Case:
+    """The program of `seed` in `mode` (MODES) with JAX's outputs."""
     from tests.fuzz.jax_build import check_step
 
-    generator = Generator(seed, check=check_step)
+    generator = MODES[mode](seed, check_step)
     program = generator.program()
     text, outputs = run_oracle(program, oracle_worker)
     values = program.values()
@@ -311,25 +344,37 @@ class Tally:
     unsupported_ops: Counter[str] = field(default_factory=Counter)
     failures: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
+    compiles: CompileTally = field(default_factory=CompileTally)
 
     def table(self) -> str:
         head = f"{'target':<24}" + "".join(f"{c:>12}" for c in CATEGORIES)
         rows = [head]
         for t in TARGETS:
-            rows.append(f"{t:<24}" + "".join(f"{self.counts[t][c]:>12}" for c in CATEGORIES))
+            if sum(self.counts[t].values()):  # the targets this campaign ran
+                rows.append(f"{t:<24}" + "".join(f"{self.counts[t][c]:>12}"
+                                                 for c in CATEGORIES))
         return "\n".join(rows)
 
     def to_json(self) -> dict[str, Any]:
         return {"programs": self.programs, "skipped_by_jax": self.skipped,
                 "per_target": {t: dict(self.counts[t]) for t in TARGETS},
                 "unsupported_opcodes": dict(self.unsupported_ops),
-                "failures": self.failures}
+                "failures": self.failures, **self.compiles.to_json()}
 
 
 def run_case(case: Case, worker: Worker, targets: Iterable[str],
-             unsupported: frozenset[str]) -> dict[str, tuple[str, str]]:
-    return {t: classify(worker.run(case.text, case.inputs, t), case, unsupported)
-            for t in targets}
+             unsupported: frozenset[str], compiles: CompileTally | None = None,
+             log: Callable[[str], None] = print) -> dict[str, tuple[str, str]]:
+    """Each target's category and message; its compile facts go to `compiles`, and a
+    compile over the budget is logged."""
+    results = {}
+    for t in targets:
+        results[t] = classify(worker.run(case.text, case.inputs, t), case, unsupported)
+        if compiles is not None:
+            line = compiles.record(case.seed, t, worker.facts)
+            if line is not None:
+                log(line)
+    return results
 
 
 # --- shrinking ----------------------------------------------------------------------------
@@ -485,15 +530,21 @@ def load_case(path: Path) -> tuple[Case, dict[str, Any]]:
 
 def campaign(seeds: Iterable[int], targets: Sequence[str] = TARGETS, save: bool = True,
              shrink_budget_s: float = 300.0, log: Callable[[str], None] = print,
-             corpus: Path = CORPUS_DIR) -> Tally:
+             corpus: Path = CORPUS_DIR, mode: str = "ops") -> Tally:
     unsupported = unsupported_opcodes()
     tally = Tally()
     worker = Worker()
     oracle_worker = Worker()
+    # Rollout campaigns compile cold: the workers (spawned later) get an empty cache.
+    saved_cache = os.environ.get("HLOFUSE_CACHE_DIR")
+    scratch = tempfile.TemporaryDirectory(prefix="hlofuse-fuzz-cache-") if mode == "rollout" \
+        else None
+    if scratch is not None:
+        os.environ["HLOFUSE_CACHE_DIR"] = scratch.name
     try:
         for seed in seeds:
             try:
-                case = make_case(seed, oracle_worker)
+                case = make_case(seed, oracle_worker, mode)
             except Exception as e:  # noqa: BLE001 - JAX refusing (or XLA crashing on) it
                 tally.skipped += 1
                 log(f"seed {seed}: no oracle ({type(e).__name__}: {e})"[:300])
@@ -501,7 +552,7 @@ def campaign(seeds: Iterable[int], targets: Sequence[str] = TARGETS, save: bool 
             tally.programs += 1
             if tally.programs % 50 == 0:
                 log(f"... {tally.programs} programs (seed {seed})")
-            results = run_case(case, worker, targets, unsupported)
+            results = run_case(case, worker, targets, unsupported, tally.compiles, log)
             named: set[str] = set()
             for target, (category, message) in results.items():
                 tally.counts[target][category] += 1
@@ -531,4 +582,10 @@ def campaign(seeds: Iterable[int], targets: Sequence[str] = TARGETS, save: bool 
     finally:
         worker.stop()
         oracle_worker.stop()
+        if scratch is not None:
+            if saved_cache is None:
+                del os.environ["HLOFUSE_CACHE_DIR"]
+            else:
+                os.environ["HLOFUSE_CACHE_DIR"] = saved_cache
+            scratch.cleanup()
     return tally

@@ -209,6 +209,8 @@ def _random(step: Step, key_data: Any) -> Any:
         return jax.random.normal(key, shape, dtype)
     if kind == "split":
         return jax.random.key_data(jax.random.split(key)[1])
+    if kind == "split_many":  # a key per lane, as a rollout's reset draws them
+        return jax.random.key_data(jax.random.split(key, step.params["count"]))
     return jax.random.key_data(jax.random.fold_in(key, step.params["data"]))
 
 
@@ -317,7 +319,7 @@ def apply_step(step: Step, env: list[Any]) -> list[Any]:
         return list(lax.fori_loop(0, p["trips"], fori_body, tuple(a)))
     if op == "while":
         block = step.blocks[0]
-        limit = jnp.clip(a[-1], 0, 4)
+        limit = jnp.clip(a[-1], 0, p.get("max_trips", 4))
 
         def while_cond(state: tuple[Any, ...]) -> Any:
             return state[0] < limit
@@ -336,6 +338,23 @@ def apply_step(step: Step, env: list[Any]) -> list[Any]:
         final, ys = lax.scan(scan_body, tuple(a[:-1]), a[-1], reverse=p["reverse"],
                              unroll=p["unroll"])
         return [*final, ys]
+    if op == "halving_while":
+        # A trip count set by the data alone, with no counter bounding it (at most the bits
+        # of the first carry, which the loop shifts right until it is zero).
+        block = step.blocks[0]
+
+        def halving_cond(state: tuple[Any, ...]) -> Any:
+            return state[0] != np.zeros((), state[0].dtype)
+
+        def halving_body(state: tuple[Any, ...]) -> tuple[Any, ...]:
+            rest = _run_block(block, list(state), env)
+            return (lax.shift_right_logical(state[0], np.ones((), state[0].dtype)), *rest)
+
+        return list(lax.while_loop(halving_cond, halving_body, tuple(a))[1:])
+    if op == "lane_map":
+        return _lane_map(step, a, env)
+    if op == "time_loop":
+        return _time_loop(step, a, env)
     if op == "cond":
         blocks = step.blocks
 
@@ -345,6 +364,49 @@ def apply_step(step: Step, env: list[Any]) -> list[Any]:
         # lax.cond's first branch runs when the predicate is true.
         return list(lax.cond(_pred(a[0]), branch(0), branch(1), *a[1:]))
     raise ValueError(f"unknown fuzz op {op}")
+
+
+def _lane_map(step: Step, args: list[Any], env: list[Any]) -> list[Any]:
+    """The block written for one lane, `jax.vmap`ped over the arguments whose `in_axes` is 0
+    (the others, and the block's captures, are the same for every lane)."""
+    jax, _, _ = jax_modules()
+    block = step.blocks[0]
+
+    def one_lane(*ins: Any) -> tuple[Any, ...]:
+        return tuple(_run_block(block, list(ins), env))
+
+    return list(jax.vmap(one_lane, in_axes=tuple(step.params["in_axes"]))(*args))
+
+
+def _time_loop(step: Step, carry: list[Any], env: list[Any]) -> list[Any]:
+    """A rollout's time loop: the block maps (carry, step index) to (new carry, per-step
+    logs); results are the final carry and the logs stacked over the steps. As `scan` (logs
+    are its ys) or as `fori_loop` (logs written into carried buffers at the step index)."""
+    _, jnp, lax = jax_modules()
+    block = step.blocks[0]
+    length, n_carry = step.params["length"], len(carry)
+
+    def run(values: Sequence[Any], t: Any) -> tuple[list[Any], list[Any]]:
+        results = _run_block(block, [*values, t], env)
+        return results[:n_carry], results[n_carry:]
+
+    if step.params["kind"] == "scan":
+        def scan_body(values: tuple[Any, ...], t: Any) -> tuple[tuple[Any, ...], Any]:
+            new, logs = run(values, t)
+            return tuple(new), tuple(logs)
+
+        final, logs = lax.scan(scan_body, tuple(carry), np.arange(length, dtype=np.int32))
+        return [*final, *logs]
+    buffers = [jnp.zeros(v.shape, np_dtype(v.dtype))
+               for v in step.extra_outs[n_carry - 1:]]
+
+    def fori_body(t: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
+        new, logs = run(state[:n_carry], t)
+        written = [lax.dynamic_update_index_in_dim(b, x, t, 0)
+                   for b, x in zip(state[n_carry:], logs, strict=True)]
+        return (*new, *written)
+
+    return list(lax.fori_loop(0, length, fori_body, (*carry, *buffers)))
 
 
 def run_steps(steps: Sequence[Step], env: list[Any]) -> None:

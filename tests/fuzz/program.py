@@ -251,7 +251,7 @@ class Generator:
         attempts = 0
         while len(steps) < count and attempts < count * 6:
             attempts += 1
-            family = self.choice(FAMILIES if depth < 2 else FAMILIES_NO_CONTROL)
+            family = self.choice(self.families(depth))
             step = getattr(self, "gen_" + family)(env, depth)
             if step is None or (self.check is not None and not self.check(step, env.values)):
                 continue
@@ -260,6 +260,10 @@ class Generator:
             for extra in step.extra_outs:
                 env.add(extra)
         return steps
+
+    def families(self, depth: int) -> tuple[str, ...]:
+        """The step families to draw from at this nesting depth (weighted by repetition)."""
+        return FAMILIES if depth < 2 else FAMILIES_NO_CONTROL
 
     # -- element-wise --
     def gen_unary(self, env: Env, depth: int) -> Step | None:

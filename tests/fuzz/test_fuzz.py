@@ -7,10 +7,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.fuzz.compile_facts import ONE_KERNEL
 from tests.fuzz.harness import (
     CORPUS_DIR,
     TARGETS,
@@ -21,7 +23,8 @@ from tests.fuzz.harness import (
     run_target,
     unsupported_opcodes,
 )
-from tests.fuzz.program import Generator, Value, random_array
+from tests.fuzz.program import Generator, Step, Value, random_array
+from tests.fuzz.rollout import LANE_COUNTS, RolloutGenerator
 
 CASES = sorted(p for p in CORPUS_DIR.iterdir() if (p / "meta.json").exists()) \
     if CORPUS_DIR.is_dir() else []
@@ -64,6 +67,101 @@ def test_fuzz_seeds(tmp_path: Path) -> None:
     assert record["programs"] == len(SEEDS), done.stdout + done.stderr
     for target, counts in record["per_target"].items():
         assert set(counts) <= {"equal", "unsupported"}, (target, counts, done.stdout)
+
+
+def _fuzz(tmp_path: Path, *args: str) -> tuple[dict[str, Any], str]:
+    """`python -m tests.fuzz ARGS --no-save` in its own process: its JSON record and output."""
+    out = tmp_path / "fuzz.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz", *args, "--no-save", "--out", str(out)],
+        cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=1200,
+        check=False)
+    return json.loads(out.read_text()), done.stdout + done.stderr
+
+
+# Rollout-shaped seeds `make test` runs (a large constant-trip substep loop under an MLP
+# policy over 257 lanes; a loop halving a lane value to zero and one bounded by the lane's
+# episode step, 33 lanes); `-m slow` runs ROLLOUT_SLOW_SEEDS too.
+ROLLOUT_SEEDS = (26, 9)
+ROLLOUT_SLOW_SEEDS = range(40)
+
+
+def _check_rollout_record(record: dict[str, Any], n: int, output: str) -> None:
+    assert record["mode"] == "rollout" and record["programs"] == n, output
+    for target, counts in record["per_target"].items():
+        assert set(counts) <= {"equal", "unsupported"}, (target, counts, output)
+    assert set(record["per_target"]) >= {"interpreter", "none", "xla", "priority", "max"}
+    verdicts = record["time_loop_under_max"]
+    assert sum(verdicts.values()) == n, verdicts  # one verdict per program
+    for verdict in verdicts:
+        assert all(v == ONE_KERNEL or v.startswith("whole-loop-") for v in verdict.split(", "))
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("seed", ROLLOUT_SEEDS)
+def test_fuzz_rollout_seeds(tmp_path: Path, seed: int) -> None:
+    """Rollout-shaped programs under every strategy `hlofuse bench rollouts` compares, against
+    the interpreter and JAX; `max`'s verdict on each time loop is recorded."""
+    pytest.importorskip("jax")
+    record, output = _fuzz(tmp_path, "--mode", "rollout", "--n", "1", "--seed", str(seed))
+    _check_rollout_record(record, 1, output)
+
+
+@pytest.mark.needs_cc
+@pytest.mark.slow
+def test_fuzz_rollout_seeds_slow(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    n = len(ROLLOUT_SLOW_SEEDS)
+    record, output = _fuzz(tmp_path, "--mode", "rollout", "--n", str(n), "--seed",
+                           str(ROLLOUT_SLOW_SEEDS[0]))
+    _check_rollout_record(record, n, output)
+
+
+def _all_steps(steps: list[Step]) -> list[Step]:
+    out = []
+    for step in steps:
+        out.append(step)
+        for block in step.blocks:
+            out.extend(_all_steps(block.steps))
+    return out
+
+
+def test_rollout_generator_makes_what_it_promises() -> None:
+    """Over a few dozen seeds: every lane count, both time loops, per-step logs across the
+    lanes, MLPs with shared weights, random draws, and each kind of nested loop (constant
+    trip counts small and large, bounded by a uniform or a per-lane value, halving)."""
+    lanes, loops, ops, trips, limits = set(), set(), set(), [], set()
+    for seed in range(60):
+        program = RolloutGenerator(seed).program()
+        (time_loop,) = program.steps
+        assert time_loop.op == "time_loop"
+        loops.add(time_loop.params["kind"])
+        lanes.add(time_loop.out.shape[0])
+        (body,) = time_loop.blocks
+        assert any(s.op == "lane_map" for s in body.steps)
+        assert any(s.op == "reduce" and s.params["axes"] == (0,) for s in body.steps)
+        for step in _all_steps(program.steps):
+            ops.add(step.op)
+            if step.op == "fori":
+                trips.append(step.params["trips"])
+            if step.op == "while":
+                limits.add(step.params["max_trips"])
+        stacked = time_loop.extra_outs[len(time_loop.args) - 1:]  # the logs, over the steps
+        assert len(stacked) >= 2
+        assert all(v.shape[0] == time_loop.params["length"] for v in stacked)
+    assert lanes >= {1, 200, 257, 300} and any(n % 2 and n > 1 for n in lanes)
+    assert lanes <= set(LANE_COUNTS)
+    assert loops == {"scan", "fori"}
+    assert {"lane_map", "dot", "tanh", "random", "while", "halving_while", "fori"} <= ops
+    assert min(trips) <= 8 and max(trips) >= 100
+    assert len(limits) > 3
+
+
+def test_rollout_generator_is_deterministic() -> None:
+    a, b = RolloutGenerator(3).program(), RolloutGenerator(3).program()
+    assert a.ops() == b.ops() and a.outputs == b.outputs
+    for x, y in zip(a.input_data, b.input_data, strict=True):
+        assert x.tobytes() == y.tobytes()
 
 
 def test_generator_is_deterministic() -> None:
