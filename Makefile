@@ -53,11 +53,13 @@ docs: $(DOCS_STAMP)
 	$(VENV)/bin/mkdocs build --strict
 
 # Differential fuzzing against JAX (docs/fuzzing.md): FUZZ_N programs from seed
-# FUZZ_SEED; failures are shrunk into tests/fuzz/corpus/, the tally goes to results/fuzz.json.
+# FUZZ_SEED, of FUZZ_MODE (ops: any operation; rollout: rollout-shaped programs); failures are
+# shrunk into tests/fuzz/corpus/, the tally goes to results/fuzz.json.
 FUZZ_N ?= 200
 FUZZ_SEED ?= 0
+FUZZ_MODE ?= ops
 fuzz: $(STAMP)
-	$(PY) -m tests.fuzz --n $(FUZZ_N) --seed $(FUZZ_SEED)
+	$(PY) -m tests.fuzz --n $(FUZZ_N) --seed $(FUZZ_SEED) --mode $(FUZZ_MODE)
 
 clean:
 	rm -rf $(VENV)
