@@ -316,7 +316,10 @@ def apply_step(step: Step, env: list[Any]) -> list[Any]:
         def fori_body(i: Any, carry: tuple[Any, ...]) -> tuple[Any, ...]:
             return tuple(_run_block(block, [*carry, i], env))
 
-        return list(lax.fori_loop(0, p["trips"], fori_body, tuple(a)))
+        # Bounds as int32 arrays: the body's counter is the int32 the generator typed it as
+        # (Python or NumPy ints make it int64 under jax_enable_x64, and a bitcast of it then
+        # has another shape; rollout seed 206).
+        return list(lax.fori_loop(jnp.int32(0), jnp.int32(p["trips"]), fori_body, tuple(a)))
     if op == "while":
         block = step.blocks[0]
         limit = jnp.clip(a[-1], 0, p.get("max_trips", 4))
@@ -406,7 +409,7 @@ def _time_loop(step: Step, carry: list[Any], env: list[Any]) -> list[Any]:
                    for b, x in zip(state[n_carry:], logs, strict=True)]
         return (*new, *written)
 
-    return list(lax.fori_loop(0, length, fori_body, (*carry, *buffers)))
+    return list(lax.fori_loop(jnp.int32(0), jnp.int32(length), fori_body, (*carry, *buffers)))
 
 
 def run_steps(steps: Sequence[Step], env: list[Any]) -> None:
