@@ -34,14 +34,16 @@ PROGRAMS = sorted([p for folder in ("jax", "indexing", "linalg", "rollouts")
                   + list((DATA / "xla_gpu").glob("*.before.hlo")))
 SAMPLE = ("rollouts/spring_chain.cpu.hlo", "rollouts/jacobi_rope.gpu.hlo",
           "rollouts/acrobot_mlp.cpu.hlo", "rollouts/grid_forage.cpu.hlo")
-# Over the budget now (open in issue 32): the whole-loop kernel of `particles` writes its four
+# Over the budget now (open in issue 32; 13.6-15.2 CPU seconds): the whole-loop kernel of
+# `particles` (in the rollout corpus and among the xla_gpu programs) writes its four
 # unrolled substeps out per particle and coordinate (39,600 of the module's 43,600 lines of C;
 # the C compiler alone takes 11.7 CPU seconds, measured under a load average of 8); lane code
 # looping over the substeps or the particles is the nested-loop work in codegen/whole_loop*.
 _PARTICLES = ("whole-loop kernel of 39,600 lines of C (4 substeps x 8 particles written out): "
               "the C compiler alone takes 11.7 CPU s")
 OVER_BUDGET = {"rollouts/particles.cpu.hlo": _PARTICLES,
-               "rollouts/particles.gpu.hlo": _PARTICLES}
+               "rollouts/particles.gpu.hlo": _PARTICLES,
+               "xla_gpu/rollout_particles.before.hlo": _PARTICLES}
 
 
 def cold_compile(module: Module) -> tuple[float, float] | None:
