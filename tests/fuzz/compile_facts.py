@@ -59,11 +59,13 @@ class CompileTally:
     seconds: dict[str, list[float]] = field(default_factory=dict)
     over_budget: list[dict[str, Any]] = field(default_factory=list)
     time_loop: Counter[str] = field(default_factory=Counter)
+    last_verdict: str = ""  # of the last program
 
     def record(self, seed: int, target: str, facts: dict[str, Any]) -> str | None:
         """Adds one compile's facts; a line to report when it went over the budget."""
         if "time_loop" in facts:
             self.time_loop[facts["time_loop"]] += 1
+            self.last_verdict = facts["time_loop"]
         seconds = facts.get("compile_s")
         if seconds is None or facts.get("cache_hit"):
             return None

@@ -553,6 +553,11 @@ def campaign(seeds: Iterable[int], targets: Sequence[str] = TARGETS, save: bool 
             if tally.programs % 50 == 0:
                 log(f"... {tally.programs} programs (seed {seed})")
             results = run_case(case, worker, targets, unsupported, tally.compiles, log)
+            if mode == "rollout":  # a line per program: they take seconds each
+                outcome = Counter(category for category, _ in results.values())
+                log(f"seed {seed}: " + ", ".join(f"{c} {k}" for c, k in outcome.items()) +
+                    (f"; time loop under max: {tally.compiles.last_verdict}"
+                     if "max" in results else ""))
             named: set[str] = set()
             for target, (category, message) in results.items():
                 tally.counts[target][category] += 1
