@@ -34,7 +34,17 @@ from typing import Any
 
 import numpy as np
 
-from tests.fuzz.program import Block, Env, Generator, Program, Step, Value, is_float
+from tests.fuzz.program import (
+    Block,
+    Env,
+    Generator,
+    Program,
+    Step,
+    Value,
+    is_float,
+    np_dtype,
+    random_array,
+)
 
 LANE_COUNTS = (1, 2, 3, 7, 16, 33, 64, 100, 127, 200, 257, 300)
 # Filler inside lane code: the ordinary generator's families without its control flow (the
@@ -51,12 +61,10 @@ LANE_FAMILIES = tuple(f for f, w in LANE_FAMILY_WEIGHTS.items() for _ in range(w
 LANE_FAMILIES_NO_CONTROL = tuple(f for f in LANE_FAMILIES if f != "cond")
 LANE_DTYPE_WEIGHTS = {"float32": 6, "int32": 4, "uint32": 2, "bool": 2, "float64": 1,
                       "int8": 1, "uint8": 1}
-# Nested loops: iterations of all nested loops in one step at most, times the steps (the
-# reference interpreter runs every iteration of every lane).
+# Iterations of the nested loops (their largest trip counts) over all the steps of a program at
+# most: the reference interpreter runs every iteration, for every lane.
 MAX_ITERATIONS = 2400
 BOUND = 4.0  # a damped value stays within [-BOUND, BOUND]
-
-
 
 
 @dataclass
@@ -196,8 +204,6 @@ class RolloutGenerator(Generator):
 
     def _initial_lane_state(self, slot: Slot, n: int, max_steps: int,
                             add_input: Callable[[Value, np.ndarray], int]) -> int:
-        from tests.fuzz.program import np_dtype, random_array
-
         shape = (n, *slot.value.shape)
         value = Value(slot.value.dtype, shape)
         if slot.role == "counter":
