@@ -356,7 +356,8 @@ class RolloutGenerator(Generator):
             self._filler(env, steps, int(self.rng.integers(0, 3)), depth=1)
         new = []
         for k, slot in enumerate(slots):
-            new.append(self._updated(env, steps, slot, lane.current[k], action))
+            new.append(self._updated(env, steps, slot, lane.current[k], action,
+                                     looped=lane.current[k] != k))
         step_done = self.binary(env, steps, "add", new[0], self.const(env, steps, 1, "int32"))
         done = self.emit(env, steps, Step("compare", [step_done, self.const(
             env, steps, max_steps, "int32")], {"direction": "ge", "total": False},
@@ -478,8 +479,11 @@ class RolloutGenerator(Generator):
                  and not env.values[i].inexact]
         return int(self.choice(found[-4:])) if found else None
 
-    def _updated(self, env: Env, steps: list[Step], slot: Slot, x: int, action: int) -> int:
-        """The slot's value after this step (before the auto-reset)."""
+    def _updated(self, env: Env, steps: list[Step], slot: Slot, x: int, action: int,
+                 looped: bool) -> int:
+        """The slot's value after this step (before the auto-reset); `looped`: `x` is a nested
+        loop's result, which the new value then depends on (else JAX drops the loop as dead
+        code, as it did for half of them before)."""
         v = slot.value
         if slot.role == "counter":
             return x
@@ -489,6 +493,10 @@ class RolloutGenerator(Generator):
             return self.emit(env, steps, Step("random", [x], {
                 "kind": "split", "shape": (2,), "dtype": "uint32"}, Value("uint32", (2,))))
         chosen = self._exact_of(env, v.dtype, v.shape, after=x + 1)
+        if looped:
+            if chosen is None:
+                return x
+            return self.binary(env, steps, "xor" if v.dtype == "bool" else "add", chosen, x)
         if chosen is not None and self.chance(0.8):
             return chosen
         if v.dtype == "bool":
@@ -580,4 +588,9 @@ class RolloutGenerator(Generator):
                 continue
             chosen = self._exact_of(env, v.dtype, v.shape, after=len(ins))
             outputs.append(chosen if chosen is not None and self.chance(0.8) else k)
+        if outputs == list(range(n_head, n_head + n_carry)):
+            # A loop that changes nothing is dead code to JAX: the first carry moves.
+            k, v = n_head, ins[n_head]
+            outputs[0] = self.binary(env, steps, "xor" if v.dtype == "bool" else "add", k,
+                                     self.const(env, steps, 1, v.dtype))
         return Block(len(ins), captures, steps, outputs)
