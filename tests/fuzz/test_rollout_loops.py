@@ -1,10 +1,12 @@
-"""The nested loops the rollout fuzzer generates, as small HLO written out: a time loop over
-lanes whose step runs a loop with no trip count at all (each lane halves its value until it is
-zero; vmap runs it until every lane is done, the finished ones kept by a select). Whole-loop
-fusion must make the time loop one kernel (the finished lanes masked) or refuse it by a named
-rule, never answer wrongly or hang (issue 32, "Bad input")."""
+"""What the rollout fuzzer found or generates, as HLO text: a time loop over lanes whose step
+runs a loop with no trip count at all (each lane halves its value until it is zero; vmap runs it
+until every lane is done, the finished ones kept by a select), which whole-loop fusion must make
+one kernel (the finished lanes masked) or refuse by a named rule, never answer wrongly or hang
+(issue 32, "Bad input"); and rollout seeds whose plan is open (rollout_cases/)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,3 +128,23 @@ def test_halving_loop_compiled_equals_the_interpreter(strategy: str) -> None:
     got = compile_module(module, strategy, "cpu").run_flat(INPUTS)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+CASES = Path(__file__).parent / "rollout_cases"
+
+
+@pytest.mark.xfail(strict=True, reason="whole-loop fusion plans this 7-lane rollout over 2 "
+                   "lanes (the PRNG key's length) with no per-lane element: the whole state is "
+                   "uniform code, 18,100 lines of C, 31 CPU s in the C compiler (open: "
+                   "analysis/parallel_loop)")
+def test_seed_1011_time_loop_is_planned_over_its_lanes_or_refused() -> None:
+    """Rollout seed 1011 (7 lanes, 5 steps, an MLP 4-4-8-2, per-lane keys, a 4-trip substep
+    loop, a u8[7,3] state logged by its maximum across the lanes): equal to JAX under every
+    strategy, but `max` made the time loop one kernel over no lanes at all."""
+    module = parse_module((CASES / "seed1011_no_lanes.hlo").read_text())
+    fused = run_strategy(module, "max+default_costs", debug=False)
+    (record,) = [r for r in fused.decisions if r.pass_name == "whole-loop-fusion"
+                 and r.computation == module.entry.name]
+    if record.verdict == Verdict.FUSE:
+        assert record.figures["lanes"] == 7, record.message
+        assert record.figures["per_lane_elements"] > 0, record.message
