@@ -368,6 +368,8 @@ def run_case(case: Case, worker: Worker, targets: Iterable[str],
     """Each target's category and message; its compile facts go to `compiles`, and a
     compile over the budget is logged."""
     results = {}
+    if compiles is not None:
+        compiles.last_verdict = "not recorded"  # this program's, once max has compiled it
     for t in targets:
         results[t] = classify(worker.run(case.text, case.inputs, t), case, unsupported)
         if compiles is not None:
