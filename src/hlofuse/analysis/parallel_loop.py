@@ -51,6 +51,7 @@ from types import MappingProxyType
 from hlofuse.analysis.lane_classification import LaneClassification, alias, element_read
 from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE, Mixed
 from hlofuse.analysis.loop_accumulators import Accumulator, find_accumulators
+from hlofuse.analysis.nested_loop_states import with_tupled_nested_states
 from hlofuse.analysis.parallel_loop_refusals import (
     DATA_DEPENDENT_TRIP_COUNT,
     NO_PARALLEL_DIMENSION,
@@ -109,6 +110,9 @@ class LoopPlan:
     step_reductions: tuple[StepReduction, ...] = ()
     # Uniform elements the loop never changes, read where they lie (READ_ONLY_MIN_ELEMENTS).
     read_only: tuple[int, ...] = ()
+    # The plans of the nested loops lane code runs (a physics engine's substeps, a solver's
+    # iterations), by id() of their while: the same lanes, each stepping its own part.
+    nested: Mapping[int, LoopPlan] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def condition(self) -> Computation:
@@ -127,6 +131,7 @@ def plan_parallel_loop(loop: Instruction, *,
                        max_uniform_elements: int = DEFAULT_MAX_UNIFORM_ELEMENTS
                        ) -> LoopPlan | Refusal:
     """The loop's plan, or the refusal of the first candidate dimension that fails."""
+    loop = with_tupled_nested_states(loop)
     refusal = check_structure(loop)
     if refusal is not None:
         return refusal
@@ -205,6 +210,7 @@ def apply_recorded_plan(loop: Instruction, size: int, lane_dims: Mapping[int, in
                         ) -> LoopPlan | Refusal:
     """The plan of `loop` for decisions fusion recorded: what runs per lane and what once
     follows from them; sizes were the pass's business, so no limits apply here."""
+    loop = with_tupled_nested_states(loop)
     refusal = check_structure(loop)
     if refusal is not None:
         return refusal
@@ -227,15 +233,18 @@ class _Analysis:
     """One attempt: a size N and a set of per-lane elements."""
 
     def __init__(self, loop: Instruction, size: int, lane_dims: dict[int, int],
-                 max_per_lane: int, max_uniform: int) -> None:
+                 max_per_lane: int, max_uniform: int, nested: bool = False) -> None:
         self.loop = loop
         self.size = size
         self.lane_dims = lane_dims
         self.per_lane = frozenset(lane_dims)
         self.max_per_lane = max_per_lane
         self.max_uniform = max_uniform
+        # A nested loop runs inside lane code: no outputs streamed to memory, no sums
+        # across the lanes (lane code sees one lane at a time).
+        self.is_nested = nested
         self.condition, self.body = loop.calls
-        self.lanes = LaneClassification(loop, size, lane_dims)
+        self.lanes = LaneClassification(loop, size, lane_dims, self._plan_nested)
 
     def run(self) -> LoopPlan | Refusal:
         try:
@@ -251,11 +260,11 @@ class _Analysis:
     # --- the plan -----------------------------------------------------------------------
 
     def _plan(self) -> LoopPlan:
-        self.streamed = self._streamed()
+        self.streamed = () if self.is_nested else self._streamed()
         self._check_sizes()
         self.lanes.classify()
-        accumulators = find_accumulators(self.lanes)
-        step_reductions = find_step_reductions(self.lanes)
+        accumulators = [] if self.is_nested else find_accumulators(self.lanes)
+        step_reductions = [] if self.is_nested else find_step_reductions(self.lanes)
         accumulated = {a.element for a in accumulators} | {s.element for s in step_reductions}
         unchanged = tuple(i for i in range(len(self.loop.shape.elements))
                           if i not in self.per_lane and i not in accumulated)
@@ -285,7 +294,29 @@ class _Analysis:
                         lane_inputs, MappingProxyType(value_lane_dims),
                         frozenset(self.lanes.dependent),
                         MappingProxyType(dict(self.lane_dims)), self.streamed,
-                        tuple(step_reductions), tuple(sorted(self.read_only)))
+                        tuple(step_reductions), tuple(sorted(self.read_only)),
+                        MappingProxyType(dict(self.lanes.nested)))
+
+    def _plan_nested(self, loop: Instruction, known: dict[int, int]) -> LoopPlan | Refusal:
+        """The plan of a nested loop for these lanes. The elements whose initial value depends
+        on the state are held along the dimension `known` says; any other element with a
+        dimension of N lanes is held too (a zero-filled buffer the loop fills per lane),
+        unless the loop needs it whole, which makes it uniform."""
+        # (check_structure of the outer loop checked the nested one's structure.)
+        loop = with_tupled_nested_states(loop)
+        lane_dims = dict(known)
+        for i in range(len(loop.shape.elements)):
+            if i not in lane_dims and (d := _lane_dim(loop, i, self.size)) is not None:
+                lane_dims[i] = d
+        while True:
+            result = _Analysis(loop, self.size, lane_dims, self.max_per_lane, self.max_uniform,
+                               nested=True).run()
+            if isinstance(result, LoopPlan):
+                return result
+            demoted = set(result.demotable) - set(known)
+            if not demoted or not demoted <= set(lane_dims):
+                return result
+            lane_dims = {i: d for i, d in lane_dims.items() if i not in demoted}
 
     def _read_only(self, element: int) -> bool:
         """A large element whose new value is its old one, read straight from the state."""
