@@ -167,3 +167,53 @@ def test_a_per_lane_trip_count_is_refused_naming_the_rule() -> None:
     compiled = compile_module(module, "max")
     np.testing.assert_allclose(flatten_value(compiled(*args))[0],
                                flatten_value(evaluate(module, args))[0], rtol=1e-5)
+
+
+def _until_converged(masked: bool) -> Any:
+    """Each lane solves y = cos(y) + x by fixed-point iteration until its own residual is
+    small, in the form jax.vmap gives a while_loop: the condition asks whether any lane
+    wants another iteration, the body moves only the lanes that do (masked) or every lane."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def wants(carry: Any) -> Any:
+            y, x, k = carry
+            return hnp.any(hnp.abs(y - hnp.cos(y) - x) > 1e-5, axis=1) & (k < 200)
+
+        def iterate(carry: Any) -> Any:
+            y, x, k = carry
+            again = wants(carry)
+            if not masked:
+                return 0.5 * (y + hnp.cos(y) + x), x, k + 1
+            return (hnp.where(again[:, None], 0.5 * (y + hnp.cos(y) + x), y), x,
+                    hnp.where(again, k + 1, k))
+
+        def step(_: Any, x: Any) -> Any:
+            k0 = hnp.zeros(x.shape[:1], hnp.int32)
+            y, _, k = lax.while_loop(lambda c: hnp.any(wants(c)), iterate, (x, x, k0))
+            return 0.9 * x + 0.1 * y + 0.01 * k[:, None].astype(hnp.float32)
+
+        return lax.fori_loop(0, 4, step, 0.3 * x0 + v0)
+
+    return rollout
+
+
+@pytest.mark.parametrize("n", [1, 37, 300])
+def test_per_lane_trip_counts_of_a_masked_loop_stop_per_block(n: int) -> None:
+    """Lanes converge after different numbers of iterations; each block stops when its own
+    lanes have (the further iterations of other blocks leave them unchanged)."""
+    args = _lanes(n, width=2)
+    source = _whole_loop_source(_check(_module(_until_converged(True), args), args))
+    assert "a nested loop" in source
+
+
+def test_an_unmasked_loop_waiting_for_every_lane_is_refused() -> None:
+    args = _lanes(21, width=2)
+    module = _module(_until_converged(False), args)
+    fused = run_strategy(module, "max", debug=False)
+    refusals = [r for r in fused.decisions.records
+                if r.pass_name == "whole-loop-fusion" and r.verdict.value == "no"]
+    assert refusals[-1].rule == "whole-loop-data-dependent-trip-count"
+    assert "finished" in refusals[-1].message
+    compiled = compile_module(module, "max")
+    np.testing.assert_allclose(flatten_value(compiled(*args))[0],
+                               flatten_value(evaluate(module, args))[0], rtol=1e-5)

@@ -160,10 +160,11 @@ class LaneClassification:
         lane_at = self.lane_at.get(id(loop))
         index = inst.attrs["index"]
         assert isinstance(index, int)
+        held = lane_at[index] if isinstance(lane_at, tuple) else None
         if isinstance(lane_at, Mixed):
             self.lane_at[id(inst)] = lane_at
-        elif isinstance(lane_at, tuple) and lane_at[index] is not None:
-            self.lane_at[id(inst)] = lane_at[index]
+        elif held is not None:
+            self.lane_at[id(inst)] = held
         elif self.size > 1:
             self.lane_at[id(inst)] = Mixed(
                 "whole-loop-nested-control-flow", inst,

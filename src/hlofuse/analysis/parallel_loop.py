@@ -51,6 +51,7 @@ from types import MappingProxyType
 from hlofuse.analysis.lane_classification import LaneClassification, alias, element_read
 from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE, Mixed
 from hlofuse.analysis.loop_accumulators import Accumulator, find_accumulators
+from hlofuse.analysis.masked_loops import masked_condition, unmasked_element
 from hlofuse.analysis.nested_loop_states import with_tupled_nested_states
 from hlofuse.analysis.parallel_loop_refusals import (
     DATA_DEPENDENT_TRIP_COUNT,
@@ -113,6 +114,10 @@ class LoopPlan:
     # The plans of the nested loops lane code runs (a physics engine's substeps, a solver's
     # iterations), by id() of their while: the same lanes, each stepping its own part.
     nested: Mapping[int, LoopPlan] = field(default_factory=lambda: MappingProxyType({}))
+    # A nested loop run until no lane wants another iteration (jax.vmap of a while_loop:
+    # analysis/masked_loops.py): the per-lane predicate of its condition, which lane code
+    # reduces over the block's lanes; its body leaves finished lanes unchanged.
+    lane_condition: Instruction | None = None
 
     @property
     def condition(self) -> Computation:
@@ -233,7 +238,8 @@ class _Analysis:
     """One attempt: a size N and a set of per-lane elements."""
 
     def __init__(self, loop: Instruction, size: int, lane_dims: dict[int, int],
-                 max_per_lane: int, max_uniform: int, nested: bool = False) -> None:
+                 max_per_lane: int, max_uniform: int, nested: bool = False,
+                 lane_condition: Instruction | None = None) -> None:
         self.loop = loop
         self.size = size
         self.lane_dims = lane_dims
@@ -243,6 +249,7 @@ class _Analysis:
         # A nested loop runs inside lane code: no outputs streamed to memory, no sums
         # across the lanes (lane code sees one lane at a time).
         self.is_nested = nested
+        self.lane_condition = lane_condition
         self.condition, self.body = loop.calls
         self.lanes = LaneClassification(loop, size, lane_dims, self._plan_nested)
 
@@ -270,8 +277,9 @@ class _Analysis:
                           if i not in self.per_lane and i not in accumulated)
         self.read_only = frozenset(i for i in unchanged if self._read_only(i))
         uniform = tuple(i for i in unchanged if i not in self.read_only)
+        masked = self._masked(uniform)
         lane, inputs = self._lane_code(accumulators, step_reductions)
-        roots = [(self.condition.root, True)]
+        roots = [] if masked is not None else [(self.condition.root, True)]
         roots += [(self.body.root.operands[i], False) for i in uniform]
         roots += [(inst, False) for inst in inputs]
         roots += [(start, False) for s in step_reductions for start in s.starts]
@@ -295,7 +303,22 @@ class _Analysis:
                         frozenset(self.lanes.dependent),
                         MappingProxyType(dict(self.lane_dims)), self.streamed,
                         tuple(step_reductions), tuple(sorted(self.read_only)),
-                        MappingProxyType(dict(self.lanes.nested)))
+                        MappingProxyType(dict(self.lanes.nested)), masked)
+
+    def _masked(self, uniform: tuple[int, ...]) -> Instruction | None:
+        """The per-lane predicate lane code stops the loop by, for a nested loop of
+        jax.vmap's masked form whose predicate depends on the lanes' state; refused when its
+        body would change a finished lane."""
+        predicate = self.lane_condition
+        if predicate is None or id(predicate) not in self.lanes.dependent:
+            return None
+        unmasked = unmasked_element(self.loop, predicate, frozenset(uniform))
+        if unmasked is not None:
+            raise self.refuse(DATA_DEPENDENT_TRIP_COUNT, self.body.root.operands[unmasked],
+                              f"its condition waits for every lane (%{predicate.name}), and "
+                              f"its body changes element {unmasked} of a lane that has "
+                              "finished, so no lane can stop before the slowest")
+        return predicate
 
     def _plan_nested(self, loop: Instruction, known: dict[int, int]) -> LoopPlan | Refusal:
         """The plan of a nested loop for these lanes. The elements whose initial value depends
@@ -308,9 +331,10 @@ class _Analysis:
         for i in range(len(loop.shape.elements)):
             if i not in lane_dims and (d := _lane_dim(loop, i, self.size)) is not None:
                 lane_dims[i] = d
+        predicate = masked_condition(loop)
         while True:
             result = _Analysis(loop, self.size, lane_dims, self.max_per_lane, self.max_uniform,
-                               nested=True).run()
+                               nested=True, lane_condition=predicate).run()
             if isinstance(result, LoopPlan):
                 return result
             demoted = set(result.demotable) - set(known)
@@ -383,6 +407,8 @@ class _Analysis:
         # Lane code reduces each step's lanes and needs the position the step writes.
         roots += [(r.operand, None) for s in step_reductions for r in s.reduces]
         roots += [(start, None) for s in step_reductions for start in s.starts]
+        if self.lane_condition is not None and id(self.lane_condition) in self.lanes.dependent:
+            roots.append((self.lane_condition, None))
         for s in self.streamed:
             # Lane code computes the written slice and the uniform positions, not the element.
             self._check_lane_dim(s.update, s.element)

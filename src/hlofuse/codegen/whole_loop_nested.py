@@ -25,6 +25,7 @@ uniform ones the loop never changes (read-only) are read where their initial val
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 
@@ -58,7 +59,12 @@ class NestedLoops(LaneCode):
         shared = {i: self._nested_array(plan, i, max(1, plan.loop.shape.elements[i].num_elements))
                   for i in plan.uniform}
         body.emit(cir.Comment("a nested loop, stepped by the block's lanes together"))
-        with body.cache_scope():
+        # With one lane a uniform element may start from the lane's values (the lane's state
+        # is all there is): read where the lane index is declared.
+        with body.cache_scope(), (self._lane_loop(SIMD) if self.lanes == 1
+                                  else contextlib.nullcontext()):
+            if self.lanes == 1:
+                self._declare_lane_index()
             for i, name in shared.items():
                 for q, index in self._element_positions(plan.loop.shape.elements[i].dims):
                     body.assign(cir.load(name, q), em.array_value(init[i], index))
@@ -70,13 +76,29 @@ class NestedLoops(LaneCode):
         self._bind_nested_reads(plan, init, held, shared)
         with body.while_(cir.Int(1)):
             with body.cache_scope():
-                condition = em.scalar(plan.condition.root)
+                condition = (em.scalar(plan.condition.root) if plan.lane_condition is None
+                             else self._any_lane(plan, plan.lane_condition))
                 body.emit(cir.If(cir.Unary("!", condition), [cir.Break()]))
             for inner in nested_loops(plan):
                 self._nested_loop(inner, plan.nested[id(inner)], plan.body)
             self._nested_iteration(plan, held)
             self._commit_uniform(plan, shared)
         self._bind_nested_results(loop, plan, enclosing, held, shared)
+
+    def _any_lane(self, plan: LoopPlan, predicate: Instruction) -> Expr:
+        """Whether any lane of the block wants another iteration of a masked loop: its
+        predicate reduced over the lanes' parts and the block's lanes (lanes past N hold
+        the last lane's state, so they ask for no more than it)."""
+        body, em = self.body, self.lane_em
+        wanted = body.variable(cir.Special.INT, "any", cir.Int(0))
+        dims = predicate.shape.dims
+        d = plan.value_lane_dims.get(id(predicate), 0)
+        with self._lane_loop(cir.Loop(simd=True, reduction=("|", wanted.name))):
+            self._declare_lane_index()
+            for index in lane_part_indices(dims, self.lane_index, d):
+                lane_wants = cir.Cast(cir.Special.INT, em.array_value(predicate, index))
+                body.assign(wanted, cir.Binary("|", wanted, lane_wants))
+        return wanted
 
     def _nested_array(self, plan: LoopPlan, element: int, *dims: int) -> str:
         name = self.body.fresh("w")
