@@ -179,12 +179,14 @@ def test_compiled_matches_jax(request: pytest.FixtureRequest, name: str, form: s
 # per-step statistics across the lanes reduced per block of lanes and combined after the loop,
 # the policy networks' weights read where they lie and their hidden layers computed once per
 # step into the block's scratch, the physics-engine-style rollouts' substeps and Jacobi
-# iterations, larger than whole-loop fusion unrolls, run as loops in lane code).
+# iterations, larger than whole-loop fusion unrolls, run as loops in lane code, and the
+# implicit pendulum's Newton iterations, as many per lane as it needs to converge, as a loop
+# each block of lanes runs until its own lanes have converged).
 WHOLE_LOOP_KERNEL = {"acrobot", "bandit", "catch", "grid_forage", "mountain_car",
                      "mountain_car_continuous", "particles", "pendulum", "rigid_body",
                      "reacher_logged", "inventory_logged", "acrobot_mlp", "pendulum_mlp",
                      "mountain_car_mlp", "mountain_car_continuous_mlp", "jacobi_rope",
-                     "spring_chain"}
+                     "spring_chain", "implicit_pendulum"}
 
 
 @pytest.mark.thorough

@@ -292,7 +292,9 @@ class _Analysis:
                                   f"uniform loop element {i} has "
                                   f"{self.loop.shape.elements[i].num_elements} elements, over "
                                   f"{self.max_uniform}", element=i, limit=self.max_uniform)
-        order = {id(inst): k for k, inst in enumerate(self.body.instructions)}
+        # (A masked loop's lane code reads its condition's values too.)
+        order = {id(inst): k for k, inst in
+                 enumerate((*self.condition.instructions, *self.body.instructions))}
         lane_inputs = tuple(sorted(inputs, key=lambda inst: order[id(inst)]))
         value_lane_dims = {key: value for key, value in self.lanes.lane_at.items()
                            if isinstance(value, int)}
