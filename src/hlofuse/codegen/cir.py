@@ -329,7 +329,8 @@ _FOLDED: dict[str, Callable[[int, int], int]] = {
 
 def folded_int(expr: Expr) -> int | None:
     """The value of an integer expression of literals (comparisons and && as 0 or 1), else
-    None. A cast keeps the value when the target type holds it, as index casts do."""
+    None. A cast to an unsigned type wraps, as C converts; to a signed type it keeps a value
+    the type holds (else None: C leaves it to the implementation)."""
     value = int_value(expr)
     if value is not None:
         return value
@@ -337,6 +338,8 @@ def folded_int(expr: Expr) -> int | None:
         inner = folded_int(expr.operand)
         if inner is None:
             return None
+        if expr.to.is_unsigned_int:
+            return inner % (1 << expr.to.bits)
         info = np.iinfo(expr.to.numpy)
         return inner if info.min <= inner <= info.max else None
     if isinstance(expr, Binary) and expr.op in _FOLDED:
