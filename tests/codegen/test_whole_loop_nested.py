@@ -217,3 +217,44 @@ def test_an_unmasked_loop_waiting_for_every_lane_is_refused() -> None:
     compiled = compile_module(module, "max")
     np.testing.assert_allclose(flatten_value(compiled(*args))[0],
                                flatten_value(evaluate(module, args))[0], rtol=1e-5)
+
+
+def test_a_nested_loop_holding_the_lanes_along_another_dimension() -> None:
+    """The nested loop carries the state transposed (lanes second): each lane's part is
+    read along the dimension its initial value holds the lanes."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def relax(_: Any, xt: Any) -> Any:
+            return xt + 0.05 * (hnp.cos(xt) - xt)
+
+        def step(_: Any, x: Any) -> Any:
+            return lax.fori_loop(0, 70, relax, x.T).T * 0.99 + 0.01
+
+        return lax.fori_loop(0, 3, step, x0 + v0)
+
+    args = _lanes(29)
+    _check(_module(rollout, args), args)
+
+
+def test_a_nested_loop_only_uniform_values_need_is_refused_naming_it() -> None:
+    """A nested loop over a uniform value (a schedule computed by iteration) whose result the
+    step counter's update needs: only lane code runs nested loops, so the time loop is
+    refused with the nested loop named, and the program still runs."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def step(carry: Any) -> Any:
+            i, x = carry
+            skip = lax.fori_loop(0, 80, lambda _, s: (s * 3 + 1) % 7, i)
+            return i + 1 + skip % 2, x * 0.9 + v0
+
+        return lax.while_loop(lambda c: c[0] < 6, step, (hnp.int32(0), x0))
+
+    args = _lanes(13)
+    module = _module(rollout, args)
+    fused = run_strategy(module, "max", debug=False)
+    refusals = [r for r in fused.decisions.records
+                if r.pass_name == "whole-loop-fusion" and r.verdict.value == "no"]
+    assert refusals[-1].rule == "whole-loop-nested-control-flow", refusals[-1].message
+    compiled = compile_module(module, "max")
+    for a, e in zip(flatten_value(compiled(*args)), flatten_value(evaluate(module, args))):
+        np.testing.assert_allclose(np.asarray(a), e, rtol=1e-5)

@@ -55,6 +55,7 @@ from hlofuse.analysis.masked_loops import masked_condition, unmasked_element
 from hlofuse.analysis.nested_loop_states import with_tupled_nested_states
 from hlofuse.analysis.parallel_loop_refusals import (
     DATA_DEPENDENT_TRIP_COUNT,
+    NESTED_CONTROL_FLOW,
     NO_PARALLEL_DIMENSION,
     STATE_TOO_LARGE,
     Refusal,
@@ -496,6 +497,12 @@ class _Analysis:
                                "on data", demotable)
         if isinstance(lane_at, Mixed):
             return self.refuse(lane_at.rule, lane_at.instruction, lane_at.message, demotable)
+        loop = inst.operands[0] if inst.op is Op.GET_TUPLE_ELEMENT else inst
+        if loop.op is Op.WHILE:
+            return self.refuse(NESTED_CONTROL_FLOW, loop,
+                               f"values computed once per step (the condition, the uniform "
+                               f"state) need the result of nested loop %{loop.name}, which "
+                               "runs in lane code", demotable)
         if inst.op is Op.REDUCE:
             return self.refuse(CROSS_LANE_REDUCE, inst,
                                f"%{inst.name} reduces over the lanes and is not an "
