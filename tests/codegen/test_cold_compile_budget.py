@@ -34,6 +34,8 @@ PROGRAMS = sorted([p for folder in ("jax", "indexing", "linalg", "rollouts")
                   + list((DATA / "xla_gpu").glob("*.before.hlo")))
 SAMPLE = ("rollouts/spring_chain.cpu.hlo", "rollouts/jacobi_rope.gpu.hlo",
           "rollouts/acrobot_mlp.cpu.hlo", "rollouts/grid_forage.cpu.hlo")
+
+
 def cold_compile(module: Module) -> tuple[float, float] | None:
     """(CPU seconds, wall seconds) to verify, fuse under `max`, generate C and compile it
     with the cache empty (the caller's HLOFUSE_CACHE_DIR); None for a module the C target
