@@ -154,4 +154,4 @@ def test_time_loop_is_planned_over_its_lanes_or_refused(name: str, lanes: int) -
                  and r.computation == module.entry.name]
     if record.verdict == Verdict.FUSE:
         assert record.figures["lanes"] == lanes, record.message
-        assert record.figures["per_lane_elements"] > 0, record.message
+        assert int(record.figures["per_lane_elements"]) > 0, record.message
