@@ -64,6 +64,9 @@ LANES = 128
 # lanes) keep a handful of per-lane values in the 64 vector registers.
 BLOCK_ROWS = 32
 MIN_ROWS = 8
+# Read-only elements (a policy's weights) are whole kernel inputs in SMEM, read a scalar per
+# position; SMEM is small (1 MiB on v5e) and also holds the uniform values and tables.
+READ_ONLY_WORDS = 64 * 1024
 # What the blocks of one grid step may take of VMEM (inputs and outputs double-buffered,
 # plus the carry): v5e has 128 MiB, the kernel is compiled with a 100 MiB limit.
 VMEM_BUDGET = 48 * 2**20
@@ -142,12 +145,11 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
         return WholeLoopRefusal(plan.rule, plan.message)
     if plan.size < 2:
         return WholeLoopRefusal(NOT_PLANNED, "one lane: nothing to lay out on tiles")
-    if plan.read_only:
-        # Read-only elements (a policy's weights) would be kernel inputs read whole by every
-        # block; the kernel has no such inputs yet.
+    read_only_words = sum(loop.shape.elements[e].num_elements for e in plan.read_only)
+    if read_only_words > READ_ONLY_WORDS:
         return WholeLoopRefusal(READ_ONLY_RULE, f"read-only elements {list(plan.read_only)} "
-                                "(unchanged loop state larger than 64 values) are not inputs "
-                                "of the TPU kernel yet")
+                                f"hold {read_only_words} values, over the {READ_ONLY_WORDS} "
+                                "the kernel keeps in SMEM")
     for element, shape in enumerate(loop.shape.elements):
         if shape.dtype not in _WORD_TYPES:
             return WholeLoopRefusal(TYPES_RULE, f"element {element} is {shape.text(False)}: "
@@ -218,6 +220,22 @@ def _narrowed(value: Value, dtype: DType) -> Value:
         dtype is not DType.PRED else value
 
 
+class _ScalarReads(Sequence[Value]):
+    """A read-only element's values, each read from its SMEM input when a position is used
+    (a 64 x 64 layer's weights are not all loaded up front into the step's values)."""
+
+    def __init__(self, ref: Any, dtype: DType) -> None:
+        self.ref, self.dtype = ref, dtype
+
+    def __len__(self) -> int:
+        return int(self.ref.shape[0])
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, int):
+            raise TypeError("read-only values are read one position at a time")
+        return _from_word(self.ref[index], self.dtype)
+
+
 class LaneKernel:
     """The whole-loop kernel of one layout: called with the fusion's leaves, it returns the
     loop's elements."""
@@ -258,6 +276,8 @@ class LaneKernel:
         tiled_in = [self._to_tiles(inits[e], e) for e in lane_elements]
         uniform_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                       .reshape(-1) for e in uniform]
+        read_only_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
+                        .reshape(-1) for e in plan.read_only]
         rows = layout.rows
         block = lambda p: pl.BlockSpec((p, rows, LANES), lambda i: (0, i, 0))  # noqa: E731
         smem = pl.BlockSpec(memory_space=pltpu.SMEM)
@@ -275,11 +295,11 @@ class LaneKernel:
         outputs = pl.pallas_call(
             self._kernel, grid=(layout.grid,), out_shape=out_shapes,
             in_specs=[*(block(layout.positions(e)) for e in lane_elements),
-                      *(smem for _ in uniform)],
+                      *(smem for _ in uniform), *(smem for _ in plan.read_only)],
             out_specs=out_specs, interpret=self.interpret, debug=self.debug, name=self.name,
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                                  vmem_limit_bytes=100 * 2**20),
-        )(*tiled_in, *uniform_in)
+        )(*tiled_in, *uniform_in, *read_only_in)
         result: dict[int, Value] = {}
         for k, e in enumerate(lane_elements):
             result[e] = self._from_tiles(outputs[k], e)
@@ -294,6 +314,8 @@ class LaneKernel:
         offset += len(uniform)
         result.update(finish(plan.step_reductions, outputs[offset:],
                              {s.element: inits[s.element] for s in plan.step_reductions}))
+        for e in plan.read_only:  # unchanged by the loop
+            result[e] = inits[e]
         return [result[e] for e in range(len(layout.loop.shape.elements))]
 
     def _combined(self, accumulator: Any, partials: Value, init: Value) -> Value:
@@ -313,9 +335,11 @@ class LaneKernel:
         lane_elements = layout.lane_elements()
         n_lane, n_uniform = len(lane_elements), len(plan.uniform)
         n_acc = len(plan.accumulators)
+        n_read_only = len(plan.read_only)
         lane_in = refs[:n_lane]
         uniform_in = refs[n_lane:n_lane + n_uniform]
-        outs = refs[n_lane + n_uniform:]
+        read_only_in = refs[n_lane + n_uniform:n_lane + n_uniform + n_read_only]
+        outs = refs[n_lane + n_uniform + n_read_only:]
         lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
         uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
         table_refs = outs[n_lane + n_acc + n_uniform:]
@@ -352,6 +376,8 @@ class LaneKernel:
 
             def read_uniform(element: int) -> Sequence[Value]:
                 dtype = layout.element_shape(element).dtype
+                if element in plan.read_only:
+                    return _ScalarReads(read_only_in[plan.read_only.index(element)], dtype)
                 return [_from_word(v, dtype) for v in scalars[plan.uniform.index(element)]]
 
             lane_dims = {e: plan.lane_dims[e] for e in held}
