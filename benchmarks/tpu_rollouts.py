@@ -67,11 +67,18 @@ def main() -> int:
                             "strategies": runners}, kept)
     if args.rest:
         names = [n for n in names if n not in {m.program for m in kept}]
+    last = [""]  # the program's last progress line: where a timed-out program stopped
+
+    def progress(line: str) -> None:
+        last[0] = line
+        print(line, flush=True)
+
     for name in names:
-        watchdog = _watchdog(total, name, args.limit, path) if args.limit else None
+        last[0] = "before JAX's compile"
+        watchdog = _watchdog(total, name, args.limit, path, last) if args.limit else None
         config = RolloutsConfig(args.lanes, args.steps, args.repeats, corpus, (name,),
                                 strategies, backend=args.backend)
-        done = run_rollouts(config, progress=lambda s: print(s, flush=True))
+        done = run_rollouts(config, progress=progress)
         fresh = {(m.program, m.runner) for m in done.measurements}
         total.measurements = [m for m in total.measurements
                               if (m.program, m.runner) not in fresh] + done.measurements
@@ -82,12 +89,14 @@ def main() -> int:
     return 0
 
 
-def _watchdog(total: RolloutsResult, name: str, limit: float, path: Path) -> threading.Timer:
-    """Records `name` as timed out and ends the process when it runs past `limit` seconds (a
-    compile that does not finish cannot be interrupted from Python)."""
+def _watchdog(total: RolloutsResult, name: str, limit: float, path: Path, last: list[str]
+              ) -> threading.Timer:
+    """Records `name` as timed out (after its last progress line: compiling or running) and
+    ends the process when it runs past `limit` seconds (a compile or a kernel that does not
+    finish cannot be interrupted from Python)."""
     def expire() -> None:
-        total.measurements.append(Measurement(name, "all", 0.0, 0.0, 0.0,
-                                              note=f"timed out after {limit:.0f} s"))
+        note = f"timed out after {limit:.0f} s; last: {last[0]}"
+        total.measurements.append(Measurement(name, "all", 0.0, 0.0, 0.0, note=note))
         write_json(total, path)
         print(f"{name}: timed out after {limit:.0f} s", flush=True)
         os._exit(3)

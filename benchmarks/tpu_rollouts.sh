@@ -2,7 +2,8 @@
 # The rollout corpus on a TPU (`bench rollouts --backend tpu`, one program at a time, the JSON
 # rewritten after each): STRATEGIES (default xla,priority,max), PROGRAMS (default all), LANES
 # (default 65536), T1 (seconds, default 540); MERGE=1 adds to the rollouts.json already in
-# DEST. Writes $OUT/tpu/rollouts.json and .png (or results/tpu/).
+# DEST. Writes $OUT/tpu/rollouts.json, .png and .log (or results/tpu/): the log keeps the
+# progress lines when the whole call is stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/tpu_env.sh
@@ -14,8 +15,8 @@ while [ $SECONDS -lt $end ]; do
   timeout $((end - SECONDS)) "$PY" benchmarks/tpu_rollouts.py --lanes "${LANES:-65536}" \
     --steps 200 --repeats 3 --strategies "${STRATEGIES:-xla,priority,max}" \
     --programs "${PROGRAMS:-}" --limit "${LIMIT:-90}" $merge ${merge:+--rest} \
-    --out "$DEST/rollouts.json"
-  status=$?
+    --out "$DEST/rollouts.json" 2>&1 | tee -a "$DEST/rollouts.log"
+  status=${PIPESTATUS[0]}
   [ $status -eq 3 ] || break
   merge=--merge
 done
