@@ -220,6 +220,13 @@ def _narrowed(value: Value, dtype: DType) -> Value:
         dtype is not DType.PRED else value
 
 
+def _copy_tiles(source: Any, dest: Any) -> None:
+    def copy(p: Value, carry: None) -> None:
+        dest[p] = source[p]
+
+    lax.fori_loop(0, source.shape[0], copy, None)
+
+
 class _ScalarReads(Sequence[Value]):
     """A read-only element's values, each read from its SMEM input when a position is used
     (a 64 x 64 layer's weights are not all loaded up front into the step's values)."""
@@ -350,10 +357,12 @@ class LaneKernel:
                  + lax.broadcasted_iota(np.int32, (rows, LANES), 1) + first)
         held = list(plan.per_lane)
         streamed = {s.element: k for k, s in enumerate(plan.streamed)}
-        # Stacked outputs start as their initial values; the steps overwrite slices.
+        # Stacked outputs start as their initial values; the steps overwrite slices. Copied
+        # a tile at a time in a loop: one copy of the whole block is one vector value of
+        # T x rows x 128 words, which Mosaic unrolls into thousands of registers.
         for s in plan.streamed:
             k = n_lane - len(plan.streamed) + streamed[s.element]
-            lane_out[k][...] = lane_in[k][...]
+            _copy_tiles(lane_in[k], lane_out[k])
         carry0 = (
             tuple(tuple(lane_in[k][p] for p in range(layout.positions(e)))
                   for k, e in enumerate(held)),
