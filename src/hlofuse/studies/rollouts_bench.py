@@ -285,8 +285,14 @@ def write_plot(result: RolloutsResult, path: Path) -> bool:
         ax.bar(xs, [speedups.get(p, 0.0) for p in programs], width, label=strategy)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log")
+    measured = {p for s in strategies for p in result.speedups(s)}
+    for i, program in enumerate(programs):
+        if program not in measured:  # failed or timed out: no bar, say so
+            ax.text(i + width * (len(strategies) - 1) / 2, 0.05, "not measured",
+                    rotation=90, ha="center", va="bottom", fontsize=8, color="gray",
+                    transform=ax.get_xaxis_transform())
     ax.set_xticks([i + width * (len(strategies) - 1) / 2 for i in range(len(programs))])
-    ax.set_xticklabels(programs, rotation=20)
+    ax.set_xticklabels(programs, rotation=30, ha="right")
     device = "TPU" if str(result.config.get("backend", "cpu")).startswith("tpu") else "CPU"
     ax.set_ylabel(f"env-steps/s relative to JAX jit ({device})")
     ax.set_title(f"Rollout corpus, N = {result.config['lanes']}, T = {result.config['steps']}")
