@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
+import numpy as np
+
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody, Key
 from hlofuse.codegen.cir import Binary, Cast, Expr, Select
@@ -159,7 +161,13 @@ class ElementalEmitter:
         if found is not None:
             return found  # type: ignore[return-value]
         binding = self.bindings.get(id(inst))
-        if binding is not None:
+        known = literal_element(inst, index) if inst.op is Op.CONSTANT else None
+        result: Value
+        if known is not None:
+            # An array constant read at a known position is its value (a scatter's constant
+            # index, then, decides at code generation which elements it updates).
+            result = self.lang.literal(inst.dtype, known)
+        elif binding is not None:
             result = self.apply_binding(binding, index)
         else:
             result = self._compute(inst, index)
@@ -327,3 +335,26 @@ class ElementalEmitter:
 
 __all__ = ["NOT_ELEMENTAL", "STRUCTURAL", "UNROLL_ELEMENTS", "ElementalEmitter",
            "FunctionBody", "Index", "NeedsLoopNest", "SCALAR", "UnsupportedInstruction"]
+
+
+def literal_element(constant: Instruction, index: Index) -> object | None:
+    """The element of an array constant at `index` when the index is literal, else None."""
+    dims = constant.shape.dims
+    if not dims:
+        return None
+    position: int | None = None
+    if index.linear is not None:
+        position = cir.int_value(index.linear)
+    elif index.multi is not None:
+        position = 0
+        for m, stride in zip(index.multi, strides_of(dims)):
+            component = cir.int_value(m)
+            if component is None:
+                return None
+            position += component * stride
+    literal = constant.attrs["literal"]
+    assert isinstance(literal, np.ndarray)
+    if position is None or not 0 <= position < literal.size:
+        return None
+    value: object = literal.reshape(-1)[position].item()
+    return value
