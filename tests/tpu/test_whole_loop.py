@@ -233,3 +233,36 @@ def test_per_step_reductions_lower_over_several_blocks(
     got = compile_module(parse_module(text, "reacher_logged"), "max",
                          "tpu-interpret").run_flat([key])
     assert_close(got, [np.asarray(w) for w in want], 1e-4)
+
+
+def test_uniform_elements_passed_on_unchanged_are_inputs_not_carried() -> None:
+    """A uniform element the loop returns as it got it (a bias of 5 values, too small to be
+    read-only) is an SMEM input read where used, not 5 scalars carried through the time
+    loop; the rollout equals JAX."""
+    import jax
+    import jax.numpy as jnp
+
+    from hlofuse.ir.parser import parse_module
+
+    def rollout(x: jax.Array, bias: jax.Array) -> tuple[jax.Array, jax.Array]:
+        def step(carry: tuple[jax.Array, jax.Array, jax.Array], _: None) -> tuple[
+                tuple[jax.Array, jax.Array, jax.Array], None]:
+            x, bias, t = carry
+            return (jnp.tanh(x * bias[t % 5] + bias[4]), bias, t + 1), None
+
+        (x, bias, _), _ = jax.lax.scan(step, (x, bias, jnp.int32(0)), None, length=3)
+        return x, bias
+
+    x = np.linspace(-1, 1, 300, dtype=np.float32)
+    bias = np.array([0.5, -1.0, 2.0, 0.25, 0.1], np.float32)
+    text = jax.jit(rollout).lower(x, bias).as_text(dialect="hlo")
+    fused = run_strategy(parse_module(text, "bias"), "max", debug=False).module
+    lanes = _lane_kernels(plan_kernels(fused, interpret=True))
+    assert len(lanes) == 1 and lanes[0].lanes is not None
+    layout = lanes[0].lanes
+    fixed = layout.fixed_elements()
+    assert any(layout.element_shape(e).dims == (5,) for e in fixed)
+    assert all(layout.element_shape(e).num_elements == 1 for e in layout.carried_uniform())
+    got = compile_module(parse_module(text, "bias"), "max", "tpu-interpret").run_flat([x, bias])
+    want = [np.asarray(w) for w in jax.jit(rollout)(x, bias)]
+    assert_close(got, want, 1e-5)

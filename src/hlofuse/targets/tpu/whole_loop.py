@@ -39,6 +39,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from hlofuse.analysis.lane_classification import element_read
 from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan
 from hlofuse.analysis.parallel_loop_refusals import Refusal
 from hlofuse.analysis.rare_selects import RareSelect, rare_selects
@@ -119,6 +120,19 @@ class LaneLayout:
         dims = self.element_shape(element).dims
         lane_dim = self.plan.lane_dims[element]
         return tuple(d for k, d in enumerate(dims) if k != lane_dim)
+
+    def fixed_elements(self) -> list[int]:
+        """Elements the loop passes on unchanged and no lane holds: the read-only ones and
+        the uniform ones the body returns as it got them (a policy's 64 biases). They are
+        SMEM inputs read where they are used, not scalars carried through the time loop."""
+        root = self.plan.body.root
+        passed_on = [e for e in self.plan.uniform if element_read(root.operands[e]) == e]
+        return [*self.plan.read_only, *passed_on]
+
+    def carried_uniform(self) -> list[int]:
+        """The uniform elements the time loop carries (the step counter, the RNG key)."""
+        fixed = set(self.fixed_elements())
+        return [e for e in self.plan.uniform if e not in fixed]
 
     def lane_elements(self) -> list[int]:
         """Held elements, then stacked outputs: the kernel's per-lane inputs and outputs."""
@@ -278,13 +292,14 @@ class LaneKernel:
         plan = layout.plan
         inits = [leaves[p] for p in layout.init_params]
         lane_elements = layout.lane_elements()
-        uniform = list(plan.uniform)
+        uniform = layout.carried_uniform()
+        fixed = layout.fixed_elements()
         accumulators = list(plan.accumulators)
         tiled_in = [self._to_tiles(inits[e], e) for e in lane_elements]
         uniform_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                       .reshape(-1) for e in uniform]
-        read_only_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
-                        .reshape(-1) for e in plan.read_only]
+        fixed_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
+                    .reshape(-1) for e in fixed]
         rows = layout.rows
         block = lambda p: pl.BlockSpec((p, rows, LANES), lambda i: (0, i, 0))  # noqa: E731
         smem = pl.BlockSpec(memory_space=pltpu.SMEM)
@@ -302,11 +317,11 @@ class LaneKernel:
         outputs = pl.pallas_call(
             self._kernel, grid=(layout.grid,), out_shape=out_shapes,
             in_specs=[*(block(layout.positions(e)) for e in lane_elements),
-                      *(smem for _ in uniform), *(smem for _ in plan.read_only)],
+                      *(smem for _ in uniform), *(smem for _ in fixed)],
             out_specs=out_specs, interpret=self.interpret, debug=self.debug, name=self.name,
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                                  vmem_limit_bytes=100 * 2**20),
-        )(*tiled_in, *uniform_in, *read_only_in)
+        )(*tiled_in, *uniform_in, *fixed_in)
         result: dict[int, Value] = {}
         for k, e in enumerate(lane_elements):
             result[e] = self._from_tiles(outputs[k], e)
@@ -321,7 +336,7 @@ class LaneKernel:
         offset += len(uniform)
         result.update(finish(plan.step_reductions, outputs[offset:],
                              {s.element: inits[s.element] for s in plan.step_reductions}))
-        for e in plan.read_only:  # unchanged by the loop
+        for e in fixed:  # unchanged by the loop
             result[e] = inits[e]
         return [result[e] for e in range(len(layout.loop.shape.elements))]
 
@@ -340,13 +355,13 @@ class LaneKernel:
         layout = self.layout
         plan = layout.plan
         lane_elements = layout.lane_elements()
-        n_lane, n_uniform = len(lane_elements), len(plan.uniform)
+        carried, fixed = layout.carried_uniform(), layout.fixed_elements()
+        n_lane, n_uniform = len(lane_elements), len(carried)
         n_acc = len(plan.accumulators)
-        n_read_only = len(plan.read_only)
         lane_in = refs[:n_lane]
         uniform_in = refs[n_lane:n_lane + n_uniform]
-        read_only_in = refs[n_lane + n_uniform:n_lane + n_uniform + n_read_only]
-        outs = refs[n_lane + n_uniform + n_read_only:]
+        fixed_in = refs[n_lane + n_uniform:n_lane + n_uniform + len(fixed)]
+        outs = refs[n_lane + n_uniform + len(fixed):]
         lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
         uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
         table_refs = outs[n_lane + n_acc + n_uniform:]
@@ -385,9 +400,9 @@ class LaneKernel:
 
             def read_uniform(element: int) -> Sequence[Value]:
                 dtype = layout.element_shape(element).dtype
-                if element in plan.read_only:
-                    return _ScalarReads(read_only_in[plan.read_only.index(element)], dtype)
-                return [_from_word(v, dtype) for v in scalars[plan.uniform.index(element)]]
+                if element in fixed:
+                    return _ScalarReads(fixed_in[fixed.index(element)], dtype)
+                return [_from_word(v, dtype) for v in scalars[carried.index(element)]]
 
             lane_dims = {e: plan.lane_dims[e] for e in held}
             return LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
@@ -402,7 +417,7 @@ class LaneKernel:
                          for e in held if e not in rare}
             new_tiles.update(self._rarely_taken(values, rare))
             new_scalars = []
-            for e in plan.uniform:
+            for e in carried:
                 shape = layout.element_shape(e)
                 new_scalars.append(tuple(
                     _to_word(values.value(root.operands[e], p), shape.dtype)
