@@ -72,6 +72,7 @@ from hlofuse.fusion.legality.rules import (
 )
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, GpuDevice, device
 from hlofuse.fusion.xla_gpu.ids import InstructionIds
+from hlofuse.fusion.xla_gpu.in_place import producer_is_not_in_place_buffer
 from hlofuse.fusion.xla_gpu.launch_dimensions import fusion_roots, hero_reduction
 from hlofuse.fusion.xla_gpu.performance_model import TICKS_PER_SECOND, duration_ticks
 from hlofuse.fusion.xla_gpu.softmax_rewriter import (
@@ -243,8 +244,8 @@ NATIVE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
     producer_is_fusible, consumer_is_fusible, producer_is_not_multi_output,
     consumer_not_bitcast_like, not_both_reductions, reduction_stays_reduction, fits_budget,
 )
-NATIVE_SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (merged_not_too_large,
-                                                                          in_place_safe)
+NATIVE_SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
+    merged_not_too_large, producer_is_not_in_place_buffer, in_place_safe)
 
 
 def _triton_pair(producer: Node, consumer: Node) -> bool:
