@@ -107,6 +107,20 @@ def test_rollout_lane_kernels_lower_for_the_tpu(name: str) -> None:
         assert "scf.while" in lower_for_tpu(kernel, kernel_structs(kernel))
 
 
+@pytest.mark.parametrize("name", [
+    "spring_chain.gpu.hlo",
+    pytest.param("jacobi_rope.gpu.hlo", marks=pytest.mark.slow),
+    pytest.param("implicit_pendulum.gpu.hlo", marks=pytest.mark.slow)])
+def test_nested_loops_are_loops_inside_the_lane_kernel(name: str) -> None:
+    """The substeps, Jacobi iterations and per-lane Newton iterations (lane_nested.py): a
+    while loop inside the time loop of the one kernel (lowered without a TPU)."""
+    module, _ = load_npz_case(ROLLOUTS / name)
+    fused = run_strategy(module, "max", debug=False).module
+    lanes = _lane_kernels(plan_kernels(fused, interpret=True))
+    assert len(lanes) == 1
+    assert lower_for_tpu(lanes[0], kernel_structs(lanes[0])).count("scf.while") >= 2
+
+
 def test_a_block_over_vmem_falls_back_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     """A per-lane state that does not fit VMEM at the smallest block: the loop runs as an
     XLA operation under the named rule, never a Mosaic out-of-memory error."""

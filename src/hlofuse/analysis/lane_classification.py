@@ -6,9 +6,20 @@ which dimension each holds the lanes, propagated forward through the ops' index 
 
 from __future__ import annotations
 
-from hlofuse.analysis.lane_dims import LaneDim, value_lane_dim
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from hlofuse.analysis.lane_dims import LaneDim, Mixed, value_lane_dim
+from hlofuse.analysis.parallel_loop_refusals import Refusal
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
+
+if TYPE_CHECKING:
+    from hlofuse.analysis.parallel_loop import LoopPlan
+
+# Plans a nested loop for the lanes, given the dimension holding the lanes of each element
+# whose initial value depends on the state: its plan, or why it cannot run in lane code.
+NestedPlanner = Callable[[Instruction, dict[int, int]], "LoopPlan | Refusal"]
 
 
 def element_read(inst: Instruction) -> int | None:
@@ -33,8 +44,12 @@ class LaneClassification:
     """State dependence and lane dimensions of one attempt: a size N and the per-lane elements
     with the dimension holding their lanes."""
 
-    def __init__(self, loop: Instruction, size: int, lane_dims: dict[int, int]) -> None:
+    def __init__(self, loop: Instruction, size: int, lane_dims: dict[int, int],
+                 plan_nested: NestedPlanner | None = None) -> None:
         self.loop = loop
+        self.plan_nested = plan_nested
+        # The plans of the nested loops lane code runs, by id() of their while.
+        self.nested: dict[int, LoopPlan] = {}
         self.size = size
         self.lane_dims = lane_dims
         self.per_lane = frozenset(lane_dims)
@@ -86,6 +101,12 @@ class LaneClassification:
                 self.dependent.add(id(inst))
                 self.lane_at[id(inst)] = self.lane_at.get(id(source), 0)
             return
+        if inst.op is Op.WHILE:
+            self._classify_nested(inst)
+            return
+        if inst.op is Op.GET_TUPLE_ELEMENT and inst.operands[0].op is Op.WHILE:
+            self._classify_nested_result(inst)
+            return
         dependent = [o for o in inst.operands if id(o) in self.dependent]
         if not dependent:
             return
@@ -99,3 +120,53 @@ class LaneClassification:
 
     def _value_lane_dim(self, inst: Instruction) -> LaneDim:
         return value_lane_dim(self.size, inst, self._operand_lanes(inst))
+
+    # --- nested loops ---------------------------------------------------------------------
+
+    def _classify_nested(self, loop: Instruction) -> None:
+        """A nested loop runs in lane code, whatever its initial state depends on: the lanes
+        step it together, each with its part of the elements holding lanes (planned with the
+        same lanes), the uniform ones shared. An element whose initial value depends on the
+        state must be one the lanes hold, along the dimension its value holds them."""
+        self.dependent.add(id(loop))
+        state = loop.operands[0]
+        known: dict[int, int] = {}
+        for value in state.operands:
+            lane_at = self.lane_at.get(id(value))
+            if isinstance(lane_at, Mixed):
+                self.lane_at[id(loop)] = lane_at
+                return
+        for k, value in enumerate(state.operands):
+            lane_at = self.lane_at.get(id(value))
+            if id(value) in self.dependent and self.size > 1 and isinstance(lane_at, int):
+                known[k] = lane_at
+        assert self.plan_nested is not None, "a nested loop needs the analysis' planner"
+        plan = self.plan_nested(loop, known)
+        if isinstance(plan, Refusal):
+            self.lane_at[id(loop)] = Mixed(plan.rule, plan.instruction,
+                                           f"in nested loop %{loop.name}: {plan.message}")
+            return
+        self.nested[id(loop)] = plan
+        if self.size > 1:
+            self.lane_at[id(loop)] = tuple(plan.lane_dims.get(i) for i in
+                                           range(len(loop.shape.elements)))
+
+    def _classify_nested_result(self, inst: Instruction) -> None:
+        """An element of a nested loop's result: held by the lanes along the dimension the
+        nested plan says. A uniform one that the loop changes (its counter) is known to lane
+        code only, which runs the loop; a value read from it is refused where it is read."""
+        loop = inst.operands[0]
+        self.dependent.add(id(inst))
+        lane_at = self.lane_at.get(id(loop))
+        index = inst.attrs["index"]
+        assert isinstance(index, int)
+        held = lane_at[index] if isinstance(lane_at, tuple) else None
+        if isinstance(lane_at, Mixed):
+            self.lane_at[id(inst)] = lane_at
+        elif held is not None:
+            self.lane_at[id(inst)] = held
+        elif self.size > 1:
+            self.lane_at[id(inst)] = Mixed(
+                "whole-loop-nested-control-flow", inst,
+                f"%{inst.name} reads element {index} of nested loop %{loop.name}, which the "
+                "loop changes and the lanes do not hold (its counter); lane code alone knows it")

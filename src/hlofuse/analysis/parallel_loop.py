@@ -51,8 +51,11 @@ from types import MappingProxyType
 from hlofuse.analysis.lane_classification import LaneClassification, alias, element_read
 from hlofuse.analysis.lane_dims import CROSS_LANE_ACCESS, CROSS_LANE_REDUCE, Mixed
 from hlofuse.analysis.loop_accumulators import Accumulator, find_accumulators
+from hlofuse.analysis.masked_loops import masked_condition, unmasked_element
+from hlofuse.analysis.nested_loop_states import with_tupled_nested_states
 from hlofuse.analysis.parallel_loop_refusals import (
     DATA_DEPENDENT_TRIP_COUNT,
+    NESTED_CONTROL_FLOW,
     NO_PARALLEL_DIMENSION,
     STATE_TOO_LARGE,
     Refusal,
@@ -109,6 +112,13 @@ class LoopPlan:
     step_reductions: tuple[StepReduction, ...] = ()
     # Uniform elements the loop never changes, read where they lie (READ_ONLY_MIN_ELEMENTS).
     read_only: tuple[int, ...] = ()
+    # The plans of the nested loops lane code runs (a physics engine's substeps, a solver's
+    # iterations), by id() of their while: the same lanes, each stepping its own part.
+    nested: Mapping[int, LoopPlan] = field(default_factory=lambda: MappingProxyType({}))
+    # A nested loop run until no lane wants another iteration (jax.vmap of a while_loop:
+    # analysis/masked_loops.py): the per-lane predicate of its condition, which lane code
+    # reduces over the block's lanes; its body leaves finished lanes unchanged.
+    lane_condition: Instruction | None = None
 
     @property
     def condition(self) -> Computation:
@@ -127,6 +137,7 @@ def plan_parallel_loop(loop: Instruction, *,
                        max_uniform_elements: int = DEFAULT_MAX_UNIFORM_ELEMENTS
                        ) -> LoopPlan | Refusal:
     """The loop's plan, or the refusal of the first candidate dimension that fails."""
+    loop = with_tupled_nested_states(loop)
     refusal = check_structure(loop)
     if refusal is not None:
         return refusal
@@ -205,6 +216,7 @@ def apply_recorded_plan(loop: Instruction, size: int, lane_dims: Mapping[int, in
                         ) -> LoopPlan | Refusal:
     """The plan of `loop` for decisions fusion recorded: what runs per lane and what once
     follows from them; sizes were the pass's business, so no limits apply here."""
+    loop = with_tupled_nested_states(loop)
     refusal = check_structure(loop)
     if refusal is not None:
         return refusal
@@ -227,15 +239,20 @@ class _Analysis:
     """One attempt: a size N and a set of per-lane elements."""
 
     def __init__(self, loop: Instruction, size: int, lane_dims: dict[int, int],
-                 max_per_lane: int, max_uniform: int) -> None:
+                 max_per_lane: int, max_uniform: int, nested: bool = False,
+                 lane_condition: Instruction | None = None) -> None:
         self.loop = loop
         self.size = size
         self.lane_dims = lane_dims
         self.per_lane = frozenset(lane_dims)
         self.max_per_lane = max_per_lane
         self.max_uniform = max_uniform
+        # A nested loop runs inside lane code: no outputs streamed to memory, no sums
+        # across the lanes (lane code sees one lane at a time).
+        self.is_nested = nested
+        self.lane_condition = lane_condition
         self.condition, self.body = loop.calls
-        self.lanes = LaneClassification(loop, size, lane_dims)
+        self.lanes = LaneClassification(loop, size, lane_dims, self._plan_nested)
 
     def run(self) -> LoopPlan | Refusal:
         try:
@@ -251,18 +268,19 @@ class _Analysis:
     # --- the plan -----------------------------------------------------------------------
 
     def _plan(self) -> LoopPlan:
-        self.streamed = self._streamed()
+        self.streamed = () if self.is_nested else self._streamed()
         self._check_sizes()
         self.lanes.classify()
-        accumulators = find_accumulators(self.lanes)
-        step_reductions = find_step_reductions(self.lanes)
+        accumulators = [] if self.is_nested else find_accumulators(self.lanes)
+        step_reductions = [] if self.is_nested else find_step_reductions(self.lanes)
         accumulated = {a.element for a in accumulators} | {s.element for s in step_reductions}
         unchanged = tuple(i for i in range(len(self.loop.shape.elements))
                           if i not in self.per_lane and i not in accumulated)
         self.read_only = frozenset(i for i in unchanged if self._read_only(i))
         uniform = tuple(i for i in unchanged if i not in self.read_only)
+        masked = self._masked(uniform)
         lane, inputs = self._lane_code(accumulators, step_reductions)
-        roots = [(self.condition.root, True)]
+        roots = [] if masked is not None else [(self.condition.root, True)]
         roots += [(self.body.root.operands[i], False) for i in uniform]
         roots += [(inst, False) for inst in inputs]
         roots += [(start, False) for s in step_reductions for start in s.starts]
@@ -275,7 +293,9 @@ class _Analysis:
                                   f"uniform loop element {i} has "
                                   f"{self.loop.shape.elements[i].num_elements} elements, over "
                                   f"{self.max_uniform}", element=i, limit=self.max_uniform)
-        order = {id(inst): k for k, inst in enumerate(self.body.instructions)}
+        # (A masked loop's lane code reads its condition's values too.)
+        order = {id(inst): k for k, inst in
+                 enumerate((*self.condition.instructions, *self.body.instructions))}
         lane_inputs = tuple(sorted(inputs, key=lambda inst: order[id(inst)]))
         value_lane_dims = {key: value for key, value in self.lanes.lane_at.items()
                            if isinstance(value, int)}
@@ -285,7 +305,45 @@ class _Analysis:
                         lane_inputs, MappingProxyType(value_lane_dims),
                         frozenset(self.lanes.dependent),
                         MappingProxyType(dict(self.lane_dims)), self.streamed,
-                        tuple(step_reductions), tuple(sorted(self.read_only)))
+                        tuple(step_reductions), tuple(sorted(self.read_only)),
+                        MappingProxyType(dict(self.lanes.nested)), masked)
+
+    def _masked(self, uniform: tuple[int, ...]) -> Instruction | None:
+        """The per-lane predicate lane code stops the loop by, for a nested loop of
+        jax.vmap's masked form whose predicate depends on the lanes' state; refused when its
+        body would change a finished lane."""
+        predicate = self.lane_condition
+        if predicate is None or id(predicate) not in self.lanes.dependent:
+            return None
+        unmasked = unmasked_element(self.loop, predicate, frozenset(uniform))
+        if unmasked is not None:
+            raise self.refuse(DATA_DEPENDENT_TRIP_COUNT, self.body.root.operands[unmasked],
+                              f"its condition waits for every lane (%{predicate.name}), and "
+                              f"its body changes element {unmasked} of a lane that has "
+                              "finished, so no lane can stop before the slowest")
+        return predicate
+
+    def _plan_nested(self, loop: Instruction, known: dict[int, int]) -> LoopPlan | Refusal:
+        """The plan of a nested loop for these lanes. The elements whose initial value depends
+        on the state are held along the dimension `known` says; any other element with a
+        dimension of N lanes is held too (a zero-filled buffer the loop fills per lane),
+        unless the loop needs it whole, which makes it uniform."""
+        # (check_structure of the outer loop checked the nested one's structure.)
+        loop = with_tupled_nested_states(loop)
+        lane_dims = dict(known)
+        for i in range(len(loop.shape.elements)):
+            if i not in lane_dims and (d := _lane_dim(loop, i, self.size)) is not None:
+                lane_dims[i] = d
+        predicate = masked_condition(loop)
+        while True:
+            result = _Analysis(loop, self.size, lane_dims, self.max_per_lane, self.max_uniform,
+                               nested=True, lane_condition=predicate).run()
+            if isinstance(result, LoopPlan):
+                return result
+            demoted = set(result.demotable) - set(known)
+            if not demoted or not demoted <= set(lane_dims):
+                return result
+            lane_dims = {i: d for i, d in lane_dims.items() if i not in demoted}
 
     def _read_only(self, element: int) -> bool:
         """A large element whose new value is its old one, read straight from the state."""
@@ -352,6 +410,8 @@ class _Analysis:
         # Lane code reduces each step's lanes and needs the position the step writes.
         roots += [(r.operand, None) for s in step_reductions for r in s.reduces]
         roots += [(start, None) for s in step_reductions for start in s.starts]
+        if self.lane_condition is not None and id(self.lane_condition) in self.lanes.dependent:
+            roots.append((self.lane_condition, None))
         for s in self.streamed:
             # Lane code computes the written slice and the uniform positions, not the element.
             self._check_lane_dim(s.update, s.element)
@@ -437,6 +497,12 @@ class _Analysis:
                                "on data", demotable)
         if isinstance(lane_at, Mixed):
             return self.refuse(lane_at.rule, lane_at.instruction, lane_at.message, demotable)
+        loop = inst.operands[0] if inst.op is Op.GET_TUPLE_ELEMENT else inst
+        if loop.op is Op.WHILE:
+            return self.refuse(NESTED_CONTROL_FLOW, loop,
+                               f"values computed once per step (the condition, the uniform "
+                               f"state) need the result of nested loop %{loop.name}, which "
+                               "runs in lane code", demotable)
         if inst.op is Op.REDUCE:
             return self.refuse(CROSS_LANE_REDUCE, inst,
                                f"%{inst.name} reduces over the lanes and is not an "

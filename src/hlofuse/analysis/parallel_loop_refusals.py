@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from hlofuse.analysis.lane_linalg import is_lane_linalg, is_small_dot
+from hlofuse.analysis.nested_loop_states import with_tupled_nested_states
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import ELEMENTWISE_OPS, FusionKind, Op, OpKind
 
@@ -74,11 +75,12 @@ def _op_refusal(loop: Instruction, inst: Instruction) -> Refusal | None:
                        f"%{loop.name}: its body runs %{inst.name}, a loop fused into a kernel "
                        "of its own whose trip count is not a small constant (only those are "
                        "unrolled into the lane's kernel)")
+    if inst.op is Op.WHILE:
+        return _nested_loop_refusal(loop, inst)
     if inst.op.definition.kind is OpKind.CONTROL:
         return Refusal(NESTED_CONTROL_FLOW, inst,
-                       f"%{loop.name}: its body runs {inst.op.text} %{inst.name}, which is not "
-                       "a loop with a small constant trip count (the only nested control flow "
-                       "unrolled into the lane's kernel)")
+                       f"%{loop.name}: its body runs {inst.op.text} %{inst.name}; lane code "
+                       "runs nested while loops, not other control flow")
     if inst.op in ELEMENTWISE_OPS or inst.op in _STRUCTURAL:
         return None
     if inst.op is Op.DOT and is_small_dot(inst):
@@ -88,3 +90,14 @@ def _op_refusal(loop: Instruction, inst: Instruction) -> Refusal | None:
     return Refusal(OPAQUE_OP, inst,
                    f"%{loop.name}: {inst.op.text} %{inst.name} is opaque (a library call or "
                    "an op without element-wise code); the loop cannot become one kernel")
+
+
+def _nested_loop_refusal(loop: Instruction, nested: Instruction) -> Refusal | None:
+    """A nested while runs inside lane code when it has the structure of a loop that can be
+    one kernel itself; what it computes is planned with the lanes (parallel_loop.py)."""
+    refusal = check_structure(with_tupled_nested_states(nested))
+    if refusal is None:
+        return None
+    return Refusal(refusal.rule, refusal.instruction,
+                   f"%{loop.name}: in its nested loop %{nested.name}: {refusal.message}",
+                   refusal.figures)

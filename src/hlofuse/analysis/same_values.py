@@ -19,19 +19,19 @@ from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op, has_side_effect
 
 
-def _attribute_key(value: object) -> Hashable:
+def attribute_key(value: object) -> Hashable:
     """A hashable stand-in for an attribute value, literals compared bit for bit."""
     if isinstance(value, np.ndarray):
         return ("literal", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, tuple):
-        return tuple(_attribute_key(v) for v in value)
+        return tuple(attribute_key(v) for v in value)
     assert isinstance(value, Hashable)
     return value
 
 
 def _key(inst: Instruction, operands: Iterable[int]) -> Hashable:
     shape = inst.shape
-    attrs = (tuple(sorted((k, _attribute_key(v)) for k, v in inst.attrs.items()))
+    attrs = (tuple(sorted((k, attribute_key(v)) for k, v in inst.attrs.items()))
              if inst.attrs else ())
     # The shape as the fields it compares by (tuples hash without calling into Python), and
     # its layout, which it does not compare.

@@ -22,8 +22,10 @@ remainder follow C (truncation toward zero); a quotient that does not simplify i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from hlofuse.codegen.cir_types import INDEX as INDEX
 from hlofuse.codegen.cir_types import Linkage as Linkage
@@ -313,6 +315,36 @@ def int_value(expr: Expr) -> int | None:
         return expr.value
     if isinstance(expr, Const) and isinstance(expr.value, int):
         return expr.value
+    return None
+
+
+_FOLDED: dict[str, Callable[[int, int], int]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
+    "<": lambda a, b: int(a < b), "<=": lambda a, b: int(a <= b),
+    ">": lambda a, b: int(a > b), ">=": lambda a, b: int(a >= b),
+    "&&": lambda a, b: int(bool(a) and bool(b)), "||": lambda a, b: int(bool(a) or bool(b)),
+}
+
+
+def folded_int(expr: Expr) -> int | None:
+    """The value of an integer expression of literals (comparisons and && as 0 or 1), else
+    None. A cast to an unsigned type wraps, as C converts; to a signed type it keeps a value
+    the type holds (else None: C leaves it to the implementation)."""
+    value = int_value(expr)
+    if value is not None:
+        return value
+    if isinstance(expr, Cast) and isinstance(expr.to, DType) and expr.to.is_integer:
+        inner = folded_int(expr.operand)
+        if inner is None:
+            return None
+        if expr.to.is_unsigned_int:
+            return inner % (1 << expr.to.bits)
+        info = np.iinfo(expr.to.numpy)
+        return inner if info.min <= inner <= info.max else None
+    if isinstance(expr, Binary) and expr.op in _FOLDED:
+        a, b = folded_int(expr.left), folded_int(expr.right)
+        return None if a is None or b is None else _FOLDED[expr.op](a, b)
     return None
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
+import numpy as np
+
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody, Key
 from hlofuse.codegen.cir import Binary, Cast, Expr, Select
@@ -58,6 +60,9 @@ class ElementalEmitter:
         # is looked up as that one: its operands are not visited again.
         self.same_value = same_value or {}
         self.materialize = materialize
+        # The one value of each array constant whose elements are all equal (JAX's GPU
+        # lowering spells a broadcast scalar as a full constant), None for the others.
+        self._splats: dict[int, object | None] = {}
         # Inside a simd loop a reduction's own loop gets no simd pragma.
         self.simd_reductions = simd_reductions
         # Reductions over at most this many elements are written out (no loop).
@@ -159,12 +164,28 @@ class ElementalEmitter:
         if found is not None:
             return found  # type: ignore[return-value]
         binding = self.bindings.get(id(inst))
-        if binding is not None:
+        known = self._constant_element(inst, index) if inst.op is Op.CONSTANT else None
+        result: Value
+        if known is not None:
+            # An array constant read at a known position is its value (a scatter's constant
+            # index, then, decides at code generation which elements it updates).
+            result = self.lang.literal(inst.dtype, known)
+        elif binding is not None:
             result = self.apply_binding(binding, index)
         else:
             result = self._compute(inst, index)
         self.body.remember(key, result)
         return result
+
+    def _constant_element(self, constant: Instruction, index: Index) -> object | None:
+        """An array constant's element as a literal where it is known here: every element
+        of a splat, the element at a literal index of any other."""
+        if not constant.shape.dims:
+            return None
+        if id(constant) not in self._splats:
+            self._splats[id(constant)] = splat_value(constant)
+        splat = self._splats[id(constant)]
+        return splat if splat is not None else literal_element(constant, index)
 
     def apply_binding(self, binding: Binding, index: Index) -> Value:
         if isinstance(binding, tuple):
@@ -327,3 +348,42 @@ class ElementalEmitter:
 
 __all__ = ["NOT_ELEMENTAL", "STRUCTURAL", "UNROLL_ELEMENTS", "ElementalEmitter",
            "FunctionBody", "Index", "NeedsLoopNest", "SCALAR", "UnsupportedInstruction"]
+
+
+def literal_element(constant: Instruction, index: Index) -> object | None:
+    """The element of an array constant at `index` when the index is literal, else None."""
+    dims = constant.shape.dims
+    if not dims:
+        return None
+    position: int | None = None
+    if index.linear is not None:
+        position = cir.int_value(index.linear)
+    elif index.multi is not None:
+        position = 0
+        for m, stride in zip(index.multi, strides_of(dims)):
+            component = cir.int_value(m)
+            if component is None:
+                return None
+            position += component * stride
+    literal = constant.attrs["literal"]
+    assert isinstance(literal, np.ndarray)
+    if position is None or not 0 <= position < literal.size:
+        return None
+    value: object = literal.reshape(-1)[position].item()
+    return value
+
+
+def splat_value(constant: Instruction) -> object | None:
+    """The value of every element of an array constant whose elements are all the same bits,
+    else None."""
+    literal = constant.attrs["literal"]
+    assert isinstance(literal, np.ndarray)
+    flat = literal.reshape(-1)
+    if flat.size == 0 or flat.dtype.kind not in "biuf":
+        return None
+    bits = flat.view(np.dtype(f"u{flat.dtype.itemsize}")) if flat.dtype.itemsize in (1, 2, 4, 8) \
+        else None
+    if bits is None or not bool(np.all(bits == bits[0])):
+        return None
+    value: object = flat[0].item()
+    return value

@@ -247,8 +247,11 @@ def scatter(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
         for d, dim in enumerate(dims):
             if d not in to_operand:
                 continue
-            start = em.body.let(cir.INDEX, _start_component(
-                em, indices, ivd, scatter_position, to_operand.index(d)), "s")
+            component = _start_component(em, indices, ivd, scatter_position,
+                                         to_operand.index(d))
+            known = cir.folded_int(component)
+            start = (cir.Int(known) if known is not None
+                     else em.body.let(cir.INDEX, component, "s"))
             conditions.append(Binary("<=", Cast(DType.U64, start),
                                      Cast(DType.U64, cir.Int(dim - window_size[d]))))
             if d in inserted:
@@ -265,6 +268,8 @@ def scatter(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
             update_multi[u] = window.get(d, multi[d])
         update_index = Index(update_dims, None, tuple(update_multi), None)
         guard = conjunction(conditions) if conditions else cir.Const(DType.PRED, 1)
+        if cir.folded_int(guard) == 0:
+            continue  # a constant index that never reaches this element
         values = [_updated(em, inst, guard, values, update_index, k) for k in range(n)]
     if n == 1:
         return values[0]
@@ -280,4 +285,6 @@ def _updated(em: ElementalEmitter, inst: Instruction, guard: Expr, current: list
         updates = [em.array_value(u, update_index) for u in inst.operands[n + 1:]]
         return em.apply_reducer(inst.calls[0], current, updates)[k]
 
+    if cir.folded_int(guard) == 1:
+        return combined()
     return em.branch(inst.operands[k].dtype, guard, combined, lambda: current[k])

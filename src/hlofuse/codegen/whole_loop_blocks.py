@@ -40,6 +40,7 @@ from hlofuse.codegen.whole_loop_elements import (
 )
 from hlofuse.codegen.whole_loop_lane_code import SIMD, B
 from hlofuse.codegen.whole_loop_materialized import MaterializedLanes
+from hlofuse.codegen.whole_loop_nested import NestedLoops, nested_loops
 from hlofuse.codegen.whole_loop_reads import LaneReads
 from hlofuse.codegen.whole_loop_reductions import LaneReductions
 from hlofuse.codegen.whole_loop_scratch import ScratchLanes
@@ -54,7 +55,7 @@ PARALLEL_MIN_ENV_STEPS = 1 << 17
 
 
 class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes, ScratchLanes,
-                    LaneReductions, MaterializedLanes):
+                    LaneReductions, MaterializedLanes, NestedLoops):
     """The per-lane half of the whole-loop emitter (codegen/whole_loop.py): the blocks, their
     state's loads and stores, and each step's lane loops."""
 
@@ -135,7 +136,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
     def _lane_step(self) -> None:
         self._lane_bindings()
         self._small_argument_check()
-        self._compute_materialized()
+        self._step_values()
         masks = self._declare_masks()
         if self.speculative:
             self._speculative_lane_loops(masks)
@@ -144,6 +145,18 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         self._deferred_lane_loop(masks)
         self._staged_streamed_stores()
         self._store_step_partials()
+
+    def _step_values(self) -> None:
+        """In body order, what the step's lane loops read: the values computed once into
+        scratch and the nested loops' results."""
+        order = {id(inst): k for k, inst in enumerate(self.plan.body.instructions)}
+        items = [(order[id(value)], k, value) for k, value in enumerate(self.materialized)]
+        items += [(order[id(loop)], -1, loop) for loop in nested_loops(self.plan)]
+        for _, k, inst in sorted(items, key=lambda item: item[0]):
+            if k < 0:
+                self._nested_loop(inst, self.plan.nested[id(inst)], self.plan.body)
+            else:
+                self._materialize(k, inst)
 
     def _speculative_lane_loops(self, masks: dict[tuple[object, ...], str]) -> None:
         """The step with the speculative math in its small forms, each call also noting

@@ -100,31 +100,30 @@ class MaterializedLanes(LaneCode):
                               dims=(positions_per_lane(self.plan, value), self.lanes),
                               speculable=True)
 
-    def _compute_materialized(self) -> None:
-        """Each value into its scratch, POSITIONS_TOGETHER positions per pass with the lanes
-        inside; later reads (the next value's, the lane loops') read the scratch."""
+    def _materialize(self, k: int, value: Instruction) -> None:
+        """The value into its scratch v<k>, POSITIONS_TOGETHER positions per pass with the
+        lanes inside; later reads (the next value's, the lane loops') read the scratch."""
         body, em = self.body, self.lane_em
-        for k, value in enumerate(self.materialized):
-            dim = self.plan.value_lane_dims[id(value)]
-            dims = value.shape.dims
-            positions = positions_per_lane(self.plan, value)
-            together = next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
-            q = body.fresh("q")
-            with body.cache_scope(), body.loop(q, 0, positions, counter=cir.Special.INT,
-                                               step=together):
-                with self._lane_loop(SIMD):
-                    self._declare_lane_index()
-                    at: list[Expr] = [cir.Var(q) if u == 0 else
-                                      Binary("+", cir.Var(q), cir.Int(u))
-                                      for u in range(together)]
-                    indices = [self._index_at(dims, dim, position) for position in at]
-                    if value.op is Op.DOT and looped_product(self.plan, value):
-                        values = self._looped_sums(value, indices)
-                    else:
-                        values = [em.array_value(value, index) for index in indices]
-                    for position, computed in zip(at, values):
-                        body.assign(cir.load(f"v{k}", position, L), computed)
-            em.bindings[id(value)] = self._lane_reader(f"v{k}", value.dtype, dims, dim)
+        dim = self.plan.value_lane_dims[id(value)]
+        dims = value.shape.dims
+        positions = positions_per_lane(self.plan, value)
+        together = next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
+        q = body.fresh("q")
+        with body.cache_scope(), body.loop(q, 0, positions, counter=cir.Special.INT,
+                                           step=together):
+            with self._lane_loop(SIMD):
+                self._declare_lane_index()
+                at: list[Expr] = [cir.Var(q) if u == 0 else
+                                  Binary("+", cir.Var(q), cir.Int(u))
+                                  for u in range(together)]
+                indices = [self._index_at(dims, dim, position) for position in at]
+                if value.op is Op.DOT and looped_product(self.plan, value):
+                    values = self._looped_sums(value, indices)
+                else:
+                    values = [em.array_value(value, index) for index in indices]
+                for position, computed in zip(at, values):
+                    body.assign(cir.load(f"v{k}", position, L), computed)
+        em.bindings[id(value)] = self._lane_reader(f"v{k}", value.dtype, dims, dim)
 
     def _looped_sums(self, dot: Instruction, outputs: list[Index]) -> list[Expr]:
         """The product at each of `outputs` (the pass's positions of one lane): one sum per

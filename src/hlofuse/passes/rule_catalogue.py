@@ -268,8 +268,8 @@ CATALOGUE: tuple[Rule, ...] = (
     _rule("whole-loop-opaque-op", WHOLE_LOOP,
           "the loop runs an op the whole-loop kernel cannot emit per lane", OURS),
     _rule("whole-loop-nested-control-flow", WHOLE_LOOP,
-          "the loop holds a conditional, or a loop without a small constant trip count "
-          "(those are unrolled into the lane's kernel)", OURS),
+          "the loop holds a conditional, a call, or a nested loop that lane code cannot "
+          "run (whose result outside its lanes' part is read after it)", OURS),
     _rule("whole-loop-data-dependent-trip-count", WHOLE_LOOP,
           "the condition depends on per-lane values", OURS),
     _rule("whole-loop-state-too-large", WHOLE_LOOP,

@@ -58,6 +58,7 @@ EXPORT_OPTIONS: dict[str, dict[str, int]] = {
     "mountain_car_continuous_mlp": {"max_steps": 14},
     "spring_chain": {"max_steps": 13},
     "jacobi_rope": {"max_steps": 11},
+    "implicit_pendulum": {"max_steps": 9},
 }
 
 

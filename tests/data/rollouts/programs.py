@@ -742,6 +742,71 @@ def make_jacobi_rope(n: int, t: int, max_steps: int = 200) -> Rollout:
     return _batched_rollout(reset, step, policy, n, t)
 
 
+# --- A stiff pendulum stepped implicitly: Newton's method per lane until it converges -------
+
+
+class ImplicitPendulum:
+    """A damped pendulum on a stiff torsion spring, stepped by backward Euler: each step
+    solves for the next angle with Newton's method, iterating until the lane's own update is
+    below a tolerance (a `while_loop` in the per-lane step, so under `jax.vmap` the lanes
+    take different numbers of iterations). The policy's torque is drawn at random; the
+    reward is minus the energy; an episode ends after `max_steps` steps or when the
+    pendulum spins past two turns."""
+
+    def __init__(self, max_steps: int = 200) -> None:
+        self.params = {"dt": jnp.float32(0.05), "stiffness": jnp.float32(60.0),
+                       "gravity": jnp.float32(9.8), "damping": jnp.float32(0.4),
+                       "tolerance": jnp.float32(1e-5), "max_newton": 25}
+        self.max_steps = max_steps
+
+    def reset(self, key: jax.Array) -> dict[str, jax.Array]:
+        theta, omega = jax.random.uniform(key, (2,), minval=-1.0, maxval=1.0)
+        return {"theta": theta, "omega": omega, "t": jnp.zeros((), jnp.int32)}
+
+    def _acceleration(self, theta: jax.Array, omega: jax.Array, torque: jax.Array
+                      ) -> jax.Array:
+        p = self.params
+        return (-p["stiffness"] * theta - p["gravity"] * jnp.sin(theta)
+                - p["damping"] * omega + torque)
+
+    def step(self, state: dict[str, jax.Array], torque: jax.Array
+             ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+        p, dt = self.params, self.params["dt"]
+        theta0, omega0 = state["theta"], state["omega"]
+
+        def residual(theta: jax.Array) -> jax.Array:
+            omega = (theta - theta0) / dt
+            return omega - omega0 - dt * self._acceleration(theta, omega, torque)
+
+        def newton(carry: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[Any, Any, Any]:
+            theta, _, k = carry
+            slope = jax.grad(residual)(theta)
+            delta = residual(theta) / slope
+            return theta - delta, jnp.abs(delta), k + 1
+
+        def unconverged(carry: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
+            _, change, k = carry
+            return (change > p["tolerance"]) & (k < p["max_newton"])
+
+        guess = theta0 + dt * omega0
+        theta, _, iterations = lax.while_loop(unconverged, newton,
+                                              (guess, jnp.float32(jnp.inf), jnp.int32(0)))
+        omega = (theta - theta0) / dt
+        t = state["t"] + 1
+        energy = 0.5 * omega ** 2 + 0.5 * p["stiffness"] * theta ** 2
+        done = (t >= self.max_steps) | (jnp.abs(theta) > 4.0 * jnp.pi)
+        return {"theta": theta, "omega": omega, "t": t}, -energy - 0.01 * iterations, done
+
+
+def make_implicit_pendulum(n: int, t: int, max_steps: int = 200) -> Rollout:
+    env = ImplicitPendulum(max_steps)
+
+    def policy(key: jax.Array, n: int) -> jax.Array:
+        return 20.0 * jax.random.normal(key, (n,))
+
+    return _batched_rollout(env.reset, env.step, policy, n, t)
+
+
 ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "acrobot": make_acrobot,
     "pendulum": make_pendulum,
@@ -760,4 +825,5 @@ ROLLOUTS: dict[str, Callable[[int, int], Rollout]] = {
     "mountain_car_continuous_mlp": make_mountain_car_continuous_mlp,
     "spring_chain": make_spring_chain,
     "jacobi_rope": make_jacobi_rope,
+    "implicit_pendulum": make_implicit_pendulum,
 }

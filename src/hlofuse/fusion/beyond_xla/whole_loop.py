@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from hlofuse.analysis.counted_loops import NotCounted, counted_loop
+from hlofuse.analysis.lane_classification import element_read
 from hlofuse.analysis.parallel_loop import (
     DEFAULT_MAX_STATE_ELEMENTS_PER_LANE,
     DEFAULT_MAX_UNIFORM_ELEMENTS,
@@ -183,13 +184,14 @@ def _unfused(comp: Computation, names: NameUniquer, computation_names: NameUniqu
     rounds, a `fori_loop` integrator) replaced by its iterations, so that the lane's kernel
     runs it as straight-line code: at most NESTED_MAX_TRIP_COUNT iterations (XLA's
     WhileLoopUnroller limit) and NESTED_UNROLL_INSTRUCTIONS instructions in all. A larger
-    nested loop stays a loop (a physics engine's substeps or a solver's iterations): written
-    out, its chain of dependent values grows with the trip count and so do code generation
-    and the C compiler's time."""
+    nested loop stays a loop (a physics engine's substeps or a solver's iterations), which
+    lane code runs as a loop (codegen/whole_loop_nested.py): written out, its chain of
+    dependent values would grow with the trip count and so would code generation and the C
+    compiler's time."""
     flat = comp
     if any(i.op in (Op.FUSION, Op.WHILE) for i in comp.instructions):
         builder = ComputationBuilder(comp.name, names)
-        root = _flattened(comp, tuple(comp.parameters), builder, top=True)
+        root = _flattened(comp, tuple(comp.parameters), builder, computation_names, top=True)
         flat = Computation(comp.name, tuple(builder.instructions), root,
                            tuple(comp.parameters))
     # The unrolled iterations' counters are constants now, and so is what they index (the
@@ -203,7 +205,8 @@ def _unfused(comp: Computation, names: NameUniquer, computation_names: NameUniqu
         return simplified
     # Loops may share a computation (JAX's Threefry rounds): each copy gets names of its own.
     builder = ComputationBuilder(computation_names.unique(comp.name), names)
-    params = tuple(builder.parameter(p.parameter_number, p.shape, names.unique(p.name))
+    params = tuple(builder.add(Op.PARAMETER, attrs={"parameter_number": p.parameter_number},
+                               shape=p.shape, name_base=p.name)
                    for p in simplified.parameters)
     root = inline_computation(simplified, params, builder, keep_names=False)
     return builder.build(root)
@@ -222,9 +225,12 @@ NESTED_UNROLL_INSTRUCTIONS = 512
 
 
 def _flattened(comp: Computation, operands: tuple[Instruction, ...],
-               builder: ComputationBuilder, top: bool = False) -> Instruction:
+               builder: ComputationBuilder, computation_names: NameUniquer,
+               top: bool = False) -> Instruction:
     """`comp` applied to `operands`, its instructions copied into `builder` with fusions
-    inlined and constant-trip-count loops unrolled; returns the copy of its root."""
+    inlined and constant-trip-count loops unrolled; returns the copy of its root. A nested
+    loop kept a loop has its own computations flattened, and an element it passes on
+    unchanged is read from its initial value (lane code then holds it once)."""
     copies: dict[int, Instruction] = {}
     for param in comp.parameters:
         copies[id(param)] = operands[param.parameter_number]
@@ -235,23 +241,43 @@ def _flattened(comp: Computation, operands: tuple[Instruction, ...],
             continue
         mapped = tuple(copies[id(o)] for o in inst.operands)
         if inst.op is Op.FUSION:
-            copies[id(inst)] = _flattened(inst.calls[0], mapped, builder)
+            copies[id(inst)] = _flattened(inst.calls[0], mapped, builder, computation_names)
             continue
+        calls = inst.calls
         if inst.op is Op.WHILE:
-            unrolled = _unrolled(inst, mapped, builder)
+            unrolled = _unrolled(inst, mapped, builder, computation_names)
             if unrolled is not None:
                 copies[id(inst)] = unrolled
                 continue
+            calls = tuple(_unfused(c, builder.names, computation_names, True)
+                          for c in inst.calls)
+        if inst.op is Op.GET_TUPLE_ELEMENT and (unchanged := _unchanged(mapped[0], inst)):
+            copies[id(inst)] = unchanged
+            continue
         name = inst.name if top else builder.names.unique(inst.name)
-        copy = (inst if mapped == inst.operands and top
-                else dataclasses.replace(inst, name=name, operands=mapped))
+        copy = (inst if mapped == inst.operands and calls == inst.calls and top
+                else dataclasses.replace(inst, name=name, operands=mapped, calls=calls))
         builder.instructions.append(copy)
         copies[id(inst)] = copy
     return copies[id(comp.root)]
 
 
+def _unchanged(source: Instruction, read: Instruction) -> Instruction | None:
+    """The initial value of the element `read` takes from loop `source`, when the loop's body
+    passes that element on unchanged."""
+    if source.op is not Op.WHILE or source.operands[0].op is not Op.TUPLE:
+        return None
+    root = source.calls[1].root
+    index = read.attrs["index"]
+    assert isinstance(index, int)
+    if root.op is not Op.TUPLE or element_read(root.operands[index]) != index:
+        return None
+    return source.operands[0].operands[index]
+
+
 def _unrolled(loop: Instruction, operands: tuple[Instruction, ...],
-              builder: ComputationBuilder) -> Instruction | None:
+              builder: ComputationBuilder, computation_names: NameUniquer
+              ) -> Instruction | None:
     """The iterations of a nested loop with a constant trip count, or None (kept a loop)."""
     cond, body = loop.calls
     try:
@@ -263,7 +289,7 @@ def _unrolled(loop: Instruction, operands: tuple[Instruction, ...],
         return None
     state = operands[0]
     for _ in range(counted.trip_count):
-        state = _flattened(body, (state,), builder)
+        state = _flattened(body, (state,), builder, computation_names)
     return state
 
 

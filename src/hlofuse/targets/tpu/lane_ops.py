@@ -23,6 +23,7 @@ from hlofuse.targets.tpu.lane_indexing import (
     scatter,
 )
 from hlofuse.targets.tpu.lane_linalg import is_tile_linalg, linalg_leaf
+from hlofuse.targets.tpu.lane_nested import nested_loop
 from hlofuse.targets.tpu.lane_values import (
     MAX_REDUCED_POSITIONS,
     OP_RULE,
@@ -334,7 +335,7 @@ MOVES: dict[Op, Callable[[LaneValues, Instruction, Position], Value]] = {
     Op.SLICE: _slice, Op.REVERSE: _reverse, Op.CONCATENATE: _concatenate, Op.PAD: _pad,
     Op.DYNAMIC_SLICE: dynamic_slice, Op.DYNAMIC_UPDATE_SLICE: dynamic_update_slice,
     Op.GATHER: gather, Op.SCATTER: scatter, Op.REDUCE: _reduce, Op.DOT: _dot,
-    Op.REDUCE_WINDOW: _reduce_window,
+    Op.REDUCE_WINDOW: _reduce_window, Op.WHILE: nested_loop,
 }
 
 # Ops the whole-loop kernel computes on tiles (the static check before the kernel is built).
@@ -350,6 +351,10 @@ def first_unlowered(instructions: Sequence[Instruction]) -> Instruction | None:
             continue
         if inst.op not in LOWERED_OPS:
             return inst
+        if inst.op is Op.WHILE:  # a nested loop: what it runs
+            inner = first_unlowered([i for c in inst.calls for i in c.instructions])
+            if inner is not None:
+                return inner
         if inst.op is Op.CUSTOM_CALL and \
                 inst.attrs.get("custom_call_target") != THREEFRY_TARGET:
             return inst

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +43,9 @@ from hlofuse.ir.ops import Op
 from hlofuse.reference.rnglib import THREEFRY_TARGET
 from hlofuse.targets.tpu.lane_wide import is_small_int, is_wide, narrow_dtype, wrapped
 from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, elementwise, threefry
+
+if TYPE_CHECKING:
+    from hlofuse.analysis.parallel_loop import LoopPlan
 
 Index = int | Value  # a static index, or an int32 (rows, 128) tile of per-lane indices
 Position = tuple[Index, ...]
@@ -103,6 +106,8 @@ class LaneValues:
         self._affine: dict[int, tuple[Value, int]] = {}  # id(tile) -> (base tile, offset)
         self._shifts: dict[tuple[int, int], Value] = {}
         self._bounded(lanes, 0, size - 1)
+        # The plans of the nested loops this computation runs (lane_nested.py), by id().
+        self.nested: Mapping[int, LoopPlan] = {}
 
     @contextlib.contextmanager
     def branch(self) -> Iterator[None]:

@@ -355,7 +355,9 @@ class LaneKernel:
                 return [_from_word(v, dtype) for v in scalars[plan.uniform.index(element)]]
 
             lane_dims = {e: plan.lane_dims[e] for e in held}
-            return LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
+            values = LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
+            values.nested = plan.nested
+            return values
 
         def condition(carry: Any) -> Value:
             return values_of(carry).scalar(plan.condition.root)

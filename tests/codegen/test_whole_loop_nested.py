@@ -1,0 +1,260 @@
+"""Nested loops inside a whole-loop kernel (codegen/whole_loop_nested.py): a physics engine's
+substeps, a solver's iterations and loops inside those run as loops in lane code, stepped by
+the block's lanes together, whatever their trip count. Results equal the reference
+interpreter; the kernel's code does not grow with the trip count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import hlofuse
+import hlofuse.numpy as hnp
+from hlofuse import lax
+from hlofuse.api import compile_module
+from hlofuse.fusion.strategies import run_strategy
+from hlofuse.ir.hlo import Module
+from hlofuse.reference.interpreter import evaluate, flatten_value
+
+pytestmark = pytest.mark.needs_cc
+
+
+def _substeps(substeps: int, steps: int = 6) -> Any:
+    """Lanes of a damped oscillator in 3 dimensions, each step `substeps` semi-implicit Euler
+    substeps in a fori_loop, then a kick from the step counter."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def substep(_: Any, xv: Any) -> Any:
+            x, v = xv
+            v = v + 0.01 * (-4.0 * hnp.sin(x) - 0.3 * v)
+            return x + 0.01 * v, v
+
+        def step(i: Any, xv: Any) -> Any:
+            x, v = lax.fori_loop(0, substeps, substep, xv)
+            return x, v + 0.001 * i.astype(hnp.float32)
+
+        return lax.fori_loop(0, steps, step, (x0, v0))
+
+    return rollout
+
+
+def _lanes(n: int, width: int = 3, seed: int = 5) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((n, width)).astype(np.float32),
+            rng.standard_normal((n, width)).astype(np.float32)]
+
+
+def _module(program: Any, args: list[np.ndarray]) -> Module:
+    module: Module = hlofuse.jit(program).lower(*args).module
+    return module
+
+
+def _check(module: Module, args: list[np.ndarray], backend: str = "cpu") -> str:
+    """One kernel for the time loop, equal to the interpreter; the compiled source."""
+    fused = run_strategy(module, "max", debug=False)
+    assert not fused.kernels_per_iteration(), "a loop is left outside the kernel"
+    compiled = compile_module(module, "max", backend)
+    expected = flatten_value(evaluate(module, args))
+    actual = flatten_value(compiled(*args))
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        np.testing.assert_allclose(np.asarray(a), e, rtol=2e-5, atol=2e-6, err_msg=f"out{k}")
+    source: str = compiled.source()
+    return source
+
+
+def _whole_loop_source(source: str) -> str:
+    return source[source.index("(kCustom)"):]
+
+
+@pytest.mark.parametrize("n", [1, 37, 300])
+def test_substeps_run_as_a_loop_in_lane_code(n: int) -> None:
+    args = _lanes(n)
+    source = _check(_module(_substeps(100), args), args)
+    assert "a nested loop" in _whole_loop_source(source)
+
+
+def test_code_does_not_grow_with_the_trip_count() -> None:
+    args = _lanes(16)
+    short = _whole_loop_source(_check(_module(_substeps(80), args), args))
+    long = _whole_loop_source(compile_module(_module(_substeps(5000), args), "max").source())
+    assert len(long.splitlines()) == len(short.splitlines())
+
+
+def _changing_trip_count(n_iterations_from_step: bool) -> Any:
+    """A solver whose iteration count grows with the step (uniform, not constant), and whose
+    carry holds a uniform relaxation factor that changes every iteration."""
+
+    def rollout(x0: Any, target: Any) -> Any:
+        def iterate(_: Any, carry: Any) -> Any:
+            x, relax = carry
+            return x + relax * (target - x * x * 0.1), relax * 0.9
+
+        def step(i: Any, x: Any) -> Any:
+            upper = i + 3 if n_iterations_from_step else 70
+            x, _ = lax.fori_loop(0, upper, iterate, (x, hnp.float32(0.5)))
+            return x
+
+        return lax.fori_loop(0, 5, step, x0)
+
+    return rollout
+
+
+@pytest.mark.parametrize("from_step", [True, False])
+def test_trip_count_from_the_step_and_a_changing_uniform_carry(from_step: bool) -> None:
+    args = _lanes(23)
+    _check(_module(_changing_trip_count(from_step), args), args)
+
+
+def _doubly_nested(inner: int, outer: int) -> Any:
+    """Substeps whose every substep runs a fixed-point iteration of its own."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def fixed_point(_: Any, y: Any) -> Any:
+            return 0.5 * (y + hnp.cos(y))
+
+        def substep(_: Any, xv: Any) -> Any:
+            x, v = xv
+            y = lax.fori_loop(0, inner, fixed_point, x)
+            v = v + 0.02 * (y - x)
+            return x + 0.02 * v, v
+
+        def step(_: Any, xv: Any) -> Any:
+            return lax.fori_loop(0, outer, substep, xv)
+
+        return lax.fori_loop(0, 4, step, (x0, v0))
+
+    return rollout
+
+
+def test_a_loop_nested_in_a_nested_loop() -> None:
+    args = _lanes(19)
+    source = _whole_loop_source(_check(_module(_doubly_nested(70, 65), args), args))
+    assert source.count("a nested loop") == 2
+
+
+def test_large_per_lane_elements_in_the_nested_loop() -> None:
+    """80 values per lane: computed in passes over the positions, lanes inside."""
+    args = _lanes(9, width=80)
+    _check(_module(_substeps(90, steps=3), args), args)
+
+
+def test_nested_loop_on_the_emulated_cuda_target() -> None:
+    args = _lanes(37)
+    _check(_module(_substeps(70, steps=3), args), args, "cuda-emulated")
+
+
+def test_a_per_lane_trip_count_is_refused_naming_the_rule() -> None:
+    """A nested while that runs until every lane has converged reads all lanes in its
+    condition: the time loop is refused (the rule named), and the program still runs."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def step(_: Any, x: Any) -> Any:
+            def unconverged(y: Any) -> Any:
+                return hnp.any(hnp.abs(y - hnp.cos(y)) > 1e-4)
+
+            return lax.while_loop(unconverged, lambda y: 0.5 * (y + hnp.cos(y)), x)
+
+        return lax.fori_loop(0, 3, step, x0 + v0)
+
+    args = _lanes(11)
+    module = _module(rollout, args)
+    fused = run_strategy(module, "max", debug=False)
+    refusals = [r for r in fused.decisions.records
+                if r.pass_name == "whole-loop-fusion" and r.verdict.value == "no"]
+    assert refusals and refusals[-1].rule.startswith("whole-loop-")
+    compiled = compile_module(module, "max")
+    np.testing.assert_allclose(flatten_value(compiled(*args))[0],
+                               flatten_value(evaluate(module, args))[0], rtol=1e-5)
+
+
+def _until_converged(masked: bool) -> Any:
+    """Each lane solves y = cos(y) + x by fixed-point iteration until its own residual is
+    small, in the form jax.vmap gives a while_loop: the condition asks whether any lane
+    wants another iteration, the body moves only the lanes that do (masked) or every lane."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def wants(carry: Any) -> Any:
+            y, x, k = carry
+            return hnp.any(hnp.abs(y - hnp.cos(y) - x) > 1e-5, axis=1) & (k < 200)
+
+        def iterate(carry: Any) -> Any:
+            y, x, k = carry
+            again = wants(carry)
+            if not masked:
+                return 0.5 * (y + hnp.cos(y) + x), x, k + 1
+            return (hnp.where(again[:, None], 0.5 * (y + hnp.cos(y) + x), y), x,
+                    hnp.where(again, k + 1, k))
+
+        def step(_: Any, x: Any) -> Any:
+            k0 = hnp.zeros(x.shape[:1], hnp.int32)
+            y, _, k = lax.while_loop(lambda c: hnp.any(wants(c)), iterate, (x, x, k0))
+            return 0.9 * x + 0.1 * y + 0.01 * k[:, None].astype(hnp.float32)
+
+        return lax.fori_loop(0, 4, step, 0.3 * x0 + v0)
+
+    return rollout
+
+
+@pytest.mark.parametrize("n", [1, 37, 300])
+def test_per_lane_trip_counts_of_a_masked_loop_stop_per_block(n: int) -> None:
+    """Lanes converge after different numbers of iterations; each block stops when its own
+    lanes have (the further iterations of other blocks leave them unchanged)."""
+    args = _lanes(n, width=2)
+    source = _whole_loop_source(_check(_module(_until_converged(True), args), args))
+    assert "a nested loop" in source
+
+
+def test_an_unmasked_loop_waiting_for_every_lane_is_refused() -> None:
+    args = _lanes(21, width=2)
+    module = _module(_until_converged(False), args)
+    fused = run_strategy(module, "max", debug=False)
+    refusals = [r for r in fused.decisions.records
+                if r.pass_name == "whole-loop-fusion" and r.verdict.value == "no"]
+    assert refusals[-1].rule == "whole-loop-data-dependent-trip-count"
+    assert "finished" in refusals[-1].message
+    compiled = compile_module(module, "max")
+    np.testing.assert_allclose(flatten_value(compiled(*args))[0],
+                               flatten_value(evaluate(module, args))[0], rtol=1e-5)
+
+
+def test_a_nested_loop_holding_the_lanes_along_another_dimension() -> None:
+    """The nested loop carries the state transposed (lanes second): each lane's part is
+    read along the dimension its initial value holds the lanes."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def relax(_: Any, xt: Any) -> Any:
+            return xt + 0.05 * (hnp.cos(xt) - xt)
+
+        def step(_: Any, x: Any) -> Any:
+            return lax.fori_loop(0, 70, relax, x.T).T * 0.99 + 0.01
+
+        return lax.fori_loop(0, 3, step, x0 + v0)
+
+    args = _lanes(29)
+    _check(_module(rollout, args), args)
+
+
+def test_a_nested_loop_only_uniform_values_need_is_refused_naming_it() -> None:
+    """A nested loop over a uniform value (a schedule computed by iteration) whose result the
+    step counter's update needs: only lane code runs nested loops, so the time loop is
+    refused with the nested loop named, and the program still runs."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def step(carry: Any) -> Any:
+            i, x = carry
+            skip = lax.fori_loop(0, 80, lambda _, s: (s * 3 + 1) % 7, i)
+            return i + 1 + skip % 2, x * 0.9 + v0
+
+        return lax.while_loop(lambda c: c[0] < 6, step, (hnp.int32(0), x0))
+
+    args = _lanes(13)
+    module = _module(rollout, args)
+    fused = run_strategy(module, "max", debug=False)
+    refusals = [r for r in fused.decisions.records
+                if r.pass_name == "whole-loop-fusion" and r.verdict.value == "no"]
+    assert refusals[-1].rule == "whole-loop-nested-control-flow", refusals[-1].message
+    compiled = compile_module(module, "max")
+    for a, e in zip(flatten_value(compiled(*args)), flatten_value(evaluate(module, args))):
+        np.testing.assert_allclose(np.asarray(a), e, rtol=1e-5)
