@@ -23,12 +23,13 @@ ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic", "cartpole_fori
 # The rollout corpus (tests/data/rollouts/, JAX's CUDA lowerings), stored as rollout_<env>.
 ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
                             for p in ROLLOUT_CORPUS.glob("*.gpu.hlo")))
-# Measured on the 53 programs (h100; `benchmarks/xla_gpu_agreement.py --jobs 2`): 44 and 40
-# since XLA's ScatterExpander of scatters of one constant index, HandleAdd's sum with a
-# dynamic-update-slice of zeros, today's ShouldFuseInPlaceOp for a producer that is the
-# in-place buffer and the hero-based reduction kernel of CanFuse (rollout_jacobi_rope and
-# rollout_spring_chain reach XLA's count; their grouping differs by a fresh instruction name
-# that the comparison resolves to an unrelated input instruction); 42 and 40
+# Measured on the 54 programs (h100; `benchmarks/xla_gpu_agreement.py --jobs 2`): 44 and 40
+# with rollout_implicit_pendulum (XLA copies one more loop state element per step), as on the
+# 53 programs before it joined, since XLA's ScatterExpander of scatters of one constant index,
+# HandleAdd's sum with a dynamic-update-slice of zeros, today's ShouldFuseInPlaceOp for a
+# producer that is the in-place buffer and the hero-based reduction kernel of CanFuse
+# (rollout_jacobi_rope and rollout_spring_chain reach XLA's count; their grouping differs, see
+# docs/xla-fidelity.md); 42 and 40
 # since XLA's BatchedGatherScatterNormalizer, GatherSimplifier and ScatterSimplifier
 # (rollout_bandit and rollout_catch reach XLA's grouping) and the hero-reduction rule of
 # buffer sharing (rollout_inventory_logged reaches XLA's count, rollout_reacher_logged gets
