@@ -202,8 +202,15 @@ def test_per_lane_trip_counts_of_a_masked_loop_stop_per_block(n: int) -> None:
     """Lanes converge after different numbers of iterations; each block stops when its own
     lanes have (the further iterations of other blocks leave them unchanged)."""
     args = _lanes(n, width=2)
-    source = _whole_loop_source(_check(_module(_until_converged(True), args), args))
+    module = _module(_until_converged(True), args)
+    source = _whole_loop_source(_check(module, args))
     assert "a nested loop" in source
+    decisions = run_strategy(module, "max", debug=False).decisions.records
+    fused = [r for r in decisions if r.pass_name == "whole-loop-fusion"
+             and r.verdict.value == "fuse"]
+    assert fused[-1].figures["nested_loops"] == 1
+    # (One lane is all there is: its loop's condition is the lane's own.)
+    assert ("per-lane trip counts" in fused[-1].message) == (n > 1)
 
 
 def test_an_unmasked_loop_waiting_for_every_lane_is_refused() -> None:

@@ -107,13 +107,18 @@ class MaterializedLanes(LaneCode):
         dim = self.plan.value_lane_dims[id(value)]
         dims = value.shape.dims
         positions = positions_per_lane(self.plan, value)
-        together = next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
+        # A few positions are written out: in a loop over passes, each read of a small array
+        # at the pass's position would be a select over its positions.
+        written_out = positions <= UNROLL_ELEMENTS
+        together = positions if written_out else \
+            next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
         q = body.fresh("q")
         with body.cache_scope(), body.loop(q, 0, positions, counter=cir.Special.INT,
                                            step=together):
             with self._lane_loop(SIMD):
                 self._declare_lane_index()
-                at: list[Expr] = [cir.Var(q) if u == 0 else
+                at: list[Expr] = [cir.Int(u) if written_out else
+                                  cir.Var(q) if u == 0 else
                                   Binary("+", cir.Var(q), cir.Int(u))
                                   for u in range(together)]
                 indices = [self._index_at(dims, dim, position) for position in at]

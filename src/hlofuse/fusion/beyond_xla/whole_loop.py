@@ -323,13 +323,25 @@ def _log_fusion(log: DecisionSink | None, comp: Computation, loop: Instruction,
                f"blocks of {block}, per-lane elements {list(plan.per_lane)}, uniform "
                f"{list(plan.uniform)}" + (f", accumulated {accumulated}" if accumulated else "")
                + (f", reduced over the lanes per step {per_step}" if per_step else "")
-               + (f", read-only {list(plan.read_only)}" if plan.read_only else ""))
+               + (f", read-only {list(plan.read_only)}" if plan.read_only else "")
+               + _nested_text(plan))
     figures: dict[str, Figure] = {
         "lanes": plan.size, "block_lanes": block, "per_lane_elements": len(plan.per_lane),
         "uniform_elements": len(plan.uniform), "accumulators": len(plan.accumulators),
         "step_reductions": len(plan.step_reductions), "read_only_elements": len(plan.read_only),
         "lane_instructions": len(plan.lane), "uniform_instructions": len(plan.uniform_code),
+        "nested_loops": len(plan.nested),
     }
     log.append(DecisionRecord(
         WholeLoopFusion.name, comp.name, loop.name, fusion.name, Verdict.FUSE, FUSIBLE, message,
         loop.op.text, fusion.op.text, (), MappingProxyType(figures), _lines(loop), ()))
+
+
+def _nested_text(plan: LoopPlan) -> str:
+    """The nested loops lane code runs, each with how its trip count is decided."""
+    if not plan.nested:
+        return ""
+    loops = [f"%{inst.name}" + (" (per-lane trip counts, each block until its lanes are done)"
+                                if plan.nested[id(inst)].lane_condition is not None else "")
+             for inst in plan.body.instructions if id(inst) in plan.nested]
+    return ", nested loops run in lane code " + ", ".join(loops)
