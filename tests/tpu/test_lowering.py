@@ -135,3 +135,50 @@ def test_block_rows_follow_the_vmem_model() -> None:
     long_body = block_rows(1 << 17, arrays, 200)
     assert ROW_MULTIPLE <= long_body < rows and long_body % ROW_MULTIPLE == 0
     assert block_rows(40, arrays, 2) == 40
+
+
+def test_whole_array_kernels_are_bounded_by_their_padded_tiles() -> None:
+    """A whole-array kernel's values are counted in (8, 128) tiles as the kernel lays them
+    out: a 1-d array is one row (an eighth of each register used), a [n, 1] column a lane
+    per register; past 128 registers a reduction (not tiled) runs as an XLA operation even
+    where its elements are within the whole-array limit."""
+    from hlofuse.ir.dtypes import DType
+    from hlofuse.ir.shapes import Shape
+    from hlofuse.targets.tpu.kernels import WHOLE_MAX_VREGS, vector_registers
+
+    assert vector_registers(Shape(DType.F32, (512, 128))) == 64
+    assert vector_registers(Shape(DType.F32, (16384,))) == 128
+    assert vector_registers(Shape(DType.F32, (65536,))) == 512
+    assert vector_registers(Shape(DType.U32, (65536, 1))) == 8192
+    assert vector_registers(Shape(DType.PRED, (3, 9, 130))) == 3 * 2 * 2
+    assert vector_registers(Shape(DType.F32, ())) == 1
+    module = parse_module("""HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[65536] parameter(0)
+  n = f32[65536] negate(p)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(n, z), dimensions={0}, to_apply=add
+}""", "m")
+    fused = run_strategy(module, "xla", debug=False).module
+    large = [k for k in plan_kernels(fused, interpret=True)
+             if any(s.num_elements == 65536 for s in k.input_shapes)]
+    assert large and large[0].mode == "xla-op"
+    assert f"kept to {WHOLE_MAX_VREGS} registers" in large[0].reason
+    small = run_strategy(parse_module("""HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[16384] parameter(0)
+  n = f32[16384] negate(p)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(n, z), dimensions={0}, to_apply=add
+}""", "m"), "xla", debug=False).module
+    assert all(k.layout == "whole" for k in plan_kernels(small, interpret=True))

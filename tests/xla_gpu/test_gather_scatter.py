@@ -170,7 +170,8 @@ ENTRY e {
 
 def test_one_index_is_left_to_xla_s_expanders() -> None:
     """A gather or scatter of one index is what XLA's GatherExpander and ScatterExpander turn
-    into a dynamic slice (not modelled): the simplifiers leave it."""
+    into a dynamic slice or dynamic-update-slice (the scatter: scatter_expander.py; the gather:
+    not modelled): the simplifiers leave it."""
     module = parse_module("""
 HloModule single
 add_f32 {

@@ -88,6 +88,7 @@ from hlofuse.fusion.xla_gpu.ids import InstructionIds, RecordInstructionIds
 from hlofuse.fusion.xla_gpu.layout import TransposeToBitcast
 from hlofuse.fusion.xla_gpu.multi_output import GpuMultiOutputFusion
 from hlofuse.fusion.xla_gpu.priority import GpuPriorityFusion
+from hlofuse.fusion.xla_gpu.scatter_expander import ScatterExpander
 from hlofuse.fusion.xla_gpu.softmax_rewriter import SoftmaxRewriterTriton
 from hlofuse.fusion.xla_gpu.while_simplify import GPU_LOOP_PASSES, GPU_LOOP_SIMPLIFICATION
 from hlofuse.ir.hlo import Module
@@ -114,7 +115,7 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          RecordInstructionIds, SimplifyFPConversions,
                                          GpuCopyInsertion, CopyFusion,
                                          BatchedGatherScatterNormalizer, GatherSimplifier,
-                                         ScatterSimplifier, *GPU_LOOP_PASSES)
+                                         ScatterSimplifier, ScatterExpander, *GPU_LOOP_PASSES)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -236,8 +237,9 @@ class Strategy:
             steps.append(LoopUnroll(factor=self.unroll))
             steps.append(FixedPoint(tidy, label="after unrolling"))
         if self.gpu_priority_fusion:  # XLA's while-loop simplifier (xla_gpu/while_simplify.py)
-            # GatherSimplifier and ScatterSimplifier open XLA's simplification pipeline.
-            canonical = (GatherSimplifier(ids), ScatterSimplifier(ids))
+            # GatherSimplifier and ScatterSimplifier open XLA's simplification pipeline, the
+            # ScatterExpander of scatters of one index right after them.
+            canonical = (GatherSimplifier(ids), ScatterSimplifier(ids), ScatterExpander(ids))
             steps.append(FixedPoint(canonical + GPU_LOOP_SIMPLIFICATION + tidy,
                                     label="while loops"))
             # XLA's HloComputationDeduplicator, then FlattenCallGraph's copies per call site.

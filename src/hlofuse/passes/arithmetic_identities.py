@@ -50,6 +50,13 @@ that can sink stays a broadcast until its users have sunk (then it becomes an io
 left alone here (the front end never emits it). The values are the same: an element-wise op
 computes each element from the elements at the same index, and a broadcast only repeats
 elements.
+HandleAdd also adds only the window of a dynamic-update-slice of zeros: `A +
+dynamic-update-slice(broadcast(0), U, s)` (either operand order, the zero a broadcast of a
+one-element constant) is `dynamic-update-slice(A, dynamic-slice(A, s) + U, s)`; the
+dynamic-slice is made a slice here when every start is a constant, as HandleDynamicSlice makes
+it (its starts clamped into A as a dynamic-slice clamps them). XLA's per-pass dump of
+`rollout_jacobi_rope` shows it on what ScatterExpander leaves of `x.at[:, k].set(v)` added to
+a broadcast (`xla_gpu/scatter_expander.py`).
 hlofuse's own `simplify` leaves arithmetic alone (it is shared with the 2022 pipeline, which
 the study reproduces as it was); `xla-gpu` runs this pass next to the while-loop simplifier,
 whose merged induction variables leave `0 + counter * 1` behind.
@@ -93,6 +100,48 @@ def identity_operand(inst: Instruction, operands: tuple[Instruction, ...]) -> In
     for keep, other in (operands, operands[::-1]):
         if keep.shape == inst.shape and _is_all(other, identity):
             return keep
+    return None
+
+
+def add_of_zero_update(inst: Instruction, operands: tuple[Instruction, ...]
+                       ) -> tuple[Instruction, Instruction] | None:
+    """(A, the dynamic-update-slice) when `inst` adds A and a dynamic-update-slice of a
+    broadcast zero, in either order (XLA's HandleAdd: only the window is added)."""
+    if inst.op is not Op.ADD or len(operands) != 2:
+        return None
+    for other, update in (operands, operands[::-1]):
+        if (update.op is Op.DYNAMIC_UPDATE_SLICE and update.operands[0].op is Op.BROADCAST
+                and _is_all(update.operands[0], 0) and other.shape == inst.shape):
+            return other, update
+    return None
+
+
+def _window_added(inst: Instruction, other: Instruction, update: Instruction,
+                  builder: RewriteBuilder) -> Instruction:
+    """dynamic-update-slice(A, A's window + U) for A + dynamic-update-slice(0, U); the window
+    is a slice where the starts are constants (HandleDynamicSlice), clamped into A as a
+    dynamic-slice's starts are."""
+    window, starts = update.operands[1], update.operands[2:]
+    constants = [_scalar_value(s) for s in starts]
+    if all(c is not None for c in constants):
+        bounds = []
+        for c, n, w in zip(constants, other.shape.dims, window.shape.dims):
+            assert c is not None
+            start = min(max(c, 0), n - w)
+            bounds.append(SliceDim(start, start + w))
+        old = builder.add(Op.SLICE, [other], attrs={"slice": tuple(bounds)})
+    else:
+        old = builder.add(Op.DYNAMIC_SLICE, [other, *starts],
+                          attrs={"dynamic_slice_sizes": window.shape.dims})
+    added = builder.add(Op.ADD, [old, window], metadata=window.metadata)
+    return builder.add(Op.DYNAMIC_UPDATE_SLICE, [other, added, *starts],
+                       metadata=inst.metadata)
+
+
+def _scalar_value(inst: Instruction) -> int | None:
+    literal = inst.attrs.get("literal") if inst.op is Op.CONSTANT else None
+    if isinstance(literal, np.ndarray) and literal.size == 1:
+        return int(literal.reshape(()))
     return None
 
 
@@ -316,8 +365,9 @@ class ArithmeticIdentities:
     maximum and minimum with constant bounds by a clamp, `A - C` by `A + (-C)`,
     `(A * C1) * C2` by `A * (C1 * C2)`,
     `broadcast(iota)` by an iota, an element-wise op of compatible broadcasts by a
-    broadcast of the op, a slice of a reshape's leading rows by a reshape of a slice, and a
-    concatenate with a broadcast scalar by a pad."""
+    broadcast of the op, a slice of a reshape's leading rows by a reshape of a slice, a
+    concatenate with a broadcast scalar by a pad, and a sum with a dynamic-update-slice of
+    zeros by a dynamic-update-slice of the sum's window."""
 
     name: ClassVar[str] = PASS_NAME
 
@@ -385,6 +435,12 @@ class ArithmeticIdentities:
                                     f"%{inst.name} subtracts a constant: it adds its negation")
                     return _negated(inst, operands, subtracted, builder)
                 kept = identity_operand(inst, operands)
+                zero_update = add_of_zero_update(inst, operands) if kept is None else None
+                if zero_update is not None:
+                    records.rewrote(comp.name, inst, "add-of-zero-update",
+                                    f"%{inst.name} adds a dynamic-update-slice of zeros: "
+                                    "only the window is added")
+                    return _window_added(inst, *zero_update, builder)
                 if kept is None:
                     factor = pred_factor(inst, operands)
                     if factor is None:

@@ -60,6 +60,7 @@ FP_CONVERSIONS = "simplify-fp-conversions"
 BATCHED_GATHER_SCATTER = "batched-gather-scatter-normalizer"
 GATHER_SIMPLIFIER = "gather-simplifier"
 SCATTER_SIMPLIFIER = "scatter-simplifier"
+SCATTER_EXPANDER = "scatter-expander"
 _WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
 # Rules every vertical fusion pass applies through the shared legality checks (rules.py).
@@ -134,7 +135,8 @@ CATALOGUE: tuple[Rule, ...] = (
           "a non-scalar constant stays an external buffer; scalars only join fusions",
           f"{_FUSIBLE}: IsProducerConsumerFusible"),
     _rule("in-place-conflict", _VERTICAL,
-          "the consumer updates a buffer in place that the producer also reads",
+          "the consumer updates a buffer in place that the producer also reads (or, in "
+          "xla-gpu, that a non-element-wise producer is)",
           f"{_INSTRUCTION_FUSION}: InstructionFusion::ShouldFuseInPlaceOp"),
     _rule("shared-memory-budget", _VERTICAL + (HORIZONTAL_INPUT,),
           "together the kernels would need more shared memory than the budget",
@@ -416,6 +418,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "reshape's operand",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleSlice, TryToReorderSliceAndReshape"),
+    _rule("add-of-zero-update", ARITHMETIC_IDENTITIES,
+          "the sum of A and a dynamic-update-slice of a broadcast zero became a "
+          "dynamic-update-slice of A with the window of A plus the update",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleAdd"),
     _rule("concatenate-as-pad", ARITHMETIC_IDENTITIES,
           "a concatenate of two operands, one a broadcast scalar, became a pad of the other "
           "with the scalar",
@@ -457,6 +464,12 @@ CATALOGUE: tuple[Rule, ...] = (
           "[N, window...] and no inserted window dimensions",
           "xla/service/scatter_simplifier.cc: ScatterSimplifier::ExpandInstruction, "
           "FlattenAndTransposeUpdates"),
+    _rule("simple-scatter-expanded", SCATTER_EXPANDER,
+          "a scatter of one constant index became a dynamic-update-slice of the operand's "
+          "window combined with the update (the loop of one iteration, the map and the "
+          "validity check folded away as XLA's later passes fold them)",
+          "xla/service/scatter_expander.cc: ScatterExpander::ExpandInstruction, "
+          "ScatterLoopBody (kEliminateSimpleScatters); AlgebraicSimplifierVisitor::HandleMap"),
     _rule("dot-to-reduce", DOT_STRENGTH_REDUCTION,
           "a small dot with a vector operand became a multiply and a reduce",
           "xla/backends/gpu/transforms/dot_strength_reduction.cc: "

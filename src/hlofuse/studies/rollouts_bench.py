@@ -165,6 +165,18 @@ def _kernels_per_step(result: Any) -> int:
     return int(max(per_loop.values()))
 
 
+def _loop_note(executable: Any) -> str:
+    """On the TPU: a whole-loop fusion that runs as an XLA operation (Mosaic refused its
+    kernel) and why; it counts as one kernel per step, but the steps inside are XLA's."""
+    from hlofuse.ir.ops import Op
+
+    for kernel in getattr(executable, "kernel_plans", ()):
+        root = kernel.computation.root if kernel.computation is not None else None
+        if kernel.mode == "xla-op" and root is not None and root.op is Op.WHILE:
+            return f"the loop as an XLA operation: {kernel.reason}"
+    return ""
+
+
 def run_rollouts(config: RolloutsConfig, progress: Callable[[str], None] = print
                  ) -> RolloutsResult:
     import jax
@@ -209,6 +221,7 @@ def run_rollouts(config: RolloutsConfig, progress: Callable[[str], None] = print
                 with tempfile.TemporaryDirectory() as cache, _cache_dir(cache):
                     executable = target.compile(fused.module)
                 compile_s = time.perf_counter() - start
+                progress(f"{name}: {strategy} compiled in {compile_s:.1f} s")
                 actual = [np.asarray(a) for a in _flat(executable(key_array))]
                 equal = _equal(actual, expected)
                 seconds = _median_time(_timed_call(executable, key_array), config.repeats)
@@ -219,7 +232,7 @@ def run_rollouts(config: RolloutsConfig, progress: Callable[[str], None] = print
                 continue
             result.measurements.append(Measurement(
                 name, strategy, work / seconds, seconds, compile_s, _kernels_per_step(fused),
-                equal, _float_mismatch(actual, expected)))
+                equal, _float_mismatch(actual, expected), _loop_note(executable)))
             progress(f"{name}: {strategy} {work / seconds:,.0f} env-steps/s, "
                      f"{_kernels_per_step(fused)} kernels/step, compile {compile_s:.2f} s, "
                      f"equal to JAX: {equal}")
@@ -272,9 +285,16 @@ def write_plot(result: RolloutsResult, path: Path) -> bool:
         ax.bar(xs, [speedups.get(p, 0.0) for p in programs], width, label=strategy)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log")
+    measured = {p for s in strategies for p in result.speedups(s)}
+    for i, program in enumerate(programs):
+        if program not in measured:  # failed or timed out: no bar, say so
+            ax.text(i + width * (len(strategies) - 1) / 2, 0.05, "not measured",
+                    rotation=90, ha="center", va="bottom", fontsize=8, color="gray",
+                    transform=ax.get_xaxis_transform())
     ax.set_xticks([i + width * (len(strategies) - 1) / 2 for i in range(len(programs))])
-    ax.set_xticklabels(programs, rotation=20)
-    ax.set_ylabel("env-steps/s relative to JAX jit (CPU)")
+    ax.set_xticklabels(programs, rotation=30, ha="right")
+    device = "TPU" if str(result.config.get("backend", "cpu")).startswith("tpu") else "CPU"
+    ax.set_ylabel(f"env-steps/s relative to JAX jit ({device})")
     ax.set_title(f"Rollout corpus, N = {result.config['lanes']}, T = {result.config['steps']}")
     ax.legend()
     fig.tight_layout()

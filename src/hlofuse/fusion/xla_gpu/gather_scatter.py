@@ -28,14 +28,14 @@ given the inserted window dimensions back as dimensions of size 1, so the scatte
 `FlattenAndTransposeUpdates`). The replacement takes the name of what it replaces (XLA's
 `ReplaceInstruction` keeps the name), and a new unique id.
 
-Not modelled: the simplifiers' cases for a gather or scatter of a single index (XLA's
-GatherExpander and ScatterExpander, `kEliminateSimpleGathers`/`kEliminateSimpleScatters`, run
-right after each simplifier and turn those into a dynamic slice or dynamic-update-slice through
-a loop of one iteration, which hlofuse does not model): such a gather or scatter is left as it
-is; a gather with a slice of size 0 (a broadcast zero in XLA); a scatter into a scalar (XLA
-inlines its update computation); ScatterSimplifier's reordering of the operand's dimensions
-for coalesced writes (`ShouldReorderOperandDims`), which applies to scatters without batching
-dimensions only.
+A gather or scatter of a single index is left by the simplifiers to XLA's GatherExpander and
+ScatterExpander (`kEliminateSimpleGathers`/`kEliminateSimpleScatters`, run right after each
+simplifier, which turn it into a dynamic slice or dynamic-update-slice through a loop of one
+iteration): `scatter_expander.py` models the scatter's for constant indices; the gather's is
+not modelled (such a gather is left as it is). Not modelled either: a gather with a slice of
+size 0 (a broadcast zero in XLA); a scatter into a scalar (XLA inlines its update
+computation); ScatterSimplifier's reordering of the operand's dimensions for coalesced writes
+(`ShouldReorderOperandDims`), which applies to scatters without batching dimensions only.
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def simplify_gather(gather: Instruction, operands: tuple[Instruction, ...],
 
 def scatter_needs_simplifying(inst: Instruction) -> bool:
     """ScatterSimplifier::InstructionMatchesPattern (not IsSimplifiedScatter), less the
-    scatters of one index (left to XLA's ScatterExpander, not modelled) and those into a
+    scatters of one index (left to XLA's ScatterExpander, scatter_expander.py) and those into a
     scalar."""
     if inst.op is not Op.SCATTER or is_batched(inst):
         return False

@@ -59,7 +59,6 @@ from hlofuse.fusion.legality.properties import (
     current_xla_rules,
     has_side_effect,
     is_elementwise_op,
-    is_input_fusible_reduction,
 )
 from hlofuse.fusion.legality.rules import (
     OK,
@@ -72,6 +71,7 @@ from hlofuse.fusion.legality.rules import (
 )
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, GpuDevice, device
 from hlofuse.fusion.xla_gpu.ids import InstructionIds
+from hlofuse.fusion.xla_gpu.in_place import producer_is_not_in_place_buffer
 from hlofuse.fusion.xla_gpu.launch_dimensions import fusion_roots, hero_reduction
 from hlofuse.fusion.xla_gpu.performance_model import TICKS_PER_SECOND, duration_ticks
 from hlofuse.fusion.xla_gpu.softmax_rewriter import (
@@ -162,9 +162,18 @@ def _hero_is_reduction(start: Node, outer: Node | None, producer: Node | None) -
     return hero_reduction(start, outer, producer) is not None
 
 
+def _is_reduction_kernel(node: Node) -> bool:
+    """The emitter kind of `node`'s kernel is kReduction (HloFusionAnalysis): an output's hero
+    (FindNonTrivialHero, through element-wise ops and bitcasts) is a tiled reduction, so a
+    reduction followed by element-wise epilogue ops is one too."""
+    outer = node if node.is_fusion else None
+    return any(_hero_is_reduction(o, outer, None) for o in fusion_roots(node))
+
+
 def reduction_stays_reduction(producer: Node, consumer: Node) -> FusionDecision:
-    """XLA refuses an epilogue that would turn a reduction kernel into a loop kernel."""
-    if not is_input_fusible_reduction(producer):
+    """XLA refuses an epilogue that would turn a reduction kernel into a loop kernel
+    (`CanFuse`: the producer's emitter kind is kReduction, the fused one's kLoop)."""
+    if not _is_reduction_kernel(producer):
         return OK
     outer = consumer if consumer.is_fusion else None
     if any(_hero_is_reduction(o, outer, producer) for o in fusion_roots(consumer)):
@@ -243,8 +252,8 @@ NATIVE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
     producer_is_fusible, consumer_is_fusible, producer_is_not_multi_output,
     consumer_not_bitcast_like, not_both_reductions, reduction_stays_reduction, fits_budget,
 )
-NATIVE_SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (merged_not_too_large,
-                                                                          in_place_safe)
+NATIVE_SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (
+    merged_not_too_large, producer_is_not_in_place_buffer, in_place_safe)
 
 
 def _triton_pair(producer: Node, consumer: Node) -> bool:

@@ -51,7 +51,13 @@ BLOCK_ROWS = 2048  # the most rows of a tiled kernel's block: (2048, 128) f32 is
 # less of each grid step on the step's fixed cost; a long body gets fewer rows.
 BLOCK_VMEM_BYTES = 6 * 2**20
 ROW_MULTIPLE = 32  # rows of a block: a whole number of (8, 128) f32, (16, 128) bf16 tiles
-WHOLE_MAX_ELEMENTS = 65536  # 64 vector registers per operation on a whole array
+WHOLE_MAX_ELEMENTS = 65536  # 64 vector registers per operation on a dense whole array
+# Vector registers (8 x 128 words) one value of a whole-array kernel may take, counted on
+# its padded tiles: Mosaic unrolls every operation over the whole value, so a 1-d array of
+# 65,536 (one row, 512 registers an eighth full) or a [65536, 1] column (8,192 registers, a
+# lane each) makes a kernel far larger than its elements say. 128 keeps a 1-d array of
+# 16,384 (the study's N) whole.
+WHOLE_MAX_VREGS = 128
 VMEM_LIMIT = 100 * 2**20  # v5e has 128 MiB; whole-array kernels may need most of it
 # What Mosaic keeps in kernels: 32-bit words and bf16 (booleans cross as int32).
 KERNEL_DTYPES = frozenset({DType.F32, DType.BF16, DType.S32, DType.U32, DType.PRED})
@@ -221,10 +227,17 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
     reason = refusal(body, inputs, outputs)
     tiled = reason is None and _is_tiled(body, inputs, outputs)
     largest = max((s.num_elements for s in (*inputs, *outputs)), default=0)
+    widest = max((*inputs, *outputs), key=vector_registers, default=None)
     if reason is None and not tiled and largest > WHOLE_MAX_ELEMENTS:
         reason = (f"arrays of {largest} elements: only element-wise kernels are tiled, and "
                   f"whole-array kernels are kept to {WHOLE_MAX_ELEMENTS} elements (Mosaic "
                   "unrolls every vector operation over the whole array)")
+    elif reason is None and not tiled and widest is not None and \
+            vector_registers(widest) > WHOLE_MAX_VREGS:
+        reason = (f"{widest.text(False)} takes {vector_registers(widest)} vector registers "
+                  f"as {_kernel_dims(widest)} tiles: only element-wise kernels are tiled, and "
+                  f"a whole-array kernel's values are kept to {WHOLE_MAX_VREGS} registers each "
+                  "(Mosaic unrolls every vector operation over the whole array)")
     if reason is not None:
         kernel.as_xla_op(reason)
         kernel.constants = ()
@@ -363,6 +376,14 @@ def flatten_leaves(value: Value) -> list[Value]:
     if isinstance(value, tuple):
         return [leaf for v in value for leaf in flatten_leaves(v)]
     return [] if value is None else [value]
+
+
+def vector_registers(shape: Shape) -> int:
+    """The (8, 128) tiles a value takes in a whole-array kernel (its last two dimensions
+    padded; the kernel keeps 32-bit words)."""
+    dims = _kernel_dims(shape)
+    lead = int(np.prod(dims[:-2])) if len(dims) > 2 else 1
+    return lead * -(-dims[-2] // 8) * -(-dims[-1] // LANES)
 
 
 def _kernel_dtype(dtype: DType) -> np.dtype:

@@ -39,6 +39,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from hlofuse.analysis.lane_classification import element_read
 from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan
 from hlofuse.analysis.parallel_loop_refusals import Refusal
 from hlofuse.analysis.rare_selects import RareSelect, rare_selects
@@ -64,6 +65,9 @@ LANES = 128
 # lanes) keep a handful of per-lane values in the 64 vector registers.
 BLOCK_ROWS = 32
 MIN_ROWS = 8
+# Read-only elements (a policy's weights) are whole kernel inputs in SMEM, read a scalar per
+# position; SMEM is small (1 MiB on v5e) and also holds the uniform values and tables.
+READ_ONLY_WORDS = 64 * 1024
 # What the blocks of one grid step may take of VMEM (inputs and outputs double-buffered,
 # plus the carry): v5e has 128 MiB, the kernel is compiled with a 100 MiB limit.
 VMEM_BUDGET = 48 * 2**20
@@ -117,6 +121,19 @@ class LaneLayout:
         lane_dim = self.plan.lane_dims[element]
         return tuple(d for k, d in enumerate(dims) if k != lane_dim)
 
+    def fixed_elements(self) -> list[int]:
+        """Elements the loop passes on unchanged and no lane holds: the read-only ones and
+        the uniform ones the body returns as it got them (a policy's 64 biases). They are
+        SMEM inputs read where they are used, not scalars carried through the time loop."""
+        root = self.plan.body.root
+        passed_on = [e for e in self.plan.uniform if element_read(root.operands[e]) == e]
+        return [*self.plan.read_only, *passed_on]
+
+    def carried_uniform(self) -> list[int]:
+        """The uniform elements the time loop carries (the step counter, the RNG key)."""
+        fixed = set(self.fixed_elements())
+        return [e for e in self.plan.uniform if e not in fixed]
+
     def lane_elements(self) -> list[int]:
         """Held elements, then stacked outputs: the kernel's per-lane inputs and outputs."""
         return [*self.plan.per_lane, *(s.element for s in self.plan.streamed)]
@@ -142,12 +159,11 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
         return WholeLoopRefusal(plan.rule, plan.message)
     if plan.size < 2:
         return WholeLoopRefusal(NOT_PLANNED, "one lane: nothing to lay out on tiles")
-    if plan.read_only:
-        # Read-only elements (a policy's weights) would be kernel inputs read whole by every
-        # block; the kernel has no such inputs yet.
+    read_only_words = sum(loop.shape.elements[e].num_elements for e in plan.read_only)
+    if read_only_words > READ_ONLY_WORDS:
         return WholeLoopRefusal(READ_ONLY_RULE, f"read-only elements {list(plan.read_only)} "
-                                "(unchanged loop state larger than 64 values) are not inputs "
-                                "of the TPU kernel yet")
+                                f"hold {read_only_words} values, over the {READ_ONLY_WORDS} "
+                                "the kernel keeps in SMEM")
     for element, shape in enumerate(loop.shape.elements):
         if shape.dtype not in _WORD_TYPES:
             return WholeLoopRefusal(TYPES_RULE, f"element {element} is {shape.text(False)}: "
@@ -218,6 +234,29 @@ def _narrowed(value: Value, dtype: DType) -> Value:
         dtype is not DType.PRED else value
 
 
+def _copy_tiles(source: Any, dest: Any) -> None:
+    def copy(p: Value, carry: None) -> None:
+        dest[p] = source[p]
+
+    lax.fori_loop(0, source.shape[0], copy, None)
+
+
+class _ScalarReads(Sequence[Value]):
+    """A read-only element's values, each read from its SMEM input when a position is used
+    (a 64 x 64 layer's weights are not all loaded up front into the step's values)."""
+
+    def __init__(self, ref: Any, dtype: DType) -> None:
+        self.ref, self.dtype = ref, dtype
+
+    def __len__(self) -> int:
+        return int(self.ref.shape[0])
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, int):
+            raise TypeError("read-only values are read one position at a time")
+        return _from_word(self.ref[index], self.dtype)
+
+
 class LaneKernel:
     """The whole-loop kernel of one layout: called with the fusion's leaves, it returns the
     loop's elements."""
@@ -253,11 +292,14 @@ class LaneKernel:
         plan = layout.plan
         inits = [leaves[p] for p in layout.init_params]
         lane_elements = layout.lane_elements()
-        uniform = list(plan.uniform)
+        uniform = layout.carried_uniform()
+        fixed = layout.fixed_elements()
         accumulators = list(plan.accumulators)
         tiled_in = [self._to_tiles(inits[e], e) for e in lane_elements]
         uniform_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                       .reshape(-1) for e in uniform]
+        fixed_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
+                    .reshape(-1) for e in fixed]
         rows = layout.rows
         block = lambda p: pl.BlockSpec((p, rows, LANES), lambda i: (0, i, 0))  # noqa: E731
         smem = pl.BlockSpec(memory_space=pltpu.SMEM)
@@ -275,11 +317,11 @@ class LaneKernel:
         outputs = pl.pallas_call(
             self._kernel, grid=(layout.grid,), out_shape=out_shapes,
             in_specs=[*(block(layout.positions(e)) for e in lane_elements),
-                      *(smem for _ in uniform)],
+                      *(smem for _ in uniform), *(smem for _ in fixed)],
             out_specs=out_specs, interpret=self.interpret, debug=self.debug, name=self.name,
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                                  vmem_limit_bytes=100 * 2**20),
-        )(*tiled_in, *uniform_in)
+        )(*tiled_in, *uniform_in, *fixed_in)
         result: dict[int, Value] = {}
         for k, e in enumerate(lane_elements):
             result[e] = self._from_tiles(outputs[k], e)
@@ -294,6 +336,8 @@ class LaneKernel:
         offset += len(uniform)
         result.update(finish(plan.step_reductions, outputs[offset:],
                              {s.element: inits[s.element] for s in plan.step_reductions}))
+        for e in fixed:  # unchanged by the loop
+            result[e] = inits[e]
         return [result[e] for e in range(len(layout.loop.shape.elements))]
 
     def _combined(self, accumulator: Any, partials: Value, init: Value) -> Value:
@@ -311,11 +355,13 @@ class LaneKernel:
         layout = self.layout
         plan = layout.plan
         lane_elements = layout.lane_elements()
-        n_lane, n_uniform = len(lane_elements), len(plan.uniform)
+        carried, fixed = layout.carried_uniform(), layout.fixed_elements()
+        n_lane, n_uniform = len(lane_elements), len(carried)
         n_acc = len(plan.accumulators)
         lane_in = refs[:n_lane]
         uniform_in = refs[n_lane:n_lane + n_uniform]
-        outs = refs[n_lane + n_uniform:]
+        fixed_in = refs[n_lane + n_uniform:n_lane + n_uniform + len(fixed)]
+        outs = refs[n_lane + n_uniform + len(fixed):]
         lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
         uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
         table_refs = outs[n_lane + n_acc + n_uniform:]
@@ -326,10 +372,12 @@ class LaneKernel:
                  + lax.broadcasted_iota(np.int32, (rows, LANES), 1) + first)
         held = list(plan.per_lane)
         streamed = {s.element: k for k, s in enumerate(plan.streamed)}
-        # Stacked outputs start as their initial values; the steps overwrite slices.
+        # Stacked outputs start as their initial values; the steps overwrite slices. Copied
+        # a tile at a time in a loop: one copy of the whole block is one vector value of
+        # T x rows x 128 words, which Mosaic unrolls into thousands of registers.
         for s in plan.streamed:
             k = n_lane - len(plan.streamed) + streamed[s.element]
-            lane_out[k][...] = lane_in[k][...]
+            _copy_tiles(lane_in[k], lane_out[k])
         carry0 = (
             tuple(tuple(lane_in[k][p] for p in range(layout.positions(e)))
                   for k, e in enumerate(held)),
@@ -352,7 +400,9 @@ class LaneKernel:
 
             def read_uniform(element: int) -> Sequence[Value]:
                 dtype = layout.element_shape(element).dtype
-                return [_from_word(v, dtype) for v in scalars[plan.uniform.index(element)]]
+                if element in fixed:
+                    return _ScalarReads(fixed_in[fixed.index(element)], dtype)
+                return [_from_word(v, dtype) for v in scalars[carried.index(element)]]
 
             lane_dims = {e: plan.lane_dims[e] for e in held}
             values = LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
@@ -369,7 +419,7 @@ class LaneKernel:
                          for e in held if e not in rare}
             new_tiles.update(self._rarely_taken(values, rare))
             new_scalars = []
-            for e in plan.uniform:
+            for e in carried:
                 shape = layout.element_shape(e)
                 new_scalars.append(tuple(
                     _to_word(values.value(root.operands[e], p), shape.dtype)

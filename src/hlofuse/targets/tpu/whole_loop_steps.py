@@ -36,16 +36,18 @@ def reduce_tables(steps: Sequence[StepReduction]) -> list[tuple[StepReduction, i
 
 def table_outputs(steps: Sequence[StepReduction], grid: int
                   ) -> tuple[list[jax.ShapeDtypeStruct], list[pl.BlockSpec]]:
-    """Each table's (grid, positions) partials, then each element's (grid, positions)
-    written flags, in SMEM, a row per block."""
+    """Each table's (grid, 1, positions) partials, then each element's (grid, 1, positions)
+    written flags, in SMEM, a (1, positions) row per block: a block's last two dimensions
+    must equal the array's unless they are multiples of 8 and 128, so the grid dimension is
+    a third, squeezed one."""
     shapes, specs = [], []
     for s, k in reduce_tables(steps):
         dtype = _word(s.reduces[k].reduce.dtype.numpy)
-        shapes.append(jax.ShapeDtypeStruct((grid, _positions(s)), dtype))
+        shapes.append(jax.ShapeDtypeStruct((grid, 1, _positions(s)), dtype))
     for s in steps:
-        shapes.append(jax.ShapeDtypeStruct((grid, _positions(s)), np.int32))
+        shapes.append(jax.ShapeDtypeStruct((grid, 1, _positions(s)), np.int32))
     for shape in shapes:
-        specs.append(pl.BlockSpec((1, shape.shape[1]), lambda i: (i, 0),
+        specs.append(pl.BlockSpec((None, 1, shape.shape[2]), lambda i: (i, 0, 0),
                                   memory_space=pltpu.SMEM))
     return shapes, specs
 
@@ -118,6 +120,7 @@ def finish(steps: Sequence[StepReduction], outputs: Sequence[Value],
     element-wise ops to the written value applied, unwritten positions the initial value."""
     tables = reduce_tables(steps)
     combined: dict[int, Value] = {}
+    outputs = [jnp.reshape(x, (x.shape[0], -1)) for x in outputs]  # (grid, positions)
     for (s, k), partials in zip(tables, outputs):
         reduce = s.reduces[k]
         combined[id(reduce.reduce)] = REDUCTIONS[reduce.op](partials, (0,))
