@@ -155,7 +155,20 @@ def plan_parallel_loop(loop: Instruction, *,
             result = _Analysis(loop, size, {i: lane_dims[i] for i in per_lane},
                                max_state_elements_per_lane, max_uniform_elements).run()
             if isinstance(result, LoopPlan):
-                return result
+                batch = candidates[0]
+                serialised = [i for i in result.uniform if size != batch
+                              and batch in elements[i].dims]
+                if len(serialised) <= len(result.per_lane) and (
+                        result.per_lane or size == 1 or (result.streamed and size == batch)):
+                    return result
+                # The lanes hold nothing, or uniform code would hold more elements with the
+                # state's most common dimension (the batch, whose own plan was refused) than
+                # the lanes hold: it would compute most of the batch once per step, written
+                # out (a rollout planned over its key's two words or a minor dimension).
+                what = (f"element {serialised[0]} ({elements[serialised[0]].text(False)}) "
+                        f"would be uniform" if serialised else "no element is held by the lanes")
+                result = Refusal(NO_PARALLEL_DIMENSION, loop,
+                                 f"%{loop.name}: over {size} lanes {what}")
             first = first or result
             if not result.demotable:
                 break
