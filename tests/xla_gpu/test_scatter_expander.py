@@ -11,12 +11,13 @@ from hlofuse.api import compile_module
 from hlofuse.fusion.xla_gpu.scatter_expander import ScatterExpander
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.parser import parse_module
-from hlofuse.ir.printer import instruction_text
 from hlofuse.passes.arithmetic_identities import ArithmeticIdentities
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.manager import Pass, Pipeline
 from hlofuse.reference.interpreter import evaluate, flatten_value
+
+from tests.xla_gpu.test_gather_scatter import _same_values, _text
 
 # rollout_jacobi_rope's scatter-add.11 (x.at[:, 1:].add(u) under jax.vmap) and
 # rollout_spring_chain's scatter.5 (x.at[:, k].set(v) into zeros, then added to a broadcast).
@@ -59,16 +60,6 @@ def _args() -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     return [rng.standard_normal(shape).astype(np.float32)
             for shape in ((8, 10, 2), (8, 9, 2), (8, 2))]
-
-
-def _same_values(before: Module, after: Module, args: list[np.ndarray]) -> None:
-    for want, got in zip(flatten_value(evaluate(before, args)),
-                         flatten_value(evaluate(after, args)), strict=True):
-        np.testing.assert_array_equal(got, want)
-
-
-def _text(inst: Instruction) -> str:
-    return instruction_text(inst).split(", metadata=")[0]
 
 
 def _chain(inst: Instruction) -> list[str]:
