@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hlofuse.analysis.lane_dims import LaneDim, Mixed, value_lane_dim
-from hlofuse.analysis.parallel_loop_refusals import Refusal
+from hlofuse.analysis.parallel_loop_refusals import NESTED_CONTROL_FLOW, Refusal
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
 
@@ -131,13 +131,11 @@ class LaneClassification:
         self.dependent.add(id(loop))
         state = loop.operands[0]
         known: dict[int, int] = {}
-        for value in state.operands:
+        for k, value in enumerate(state.operands):
             lane_at = self.lane_at.get(id(value))
             if isinstance(lane_at, Mixed):
                 self.lane_at[id(loop)] = lane_at
                 return
-        for k, value in enumerate(state.operands):
-            lane_at = self.lane_at.get(id(value))
             if id(value) in self.dependent and self.size > 1 and isinstance(lane_at, int):
                 known[k] = lane_at
         assert self.plan_nested is not None, "a nested loop needs the analysis' planner"
@@ -167,6 +165,6 @@ class LaneClassification:
             self.lane_at[id(inst)] = held
         elif self.size > 1:
             self.lane_at[id(inst)] = Mixed(
-                "whole-loop-nested-control-flow", inst,
+                NESTED_CONTROL_FLOW, inst,
                 f"%{inst.name} reads element {index} of nested loop %{loop.name}, which the "
                 "loop changes and the lanes do not hold (its counter); lane code alone knows it")

@@ -128,6 +128,10 @@ class LoopPlan:
     def body(self) -> Computation:
         return self.loop.calls[1]
 
+    def nested_loops(self) -> list[Instruction]:
+        """The nested loops lane code runs, in body order."""
+        return [inst for inst in self.body.instructions if id(inst) in self.nested]
+
     def elements_per_lane(self, element: int) -> int:
         return self.loop.shape.elements[element].num_elements // self.size
 

@@ -59,6 +59,7 @@ from hlofuse.codegen.whole_loop_blocks import (
 from hlofuse.codegen.whole_loop_elements import (
     constant,
     copy,
+    copy_whole,
     element_indices,
     element_of,
     store_at,
@@ -357,17 +358,6 @@ class WholeLoopEmitter(BlockEmission):
                 self.uniform_em.bindings[id(inst)] = self._local_reader(
                     self.uniform_em, dtype, f"u{element}", None)
 
-    def _local_reader(self, em: ElementalEmitter, dtype: DType, array: str,
-                      offset: Expr | None) -> Callable[[Index], Value]:
-        """Reads of a local array (`offset` + the element's position)."""
-        def read(index: Index) -> Value:
-            position = em.linear_of(index) if index.dims else cir.Int(0)
-            if offset is not None:
-                position = Binary("+", offset, position)
-            return self.body.let(self._register_type(dtype), cir.load(array, position))
-
-        return read
-
     def _uniform_step(self) -> None:
         body, em = self.body, self.uniform_em
         self._uniform_bindings()
@@ -394,9 +384,7 @@ class WholeLoopEmitter(BlockEmission):
                 # A large uniform array: computed into a copy first, the old one is still read.
                 body.declare(self._register_type(shape.dtype), f"nu{i}", dims=(shape.num_elements,))
                 self._each_element(em, value, store_at(f"nu{i}"))
-                commits.append(cir.ExprStmt(cir.call(
-                    "memcpy", cir.Var(f"u{i}"), cir.Var(f"nu{i}"),
-                    cir.call("sizeof", cir.Var(f"u{i}")))))
+                commits.append(copy_whole(f"u{i}", f"nu{i}"))
             for stmt in commits:
                 body.emit(stmt)
 

@@ -34,13 +34,14 @@ from hlofuse.codegen.whole_loop_deferred import DeferredLanes
 from hlofuse.codegen.whole_loop_elements import (
     L,
     copy,
+    copy_whole,
     element_of,
     store_at,
     store_through,
 )
 from hlofuse.codegen.whole_loop_lane_code import SIMD, B
 from hlofuse.codegen.whole_loop_materialized import MaterializedLanes
-from hlofuse.codegen.whole_loop_nested import NestedLoops, nested_loops
+from hlofuse.codegen.whole_loop_nested import NestedLoops
 from hlofuse.codegen.whole_loop_reads import LaneReads
 from hlofuse.codegen.whole_loop_reductions import LaneReductions
 from hlofuse.codegen.whole_loop_scratch import ScratchLanes
@@ -149,14 +150,12 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
     def _step_values(self) -> None:
         """In body order, what the step's lane loops read: the values computed once into
         scratch and the nested loops' results."""
-        order = {id(inst): k for k, inst in enumerate(self.plan.body.instructions)}
-        items = [(order[id(value)], k, value) for k, value in enumerate(self.materialized)]
-        items += [(order[id(loop)], -1, loop) for loop in nested_loops(self.plan)]
-        for _, k, inst in sorted(items, key=lambda item: item[0]):
-            if k < 0:
+        scratch = {id(value): k for k, value in enumerate(self.materialized)}
+        for inst in self.plan.body.instructions:
+            if id(inst) in self.plan.nested:
                 self._nested_loop(inst, self.plan.nested[id(inst)], self.plan.body)
-            else:
-                self._materialize(k, inst)
+            elif id(inst) in scratch:
+                self._materialize(scratch[id(inst)], inst)
 
     def _speculative_lane_loops(self, masks: dict[tuple[object, ...], str]) -> None:
         """The step with the speculative math in its small forms, each call also noting
@@ -168,7 +167,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         saved = [(f"o{i}", f"s{i}") for i in self.plan.per_lane]
         saved += [(f"oacc{k}", f"acc{k}") for k in range(len(self.plan.accumulators))]
         for copy_to, copy_from in saved:
-            body.emit(_memcpy(copy_to, copy_from))
+            body.emit(copy_whole(copy_to, copy_from))
         beyond = body.declare(cir.Special.INT, "beyond", cir.Int(0))
         for inst, form in self.speculative:
             self.lane_em.bindings[id(inst)] = self._speculative_reader(inst, form, beyond)
@@ -177,7 +176,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
             del self.lane_em.bindings[id(inst)]
         with body.if_(beyond):
             for copy_from, copy_to in saved:
-                body.emit(_memcpy(copy_to, copy_from))
+                body.emit(copy_whole(copy_to, copy_from))
             self._main_lane_loop(masks)
 
     def _main_lane_loop(self, masks: dict[tuple[object, ...], str],
@@ -238,7 +237,7 @@ class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes,
         if interchanged:
             self._interchanged_positions(interchanged, lane_values)
             for i in looped:
-                body.emit(_memcpy(f"s{i}", f"n{i}"))
+                body.emit(copy_whole(f"s{i}", f"n{i}"))
 
     def _accumulate(self, k: int, acc: Accumulator) -> None:
         total: Expr = cir.load(f"acc{k}", L)
@@ -289,8 +288,3 @@ class BranchingEmitter(ElementalEmitter):
                            lambda: self.array_value(on_true, at(on_true)),
                            lambda: self.array_value(on_false, at(on_false)))
 
-
-def _memcpy(target: str, source: str) -> Stmt:
-    """`memcpy(target, source, sizeof target)`: arrays of the block, of one size."""
-    return cir.ExprStmt(cir.call("memcpy", cir.Var(target), cir.Var(source),
-                                 cir.call("sizeof", cir.Var(target))))

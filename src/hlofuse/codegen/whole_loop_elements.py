@@ -82,6 +82,12 @@ def copy(store: Callable[[Expr, Expr], Stmt], source: Callable[[Expr], Expr],
     return statement
 
 
+def copy_whole(target: str, source: str) -> Stmt:
+    """`memcpy(target, source, sizeof target)`: local arrays of one size."""
+    return cir.ExprStmt(cir.call("memcpy", cir.Var(target), cir.Var(source),
+                                 cir.call("sizeof", cir.Var(target))))
+
+
 def named(name: str) -> Callable[[Index], Value]:
     """A binding that reads a named local, whatever the index (a value computed once)."""
     return lambda index: cir.Var(name)

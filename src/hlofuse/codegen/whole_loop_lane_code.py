@@ -90,6 +90,17 @@ class LaneCode:
             value = em.array_value(inst, Index(dims, cir.Var(var), None, None))
             self.body.emit(stmt(cir.Var(var), value))
 
+    def _local_reader(self, em: ElementalEmitter, dtype: DType, array: str,
+                      offset: Expr | None) -> Callable[[Index], Value]:
+        """Reads of a local array (`offset` + the element's position)."""
+        def read(index: Index) -> Value:
+            position = em.linear_of(index) if index.dims else cir.Int(0)
+            if offset is not None:
+                position = Binary("+", offset, position)
+            return self.body.let(self._register_type(dtype), cir.load(array, position))
+
+        return read
+
     def _shape(self, element: int) -> Shape:
         return self.loop.shape.elements[element]
 

@@ -34,16 +34,15 @@ from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index, Value
-from hlofuse.codegen.whole_loop_elements import L, element_indices, lane_part_indices
+from hlofuse.codegen.whole_loop_elements import (
+    L,
+    copy_whole,
+    element_indices,
+    lane_part_indices,
+)
 from hlofuse.codegen.whole_loop_lane_code import LOOPED_ELEMENTS, SIMD, LaneCode
-from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
-
-
-def nested_loops(plan: LoopPlan) -> list[Instruction]:
-    """The nested loops of a plan's body, in body order."""
-    return [inst for inst in plan.body.instructions if id(inst) in plan.nested]
 
 
 class NestedLoops(LaneCode):
@@ -79,7 +78,7 @@ class NestedLoops(LaneCode):
                 condition = (em.scalar(plan.condition.root) if plan.lane_condition is None
                              else self._any_lane(plan, plan.lane_condition))
                 body.emit(cir.If(cir.Unary("!", condition), [cir.Break()]))
-            for inner in nested_loops(plan):
+            for inner in plan.nested_loops():
                 self._nested_loop(inner, plan.nested[id(inner)], plan.body)
             self._nested_iteration(plan, held)
             self._commit_uniform(plan, shared)
@@ -125,21 +124,21 @@ class NestedLoops(LaneCode):
                 element = element_read(inst)
                 if element is None:
                     continue
-                shape = plan.loop.shape.elements[element]
-                if element in held:
-                    em.bindings[id(inst)] = self._lane_reader(
-                        held[element], shape.dtype, shape.dims, plan.lane_dims.get(element, 0))
-                elif element in shared:
-                    em.bindings[id(inst)] = self._shared_reader(shared[element], shape.dtype)
-                else:
-                    em.bindings[id(inst)] = functools.partial(em.array_value, init[element])
+                em.bindings[id(inst)] = (
+                    self._element_reader(plan, element, held, shared)
+                    or functools.partial(em.array_value, init[element]))
 
-    def _shared_reader(self, array: str, dtype: DType) -> Callable[[Index], Value]:
-        def read(index: Index) -> Value:
-            position = self.lane_em.linear_of(index) if index.dims else cir.Int(0)
-            return self.body.let(self._register_type(dtype), cir.load(array, position))
-
-        return read
+    def _element_reader(self, plan: LoopPlan, element: int, held: dict[int, str],
+                        shared: dict[int, str]) -> Callable[[Index], Value] | None:
+        """Reads of the nested loop's element where lane code keeps it: the lane's part of
+        a held one, the local copy of a uniform one (None for a read-only one)."""
+        shape = plan.loop.shape.elements[element]
+        if element in held:
+            return self._lane_reader(held[element], shape.dtype, shape.dims,
+                                     plan.lane_dims.get(element, 0))
+        if element in shared:
+            return self._local_reader(self.lane_em, shape.dtype, shared[element], None)
+        return None
 
     def _nested_iteration(self, plan: LoopPlan, held: dict[int, str]) -> None:
         """The held elements' new values: large ones into copies in position passes, then
@@ -174,8 +173,7 @@ class NestedLoops(LaneCode):
             for stmt in stores:
                 body.emit(stmt)
         for target, source in copies:
-            body.emit(cir.ExprStmt(cir.call("memcpy", cir.Var(target), cir.Var(source),
-                                            cir.call("sizeof", cir.Var(target)))))
+            body.emit(copy_whole(target, source))
 
     def _commit_uniform(self, plan: LoopPlan, shared: dict[int, str]) -> None:
         """The uniform elements' new values, all computed from the old ones before any is
@@ -200,8 +198,7 @@ class NestedLoops(LaneCode):
                 with body.loop(var, 0, shape.num_elements):
                     computed = em.array_value(value, Index(shape.dims, cir.Var(var), None, None))
                     body.assign(cir.load(new, cir.Var(var)), computed)
-                commits.append(cir.ExprStmt(cir.call("memcpy", cir.Var(name), cir.Var(new),
-                                                     cir.call("sizeof", cir.Var(name)))))
+                commits.append(copy_whole(name, new))
             for stmt in commits:
                 body.emit(stmt)
 
@@ -213,10 +210,6 @@ class NestedLoops(LaneCode):
                 continue
             element = inst.attrs["index"]
             assert isinstance(element, int)
-            shape = plan.loop.shape.elements[element]
-            if element in held:
-                self.lane_em.bindings[id(inst)] = self._lane_reader(
-                    held[element], shape.dtype, shape.dims, plan.lane_dims.get(element, 0))
-            elif element in shared:
-                self.lane_em.bindings[id(inst)] = self._shared_reader(shared[element],
-                                                                      shape.dtype)
+            reader = self._element_reader(plan, element, held, shared)
+            if reader is not None:
+                self.lane_em.bindings[id(inst)] = reader

@@ -343,5 +343,5 @@ def _nested_text(plan: LoopPlan) -> str:
         return ""
     loops = [f"%{inst.name}" + (" (per-lane trip counts, each block until its lanes are done)"
                                 if plan.nested[id(inst)].lane_condition is not None else "")
-             for inst in plan.body.instructions if id(inst) in plan.nested]
+             for inst in plan.nested_loops()]
     return ", nested loops run in lane code " + ", ".join(loops)

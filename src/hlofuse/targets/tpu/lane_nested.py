@@ -27,9 +27,9 @@ from hlofuse.targets.tpu.lane_values import (
     LaneValues,
     Position,
     Unlowerable,
+    flat_position,
     is_static,
     static_positions,
-    strides,
 )
 from hlofuse.targets.tpu.lax_ops import Value
 
@@ -57,10 +57,6 @@ def nested_loop(values: LaneValues, loop: Instruction, position: Position) -> Ne
 
 def _other_dims(dims: Sequence[int], lane_dim: int) -> list[int]:
     return [d for k, d in enumerate(dims) if k != lane_dim]
-
-
-def _flat(position: Sequence[int], dims: Sequence[int]) -> int:
-    return sum(int(i) * s for i, s in zip(position, strides(dims)))
 
 
 class _NestedRun:
@@ -101,7 +97,7 @@ class _NestedRun:
 
         def read_held(element: int, position: Position) -> Value:
             dims = _other_dims(self._dims(element), self.plan.lane_dims[element])
-            return tiles[self.held.index(element)][_flat(position, dims)]
+            return tiles[self.held.index(element)][flat_position(position, dims)]
 
         def read_shared(element: int) -> Sequence[Value]:
             return list(scalars[self.shared.index(element)])
@@ -151,8 +147,8 @@ class _NestedRun:
             if not all(is_static(i) for i in others):
                 raise Unlowerable(OP_RULE, "a nested loop's result read at a per-lane position")
             k = self.held.index(element)
-            return self.final[0][k][_flat(others, _other_dims(dims, lane_dim))]
+            return self.final[0][k][flat_position(others, _other_dims(dims, lane_dim))]
         if not all(is_static(i) for i in position):
             raise Unlowerable(OP_RULE, "a nested loop's result read at a per-lane position")
-        return self.final[1][self.shared.index(element)][_flat(position, dims)]
+        return self.final[1][self.shared.index(element)][flat_position(position, dims)]
 

@@ -361,7 +361,7 @@ class LaneValues:
         lane_dim = self.lane_dims.get(element)
         if lane_dim is None:
             scalars = self.uniform(element)
-            return self.select_over(dims, position, lambda p: scalars[_flat(p, dims)])
+            return self.select_over(dims, position, lambda p: scalars[flat_position(p, dims)])
         if position[lane_dim] is not self.lanes:
             raise Unlowerable(OP_RULE, f"%{inst.name} reads element {element} at another "
                               "lane's position")
@@ -423,8 +423,9 @@ def same_shape(a: Value, b: Value) -> tuple[Value, Value]:
     return jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
 
 
-def _flat(position: Sequence[int], dims: Sequence[int]) -> int:
-    return sum(i * s for i, s in zip(position, strides(dims)))
+def flat_position(position: Sequence[int], dims: Sequence[int]) -> int:
+    """The row-major index of a static position in an array of `dims`."""
+    return sum(int(i) * s for i, s in zip(position, strides(dims)))
 
 
 def as_int32(x: Value) -> Value:

@@ -53,6 +53,7 @@ from hlofuse.targets.tpu.lane_values import (
     LaneValues,
     Position,
     Unlowerable,
+    flat_position,
     static_positions,
     strides,
 )
@@ -394,7 +395,7 @@ class LaneKernel:
 
             def read_held(element: int, position: Position) -> Value:
                 dims = layout.other_dims(element)
-                flat = sum(int(i) * s for i, s in zip(position, strides(dims)))
+                flat = flat_position(position, dims)
                 return _from_word(tiles[held.index(element)][flat],
                                   layout.element_shape(element).dtype)
 
