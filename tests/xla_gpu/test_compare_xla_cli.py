@@ -10,7 +10,7 @@ import pytest
 
 from hlofuse.cli import main
 from hlofuse.compare_xla import oracle
-from hlofuse.compare_xla.compare import input_name
+from hlofuse.compare_xla.compare import Namer, input_name
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.verifier import verify
 from hlofuse.reference.interpreter import evaluate
@@ -92,6 +92,35 @@ def test_names_resolve_through_xlas_suffixes() -> None:
     assert input_name("reduce_sum.7.1.clone.1", known) == "reduce_sum.7"
     assert input_name("loop_add_fusion", known) is None
 
+
+
+_INPUT = """HloModule m
+ENTRY e {
+  p = f32[8,1] parameter(0)
+  mul.22 = f32[8,1] multiply(p, p), metadata={op_name="mul" stack_frame_id=21}
+  ROOT mul.55 = f32[8,1] multiply(mul.22, p), metadata={op_name="vmap()/mul" stack_frame_id=76}
+}
+"""
+
+
+def _with(name: str, text: str, shape: str = "f32[8,1]") -> str:
+    return (f"HloModule o\nENTRY e {{\n  p = {shape} parameter(0)\n"
+            f"  ROOT {name} = {text}\n}}\n")
+
+
+def test_a_new_instruction_under_an_input_name_is_not_that_instruction() -> None:
+    """A pass's new instruction takes a free name, which may be an input instruction's name
+    (xla-gpu's reshape mover names its multiply `mul.55`, XLA's `mul.1`): its metadata tells
+    them apart, so it is no member on either side; a clone keeps the metadata and its origin."""
+    namer = Namer(parse_module(_INPUT))
+    new = parse_module(_with("mul.55", 'f32[8] multiply(p, p), '
+                                       'metadata={op_name="mul" stack_frame_id=21}', "f32[8]"))
+    assert namer.resolve(new.entry.root) is None
+    clone = parse_module(_with("mul.55.3.clone", 'f32[8,1] multiply(p, p), metadata='
+                                                 '{op_name="vmap()/mul" stack_frame_id=76}'))
+    assert namer.resolve(clone.entry.root) == "mul.55"
+    bare = parse_module(_with("mul.22.0", "f32[8,1] multiply(p, p)"))
+    assert namer.resolve(bare.entry.root) == "mul.22"
 
 @pytest.mark.thorough
 def test_every_stored_xla_output_parses_and_verifies() -> None:

@@ -66,6 +66,8 @@ class Namer:
 
     def __init__(self, module: Module) -> None:
         self.known = frozenset(i.name for c in module.computations for i in c.instructions)
+        self.places = {i.name: _place(i) for c in module.computations for i in c.instructions
+                       if _has_op_name(i)}
         by_signature: dict[tuple[object, ...], list[str]] = {}
         for computation in module.computations:
             for inst in computation.instructions:
@@ -90,9 +92,19 @@ class Namer:
 
     def resolve(self, inst: Instruction) -> str | None:
         found = input_name(inst.name, self.known)
-        if found is not None:
+        if found is not None and self._same_origin(inst, found):
             return found
         return self.unique.get(_signature(inst))
+
+    def _same_origin(self, inst: Instruction, found: str) -> bool:
+        """Whether `inst` may descend from the input's `found`: both compilers keep an
+        instruction's metadata when they clone or fuse it, but a pass's new instruction takes
+        a free name of the module, which may be an input instruction's name with a suffix
+        (XLA's name uniquer takes the smallest free suffix, hlofuse's the next one: the
+        reshape mover's new `mul.1` in XLA is `mul.55` in xla-gpu). A name whose op name and
+        stack frame differ from the input instruction's is such a new instruction."""
+        place = self.places.get(found)
+        return place is None or not _has_op_name(inst) or _place(inst) == place
 
     def resolve_by_signature(self, inst: Instruction) -> str | None:
         """Only by opcode, shape and metadata: how an instruction XLA renamed is found."""
@@ -100,6 +112,10 @@ class Namer:
         if metadata is None or metadata.get("op_name") is None:
             return None
         return self.unique.get(_signature(inst))
+
+
+def _has_op_name(inst: Instruction) -> bool:
+    return inst.metadata is not None and inst.metadata.get("op_name") is not None
 
 
 def _place(inst: Instruction) -> tuple[object, ...]:
