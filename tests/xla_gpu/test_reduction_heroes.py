@@ -1,6 +1,7 @@
 """A reduction with an element-wise epilogue is a reduction kernel in today's XLA (its
-outputs' heroes decide, FindNonTrivialHero): CanFuse keeps it out of a dynamic-update-slice.
-HLO text in, kernels out, values the reference interpreter's."""
+outputs' heroes decide, FindNonTrivialHero): CanFuse keeps it out of a dynamic-update-slice,
+and multi-output fusion runs it over the reduction's input shape. HLO text in, kernels out,
+values the reference interpreter's."""
 
 from __future__ import annotations
 
@@ -65,13 +66,16 @@ def _kernel_of(kernels: list[Kernel], name: str) -> tuple[str, ...]:
 def test_a_reduction_with_an_epilogue_stays_out_of_a_dynamic_update_slice() -> None:
     """XLA's CanFuse: the producer's emitter kind is kReduction (the hero of `negated` is
     `total`), the fused kernel's would be kLoop (a dynamic-update-slice's hero is itself):
-    refused."""
+    refused; the reduction shares its kernel with the sibling reduce_or, as XLA's
+    input_reduce_fusion.1 does."""
     result = run_strategy(parse_module(LOGGED), "xla-gpu")
     refused = [r for r in result.decisions if r.rule == "reduction-epilogue-becomes-loop"]
     assert refused and all(r.pass_name == "gpu-priority-fusion" for r in refused)
     reduction = _kernel_of(result.kernels, "total")
-    assert {"distance", "negated"} <= set(reduction)
+    assert {"distance", "negated", "out"} <= set(reduction)
     assert "logged" not in reduction and "logged" in _kernel_of(result.kernels, "row")
+    # The two kernels, and the copy of the log (an entry parameter updated in place).
+    assert sorted(k.kind for k in result.kernels if k.ops != ("copy",)) == ["kInput", "kLoop"]
 
 
 def test_the_compiled_kernels_compute_the_reference_values() -> None:

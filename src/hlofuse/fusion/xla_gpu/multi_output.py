@@ -26,6 +26,7 @@ from hlofuse.fusion.graphs.graph import Graph, Node
 from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.legality.properties import (
     current_xla_rules,
+    equal_ignoring_element_type,
     in_place_operands,
     is_contiguous_reduction,
     is_effective_scalar,
@@ -35,11 +36,11 @@ from hlofuse.fusion.legality.properties import (
     loop_shape,
     real_hero,
     reduction_dimensions,
-    shapes_compatible_for_multi_output,
 )
 from hlofuse.fusion.legality.rules import barrier, fits_in_budget, refuse
 from hlofuse.fusion.xla2022.multi_output import _MultiOutputFuser, is_sibling_candidate
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.xla_gpu.launch_dimensions import fusion_roots, hero_reduction
 from hlofuse.fusion.xla_gpu.performance_model import GpuCostModel
 from hlofuse.fusion.xla_gpu.priority import merged_not_too_large
 from hlofuse.ir.hlo import Module
@@ -78,22 +79,44 @@ def is_reshape_or_transpose_bitcast(a: Shape, b: Shape) -> bool:
     return _row_major_apart_from_ones(a) and _row_major_apart_from_ones(b)
 
 
+def gpu_real_hero(node: Node) -> Node:
+    """GetRealHeroForMultiOutputFusion today: the first output whose hero
+    (FindNonTrivialHero, through element-wise ops and bitcasts) is a tiled reduction gives
+    that reduction (`sqrt(reduce(x))` counts as a reduction over x's shape), else the root or
+    the first output. (Tiled transposes, which XLA also picks, are not modelled.)"""
+    if node.is_fusion:
+        for output in fusion_roots(node):
+            hero = hero_reduction(output, node, None)
+            if hero is not None:
+                return hero
+    return real_hero(node)
+
+
+def _reductions_compatible(a: Node, b: Node) -> bool:
+    """AreReductionsMultiOutputFusionCompatible: the same reduction kind and contiguous
+    components (GetReductionKindAndContiguousComponents), element types aside."""
+    return (reduction_dimensions(a.operands[0].shape, a.ints("dimensions"))
+            == reduction_dimensions(b.operands[0].shape, b.ints("dimensions")))
+
+
 def gpu_shapes_compatible(a: Node, b: Node) -> bool:
-    """ShapesCompatibleForMultiOutputFusion today: the heroes' loop shapes are equal
-    (element types ignored), or, when neither is a tuple, bitcasts of each other ("trivially
-    reshapable"). Two reduction heroes keep the shared rule (equal reductions)."""
-    if shapes_compatible_for_multi_output(a, b):
-        return True
-    hero_a, hero_b = real_hero(a), real_hero(b)
-    if is_contiguous_reduction(hero_a) and is_contiguous_reduction(hero_b):
+    """ShapesCompatibleForMultiOutputFusion today: two reduction heroes must be compatible
+    (FusionHeroesAreCompatible); then the heroes' loop shapes (a reduction's input, else the
+    output) are equal, element types ignored, or, when neither is a tuple, bitcasts of each
+    other ("trivially reshapable")."""
+    hero_a, hero_b = gpu_real_hero(a), gpu_real_hero(b)
+    if (is_contiguous_reduction(hero_a) and is_contiguous_reduction(hero_b)
+            and not _reductions_compatible(hero_b, hero_a)):
         return False
     first, second = loop_shape(hero_a), loop_shape(hero_b)
+    if equal_ignoring_element_type(first, second):
+        return True
     return (first.is_array and second.is_array
             and is_reshape_or_transpose_bitcast(first, second))
 
 
 def _is_column_reduction_hero(node: Node) -> bool:
-    hero = real_hero(node)
+    hero = gpu_real_hero(node)
     if not is_contiguous_reduction(hero):
         return False
     return not reduction_dimensions(hero.operands[0].shape,
@@ -101,7 +124,7 @@ def _is_column_reduction_hero(node: Node) -> bool:
 
 
 def _is_plain_root(node: Node) -> bool:
-    hero = real_hero(node)
+    hero = gpu_real_hero(node)
     return not is_contiguous_reduction(hero) and hero.op is not Op.TRANSPOSE
 
 
