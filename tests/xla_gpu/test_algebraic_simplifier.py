@@ -250,3 +250,48 @@ def test_a_product_of_a_product_with_constants_multiplies_the_constants_once() -
     assert ints.operands[1].attrs["literal"].tolist() == [4, 10, 18]
     assert kept.name == "kept" and kept.operands[1].name == "mul.19"
     assert {r.rule for r in _log(PRODUCTS)} == {"constant-product"}
+
+
+# `sum`: jacobi_rope's uniform sample, `(u - 1) + (-0.5)` (the subtraction becomes the
+# addition of -1 first); `ints` adds full-shape constants, the inner sum's constant first;
+# `kept` has its broadcast constant first and stays (XLA matches broadcasts in one operand
+# order only); `const` adds to a sum of a constant and a constant, which is no sum with a
+# non-constant.
+SUMS = """
+HloModule m
+ENTRY e {
+  u = f32[8] parameter(0)
+  one = f32[] constant(1)
+  b1 = f32[8] broadcast(one), dimensions={}
+  sub.12 = f32[8] subtract(u, b1)
+  half = f32[] constant(-0.5)
+  b2 = f32[8] broadcast(half), dimensions={}
+  sum = f32[8] add(sub.12, b2)
+  k = s32[3] parameter(1)
+  c3 = s32[3] constant({1, 2, 3})
+  c4 = s32[3] constant({4, 5, 6})
+  inner = s32[3] add(c3, k)
+  ints = s32[3] add(c4, inner)
+  kept = f32[8] add(b2, sub.12)
+  c5 = s32[3] add(c3, c4)
+  const = s32[3] add(c5, c4)
+  ROOT t = (f32[8], s32[3], f32[8], s32[3]) tuple(sum, ints, kept, const)
+}
+"""
+
+
+def test_a_sum_of_a_sum_with_constants_adds_the_constants_once() -> None:
+    """AlgebraicSimplifierVisitor::HandleAdd, "(A + C1) + C2 => A + (C1 + C2)": XLA's
+    rollout_jacobi_rope adds -1.5 to the sample's bits (`add.523` of `broadcast.76`)."""
+    module, changed = ArithmeticIdentities().run(parse_module(SUMS))
+    assert changed
+    summed, ints, kept, const = module.entry.root.operands
+    assert summed.op.text == "add" and summed.operands[0].name == "u"
+    addend = summed.operands[1]
+    assert addend.op.text == "broadcast" and addend.shape.dims == (8,)
+    assert float(addend.operands[0].attrs["literal"]) == -1.5
+    assert ints.op.text == "add" and ints.operands[0].name == "k"
+    assert ints.operands[1].attrs["literal"].tolist() == [5, 7, 9]
+    assert kept.name == "kept" and kept.operands[0].name == "b2"
+    assert const.name == "const" and const.operands[0].name == "c5"
+    assert {r.rule for r in _log(SUMS)} == {"subtract-constant", "constant-sum"}

@@ -1,6 +1,7 @@
 """arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order), `convert(p) * A ->
 select(p, A, 0)` for a pred p, and `max(lo, min(x, hi))` or `min(hi, max(x, lo))` -> `clamp(lo,
-x, hi)`, `A - C -> A + (-C)` for a constant C, `(A * C1) * C2 -> A * (C1 * C2)`, and
+x, hi)`, `A - C -> A + (-C)` for a constant C, `(A * C1) * C2 -> A * (C1 * C2)`,
+`(A + C1) + C2 -> A + (C1 + C2)`, and
 `broadcast(iota) -> iota`, an element-wise op of broadcasts as a broadcast of the op, a slice
 of the leading rows of a reshape as a reshape of a slice, and a concatenate of an operand and a
 broadcast scalar as a pad, for `xla-gpu`.
@@ -23,7 +24,10 @@ and C2 constants and A not a constant (either operand order of either product), 
 broadcasts of rank-0 constants (A anything, operands in that order), the inner product left to
 its other users (XLA's per-pass dump of `rollout_rigid_body` shows `mul.20`, a normal sample
 times sqrt(2) times 2, become one multiply by 2.82842708 in the "algsimp" step; here the
-product constant is made directly). XLA's other reassociations of products with constants in
+product constant is made directly). HandleAdd reassociates sums the same way ("(A + C1) + C2
+=> A + (C1 + C2)", A not a constant): a uniform sample `u - 1 + (-0.5)`, the subtraction
+made an addition first, is one addition of -1.5 in XLA's dump of `rollout_jacobi_rope`.
+XLA's other reassociations of products with constants in
 HandleMultiply (a product of two such products, a broadcast non-constant factor) are not
 modelled. HandleBroadcast makes a broadcast of an iota an iota of the broadcast shape along the
 dimension the iota's dimension maps to. HandleConcatenate turns a concatenate of two operands,
@@ -179,7 +183,7 @@ def constant_product(inst: Instruction, operands: tuple[Instruction, ...]
             continue
         for a, c1 in (inner.operands, inner.operands[::-1]):
             if a.op is not Op.CONSTANT and c1.op is Op.CONSTANT:
-                return _product(a, c1, c2, None)
+                return _combined(np.multiply, a, c1, c2, None)
     inner, c2 = operands
     if inner.op is not Op.MULTIPLY:
         return None
@@ -187,28 +191,60 @@ def constant_product(inst: Instruction, operands: tuple[Instruction, ...]
     if (c1.op is Op.BROADCAST and c2.op is Op.BROADCAST
             and c1.operands[0].op is Op.CONSTANT and c1.operands[0].shape.rank == 0
             and c2.operands[0].op is Op.CONSTANT and c2.operands[0].shape.rank == 0):
-        return _product(a, c1.operands[0], c2.operands[0], c2)
+        return _combined(np.multiply, a, c1.operands[0], c2.operands[0], c2)
     return None
 
 
-def _product(a: Instruction, c1: Instruction, c2: Instruction, broadcast: Instruction | None
-             ) -> tuple[Instruction, np.ndarray, Instruction | None] | None:
+def constant_sum(inst: Instruction, operands: tuple[Instruction, ...]
+                 ) -> tuple[Instruction, np.ndarray, Instruction | None] | None:
+    """(A, C1 + C2, the broadcast of C2 or None) when `inst` is `(A + C1) + C2` as XLA's
+    HandleAdd matches it ("Reassociate to allow constant folding"): C1 and C2 constants (in
+    either operand order: HandleAdd first puts a constant on the right), or, operands in that
+    order, broadcasts of rank-0 constants; A not a constant."""
+    if inst.op is not Op.ADD or len(operands) != 2:
+        return None
+    for inner, c2 in (operands, operands[::-1]):
+        if inner.op is not Op.ADD or c2.op is not Op.CONSTANT:
+            continue
+        for a, c1 in (inner.operands, inner.operands[::-1]):
+            if a.op is not Op.CONSTANT and c1.op is Op.CONSTANT:
+                return _combined(np.add, a, c1, c2, None)
+    inner, c2 = operands
+    if inner.op is not Op.ADD:
+        return None
+    a, c1 = inner.operands
+    if (a.op is not Op.CONSTANT and _broadcast_scalar_constant(c1)
+            and _broadcast_scalar_constant(c2)):
+        return _combined(np.add, a, c1.operands[0], c2.operands[0], c2)
+    return None
+
+
+def _broadcast_scalar_constant(inst: Instruction) -> bool:
+    return (inst.op is Op.BROADCAST and inst.operands[0].op is Op.CONSTANT
+            and inst.operands[0].shape.rank == 0)
+
+
+def _combined(combine: np.ufunc, a: Instruction, c1: Instruction, c2: Instruction,
+              broadcast: Instruction | None
+              ) -> tuple[Instruction, np.ndarray, Instruction | None] | None:
     left, right = c1.attrs.get("literal"), c2.attrs.get("literal")
     if not isinstance(left, np.ndarray) or not isinstance(right, np.ndarray):
         return None
     with np.errstate(all="ignore"):
-        product = np.asarray(np.multiply(left, right), dtype=left.dtype)
-    return a, product, broadcast
+        combined = np.asarray(combine(left, right), dtype=left.dtype)
+    return a, combined, broadcast
 
 
-def _multiplied(inst: Instruction, a: Instruction, product: np.ndarray,
-                broadcast: Instruction | None, builder: RewriteBuilder) -> Instruction:
+def _with_constant(op: Op, inst: Instruction, a: Instruction, value: np.ndarray,
+                   broadcast: Instruction | None, builder: RewriteBuilder) -> Instruction:
+    """`op(a, C)` in `inst`'s place, C the folded constant (broadcast from a scalar when the
+    matched constant was a broadcast)."""
     shape = inst.shape if broadcast is None else Shape.scalar(inst.dtype)
-    constant = builder.add(Op.CONSTANT, attrs={"literal": product}, shape=shape)
+    constant = builder.add(Op.CONSTANT, attrs={"literal": value}, shape=shape)
     if broadcast is not None:
         constant = builder.add(Op.BROADCAST, [constant], attrs={"dimensions": ()},
                                shape=inst.shape)
-    return builder.add(Op.MULTIPLY, [a, constant], metadata=inst.metadata)
+    return builder.add(op, [a, constant], metadata=inst.metadata)
 
 
 def _scalar_bound(inst: Instruction) -> float | None:
@@ -446,11 +482,17 @@ class ArithmeticIdentities:
                     if factor is None:
                         product = constant_product(inst, operands)
                         if product is None:
-                            return None
+                            summed = constant_sum(inst, operands)
+                            if summed is None:
+                                return None
+                            records.rewrote(comp.name, inst, "constant-sum",
+                                            f"%{inst.name} adds a constant to a sum with a "
+                                            "constant: it adds their sum")
+                            return _with_constant(Op.ADD, inst, *summed, builder)
                         records.rewrote(comp.name, inst, "constant-product",
                                         f"%{inst.name} multiplies a product with a constant "
                                         "by a constant: it multiplies by their product")
-                        return _multiplied(inst, *product, builder)
+                        return _with_constant(Op.MULTIPLY, inst, *product, builder)
                     records.rewrote(comp.name, inst, "pred-product-select",
                                     f"%{inst.name} multiplies by a converted pred: it selects "
                                     "its other operand or zero")

@@ -433,6 +433,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "A * (C1 * C2)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleMultiply"),
+    _rule("constant-sum", ARITHMETIC_IDENTITIES,
+          "(A + C1) + C2 of constants, or of broadcasts of rank-0 constants, became "
+          "A + (C1 + C2)",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleAdd"),
     _rule("subtract-constant", ARITHMETIC_IDENTITIES,
           "A - C of a constant C became A + (-C)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
