@@ -295,3 +295,45 @@ def test_a_sum_of_a_sum_with_constants_adds_the_constants_once() -> None:
     assert kept.name == "kept" and kept.operands[0].name == "b2"
     assert const.name == "const" and const.operands[0].name == "c5"
     assert {r.rule for r in _log(SUMS)} == {"subtract-constant", "constant-sum"}
+
+
+
+# `half`: jacobi_rope's `div.11` by a broadcast 2; `full` divides by a full-shape constant;
+# `ints` is an integer division and `folded` a constant's, both left alone.
+DIVIDES = """
+HloModule m
+ENTRY e {
+  x = f32[8] parameter(0)
+  two = f32[] constant(2)
+  b = f32[8] broadcast(two), dimensions={}
+  half = f32[8] divide(x, b)
+  c = f32[2] constant({4, 0.1})
+  y = f32[2] parameter(1)
+  full = f32[2] divide(y, c)
+  k = s32[8] parameter(2)
+  three = s32[] constant(3)
+  b3 = s32[8] broadcast(three), dimensions={}
+  ints = s32[8] divide(k, b3)
+  folded = f32[2] divide(c, c)
+  ROOT t = (f32[8], f32[2], s32[8], f32[2]) tuple(half, full, ints, folded)
+}
+"""
+
+
+def test_a_division_by_a_constant_multiplies_by_its_inverse() -> None:
+    """AlgebraicSimplifierVisitor::HandleDivide, "A / Const => A * (1 / Const)" for
+    floating-point types: XLA's rollout_jacobi_rope multiplies by 0.5 where it divided by 2
+    (`multiply.4`, op name `vmap()/div`)."""
+    module, changed = ArithmeticIdentities().run(parse_module(DIVIDES))
+    assert changed
+    half, full, ints, folded = module.entry.root.operands
+    assert half.op.text == "multiply" and half.operands[0].name == "x"
+    assert half.operands[1].op.text == "broadcast"
+    assert float(half.operands[1].operands[0].attrs["literal"]) == 0.5
+    assert half.metadata == parse_module(DIVIDES).entry.root.operands[0].metadata
+    assert full.op.text == "multiply"
+    inverse = full.operands[1].attrs["literal"]
+    assert inverse.dtype == np.float32
+    assert inverse.tolist() == [np.float32(0.25), np.float32(1) / np.float32(0.1)]
+    assert ints.name == "ints" and folded.name == "folded"
+    assert {r.rule for r in _log(DIVIDES)} == {"divide-by-constant"}

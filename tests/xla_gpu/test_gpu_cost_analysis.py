@@ -9,6 +9,7 @@ from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.legality.properties import current_xla_rules
 from hlofuse.fusion.xla_gpu.devices import device
 from hlofuse.fusion.xla_gpu.launch_dimensions import (
+    kernel_concatenate,
     kernel_launch,
     kernel_reduction,
     reduction_launch,
@@ -177,3 +178,63 @@ def test_a_dynamic_update_slice_is_priced_in_place() -> None:
         model = GpuCostModel(device("h100"))
         assert duration_ticks(model.time(sub)) + duration_ticks(model.time(fusion)) == 8009
         assert duration_ticks(model.fused_time(sub, fusion)) == 4007
+
+
+# rollout_jacobi_rope's observation: the cos and sin halves stacked along the minor dimension
+# (`stack.17`, a concatenate of two [8,10,1]) and a select of it, as a producer fusion and its
+# consumer; `two` has a second concatenate in its kernel, `out` a reduce after the
+# concatenate.
+STACK_SELECT = """
+HloModule m
+fused_stack {
+  cos = f32[8,10,1] parameter(0)
+  sin = f32[8,10,1] parameter(1)
+  ROOT stack.17 = f32[8,10,2] concatenate(cos, sin), dimensions={2}
+}
+fused_two {
+  a = f32[8,10,2] parameter(0)
+  x = f32[8,10,1] parameter(1)
+  cc = f32[8,10,2] concatenate(x, x), dimensions={2}
+  ROOT sum2 = f32[8,10,2] add(a, cc)
+}
+ENTRY e {
+  p = pred[8,10,2] parameter(0)
+  c = f32[8,10,1] parameter(1)
+  s = f32[8,10,1] parameter(2)
+  old = f32[8,10,2] parameter(3)
+  stack = f32[8,10,2] fusion(c, s), kind=kInput, calls=fused_stack
+  select_n.5 = f32[8,10,2] select(p, stack, old)
+  two = f32[8,10,2] fusion(stack, s), kind=kLoop, calls=fused_two
+  zero = f32[] constant(0)
+  out = f32[8,10] reduce(stack, zero), dimensions={2}, to_apply=sum
+  ROOT t = (f32[8,10,2], f32[8,10,2], f32[8,10]) tuple(select_n.5, two, out)
+}
+sum {
+  l = f32[] parameter(0)
+  r = f32[] parameter(1)
+  ROOT plus = f32[] add(l, r)
+}
+"""
+
+
+def test_a_concatenate_behind_a_select_runs_the_concatenate_emitter() -> None:
+    """FindNonTrivialHero's wider search (FindHero, ir_emission_utils.cc): through element-wise
+    ops of up to three operands, the only concatenate is the hero, so the select fused with
+    the stacking runs XLA's concatenate emitter, launched over one [8,10,1] operand: XLA's
+    priority-fusion log prices stack.17 fused into select_n.5 at 1.20525 us, its own kernel's
+    time plus the select's compute; with the loop emitter's launch it would be 1.06425 us.
+    Two concatenates on the way, or a reduce, leave the loop emitter."""
+    with ModuleGraph.from_module(parse_module(STACK_SELECT)) as graphs, current_xla_rules():
+        entry = graphs.entry
+        assert entry is not None
+        nodes = _nodes(list(entry.nodes))
+        stack, select = nodes["stack"], nodes["select_n.5"]
+        assert kernel_concatenate(select, stack) is not None
+        assert kernel_concatenate(select, stack) is kernel_concatenate(stack)
+        assert kernel_launch(select, stack) == kernel_launch(stack) == (1, 80)
+        assert kernel_concatenate(select) is None  # the concatenate is outside the kernel
+        assert kernel_concatenate(nodes["two"], stack) is None
+        assert kernel_concatenate(nodes["out"], stack) is None
+        model = GpuCostModel(device("h100"))
+        assert duration_ticks(model.time(stack)) == 4812
+        assert duration_ticks(model.fused_time(stack, select)) == 4821

@@ -275,3 +275,32 @@ def test_scatter_and_gather_are_fusible_and_a_scatter_fusion_is_an_input_fusion(
     refused = [d.message for d in result.decisions
                if d.pass_name == "gpu-priority-fusion" and d.verdict == "no"]
     assert any("do not fuse into the output of a scatter" in m for m in refused)
+
+
+# A select of a concatenate (`sel`, the concatenate emitter's kernel once fused) and a
+# sibling reading the same `old`, as rollout_jacobi_rope's observation and reset selects.
+CONCATENATE_SIBLINGS = """
+HloModule m
+ENTRY e {
+  x = f32[64,1] parameter(0)
+  y = f32[64,1] parameter(1)
+  p = pred[64,2] parameter(2)
+  old = f32[64,2] parameter(3)
+  e1 = f32[64,1] exponential(x)
+  cat = f32[64,2] concatenate(e1, y), dimensions={1}
+  sel = f32[64,2] select(p, cat, old)
+  neg = f32[64,2] negate(old)
+  ROOT t = (f32[64,2], f32[64,2]) tuple(sel, neg)
+}
+"""
+
+
+def test_a_concatenate_fusion_is_an_input_fusion_no_multi_output_root() -> None:
+    """PriorityFusion::ChooseKind gives the concatenate emitter's fusion kInput; multi-output
+    fusion takes only loop fusions (IsFusibleAsMultiOutputFusionRoot), so the negation of the
+    shared `old` stays a kernel of its own, as XLA keeps jacobi_rope's loop_select_fusion
+    apart from its input_concatenate_fusion.1."""
+    result = run_strategy(parse_module(CONCATENATE_SIBLINGS), "xla-gpu")
+    kernels = {k.instructions: k.kind for k in result.kernels}
+    # Without the kind, multi-output fusion made one kernel of the four instructions.
+    assert kernels == {("e1", "cat", "sel"): FusionKind.INPUT, ("neg",): FusionKind.LOOP}

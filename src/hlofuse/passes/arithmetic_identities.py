@@ -1,7 +1,7 @@
 """arithmetic-identities: `A + 0 -> A` and `A * 1 -> A` (either operand order), `convert(p) * A ->
 select(p, A, 0)` for a pred p, and `max(lo, min(x, hi))` or `min(hi, max(x, lo))` -> `clamp(lo,
 x, hi)`, `A - C -> A + (-C)` for a constant C, `(A * C1) * C2 -> A * (C1 * C2)`,
-`(A + C1) + C2 -> A + (C1 + C2)`, and
+`(A + C1) + C2 -> A + (C1 + C2)`, `A / C -> A * (1 / C)` for a floating-point constant C, and
 `broadcast(iota) -> iota`, an element-wise op of broadcasts as a broadcast of the op, a slice
 of the leading rows of a reshape as a reshape of a slice, and a concatenate of an operand and a
 broadcast scalar as a pad, for `xla-gpu`.
@@ -27,6 +27,9 @@ times sqrt(2) times 2, become one multiply by 2.82842708 in the "algsimp" step; 
 product constant is made directly). HandleAdd reassociates sums the same way ("(A + C1) + C2
 => A + (C1 + C2)", A not a constant): a uniform sample `u - 1 + (-0.5)`, the subtraction
 made an addition first, is one addition of -1.5 in XLA's dump of `rollout_jacobi_rope`.
+HandleDivide makes a floating-point division of a non-constant by a constant, or by a
+broadcast of one, a multiplication by the constant's inverse, computed in the element type
+(`InvertConstant`; XLA's `multiply.4` of `rollout_jacobi_rope` carries `div.11`'s op name).
 XLA's other reassociations of products with constants in
 HandleMultiply (a product of two such products, a broadcast non-constant factor) are not
 modelled. HandleBroadcast makes a broadcast of an iota an iota of the broadcast shape along the
@@ -272,6 +275,36 @@ def subtracted_constant(inst: Instruction, operands: tuple[Instruction, ...]
     return rhs if constant.op is Op.CONSTANT else None
 
 
+def constant_divisor(inst: Instruction, operands: tuple[Instruction, ...]
+                     ) -> Instruction | None:
+    """The divisor of a floating-point `inst` that divides a non-constant by a constant or a
+    broadcast of one (HandleDivide's "A / Const => A * (1 / Const)")."""
+    if (inst.op is not Op.DIVIDE or len(operands) != 2 or not inst.dtype.is_float
+            or operands[0].op is Op.CONSTANT):
+        return None
+    divisor = operands[1]
+    constant = divisor.operands[0] if divisor.op is Op.BROADCAST else divisor
+    if constant.op is not Op.CONSTANT or not isinstance(constant.attrs.get("literal"),
+                                                       np.ndarray):
+        return None
+    return divisor
+
+
+def _inverse_multiplied(inst: Instruction, dividend: Instruction, divisor: Instruction,
+                        builder: RewriteBuilder) -> Instruction:
+    constant = divisor.operands[0] if divisor.op is Op.BROADCAST else divisor
+    literal = constant.attrs["literal"]
+    assert isinstance(literal, np.ndarray)
+    with np.errstate(all="ignore"):
+        inverse_literal = np.asarray(np.divide(np.ones((), literal.dtype), literal),
+                                     dtype=literal.dtype)
+    inverse = builder.add(Op.CONSTANT, attrs={"literal": inverse_literal}, shape=constant.shape)
+    if divisor.op is Op.BROADCAST:
+        inverse = builder.add(Op.BROADCAST, [inverse], attrs=dict(divisor.attrs),
+                              shape=divisor.shape)
+    return builder.add(Op.MULTIPLY, [dividend, inverse], metadata=inst.metadata)
+
+
 def _negated(inst: Instruction, operands: tuple[Instruction, ...], rhs: Instruction,
              builder: RewriteBuilder) -> Instruction:
     constant = rhs.operands[0] if rhs.op is Op.BROADCAST else rhs
@@ -465,6 +498,12 @@ class ArithmeticIdentities:
                         metadata=inst.metadata)
                     return builder.add(Op.RESHAPE, [piece], shape=inst.shape,
                                        metadata=inst.metadata)
+                divisor = constant_divisor(inst, operands)
+                if divisor is not None:
+                    records.rewrote(comp.name, inst, "divide-by-constant",
+                                    f"%{inst.name} divides by a constant: it multiplies by "
+                                    "the constant's inverse")
+                    return _inverse_multiplied(inst, operands[0], divisor, builder)
                 subtracted = subtracted_constant(inst, operands)
                 if subtracted is not None:
                     records.rewrote(comp.name, inst, "subtract-constant",

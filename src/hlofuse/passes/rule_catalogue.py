@@ -438,6 +438,11 @@ CATALOGUE: tuple[Rule, ...] = (
           "A + (C1 + C2)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
           "AlgebraicSimplifierVisitor::HandleAdd"),
+    _rule("divide-by-constant", ARITHMETIC_IDENTITIES,
+          "a floating-point A / C of a constant C, or of a broadcast of one, became "
+          "A * (1 / C)",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleDivide"),
     _rule("subtract-constant", ARITHMETIC_IDENTITIES,
           "A - C of a constant C became A + (-C)",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "

@@ -139,42 +139,125 @@ MAX_CONCATENATE_EMITTER_OPERANDS = 4
 def kernel_concatenate(consumer: Node, producer: Node | None = None) -> Node | None:
     """The concatenate hero of `consumer`'s kernel (with `producer` fused into it) when XLA
     emits the kernel with its concatenate emitter (HloFusionAnalysis::GetEmitterFusionKind,
-    UseConcatenateFusion): one output, not a tuple, whose hero (FindNonTrivialHero: the walk
-    back through bitcasts and element-wise ops with one non-scalar operand) is a concatenate
-    of at most four operands (and no input or output narrower than a byte, which hlofuse's
-    element types never are)."""
+    UseConcatenateFusion): one output, not a tuple, whose hero is a concatenate of at most
+    four operands (and no input or output narrower than a byte, which hlofuse's element types
+    never are). The hero is `FindNonTrivialHero`'s (`ir_emission_utils.cc`): from the output
+    back through ops of one operand that keep the index space, then XLA's wider search for a
+    concatenate (`FindHero`): breadth first through element-wise ops of at most three operands
+    and bitcasts, the only concatenate found, from which no other op leads to the output
+    (`select(p, concatenate(a, b), c)` runs the concatenate emitter)."""
     roots = fusion_roots(consumer)
     if len(roots) != 1 or not roots[0].shape.is_array:
         return None
-    # `outer`: the fusion whose computation `node` is in; None while `node` is an unfused
-    # instruction, whose operands are outside the kernel unless one is the producer.
-    outer = consumer if consumer.is_fusion else None
-    node = roots[0]
-    for _ in range(10000):
+    kernel = _FusedKernel(consumer, producer)
+    start = roots[0]
+    while _intermediate(start, 1):
+        operand = kernel.operand_in_kernel(start, 0)
+        if operand is None:
+            break
+        start = operand
+    found: Node | None = None
+    queue, seen = [start], {start}
+    while queue:
+        node = queue.pop(0)
         if node.op is Op.CONCATENATE:
-            if len(node.operands) > MAX_CONCATENATE_EMITTER_OPERANDS:
-                return None
-            return node
-        if node.op is Op.PARAMETER and outer is not None and node.parent is outer.fused:
-            operand: Node = outer.operands[node.parameter_number]
-        elif node.op in _INTERMEDIATE or is_elementwise_op(node):
-            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
-            if len(wide) != 1:
-                return None
-            operand = wide[0]
-            if outer is not None:
-                node = operand
-                continue
-        else:
+            if found is not None:
+                return None  # several candidates: no hero
+            found = node
+            continue
+        if not _intermediate(node, 3):
+            continue
+        for index in range(len(node.operands)):
+            operand = kernel.operand_in_kernel(node, index)
+            if operand is not None and operand not in seen:
+                seen.add(operand)
+                queue.append(operand)
+    if found is None or len(found.operands) > MAX_CONCATENATE_EMITTER_OPERANDS:
+        return None
+    # Every path from the concatenate to the output runs through such ops.
+    users, visited = kernel.users_in_kernel(found), set()
+    while users:
+        user = users.pop(0)
+        if user in visited:
+            continue
+        visited.add(user)
+        if user.op is not Op.TUPLE and not _intermediate(user, 3):
             return None
-        if producer is None or operand is not producer:
-            return None  # the walk leaves the kernel
-        producer_roots = fusion_roots(producer)
-        if len(producer_roots) != 1:
-            return None
-        outer = producer if producer.is_fusion else None
-        node, producer = producer_roots[0], None
-    return None
+        users += kernel.users_in_kernel(user)
+    return found
+
+
+def _intermediate(node: Node, allowed_operands: int) -> bool:
+    """XLA's IsIntermediate: an element-wise op (a copy only if it keeps the layout) or a
+    bitcast (a reshape or transpose that is one) with one to `allowed_operands` operands."""
+    if not 1 <= len(node.operands) <= allowed_operands:
+        return False
+    if node.op is Op.COPY:
+        return node.shape == node.operands[0].shape
+    if is_elementwise_op(node) or node.op is Op.BITCAST:
+        return True
+    if node.op is Op.RESHAPE:
+        return is_free(node)
+    if node.op is Op.TRANSPOSE:
+        source = node.operands[0].shape
+        moved = [d for d in node.ints("dimensions") if source.dims[d] != 1]
+        return moved == sorted(moved)
+    return False
+
+
+class _FusedKernel:
+    """The instructions of `consumer`'s kernel with `producer` fused into it, as XLA's
+    HloFusionAdaptor presents them: operands and users inside the kernel only (a fusion's
+    parameters lead out of it, or into the producer's output where it reads the producer)."""
+
+    def __init__(self, consumer: Node, producer: Node | None) -> None:
+        self.consumer = consumer
+        self.producer = producer if producer is not None and len(
+            fusion_roots(producer)) == 1 else None
+
+    def operand_in_kernel(self, node: Node, index: int) -> Node | None:
+        operand = node.operands[index]
+        if operand.op is Op.PARAMETER:
+            outer = self._fusion_of(operand)
+            if outer is None:
+                return None
+            operand = outer.operands[operand.parameter_number]
+            if outer is not self.consumer or operand is not self.producer:
+                return None
+            return fusion_roots(operand)[0]
+        if operand is self.producer:
+            return fusion_roots(operand)[0]
+        return operand if self._inside(operand) else None
+
+    def users_in_kernel(self, node: Node) -> list[Node]:
+        if self.producer is not None and node is fusion_roots(self.producer)[0]:
+            return self._uses_of_producer()
+        return [u for u in node.users if self._inside(u)]
+
+    def _uses_of_producer(self) -> list[Node]:
+        assert self.producer is not None
+        if not self.consumer.is_fusion:
+            return [self.consumer]
+        uses: list[Node] = []
+        for number, operand in enumerate(self.consumer.operands):
+            if operand is self.producer:
+                uses += list(self.consumer.fused.params[number].users)
+        return uses
+
+    def _fusion_of(self, node: Node) -> Node | None:
+        for fusion in (self.consumer, self.producer):
+            if fusion is not None and fusion.is_fusion and node.parent is fusion.fused:
+                return fusion
+        return None
+
+    def _inside(self, node: Node) -> bool:
+        if node.op is Op.PARAMETER:
+            return False
+        if node is self.consumer and not self.consumer.is_fusion:
+            return True
+        if self.producer is not None and node is self.producer and not node.is_fusion:
+            return True
+        return self._fusion_of(node) is not None
 
 
 def concatenate_launch(hero: Node) -> tuple[int, int]:

@@ -72,7 +72,11 @@ from hlofuse.fusion.legality.rules import (
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, GpuDevice, device
 from hlofuse.fusion.xla_gpu.ids import InstructionIds
 from hlofuse.fusion.xla_gpu.in_place import producer_is_not_in_place_buffer
-from hlofuse.fusion.xla_gpu.launch_dimensions import fusion_roots, hero_reduction
+from hlofuse.fusion.xla_gpu.launch_dimensions import (
+    fusion_roots,
+    hero_reduction,
+    kernel_concatenate,
+)
 from hlofuse.fusion.xla_gpu.performance_model import TICKS_PER_SECOND, duration_ticks
 from hlofuse.fusion.xla_gpu.softmax_rewriter import (
     TritonGpuCostModel,
@@ -494,7 +498,23 @@ class _GpuPriorityFuser(_PriorityFuser):
             mark_triton(fusion)
         elif fusion.fused_root.op is Op.SCATTER and fusion.kind != FusionKind.INPUT:
             fusion.set_kind(FusionKind.INPUT)
+        else:
+            _kind_of_concatenate_emitter(fusion)
         return fusion
+
+
+def _kind_of_concatenate_emitter(fusion: Node) -> None:
+    """PriorityFusion::ChooseKind gives the concatenate emitter's fusions kInput (from
+    HloFusionAnalysis::GetEmitterFusionKind), and kLoop again once a fusion into it leaves the
+    loop emitter to run it. The kind does not steer priority fusion, but multi-output fusion
+    takes only loop fusions as roots and producers (IsFusibleAsMultiOutputFusionRoot's
+    IsLoopFusion, IsLoopFusibleAsProducer): a concatenate kernel keeps its siblings apart."""
+    concatenates = kernel_concatenate(fusion) is not None
+    if concatenates and fusion.kind == FusionKind.LOOP:
+        fusion.set_kind(FusionKind.INPUT)
+        fusion.memo["concatenate-emitter"] = (True, None)
+    elif not concatenates and fusion.memo.pop("concatenate-emitter", None) is not None:
+        fusion.set_kind(FusionKind.LOOP)
 
 
 @dataclass(frozen=True, slots=True)
