@@ -512,8 +512,8 @@ def _kind_of_concatenate_emitter(fusion: Node) -> None:
     concatenates = kernel_concatenate(fusion) is not None
     if concatenates and fusion.kind == FusionKind.LOOP:
         fusion.set_kind(FusionKind.INPUT)
-        fusion.memo["concatenate-emitter"] = (True, None)
-    elif not concatenates and fusion.memo.pop("concatenate-emitter", None) is not None:
+        fusion.memo["concatenate_emitter"] = (True, None)
+    elif not concatenates and fusion.memo.pop("concatenate_emitter", None) is not None:
         fusion.set_kind(FusionKind.LOOP)
 
 
