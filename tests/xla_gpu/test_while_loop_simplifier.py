@@ -131,13 +131,19 @@ def _arguments(module: Module, seed: int = 0) -> list[np.ndarray]:
 
 
 def _assert_same_results(before: Module, after: Module,
-                         arguments: list[np.ndarray] | None = None) -> None:
+                         arguments: list[np.ndarray] | None = None, exact: bool = True) -> None:
+    """Bit for bit, or (`exact=False`, the whole xla-gpu pipeline) to float rounding: XLA's
+    simplifier reassociates sums with constants and multiplies by a constant's inverse where
+    the program divides (`constant-sum`, `divide-by-constant`), as xla-gpu does."""
     arguments = _arguments(before) if arguments is None else arguments
     want = flatten_value(evaluate(before, arguments))
     got = flatten_value(evaluate(after, arguments))
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+        if exact:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
 def _loop_shapes(module: Module) -> list[str]:
@@ -194,7 +200,7 @@ def test_xla_gpu_keeps_the_results_of_corpus_loops(name: str) -> None:
         got = flatten_value(evaluate(fused, arguments))
         for g, w in zip(got, outputs, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-    _assert_same_results(module, fused, arguments)
+    _assert_same_results(module, fused, arguments, exact=False)
 
 
 # XLA's GPU pipeline runs SimplifyFPConversions (excess precision allowed, XLA's default):
@@ -241,7 +247,7 @@ def test_xla_gpu_keeps_the_results_of_the_rollout_corpus(env: str) -> None:
     fused = run_strategy(module, "xla-gpu", debug=True).module
     with np.load(ROLLOUT_DATA / f"{env}.npz") as data:
         arguments = [data["arg0"]]
-    _assert_same_results(module, fused, arguments)
+    _assert_same_results(module, fused, arguments, exact=False)
 
 
 def test_fori_loop_state_matches_xla() -> None:
