@@ -114,8 +114,11 @@ class CLanguage:
     indent: str = "  "
     # gcc's jump threading duplicates the branches of several selects on one predicate until
     # if-conversion gives up and a simd loop stays scalar; every kernel with vector loops
-    # turns it off.
-    no_jump_threading: str = '__attribute__((optimize("no-thread-jumps")))'
+    # turns it off, and with it partial redundancy elimination and code sinking, which move
+    # a select's operand (a square root, a math function's result) into a branch that
+    # if-conversion cannot undo (JAX's erf_inv in a Gaussian sample kept a loop scalar).
+    no_jump_threading: str = ('__attribute__((optimize("no-thread-jumps", "no-tree-pre", '
+                              '"no-tree-sink")))')
     # A whole-loop kernel's lane loop is one long simd body: gcc's partial redundancy
     # elimination (a comparison of a clamped value) and code sinking (a select's operand
     # moved into a branch) turn selects into branches that if-conversion cannot undo, and
