@@ -147,6 +147,17 @@ FUNCTIONS: tuple[MathFunction, ...] = (
 )
 
 
+def flushed_by_hardware() -> frozenset[tuple[str, DType]]:
+    """(name, F32) of the float32 functions of one argument that kernels call instead of libm's.
+
+    Under the DAZ and FTZ bits each reads a subnormal argument as a signed zero and flushes a
+    subnormal result, as a hand-written flush around the call would
+    (tests/codegen/test_mathlib.py), so a kernel running with the bits set calls them bare.
+    """
+    return frozenset((f.name, f.dtype) for f in FUNCTIONS
+                     if f.dtype is DType.F32 and f.arity == 1 and f.recommended)
+
+
 @dataclass(frozen=True, slots=True)
 class SmallArgumentForm:
     """A faster form of a function, accurate for arguments of magnitude at most `limit`.
