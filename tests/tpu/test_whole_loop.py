@@ -277,3 +277,17 @@ def test_uniform_elements_passed_on_unchanged_are_inputs_not_carried() -> None:
     got = compile_module(parse_module(text, "bias"), "max", "tpu-interpret").run_flat([x, bias])
     want = [np.asarray(w) for w in jax.jit(rollout)(x, bias)]
     assert_close(got, want, 1e-5)
+
+
+def test_vector_statistics_across_the_lanes_fall_back_with_the_rule_named() -> None:
+    """A scan logging a [2] mean over the lanes every step: the C kernel's plan, which the
+    TPU's per-step tables (one value a step) do not hold; the loop runs as an XLA operation
+    and the listing says why."""
+    from tests.codegen.test_whole_loop_step_reductions import KEY, _module, _particles
+
+    p0 = np.linspace(-0.5, 0.5, 2 * 256, dtype=np.float32).reshape(256, 2)
+    fused = run_strategy(_module(_particles(256, 3), KEY, p0), "max", debug=False).module
+    refused = [k for k in plan_kernels(fused, interpret=True) if k.kind == "kCustom"]
+    assert refused and all(k.lanes is None for k in refused)
+    assert any(k.reason.startswith("tpu-whole-loop-op") and "values reduced over the lanes"
+               in k.reason for k in refused), [k.reason for k in refused]

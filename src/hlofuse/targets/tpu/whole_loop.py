@@ -172,6 +172,12 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
     wide = wide_refusal([*plan.condition.instructions, *plan.body.instructions])
     if wide is not None:
         return WholeLoopRefusal(TYPES_RULE, wide)
+    several = next((s for s in plan.step_reductions if s.value.shape.num_elements > 1
+                    or any(r.components > 1 for r in s.reduces)), None)
+    if several is not None:
+        return WholeLoopRefusal("tpu-whole-loop-op", f"%{several.update.name} writes "
+                                f"{several.value.shape.num_elements} values reduced over the "
+                                "lanes a step; the kernel's per-step tables hold one")
     init = loop.operands[0]
     if init.op is not Op.TUPLE or any(o.op is not Op.PARAMETER for o in init.operands):
         return WholeLoopRefusal(NOT_PLANNED, "the loop's initial values are not the fusion's "
