@@ -1,8 +1,9 @@
 """Every corpus program on the chip against the reference interpreter (issue 29's first
 figure): the JAX-exported corpus, indexing, linear algebra (f32) and the rollouts, each
 compiled for --backend under --strategy (the rollouts also under max), and per program the
-largest relative difference of its floats (|got - want| / max(|want|, 1e-6)), whether they
-are within rtol 1e-5, integers exactly equal, and which transcendental ops it uses (where the
+largest relative difference of its floats (|got - want| / max(|want|, 1e-6)) and absolute
+one, whether they are within rtol 1e-5 (and within rtol 1e-5, atol 1e-6), integers exactly
+equal, and which transcendental ops it uses (where the
 chip's functions differ from NumPy's in the last bits). The JSON is rewritten after each
 program, so a run stopped by a time limit keeps what it measured.
 
@@ -29,6 +30,7 @@ from hlofuse.reference.interpreter import evaluate, flatten_value
 DATA = Path(__file__).parent.parent / "tests" / "data"
 RTOL = 1e-5
 FLOOR = 1e-6  # |want| below this counts as this: near-zero values differ absolutely
+ATOL = 1e-6  # `allclose`: |got - want| <= RTOL |want| + ATOL, NumPy's test
 TRANSCENDENTAL = frozenset({
     Op.EXPONENTIAL, Op.EXPONENTIAL_MINUS_ONE, Op.LOG, Op.LOG_PLUS_ONE, Op.TANH, Op.SINE,
     Op.COSINE, Op.TAN, Op.POWER, Op.SQRT, Op.RSQRT, Op.CBRT, Op.LOGISTIC, Op.ERF, Op.ATAN2})
@@ -52,7 +54,7 @@ def _inputs(path: Path) -> list[np.ndarray]:
 
 def compare(got: list[np.ndarray], want: list[np.ndarray]) -> dict[str, object]:
     """The largest relative difference of the floats and whether integers are equal."""
-    worst, exact, floats = 0.0, True, 0
+    worst, worst_abs, close, exact, floats = 0.0, 0.0, True, True, 0
     for g, w in zip(got, want):
         g, w = np.asarray(g), np.asarray(w)
         if g.shape != w.shape:
@@ -64,10 +66,14 @@ def compare(got: list[np.ndarray], want: list[np.ndarray]) -> dict[str, object]:
             diff = np.where(same, 0.0, np.abs(g64 - w64) / np.maximum(np.abs(w64), FLOOR))
             diff = np.where(np.isnan(diff), np.inf, diff)
             worst = max(worst, float(diff.max(initial=0.0)))
+            absolute = np.where(same, 0.0, np.abs(g64 - w64))
+            worst_abs = max(worst_abs, float(np.nan_to_num(absolute, nan=np.inf).max(initial=0)))
+            close = close and bool(np.allclose(g64, w64, rtol=RTOL, atol=ATOL, equal_nan=True))
             floats += int(w.size)
         else:
             exact = exact and bool(np.array_equal(g, w))
-    return {"max_relative": worst, "within_rtol": worst <= RTOL and exact,
+    return {"max_relative": worst, "max_absolute": worst_abs,
+            "within_rtol": worst <= RTOL and exact, "allclose": close and exact,
             "integers_equal": exact, "floats": floats}
 
 
@@ -81,12 +87,16 @@ def main() -> int:
     parser.add_argument("--backend", default="tpu")
     parser.add_argument("--strategy", default="xla")
     parser.add_argument("--sets", default="jax,indexing,rollouts,linalg")
+    parser.add_argument("--programs", default="", help="comma-separated file names (default all)")
     parser.add_argument("--out", default="results/tpu/equality.json")
     args = parser.parse_args()
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, object]] = []
+    chosen = {n for n in args.programs.split(",") if n}
     for corpus, program in _programs(args.sets.split(",")):
+        if chosen and program.name not in chosen:
+            continue
         module = parse_module(program.read_text(), program.name)
         inputs = _inputs(program)
         want = flatten_value(evaluate(module, inputs))
