@@ -59,6 +59,30 @@ def test_cartpole_max_is_one_lane_kernel_over_several_blocks(
     assert float(got[2]) == pytest.approx(float(want[2]), rel=1e-6)
 
 
+def test_the_steps_uniform_work_is_a_table_made_before_the_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CartPole's keys (split from the carried key at every step) are the same in every
+    block: with the trip count known they are computed before the kernel, a row per step,
+    and the kernel reads them (whole_loop_uniform.py); two blocks still equal the
+    interpreter bit for bit in their episode counts."""
+    from hlofuse.targets.tpu.whole_loop import LaneKernel
+
+    monkeypatch.setattr(whole_loop, "BLOCK_ROWS", 8)
+    module = _cartpole_max(1100, 20)
+    want = flatten_value(evaluate(module, [random.key(0)]))
+    compiled = compile_module(module, "max", "tpu-interpret")
+    got = compiled.run_flat([random.key(0)])
+    lane = _lane_kernels(compiled.executable.kernel_plans)[0]  # type: ignore[union-attr]
+    kernel = lane._call
+    assert isinstance(kernel, LaneKernel) and kernel.tables is not None
+    tables = kernel.tables
+    assert tables.trips == 20
+    words = dict(zip((str(k) for k in tables.kinds), tables.widths))
+    assert words.get("uint32", 0) >= 2  # the action's and the reset's keys
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
+    assert int(got[1]) == int(want[1]) > 0
+
+
 def test_the_time_loop_is_inside_one_kernel_for_the_tpu() -> None:
     """Lowered for the TPU without one: the lane kernel's Mosaic module holds the time loop
     (scf.while), works on (rows, 128) tiles, and computes the auto-reset's fresh draws under
