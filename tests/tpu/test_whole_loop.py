@@ -5,6 +5,7 @@ without one. What it cannot lower falls back to an XLA operation under a named r
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -65,9 +66,11 @@ def test_the_steps_uniform_work_is_a_table_made_before_the_kernel(
     block: with the trip count known they are computed before the kernel, a row per step,
     and the kernel reads them (whole_loop_uniform.py); two blocks still equal the
     interpreter bit for bit in their episode counts."""
+    from hlofuse.targets.tpu import whole_loop_uniform
     from hlofuse.targets.tpu.whole_loop import LaneKernel
 
     monkeypatch.setattr(whole_loop, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(whole_loop_uniform, "TABLE_MIN_BLOCKS", 2)
     module = _cartpole_max(1100, 20)
     want = flatten_value(evaluate(module, [random.key(0)]))
     compiled = compile_module(module, "max", "tpu-interpret")
@@ -121,12 +124,24 @@ def test_rollout_under_max_equals_the_interpreter(name: str) -> None:
 @pytest.mark.parametrize("name", ["mountain_car.cpu.hlo", "pendulum.cpu.hlo",
                                   "inventory_logged.cpu.hlo"])
 def test_rollout_lane_kernels_lower_for_the_tpu(name: str) -> None:
+    """Lowered as the program runs them (with x64 where the program has 64-bit values, as
+    pendulum's random bits do): the time loop inside, and every BlockSpec index map returns
+    int32 block indices (i64 ones made Mosaic refuse the kernel on the chip: "failed to
+    legalize operation 'func.return'")."""
+    import jax
+
+    from hlofuse.targets.tpu.program import uses_wide_types
+
     module, _ = load_npz_case(ROLLOUTS / name)
     fused = run_strategy(module, "max", debug=False).module
     lanes = _lane_kernels(plan_kernels(fused, interpret=True))
     assert lanes
     for kernel in lanes:
-        assert "scf.while" in lower_for_tpu(kernel, kernel_structs(kernel))
+        with jax.enable_x64(uses_wide_types(fused)):
+            text = lower_for_tpu(kernel, kernel_structs(kernel))
+        assert "scf.while" in text
+        index_maps = re.findall(r"func\.func @transform_\d+\([^)]*\) -> \(([^)]*)\)", text)
+        assert index_maps and all("i64" not in m for m in index_maps), index_maps
 
 
 @pytest.mark.parametrize("name", [

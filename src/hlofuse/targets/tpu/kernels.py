@@ -40,7 +40,7 @@ from hlofuse.reference.rnglib import THREEFRY_TARGET
 from hlofuse.runtime.program import leaf_paths
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
 from hlofuse.targets.tpu.lane_values import Unlowerable
-from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, runs_on_host
+from hlofuse.targets.tpu.lax_ops import BLOCK_ZERO, ELEMENTWISE, Value, runs_on_host
 from hlofuse.targets.tpu.whole_loop import LaneKernel, LaneLayout, plan_lanes
 
 LANES = 128
@@ -185,14 +185,14 @@ class Kernel:
         def spec(shape: Shape) -> pl.BlockSpec:
             if shape.rank == 0:  # a 0-d input as a (1, 1) array: whole, in SMEM
                 return pl.BlockSpec(memory_space=pltpu.SMEM)
-            return pl.BlockSpec(block, lambda i: (i, 0))
+            return pl.BlockSpec(block, lambda i: (i, BLOCK_ZERO))
 
         out = pl.pallas_call(
             kernel, grid=(self.grid,),
             out_shape=[jax.ShapeDtypeStruct(tiled_dims, _kernel_dtype(s.dtype))
                        for s in self.output_shapes],
             in_specs=[spec(s) for s in self.input_shapes],
-            out_specs=[pl.BlockSpec(block, lambda i: (i, 0)) for _ in self.output_shapes],
+            out_specs=[pl.BlockSpec(block, lambda i: (i, BLOCK_ZERO)) for _ in self.output_shapes],
             interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                                  vmem_limit_bytes=VMEM_LIMIT))(*arrays)

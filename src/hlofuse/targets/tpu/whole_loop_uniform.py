@@ -4,10 +4,11 @@ Every block of the whole-loop kernel (`whole_loop.py`) runs the same time loop, 
 step's uniform values (the step counter, the RNG key and the keys split from it: the same
 for every lane of every block) were computed on the scalar unit in every block at every
 step: CartPole's step has about 380 scalar operations (Threefry on the keys) beside about
-1,000 on tiles, and the scalar unit runs them largely one after another. When the loop's
-trip count is known they do not depend on the block, so a `lax.scan` over the steps
-computes them before the kernel, one row of a table per step (in SMEM, one table per
-type); inside the kernel each is one scalar load from the step's row.
+1,000 on tiles. When the loop's trip count is known they do not depend on the block, so a
+`lax.scan` over the steps computes them before the kernel, one row of a table per step (in
+SMEM, one table per type); inside the kernel each is one scalar load from the step's row.
+The scan has a cost of its own, so kernels of fewer than TABLE_MIN_BLOCKS blocks keep the
+work inside (measured on the v5e, below).
 
 Which values: the step is traced once with a `StepRecorder` that notes each value the step
 computes and which values it read. A value at a static position that is a scalar, and
@@ -40,6 +41,12 @@ from hlofuse.targets.tpu.lax_ops import Value
 if TYPE_CHECKING:
     from hlofuse.targets.tpu.whole_loop import LaneKernel
 
+# The table costs a loop of T steps in XLA before the kernel (about 2.8 us a step on the v5e:
+# CartPole at N = 65,536, 8 blocks of 64 rows, fell from 4.08 to 3.46 G env-steps/s with it)
+# and saves scalar work in every block at every step (about 0.07-0.1 us per block and step:
+# at N = 1,048,576, 128-256 blocks, 5.74 -> 5.93 G with 64 rows, 5.02 -> 5.61 G with 32;
+# docs/tpu.md). It pays from about 30 blocks: kernels with fewer keep the work inside.
+TABLE_MIN_BLOCKS = 32
 # SMEM is 1 MiB on v5e and also holds read-only weights (whole_loop.READ_ONLY_WORDS): the
 # tables of one kernel stay within this many 32-bit words, else the work stays inside.
 TABLE_WORDS = 64 * 1024
@@ -206,7 +213,7 @@ def uniform_tables(kernel: LaneKernel, call: Callable[..., Any], inputs: Sequenc
     layout = kernel.layout
     kernel.tables = None
     trips = table_trips(layout.loop, bool(layout.plan.nested))
-    if trips is None:
+    if trips is None or layout.grid < TABLE_MIN_BLOCKS:
         return []
     recorder = kernel.recorder = StepRecorder()
     try:
