@@ -316,3 +316,17 @@ def test_uniform_elements_passed_on_unchanged_are_inputs_not_carried() -> None:
     got = compile_module(parse_module(text, "bias"), "max", "tpu-interpret").run_flat([x, bias])
     want = [np.asarray(w) for w in jax.jit(rollout)(x, bias)]
     assert_close(got, want, 1e-5)
+
+
+def test_a_blocks_int32_sum_is_exact_and_wraps_like_int32() -> None:
+    """Per-step int32 sums over a block are byte sums in f32 (Pallas lowers an int32
+    reduce_sum with an i64 constant under x64): exact for any words, negative ones and sums
+    past 2^31 wrapping as int32 addition does."""
+    from hlofuse.targets.tpu.whole_loop_steps import _exact_int_sum
+
+    rng = np.random.default_rng(0)
+    words = rng.integers(-2**31, 2**31, size=(64, 128), dtype=np.int64).astype(np.int32)
+    words[0, :4] = [2**31 - 1, 2**31 - 1, -2**31, -1]
+    want = np.sum(words.astype(np.int64)) % 2**32
+    want = want - 2**32 if want >= 2**31 else want
+    assert int(_exact_int_sum(words)) == int(want)
