@@ -307,7 +307,9 @@ class LaneKernel:
         fixed_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                     .reshape(-1) for e in fixed]
         rows = layout.rows
-        block = lambda p: pl.BlockSpec((p, rows, LANES), lambda i: (BLOCK_ZERO, i, BLOCK_ZERO))  # noqa: E731
+        def block(positions: int) -> pl.BlockSpec:
+            return pl.BlockSpec((positions, rows, LANES), lambda i: (BLOCK_ZERO, i, BLOCK_ZERO))
+
         smem = pl.BlockSpec(memory_space=pltpu.SMEM)
         out_shapes = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in tiled_in]
         out_shapes += [jax.ShapeDtypeStruct((layout.padded // LANES, LANES),
@@ -315,7 +317,8 @@ class LaneKernel:
                        for a in accumulators]
         out_shapes += [jax.ShapeDtypeStruct(u.shape, u.dtype) for u in uniform_in]
         out_specs = [block(layout.positions(e)) for e in lane_elements]
-        out_specs += [pl.BlockSpec((rows, LANES), lambda i: (i, BLOCK_ZERO)) for _ in accumulators]
+        out_specs += [pl.BlockSpec((rows, LANES), lambda i: (i, BLOCK_ZERO))
+                      for _ in accumulators]
         out_specs += [smem for _ in uniform]
         table_shapes, table_specs = table_outputs(plan.step_reductions, layout.grid)
         out_shapes += table_shapes
