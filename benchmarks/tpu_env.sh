@@ -6,7 +6,7 @@ PY=${PY:-python3}
 DEST=${OUT:+$OUT/tpu}
 DEST=${DEST:-results/tpu}
 mkdir -p "$DEST"
-if [ -n "${PIP_INDEX:-}" ]; then
+if [ -n "${PIP_INDEX:-}" ] && [ ! -d /tmp/site/rich ]; then
   PIP_CONFIG_FILE=/dev/null "$PY" -m pip install --isolated -q --only-binary=:all: \
     --index-url "$PIP_INDEX" --target /tmp/site rich matplotlib
 fi

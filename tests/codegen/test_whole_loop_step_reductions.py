@@ -146,3 +146,44 @@ def test_a_sum_across_lanes_that_feeds_the_state_is_refused_by_name() -> None:
     _assert_matches_interpreter(fn, KEY, x0)
     explained = hlofuse.jit(fn, strategy="max").lower(KEY, x0).compile().explain()
     assert "whole-loop-cross-lane-reduce" in str(explained)
+
+
+def _particles(n: int, t: int) -> Any:
+    """Particles in the plane, logging per step the mean position ([2] of f32), the largest
+    speed along each axis, and each axis' count of particles past a wall ([2] of s32): the
+    [T, 2] logs that a reduction over the lanes keeping the state's minor dimension gives."""
+
+    def rollout(key: Any, p0: Any) -> Any:
+        def body(carry: Any, _: Any) -> Any:
+            p, v, key = carry
+            key, k = hrandom.split(key)
+            v = v * 0.95 + 0.1 * hrandom.normal(k, (n, 2))
+            p = p + 0.1 * v
+            out = hnp.abs(p) > 1.0
+            p = hnp.where(out, 0.0, p)
+            log = {"mean": hnp.mean(p, axis=0), "fastest": hnp.max(hnp.abs(v), axis=0),
+                   "walls": hnp.sum(out.astype(np.int32), axis=0),
+                   "spread": hnp.sum(p * p, axis=0) / n - hnp.mean(p, axis=0) ** 2}
+            return (p, v, key), log
+
+        return lax.scan(body, (p0, hnp.zeros_like(p0), key), None, length=t)
+
+    return rollout
+
+
+@pytest.mark.parametrize("n,t", [(64, 40), (37, 25), (1000, 7)])
+def test_vector_statistics_across_the_lanes_match_the_interpreter(n: int, t: int) -> None:
+    p0 = np.linspace(-0.5, 0.5, 2 * n, dtype=np.float32).reshape(n, 2)
+    _assert_matches_interpreter(_particles(n, t), KEY, p0)
+    record = _time_loop_record(_module(_particles(n, t), KEY, p0))
+    assert record.figures["lanes"] == n
+    assert record.figures["step_reductions"] == 4
+
+
+def test_vector_statistics_run_in_the_cuda_emulation() -> None:
+    p0 = np.linspace(-0.5, 0.5, 2 * 50, dtype=np.float32).reshape(50, 2)
+    module = _module(_particles(50, 9), KEY, p0)
+    expected = flatten_value(evaluate(module, [KEY, p0]))
+    actual = flatten_value(compile_module(module, "max", backend="cuda-emulated")(KEY, p0))
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(np.asarray(a), e, rtol=1e-5, atol=1e-5)

@@ -5,6 +5,7 @@ without one. What it cannot lower falls back to an XLA operation under a named r
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,32 @@ def test_cartpole_max_is_one_lane_kernel_over_several_blocks(
     assert float(got[2]) == pytest.approx(float(want[2]), rel=1e-6)
 
 
+def test_the_steps_uniform_work_is_a_table_made_before_the_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CartPole's keys (split from the carried key at every step) are the same in every
+    block: with the trip count known they are computed before the kernel, a row per step,
+    and the kernel reads them (whole_loop_uniform.py); two blocks still equal the
+    interpreter bit for bit in their episode counts."""
+    from hlofuse.targets.tpu import whole_loop_uniform
+    from hlofuse.targets.tpu.whole_loop import LaneKernel
+
+    monkeypatch.setattr(whole_loop, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(whole_loop_uniform, "TABLE_MIN_BLOCKS", 2)
+    module = _cartpole_max(1100, 20)
+    want = flatten_value(evaluate(module, [random.key(0)]))
+    compiled = compile_module(module, "max", "tpu-interpret")
+    got = compiled.run_flat([random.key(0)])
+    lane = _lane_kernels(compiled.executable.kernel_plans)[0]  # type: ignore[union-attr]
+    kernel = lane._call
+    assert isinstance(kernel, LaneKernel) and kernel.tables is not None
+    tables = kernel.tables
+    assert tables.trips == 20
+    words = dict(zip((str(k) for k in tables.kinds), tables.widths))
+    assert words.get("uint32", 0) >= 2  # the action's and the reset's keys
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
+    assert int(got[1]) == int(want[1]) > 0
+
+
 def test_the_time_loop_is_inside_one_kernel_for_the_tpu() -> None:
     """Lowered for the TPU without one: the lane kernel's Mosaic module holds the time loop
     (scf.while), works on (rows, 128) tiles, and computes the auto-reset's fresh draws under
@@ -97,12 +124,24 @@ def test_rollout_under_max_equals_the_interpreter(name: str) -> None:
 @pytest.mark.parametrize("name", ["mountain_car.cpu.hlo", "pendulum.cpu.hlo",
                                   "inventory_logged.cpu.hlo"])
 def test_rollout_lane_kernels_lower_for_the_tpu(name: str) -> None:
+    """Lowered as the program runs them (with x64 where the program has 64-bit values, as
+    pendulum's random bits do): the time loop inside, and every BlockSpec index map returns
+    int32 block indices (i64 ones made Mosaic refuse the kernel on the chip: "failed to
+    legalize operation 'func.return'")."""
+    import jax
+
+    from hlofuse.targets.tpu.program import uses_wide_types
+
     module, _ = load_npz_case(ROLLOUTS / name)
     fused = run_strategy(module, "max", debug=False).module
     lanes = _lane_kernels(plan_kernels(fused, interpret=True))
     assert lanes
     for kernel in lanes:
-        assert "scf.while" in lower_for_tpu(kernel, kernel_structs(kernel))
+        with jax.enable_x64(uses_wide_types(fused)):
+            text = lower_for_tpu(kernel, kernel_structs(kernel))
+        assert "scf.while" in text
+        index_maps = re.findall(r"func\.func @transform_\d+\([^)]*\) -> \(([^)]*)\)", text)
+        assert index_maps and all("i64" not in m for m in index_maps), index_maps
 
 
 @pytest.mark.parametrize("name", [
@@ -277,3 +316,31 @@ def test_uniform_elements_passed_on_unchanged_are_inputs_not_carried() -> None:
     got = compile_module(parse_module(text, "bias"), "max", "tpu-interpret").run_flat([x, bias])
     want = [np.asarray(w) for w in jax.jit(rollout)(x, bias)]
     assert_close(got, want, 1e-5)
+
+
+def test_vector_statistics_across_the_lanes_fall_back_with_the_rule_named() -> None:
+    """A scan logging a [2] mean over the lanes every step: the C kernel's plan, which the
+    TPU's per-step tables (one value a step) do not hold; the loop runs as an XLA operation
+    and the listing says why."""
+    from tests.codegen.test_whole_loop_step_reductions import KEY, _module, _particles
+
+    p0 = np.linspace(-0.5, 0.5, 2 * 256, dtype=np.float32).reshape(256, 2)
+    fused = run_strategy(_module(_particles(256, 3), KEY, p0), "max", debug=False).module
+    refused = [k for k in plan_kernels(fused, interpret=True) if k.kind == "kCustom"]
+    assert refused and all(k.lanes is None for k in refused)
+    assert any(k.reason.startswith("tpu-whole-loop-op") and "values reduced over the lanes"
+               in k.reason for k in refused), [k.reason for k in refused]
+
+
+def test_a_blocks_int32_sum_is_exact_and_wraps_like_int32() -> None:
+    """Per-step int32 sums over a block are byte sums in f32 (Pallas lowers an int32
+    reduce_sum with an i64 constant under x64): exact for any words, negative ones and sums
+    past 2^31 wrapping as int32 addition does."""
+    from hlofuse.targets.tpu.whole_loop_steps import _exact_int_sum
+
+    rng = np.random.default_rng(0)
+    words = rng.integers(-2**31, 2**31, size=(64, 128), dtype=np.int64).astype(np.int32)
+    words[0, :4] = [2**31 - 1, 2**31 - 1, -2**31, -1]
+    want = np.sum(words.astype(np.int64)) % 2**32
+    want = want - 2**32 if want >= 2**31 else want
+    assert int(_exact_int_sum(words)) == int(want)

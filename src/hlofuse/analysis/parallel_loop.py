@@ -140,7 +140,8 @@ def plan_parallel_loop(loop: Instruction, *,
                        max_state_elements_per_lane: int = DEFAULT_MAX_STATE_ELEMENTS_PER_LANE,
                        max_uniform_elements: int = DEFAULT_MAX_UNIFORM_ELEMENTS
                        ) -> LoopPlan | Refusal:
-    """The loop's plan, or the refusal of the first candidate dimension that fails."""
+    """The loop's plan (the first candidate dimension's, unless a larger one's holds the same
+    elements), or the refusal of the first candidate when none has a plan."""
     loop = with_tupled_nested_states(loop)
     refusal = check_structure(loop)
     if refusal is not None:
@@ -151,6 +152,7 @@ def plan_parallel_loop(loop: Instruction, *,
         return Refusal(NO_PARALLEL_DIMENSION, loop,
                        f"%{loop.name}: no loop state has a leading dimension to run in parallel")
     first: Refusal | None = None
+    plans: list[LoopPlan] = []
     for size in candidates:
         lane_dims = {i: d for i in range(len(elements))
                      if (d := _lane_dim(loop, i, size)) is not None}
@@ -164,7 +166,8 @@ def plan_parallel_loop(loop: Instruction, *,
                               and batch in elements[i].dims]
                 if len(serialised) <= len(result.per_lane) and (
                         result.per_lane or size == 1 or (result.streamed and size == batch)):
-                    return result
+                    plans.append(result)
+                    break
                 # The lanes hold nothing, or uniform code would hold more elements with the
                 # state's most common dimension (the batch, whose own plan was refused) than
                 # the lanes hold: it would compute most of the batch once per step, written
@@ -177,6 +180,15 @@ def plan_parallel_loop(loop: Instruction, *,
             if not result.demotable:
                 break
             per_lane -= result.demotable
+    if plans:
+        # A dimension most elements share may be a small one (a position's two axes) with a
+        # plan of its own, each of its "lanes" then holding the whole batch: a later plan
+        # over more lanes that holds every element the first holds is that batch.
+        chosen = plans[0]
+        for plan in plans[1:]:
+            if plan.size > chosen.size and set(plan.per_lane) >= set(chosen.per_lane):
+                chosen = plan
+        return chosen
     assert first is not None
     return first
 

@@ -1,12 +1,14 @@
 """Per-step reductions across the lanes of a parallel loop: the sums, means, maxima, minima and
-counts over all lanes that RL code records at every step (`lax.scan` outputs of shape [T]).
+counts over all lanes that RL code records at every step (`lax.scan` outputs of shape [T], or
+[T, k] for a vector such as the mean observation).
 
 A uniform loop element qualifies when the body's only use of it is a dynamic-update-slice
-writing one position per step, at uniform positions, with a value computed from full
-reductions of per-lane values (each over all of its dimensions, with an associative and
-commutative op and that op's identity as initial value) by element-wise ops whose other
-operands are loop-invariant (the division of a mean by N, a convert). The condition never
-reads it, nor does anything else.
+writing a slice of at most `MAX_COMPONENTS` values per step, at uniform positions, with a
+value computed from reductions of per-lane values over their lanes (each over the lane
+dimension and any others, with an associative and commutative op and that op's identity as
+initial value) by element-wise ops, reshapes and broadcasts whose other operands are
+loop-invariant (the division of a mean by N, a convert). The condition never reads it, nor
+does anything else.
 
 Such an element needs no lane's values but the step's reduction: each block of lanes reduces
 its own lanes at every step into a partial of its own for the written position, and after the
@@ -21,11 +23,15 @@ from dataclasses import dataclass
 
 from hlofuse.analysis.lane_classification import LaneClassification, element_read
 from hlofuse.analysis.loop_accumulators import full_lane_reduce_op
+from hlofuse.analysis.reducers import ASSOCIATIVE_OPS, is_identity, reducer_op
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import ELEMENTWISE_OPS, Op
 
 # Ops between the reductions and the written value besides the element-wise ones.
 _PASS_THROUGH = frozenset({Op.RESHAPE, Op.BROADCAST, Op.BITCAST, Op.COPY})
+# Values a step writes at most: each lane keeps its part of every one in the step, and each
+# block its partial of every one for every step.
+MAX_COMPONENTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +40,11 @@ class LaneReduce:
 
     reduce: Instruction
     op: Op
+
+    @property
+    def components(self) -> int:
+        """The values it gives (1 for a reduction over all dimensions)."""
+        return self.reduce.shape.num_elements
 
     @property
     def operand(self) -> Instruction:
@@ -59,7 +70,7 @@ class StepReduction:
 
     @property
     def value(self) -> Instruction:
-        """The one-element slice written each step."""
+        """The slice written each step."""
         return self.update.operands[1]
 
 
@@ -102,7 +113,7 @@ def _step_reduction(lanes: LaneClassification, element: int
     if any(element_read(inst) == element for inst in lanes.condition.instructions):
         return None
     value = update.operands[1]
-    if value.shape.num_elements != 1 or id(value) not in lanes.dependent:
+    if value.shape.num_elements > MAX_COMPONENTS or id(value) not in lanes.dependent:
         return None
     if any(id(start) in lanes.dependent for start in update.operands[2:]):
         return None
@@ -117,8 +128,9 @@ def _step_reduction(lanes: LaneClassification, element: int
 
 def _reduces_behind(lanes: LaneClassification, value: Instruction
                     ) -> tuple[list[LaneReduce], dict[int, Instruction]] | None:
-    """The full lane reductions `value` is computed from by one-element element-wise ops, and
-    those values; None when anything else state-dependent is on the way."""
+    """The reductions over the lanes `value` is computed from by element-wise ops (of no more
+    values than the slice written), and those values; None when anything else state-dependent
+    is on the way."""
     reduces: list[LaneReduce] = []
     path: dict[int, Instruction] = {}
     stack = [value]
@@ -135,8 +147,10 @@ def _reduces_behind(lanes: LaneClassification, value: Instruction
         if found is not None:
             reduces.append(found)
             continue
-        if inst.shape.num_elements != 1 or not inst.shape.is_array:
+        if not inst.shape.is_array or inst.shape.num_elements > MAX_COMPONENTS:
             return None
+        if lanes.size > 1 and isinstance(lanes.lane_at.get(id(inst)), int):
+            return None  # still one value per lane: not reduced over them
         if inst.op not in ELEMENTWISE_OPS and inst.op not in _PASS_THROUGH:
             return None
         stack.extend(inst.operands)
@@ -144,9 +158,28 @@ def _reduces_behind(lanes: LaneClassification, value: Instruction
 
 
 def _lane_reduce(lanes: LaneClassification, inst: Instruction) -> LaneReduce | None:
-    """`inst` as a reduction of a per-lane value over all its dimensions from the identity."""
+    """`inst` as a reduction of a per-lane value over all its dimensions, or over its lane
+    dimension and any others, from the identity."""
     op = full_lane_reduce_op(lanes, inst)
+    if op is None:
+        op = _over_lanes_op(lanes, inst)
     return None if op is None else LaneReduce(inst, op)
+
+
+def _over_lanes_op(lanes: LaneClassification, reduce: Instruction) -> Op | None:
+    """The op of `reduce` when it reduces a per-lane value over its lane dimension (and maybe
+    others) with an associative and commutative op from that op's identity."""
+    if reduce.op is not Op.REDUCE or len(reduce.operands) != 2 or lanes.size == 1:
+        return None
+    operand, init = reduce.operands
+    lane_at = lanes.lane_at.get(id(operand))
+    if id(operand) not in lanes.dependent or id(init) in lanes.dependent or \
+            not isinstance(lane_at, int) or lane_at not in reduce.ints("dimensions"):
+        return None
+    if reduce.shape.num_elements > MAX_COMPONENTS:
+        return None
+    op = reducer_op(reduce.calls[0])
+    return op if op in ASSOCIATIVE_OPS and is_identity(init, op) else None
 
 
 def _reads_loop_state(inst: Instruction) -> bool:

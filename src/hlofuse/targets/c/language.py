@@ -72,6 +72,12 @@ _BIT_FUNCTIONS = MappingProxyType({
 })
 
 
+def _hardware_flushed_math() -> frozenset[tuple[str, DType]]:
+    from hlofuse.codegen.mathlib import flushed_by_hardware
+
+    return flushed_by_hardware()
+
+
 def _vectorisable_math() -> Mapping[tuple[str, DType], str]:
     """The math library's functions that kernels should call instead of libm's."""
     from hlofuse.codegen.mathlib import FUNCTIONS
@@ -94,6 +100,11 @@ class CLanguage:
     # Branch-free functions of codegen/mathlib (within ~0.5 ulp for f32) that vectorise, where
     # libm's are calls that keep a loop scalar; keyed by (name, f32 or f64).
     vector_math: Mapping[tuple[str, DType], str] = field(default_factory=_vectorisable_math)
+    # Of those, the ones that need no flush of their argument and result where the kernel runs
+    # with the CPU's DAZ and FTZ bits set (HLOFUSE_HARDWARE_FLUSH in the header: x86, Arm):
+    # the flush's masks cost a fifth of a tanh.
+    hardware_flushed_math: frozenset[tuple[str, DType]] = field(
+        default_factory=_hardware_flushed_math)
     index_type: cir.Type = cir.INDEX
     restrict: str = "restrict"
     block_shared: str = ""  # C has no memory shared by a block of threads
@@ -114,8 +125,11 @@ class CLanguage:
     indent: str = "  "
     # gcc's jump threading duplicates the branches of several selects on one predicate until
     # if-conversion gives up and a simd loop stays scalar; every kernel with vector loops
-    # turns it off.
-    no_jump_threading: str = '__attribute__((optimize("no-thread-jumps")))'
+    # turns it off, and with it partial redundancy elimination and code sinking, which move
+    # a select's operand (a square root, a math function's result) into a branch that
+    # if-conversion cannot undo (JAX's erf_inv in a Gaussian sample kept a loop scalar).
+    no_jump_threading: str = ('__attribute__((optimize("no-thread-jumps", "no-tree-pre", '
+                              '"no-tree-sink")))')
     # A whole-loop kernel's lane loop is one long simd body: gcc's partial redundancy
     # elimination (a comparison of a clamped value) and code sinking (a select's operand
     # moved into a branch) turn selects into branches that if-conversion cannot undo, and
@@ -231,6 +245,8 @@ class CLanguage:
         if dtype not in (DType.F32, DType.F64):
             return cir.Call(self.math(name, dtype), arguments)
         flush = "hlofuse_daz_d" if dtype is DType.F64 else "hlofuse_daz_f"
+        if (name, dtype) in self.hardware_flushed_math:
+            flush = "hlofuse_daz_unless_hardware_f"
         inner = tuple(cir.call(flush, a) for a in arguments)
         return cir.call(flush, cir.Call(self.math(name, dtype), inner))
 

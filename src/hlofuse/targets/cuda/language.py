@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlofuse.codegen import cir
+from hlofuse.ir.dtypes import DType
 from hlofuse.targets.c.language import CLanguage
 
 # The names of the constants a kernel's text declares: how many threads its grid has, and
@@ -58,6 +59,8 @@ class CudaLanguage(CLanguage):
     unroll: str = "#pragma unroll {n}"
     no_jump_threading: str = ""
     whole_loop_attribute: str = ""
+    # A GPU thread has no DAZ bit to set: every math call keeps its flush.
+    hardware_flushed_math: frozenset[tuple[str, DType]] = frozenset()
 
     def lane_language(self) -> CudaLanguage:
         return self  # one lane per thread: nothing to vectorise

@@ -40,16 +40,18 @@ from hlofuse.reference.rnglib import THREEFRY_TARGET
 from hlofuse.runtime.program import leaf_paths
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
 from hlofuse.targets.tpu.lane_values import Unlowerable
-from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, runs_on_host
+from hlofuse.targets.tpu.lax_ops import BLOCK_ZERO, ELEMENTWISE, Value, runs_on_host
 from hlofuse.targets.tpu.whole_loop import LaneKernel, LaneLayout, plan_lanes
 
 LANES = 128
-BLOCK_ROWS = 2048  # the most rows of a tiled kernel's block: (2048, 128) f32 is 1 MiB
+BLOCK_ROWS = 4096  # the most rows of a tiled kernel's block: (4096, 128) f32 is 2 MiB
 # What a tiled kernel's blocks may take of VMEM: its arrays' blocks double-buffered, plus one
 # block-sized value per instruction of its body (an upper bound on what Mosaic keeps live),
-# under the 8 MiB scoped limit that compiled on v5e (docs: tpu-target). Larger blocks spend
-# less of each grid step on the step's fixed cost; a long body gets fewer rows.
-BLOCK_VMEM_BYTES = 6 * 2**20
+# within the VMEM_LIMIT the kernels are compiled with. Larger blocks spend less of each grid
+# step on the step's fixed cost; a long body gets fewer rows. Measured on the v5e
+# (docs/tpu.md, kernel_costs.json): `v + y` over 64 M floats reached 75 % of HBM bandwidth
+# with blocks of 1,728 rows (a 6 MiB budget), hand-written blocks of 4,096 rows 88 %.
+BLOCK_VMEM_BYTES = 16 * 2**20
 ROW_MULTIPLE = 32  # rows of a block: a whole number of (8, 128) f32, (16, 128) bf16 tiles
 WHOLE_MAX_ELEMENTS = 65536  # 64 vector registers per operation on a dense whole array
 # Vector registers (8 x 128 words) one value of a whole-array kernel may take, counted on
@@ -183,14 +185,14 @@ class Kernel:
         def spec(shape: Shape) -> pl.BlockSpec:
             if shape.rank == 0:  # a 0-d input as a (1, 1) array: whole, in SMEM
                 return pl.BlockSpec(memory_space=pltpu.SMEM)
-            return pl.BlockSpec(block, lambda i: (i, 0))
+            return pl.BlockSpec(block, lambda i: (i, BLOCK_ZERO))
 
         out = pl.pallas_call(
             kernel, grid=(self.grid,),
             out_shape=[jax.ShapeDtypeStruct(tiled_dims, _kernel_dtype(s.dtype))
                        for s in self.output_shapes],
             in_specs=[spec(s) for s in self.input_shapes],
-            out_specs=[pl.BlockSpec(block, lambda i: (i, 0)) for _ in self.output_shapes],
+            out_specs=[pl.BlockSpec(block, lambda i: (i, BLOCK_ZERO)) for _ in self.output_shapes],
             interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                                  vmem_limit_bytes=VMEM_LIMIT))(*arrays)

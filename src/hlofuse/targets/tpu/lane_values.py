@@ -46,6 +46,7 @@ from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, elementwise, threefr
 
 if TYPE_CHECKING:
     from hlofuse.analysis.parallel_loop import LoopPlan
+    from hlofuse.targets.tpu.whole_loop_uniform import StepRecorder
 
 Index = int | Value  # a static index, or an int32 (rows, 128) tile of per-lane indices
 Position = tuple[Index, ...]
@@ -108,6 +109,10 @@ class LaneValues:
         self._bounded(lanes, 0, size - 1)
         # The plans of the nested loops this computation runs (lane_nested.py), by id().
         self.nested: Mapping[int, LoopPlan] = {}
+        # Uniform values of the step read from a table computed before the kernel, by memo
+        # key, and what records the step's values to find them (whole_loop_uniform.py).
+        self.precomputed: Mapping[Any, Callable[[], Value]] = {}
+        self.recorder: StepRecorder | None = None
 
     @contextlib.contextmanager
     def branch(self) -> Iterator[None]:
@@ -248,7 +253,16 @@ class LaneValues:
             if len(self._memo) >= MAX_STEP_VALUES:
                 raise Unlowerable(SIZE_RULE, f"one step computes over {MAX_STEP_VALUES} "
                                   "values written out per position")
-            found = self._memo[key] = self._compute(inst, position)
+            read = self.precomputed.get(key)
+            if read is not None:  # a uniform value of this step, computed before the kernel
+                found = self._memo[key] = read()
+            elif self.recorder is not None:
+                found = self._memo[key] = self.recorder.computing(
+                    key, inst, position, lambda: self._compute(inst, position))
+            else:
+                found = self._memo[key] = self._compute(inst, position)
+        if self.recorder is not None:
+            self.recorder.used(key, found)
         return found
 
     def cached(self, tag: tuple[object, ...], position: Position,

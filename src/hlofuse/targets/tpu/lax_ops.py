@@ -28,6 +28,10 @@ from hlofuse.ir.ops import Op
 from hlofuse.reference.rnglib import PARITY, THREEFRY_TARGET, threefry2x32_ops
 
 Value = Any  # a JAX array, or a tuple of values (tuple-shaped instructions)
+# The block index 0 in a BlockSpec's index map: an int32, as Mosaic requires (a Python 0
+# becomes i64 when a program with 64-bit values runs with x64 enabled, and Mosaic refuses the
+# index map on the chip: "failed to legalize operation 'func.return'").
+BLOCK_ZERO = np.int32(0)
 
 # Instructions evaluated by the reference interpreter on the host: no `lax` form here.
 HOST_OPS = frozenset({Op.SCATTER, Op.SORT, Op.TOPK, Op.CONVOLUTION, Op.SELECT_AND_SCATTER,

@@ -58,8 +58,9 @@ from hlofuse.targets.tpu.lane_values import (
     strides,
 )
 from hlofuse.targets.tpu.lane_wide import wide_refusal
-from hlofuse.targets.tpu.lax_ops import BINARY, REDUCTIONS, Value, constant
+from hlofuse.targets.tpu.lax_ops import BINARY, BLOCK_ZERO, REDUCTIONS, Value, constant
 from hlofuse.targets.tpu.whole_loop_steps import finish, start_tables, table_outputs, write_step
+from hlofuse.targets.tpu.whole_loop_uniform import StepRecorder, UniformTables, uniform_tables
 
 LANES = 128
 # Rows of a block: the largest of these that fits the VMEM model and N. 32 rows (4,096
@@ -172,6 +173,12 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
     wide = wide_refusal([*plan.condition.instructions, *plan.body.instructions])
     if wide is not None:
         return WholeLoopRefusal(TYPES_RULE, wide)
+    several = next((s for s in plan.step_reductions if s.value.shape.num_elements > 1
+                    or any(r.components > 1 for r in s.reduces)), None)
+    if several is not None:
+        return WholeLoopRefusal("tpu-whole-loop-op", f"%{several.update.name} writes "
+                                f"{several.value.shape.num_elements} values reduced over the "
+                                "lanes a step; the kernel's per-step tables hold one")
     init = loop.operands[0]
     if init.op is not Op.TUPLE or any(o.op is not Op.PARAMETER for o in init.operands):
         return WholeLoopRefusal(NOT_PLANNED, "the loop's initial values are not the fusion's "
@@ -267,6 +274,10 @@ class LaneKernel:
         self.interpret = interpret
         self.name = name
         self.debug = debug
+        # The step's uniform values computed before the kernel (whole_loop_uniform.py),
+        # and the recorder that finds them while the step is traced once.
+        self.tables: UniformTables | None = None
+        self.recorder: StepRecorder | None = None
 
     # --- across the boundary ------------------------------------------------------------
 
@@ -302,7 +313,9 @@ class LaneKernel:
         fixed_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                     .reshape(-1) for e in fixed]
         rows = layout.rows
-        block = lambda p: pl.BlockSpec((p, rows, LANES), lambda i: (0, i, 0))  # noqa: E731
+        def block(positions: int) -> pl.BlockSpec:
+            return pl.BlockSpec((positions, rows, LANES), lambda i: (BLOCK_ZERO, i, BLOCK_ZERO))
+
         smem = pl.BlockSpec(memory_space=pltpu.SMEM)
         out_shapes = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in tiled_in]
         out_shapes += [jax.ShapeDtypeStruct((layout.padded // LANES, LANES),
@@ -310,19 +323,26 @@ class LaneKernel:
                        for a in accumulators]
         out_shapes += [jax.ShapeDtypeStruct(u.shape, u.dtype) for u in uniform_in]
         out_specs = [block(layout.positions(e)) for e in lane_elements]
-        out_specs += [pl.BlockSpec((rows, LANES), lambda i: (i, 0)) for _ in accumulators]
+        out_specs += [pl.BlockSpec((rows, LANES), lambda i: (i, BLOCK_ZERO))
+                      for _ in accumulators]
         out_specs += [smem for _ in uniform]
         table_shapes, table_specs = table_outputs(plan.step_reductions, layout.grid)
         out_shapes += table_shapes
         out_specs += table_specs
-        outputs = pl.pallas_call(
-            self._kernel, grid=(layout.grid,), out_shape=out_shapes,
-            in_specs=[*(block(layout.positions(e)) for e in lane_elements),
-                      *(smem for _ in uniform), *(smem for _ in fixed)],
-            out_specs=out_specs, interpret=self.interpret, debug=self.debug, name=self.name,
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
-                                                 vmem_limit_bytes=100 * 2**20),
-        )(*tiled_in, *uniform_in, *fixed_in)
+
+        def call(*inputs: Value) -> Any:
+            return pl.pallas_call(
+                self._kernel, grid=(layout.grid,), out_shape=out_shapes,
+                in_specs=[*(block(layout.positions(e)) for e in lane_elements),
+                          *(smem for _ in inputs[len(lane_elements):])],
+                out_specs=out_specs, interpret=self.interpret, debug=self.debug,
+                name=self.name, compiler_params=pltpu.CompilerParams(
+                    dimension_semantics=("parallel",), vmem_limit_bytes=100 * 2**20),
+            )(*inputs)
+
+        tables_in = uniform_tables(self, call, [*tiled_in, *uniform_in, *fixed_in],
+                                   uniform_in, fixed_in)
+        outputs = call(*tiled_in, *uniform_in, *fixed_in, *tables_in)
         result: dict[int, Value] = {}
         for k, e in enumerate(lane_elements):
             result[e] = self._from_tiles(outputs[k], e)
@@ -350,6 +370,34 @@ class LaneKernel:
         reduced = _narrowed(REDUCTIONS[accumulator.op](flat, (0,)), dtype)
         return BINARY[accumulator.op](jnp.asarray(init), reduced)
 
+    def values(self, lanes: Value, read_held: Any, scalars: Any, fixed_in: Sequence[Any]
+                ) -> LaneValues:
+        """The step's values: held elements read by `read_held`, carried uniform elements
+        from `scalars`, fixed ones from `fixed_in` (refs in the kernel, arrays before it)."""
+        layout = self.layout
+        plan = layout.plan
+        carried, fixed = layout.carried_uniform(), layout.fixed_elements()
+
+        def read_uniform(element: int) -> Sequence[Value]:
+            dtype = layout.element_shape(element).dtype
+            if element in fixed:
+                return _ScalarReads(fixed_in[fixed.index(element)], dtype)
+            return [_from_word(v, dtype) for v in scalars[carried.index(element)]]
+
+        lane_dims = {e: plan.lane_dims[e] for e in plan.per_lane}
+        values = LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
+        values.nested = plan.nested
+        return values
+
+    def new_scalars(self, values: LaneValues) -> tuple[tuple[Value, ...], ...]:
+        """The carried uniform elements' values after the step, as words."""
+        layout = self.layout
+        root = layout.plan.body.root
+        return tuple(
+            tuple(_to_word(values.value(root.operands[e], p), layout.element_shape(e).dtype)
+                  for p in static_positions(layout.element_shape(e).dims))
+            for e in layout.carried_uniform())
+
     # --- inside ----------------------------------------------------------------------------
 
     def _kernel(self, *refs: Any) -> None:
@@ -362,7 +410,11 @@ class LaneKernel:
         lane_in = refs[:n_lane]
         uniform_in = refs[n_lane:n_lane + n_uniform]
         fixed_in = refs[n_lane + n_uniform:n_lane + n_uniform + len(fixed)]
-        outs = refs[n_lane + n_uniform + len(fixed):]
+        tables = self.tables
+        n_tables = len(tables.kinds) if tables is not None else 0
+        table_in = refs[n_lane + n_uniform + len(fixed):n_lane + n_uniform + len(fixed)
+                        + n_tables]
+        outs = refs[n_lane + n_uniform + len(fixed) + n_tables:]
         lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
         uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
         table_refs = outs[n_lane + n_acc + n_uniform:]
@@ -385,13 +437,14 @@ class LaneKernel:
             tuple(tuple(ref[j] for j in range(ref.shape[0])) for ref in uniform_in),
             tuple(jnp.full((rows, LANES), constant(a.identity), _word(
                 layout.element_shape(a.element).dtype)) for a in plan.accumulators),
+            np.int32(0),  # the step
         )
         rare = {r.element: r for r in rare_selects(plan)}
         streamed_refs = {s.element: lane_out[n_lane - len(plan.streamed) + k]
                          for k, s in enumerate(plan.streamed)}
 
         def values_of(carry: Any) -> LaneValues:
-            tiles, scalars, _ = carry
+            tiles, scalars, _, _ = carry
 
             def read_held(element: int, position: Position) -> Value:
                 dims = layout.other_dims(element)
@@ -399,32 +452,23 @@ class LaneKernel:
                 return _from_word(tiles[held.index(element)][flat],
                                   layout.element_shape(element).dtype)
 
-            def read_uniform(element: int) -> Sequence[Value]:
-                dtype = layout.element_shape(element).dtype
-                if element in fixed:
-                    return _ScalarReads(fixed_in[fixed.index(element)], dtype)
-                return [_from_word(v, dtype) for v in scalars[carried.index(element)]]
-
-            lane_dims = {e: plan.lane_dims[e] for e in held}
-            values = LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
-            values.nested = plan.nested
-            return values
+            return self.values(lanes, read_held, scalars, fixed_in)
 
         def condition(carry: Any) -> Value:
+            if tables is not None:  # a known trip count
+                return carry[3] < np.int32(tables.trips)
             return values_of(carry).scalar(plan.condition.root)
 
         def step(carry: Any) -> Any:
             values = values_of(carry)
+            values.recorder = self.recorder
+            if tables is not None:
+                values.precomputed = tables.readers(table_in, carry[3])
             root = plan.body.root
             new_tiles = {e: self._held_tiles(values, e, root.operands[e])
                          for e in held if e not in rare}
             new_tiles.update(self._rarely_taken(values, rare))
-            new_scalars = []
-            for e in carried:
-                shape = layout.element_shape(e)
-                new_scalars.append(tuple(
-                    _to_word(values.value(root.operands[e], p), shape.dtype)
-                    for p in static_positions(shape.dims)))
+            new_scalars = self.new_scalars(values)
             partials = []
             for a, partial in zip(plan.accumulators, carry[2]):
                 dtype = layout.element_shape(a.element).dtype
@@ -435,9 +479,10 @@ class LaneKernel:
                 self._write_slice(values, s, streamed_refs[s.element])
             write_step(values, plan.step_reductions, table_refs, lanes, layout.size,
                        self._lane_dim_of)
-            return (tuple(new_tiles[e] for e in held), tuple(new_scalars), tuple(partials))
+            return (tuple(new_tiles[e] for e in held), new_scalars, tuple(partials),
+                    carry[3] + np.int32(1))
 
-        tiles, scalars, partials = lax.while_loop(condition, step, carry0)
+        tiles, scalars, partials, _ = lax.while_loop(condition, step, carry0)
         for k in range(len(held)):
             for p, tile in enumerate(tiles[k]):
                 lane_out[k][p] = tile

@@ -26,7 +26,14 @@ from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
 from hlofuse.targets.tpu.lane_values import LaneValues, static_positions, strides
-from hlofuse.targets.tpu.lax_ops import BINARY, REDUCTIONS, Value, constant, elementwise
+from hlofuse.targets.tpu.lax_ops import (
+    BINARY,
+    BLOCK_ZERO,
+    REDUCTIONS,
+    Value,
+    constant,
+    elementwise,
+)
 
 
 def reduce_tables(steps: Sequence[StepReduction]) -> list[tuple[StepReduction, int]]:
@@ -47,7 +54,7 @@ def table_outputs(steps: Sequence[StepReduction], grid: int
     for s in steps:
         shapes.append(jax.ShapeDtypeStruct((grid, 1, _positions(s)), np.int32))
     for shape in shapes:
-        specs.append(pl.BlockSpec((None, 1, shape.shape[2]), lambda i: (i, 0, 0),
+        specs.append(pl.BlockSpec((None, 1, shape.shape[2]), lambda i: (i, BLOCK_ZERO, BLOCK_ZERO),
                                   memory_space=pltpu.SMEM))
     return shapes, specs
 
@@ -76,6 +83,23 @@ def _word_value(x: Value) -> Value:
     return lax.convert_element_type(x, np.int32) if x.dtype == jnp.bool_ else x
 
 
+def _exact_int_sum(tile: Value) -> Value:
+    """An int32 tile's sum (wrapping as int32 addition does) without an integer reduction:
+    Pallas lowers an int32 `reduce_sum` with a 64-bit constant when x64 is on (programs with
+    64-bit values run so), which Mosaic refuses. Each byte of the words is summed in f32,
+    exact while the block has at most 2^16 lanes (2^16 x 255 < 2^24), and the four byte sums
+    combined with int32 shifts and adds."""
+    assert tile.size <= 1 << 16
+    words = lax.bitcast_convert_type(tile, np.uint32)
+    total: Value = np.int32(0)
+    for k in range(4):
+        byte = lax.bitwise_and(lax.shift_right_logical(words, np.uint32(8 * k)), np.uint32(255))
+        summed = lax.reduce_sum(lax.convert_element_type(byte, np.float32), (0, 1))
+        part = lax.convert_element_type(summed, np.int32)
+        total = total + lax.shift_left(part, np.int32(8 * k))
+    return total
+
+
 def write_step(values: LaneValues, steps: Sequence[StepReduction], refs: Sequence[Any],
                lanes: Value, size: int, lane_dim_of: Any) -> None:
     """This step's block reduction of each table's per-lane value, at the position the body
@@ -96,11 +120,12 @@ def write_step(values: LaneValues, steps: Sequence[StepReduction], refs: Sequenc
             tile = lax.select(valid, tile, jnp.full(lanes.shape, identity, tile.dtype))
             total = tile if total is None else op(total, tile)
         assert total is not None
-        block = REDUCTIONS[reduce.op](total, (0, 1))
+        block = (_exact_int_sum(total) if reduce.op is Op.ADD and total.dtype == jnp.int32
+                 else REDUCTIONS[reduce.op](total, (0, 1)))
         flat = _written_position(values, s)
-        ref[0, flat] = op(ref[0, flat], block)
+        ref[BLOCK_ZERO, flat] = op(ref[BLOCK_ZERO, flat], block)
     for s, ref in zip(steps, refs[len(tables):]):
-        ref[0, _written_position(values, s)] = np.int32(1)
+        ref[BLOCK_ZERO, _written_position(values, s)] = np.int32(1)
 
 
 def _written_position(values: LaneValues, step: StepReduction) -> Value:
