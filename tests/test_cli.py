@@ -94,9 +94,11 @@ def test_run_with_random_inputs_is_deterministic(tmp_path: Path,
         assert status == 0
         assert "float32" in stdout and "[8, 4]" in stdout
         outs.append(np.load(out))
-    for i, array in enumerate(expected):
-        np.testing.assert_array_equal(outs[0][f"out{i}"], array)
-        np.testing.assert_array_equal(outs[1][f"out{i}"], array)
+    # The same inputs each time, so the same bits; the interpreter's within the tolerance of
+    # the math library (tanh within 1.07 ulp, log and exp).
+    for i in range(len(expected)):
+        np.testing.assert_array_equal(outs[0][f"out{i}"], outs[1][f"out{i}"])
+    assert_matches([outs[0][f"out{i}"] for i in range(len(expected))], expected, "run")
     other = flatten_value(evaluate(module, random_inputs(module, 8)))
     assert not np.array_equal(other[0], expected[0])
 
@@ -234,8 +236,7 @@ def test_installed_command_runs_the_example(tmp_path: Path) -> None:
     module = parse_module(EXAMPLE.read_text())
     expected = flatten_value(evaluate(module, random_inputs(module, 3)))
     written = np.load(out)
-    for i, array in enumerate(expected):
-        np.testing.assert_array_equal(written[f"out{i}"], array)
+    assert_matches([written[f"out{i}"] for i in range(len(expected))], expected, "installed")
 
 
 @pytest.mark.thorough
