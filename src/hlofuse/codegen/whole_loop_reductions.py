@@ -268,6 +268,8 @@ class LaneReductions(LaneCode):
                             self.lang.to_storage(element.dtype, value))
             for reduce in step.reduces:
                 del em.bindings[id(reduce.reduce)]
+        for j in range(len(step.reduces)):
+            body.emit(cir.Release(partials[(k, j)]))
 
 
 def _writes_several(step: StepReduction) -> bool:
