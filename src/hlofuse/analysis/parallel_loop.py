@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from hlofuse.analysis.lane_classification import LaneClassification, alias, element_read
@@ -151,7 +151,7 @@ def plan_parallel_loop(loop: Instruction, *,
     if not candidates:
         return Refusal(NO_PARALLEL_DIMENSION, loop,
                        f"%{loop.name}: no loop state has a leading dimension to run in parallel")
-    first: Refusal | None = None
+    refusals: dict[int, Refusal] = {}  # each candidate's first refusal
     plans: list[LoopPlan] = []
     for size in candidates:
         lane_dims = {i: d for i in range(len(elements))
@@ -176,7 +176,7 @@ def plan_parallel_loop(loop: Instruction, *,
                         f"would be uniform" if serialised else "no element is held by the lanes")
                 result = Refusal(NO_PARALLEL_DIMENSION, loop,
                                  f"%{loop.name}: over {size} lanes {what}")
-            first = first or result
+            refusals.setdefault(size, result)
             if not result.demotable:
                 break
             per_lane -= result.demotable
@@ -189,8 +189,20 @@ def plan_parallel_loop(loop: Instruction, *,
             if plan.size > chosen.size and set(plan.per_lane) >= set(chosen.per_lane):
                 chosen = plan
         return chosen
-    assert first is not None
-    return first
+    return _refused_everywhere(loop, list(refusals.items()))
+
+
+def _refused_everywhere(loop: Instruction, refusals: list[tuple[int, Refusal]]) -> Refusal:
+    """The first candidate's refusal, its message naming the next two candidates' too: which
+    dimension holds the lanes is a guess (the most common), and the refusal that matters is
+    often a later candidate's (a rollout's two-word key is more common than its 200 lanes)."""
+    first = refusals[0][1]
+    prefix = f"%{loop.name}: "
+    others = [f"over {size} lanes, {r.rule}: {r.message.removeprefix(prefix)}"
+              for size, r in refusals[1:3]]
+    if not others:
+        return first
+    return replace(first, message="; ".join([first.message, *others]))
 
 
 def _candidate_sizes(loop: Instruction) -> list[int]:
