@@ -181,19 +181,14 @@ def constant_product(inst: Instruction, operands: tuple[Instruction, ...]
     constants (A anything)."""
     if inst.op is not Op.MULTIPLY or len(operands) != 2:
         return None
-    for inner, c2 in (operands, operands[::-1]):
-        if inner.op is not Op.MULTIPLY or c2.op is not Op.CONSTANT:
-            continue
-        for a, c1 in (inner.operands, inner.operands[::-1]):
-            if a.op is not Op.CONSTANT and c1.op is Op.CONSTANT:
-                return _combined(np.multiply, a, c1, c2, None)
+    found = _constants_either_order(Op.MULTIPLY, np.multiply, operands)
+    if found is not None:
+        return found
     inner, c2 = operands
     if inner.op is not Op.MULTIPLY:
         return None
     a, c1 = inner.operands
-    if (c1.op is Op.BROADCAST and c2.op is Op.BROADCAST
-            and c1.operands[0].op is Op.CONSTANT and c1.operands[0].shape.rank == 0
-            and c2.operands[0].op is Op.CONSTANT and c2.operands[0].shape.rank == 0):
+    if _broadcast_scalar_constant(c1) and _broadcast_scalar_constant(c2):
         return _combined(np.multiply, a, c1.operands[0], c2.operands[0], c2)
     return None
 
@@ -206,12 +201,9 @@ def constant_sum(inst: Instruction, operands: tuple[Instruction, ...]
     order, broadcasts of rank-0 constants; A not a constant."""
     if inst.op is not Op.ADD or len(operands) != 2:
         return None
-    for inner, c2 in (operands, operands[::-1]):
-        if inner.op is not Op.ADD or c2.op is not Op.CONSTANT:
-            continue
-        for a, c1 in (inner.operands, inner.operands[::-1]):
-            if a.op is not Op.CONSTANT and c1.op is Op.CONSTANT:
-                return _combined(np.add, a, c1, c2, None)
+    found = _constants_either_order(Op.ADD, np.add, operands)
+    if found is not None:
+        return found
     inner, c2 = operands
     if inner.op is not Op.ADD:
         return None
@@ -219,6 +211,20 @@ def constant_sum(inst: Instruction, operands: tuple[Instruction, ...]
     if (a.op is not Op.CONSTANT and _broadcast_scalar_constant(c1)
             and _broadcast_scalar_constant(c2)):
         return _combined(np.add, a, c1.operands[0], c2.operands[0], c2)
+    return None
+
+
+def _constants_either_order(op: Op, combine: np.ufunc, operands: tuple[Instruction, ...]
+                            ) -> tuple[Instruction, np.ndarray, Instruction | None] | None:
+    """(A, C1 <op> C2, None) when the operands are `(A <op> C1)` and C2, constants in either
+    operand order of either `op` and A not a constant (HandleAdd's and HandleMultiply's first
+    form)."""
+    for inner, c2 in (operands, operands[::-1]):
+        if inner.op is not op or c2.op is not Op.CONSTANT:
+            continue
+        for a, c1 in (inner.operands, inner.operands[::-1]):
+            if a.op is not Op.CONSTANT and c1.op is Op.CONSTANT:
+                return _combined(combine, a, c1, c2, None)
     return None
 
 
