@@ -86,6 +86,7 @@ from hlofuse.fusion.xla_gpu.gather_scatter_simplifier import GatherSimplifier, S
 from hlofuse.fusion.xla_gpu.gemm_fusion import GemmFusion
 from hlofuse.fusion.xla_gpu.ids import InstructionIds, RecordInstructionIds
 from hlofuse.fusion.xla_gpu.layout import TransposeToBitcast
+from hlofuse.fusion.xla_gpu.layout_normalization import GpuLayoutAssignment
 from hlofuse.fusion.xla_gpu.multi_output import GpuMultiOutputFusion
 from hlofuse.fusion.xla_gpu.priority import GpuPriorityFusion
 from hlofuse.fusion.xla_gpu.scatter_expander import ScatterExpander
@@ -111,7 +112,8 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          HorizontalLoopFusion, HorizontalInputFusion,
                                          PriorityFusion, WholeLoopFusion, TreeReductionRewriter,
                                          GpuPriorityFusion, GpuMultiOutputFusion,
-                                         TransposeToBitcast, SoftmaxRewriterTriton, GemmFusion,
+                                         GpuLayoutAssignment, TransposeToBitcast,
+                                         SoftmaxRewriterTriton, GemmFusion,
                                          RecordInstructionIds, SimplifyFPConversions,
                                          GpuCopyInsertion, CopyFusion,
                                          BatchedGatherScatterNormalizer, GatherSimplifier,
@@ -250,7 +252,12 @@ class Strategy:
             steps.append(WhileLoopTripCountAnnotator())
         if self.tree_reduction:
             steps.append(FixedPoint((TreeReductionRewriter(),), label="tree reduction"))
-        if self.gpu_priority_fusion:  # XLA's simplifier after layout assignment
+        if self.gpu_priority_fusion:
+            # XLA's layout assignment and normalisation (xla_gpu/layout_normalization.py),
+            # then its CSE, and its simplifier after layout assignment.
+            steps.append(GpuLayoutAssignment())
+            steps.append(cse)
+            steps.append(DeadCodeElimination())
             steps.append(TransposeToBitcast())
             # SimplifyFPConversions (excess precision allowed, XLA's default), then DCE.
             steps.append(SimplifyFPConversions())

@@ -34,6 +34,7 @@ PRIORITY = "priority-fusion"
 GPU_PRIORITY = "gpu-priority-fusion"
 GPU_MULTI_OUTPUT = "gpu-multi-output-fusion"
 TRANSPOSE_TO_BITCAST = "transpose-to-bitcast"
+LAYOUT_ASSIGNMENT = "layout-assignment"
 GEMM_FUSION = "gemm-fusion"
 SOFTMAX_REWRITER = "softmax-rewriter-triton"
 _GEMM_FUSION_CC = "xla/service/gpu/transforms/gemm_fusion.cc"
@@ -201,6 +202,19 @@ CATALOGUE: tuple[Rule, ...] = (
     _rule("dynamic-update-slice-sibling", _MULTI_OUTPUTS,
           "a sibling rooted at a dynamic-update-slice updates in place and is not fused",
           f"{_MULTI_OUTPUT}: LegalToFuse"),
+    _rule("layout-copy", LAYOUT_ASSIGNMENT,
+          "an operand laid out otherwise than its user's layout constraint wants: XLA's copy, "
+          "which layout normalisation writes as a transpose",
+          "xla/service/layout_assignment.cc: LayoutAssignment::CopyOperandIfLayoutsDiffer; "
+          "xla/service/layout_normalization.cc: HandleCopy"),
+    _rule("layout-row-major", LAYOUT_ASSIGNMENT,
+          "an op given a non-default layout that the normalisation model does not rewrite: "
+          "computed row-major between transposes (XLA's normalisation rewrites more ops)",
+          OURS),
+    _rule("layout-not-modelled", LAYOUT_ASSIGNMENT,
+          "the module holds an op the layout-assignment model does not cover: layouts left "
+          "row-major (XLA's LayoutAssignment::Run covers every op)",
+          OURS),
     _rule("transpose-is-bitcast", TRANSPOSE_TO_BITCAST,
           "a transpose that only moves dimensions of size 1 became a (free) reshape",
           "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
