@@ -43,7 +43,8 @@ def normalised(text: str) -> tuple[str, list[np.ndarray], list[np.ndarray]]:
 # rollout_acrobot's `stack` of a step: two [1,8] rows concatenated and transposed to [8,2],
 # which the step's element-wise ops read row-major. XLA gives the transpose's operand the
 # permuted layout: the reshapes and the concatenate run column-major, the concatenate along
-# the minor dimension, and the transpose is a bitcast.
+# the minor dimension, and the transpose is a bitcast. The rewritten instructions are new ones
+# with new names, as XLA's normaliser makes them.
 STACK = """
 HloModule m
 ENTRY e {
@@ -63,10 +64,10 @@ HloModule m, entry_computation_layout={(f32[8]{0}, f32[8]{0})->f32[8,2]{1,0}}
 ENTRY e {
   a = f32[8]{0} parameter(0)
   b = f32[8]{0} parameter(1)
-  ra = f32[8,1]{1,0} reshape(a)
-  rb = f32[8,1]{1,0} reshape(b)
-  c = f32[8,2]{1,0} concatenate(ra, rb), dimensions={1}
-  ROOT m = f32[8,2]{1,0} multiply(c, c)
+  reshape.0 = f32[8,1]{1,0} reshape(a)
+  reshape.1 = f32[8,1]{1,0} reshape(b)
+  concatenate.0 = f32[8,2]{1,0} concatenate(reshape.0, reshape.1), dimensions={1}
+  ROOT m = f32[8,2]{1,0} multiply(concatenate.0, concatenate.0)
 }
 """
 
@@ -150,7 +151,7 @@ def test_loop_state_takes_the_layout_its_body_reads_it_in() -> None:
     assignment = assign_layouts(module)
     loop = next(i for i in module.entry.instructions if i.op is Op.WHILE)
     assert assignment.layout_of(loop, (1,)) == (0, 1)
-    assert [(user.name, k) for user, k in assignment.copies()] == [("w", 0)]
+    assert [(user.name, k) for user, k in assignment.copies()] == [("w", 0), ("out", -1)]
     text, want, got = normalised(LOOP)
     assert text.count(" transpose(") == 2  # into the loop and out of it; none in the body
     for w, g in zip(want, got, strict=True):

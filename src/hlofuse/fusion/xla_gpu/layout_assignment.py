@@ -222,12 +222,18 @@ class Assignment:
                 and not self.copies())
 
     def copies(self) -> list[tuple[Instruction, int]]:
-        """The operands that get a copy: a constraint that differs from the operand's layout."""
+        """The operands that get a copy: a constraint that differs from the operand's layout;
+        and (root, -1) for a computation whose root is copied to its result layout."""
         found = []
         for (user, k), layouts in self.operands.items():
             operand = user.operands[k]
             if any(self.layout_of(operand, index) != layout for index, layout in layouts.items()):
                 found.append((user, k))
+        for comp, layout in self.computations.items():
+            if layout.result is not None and any(
+                    self.layout_of(comp.root, index) != wanted
+                    for index, wanted in layout.result.items()):
+                found.append((comp.root, -1))
         return found
 
 

@@ -197,7 +197,9 @@ class _Normaliser:
 
     def laid_out(self, inst: Instruction, pairs: list[tuple[Instruction, Layout]],
                  out: Layout, calls: tuple[Computation, ...]) -> Instruction:
-        """`inst` over physical shapes (LayoutNormalization's handlers)."""
+        """`inst` over physical shapes (LayoutNormalization's handlers): a new instruction
+        with a new name, as XLA's normaliser makes (`concatenate`, `multiply.N`): it ranks
+        after every instruction of the module before optimisation in priority ties."""
         op, attrs = inst.op, dict(inst.attrs)
         shape = physical_shape(inst.shape, out)
         where = positions(out)
@@ -212,7 +214,7 @@ class _Normaliser:
 
         if op in ELEMENTWISE:
             operands = [same_as_output(k) for k in range(len(pairs))]
-            return self._new(op, operands, shape, attrs, inst, inst.name, calls)
+            return self._new(op, operands, shape, attrs, inst, calls=calls)
         if op in (Op.TRANSPOSE, Op.COPY):
             value, source = pairs[0]
             permutation = inst.ints("dimensions") if op is Op.TRANSPOSE else tuple(
@@ -220,7 +222,7 @@ class _Normaliser:
             mapped = tuple(permutation[d] for d in physical_order(out))
             source_layout = tuple(reversed(mapped))
             return self.relayout(value, inst.operands[0].shape, source, source_layout, inst,
-                                 inst.name)
+                                 self.names.unique(op.text))
         if op is Op.RESHAPE:
             value, source = pairs[0]
             operand = inst.operands[0]
@@ -232,7 +234,7 @@ class _Normaliser:
                                      inst)
             if value.shape.dims == shape.dims:
                 return value
-            return self._new(Op.RESHAPE, [value], shape, like=inst, name=inst.name)
+            return self._new(Op.RESHAPE, [value], shape, like=inst)
         if op is Op.BROADCAST:
             value, source = pairs[0]
             kept = inst.ints("dimensions")
@@ -242,39 +244,38 @@ class _Normaliser:
                 value = self.relayout(value, operand.shape, source, wanted, operand)
                 source = wanted
             mapped = tuple(where[kept[d]] for d in physical_order(source)) if kept else ()
-            return self._new(op, [value], shape, {"dimensions": mapped}, inst, inst.name)
+            return self._new(op, [value], shape, {"dimensions": mapped}, inst)
         if op is Op.IOTA:
             attrs["iota_dimension"] = where[int(attrs["iota_dimension"])]  # type: ignore[call-overload]
-            return self._new(op, [], shape, attrs, inst, inst.name)
+            return self._new(op, [], shape, attrs, inst)
         if op is Op.CONSTANT:
             literal = np.asarray(attrs["literal"]).transpose(order)
             attrs["literal"] = np.ascontiguousarray(literal)
-            return self._new(op, [], shape, attrs, inst, inst.name)
+            return self._new(op, [], shape, attrs, inst)
         if op is Op.SLICE:
             dims: tuple[SliceDim, ...] = inst.attrs["slice"]  # type: ignore[assignment]
             attrs["slice"] = tuple(dims[d] for d in order)
-            return self._new(op, [same_as_output(0)], shape, attrs, inst, inst.name)
+            return self._new(op, [same_as_output(0)], shape, attrs, inst)
         if op is Op.PAD:
             padding: tuple[PaddingDim, ...] = inst.attrs["padding"]  # type: ignore[assignment]
             attrs["padding"] = tuple(padding[d] for d in order)
-            return self._new(op, [same_as_output(0), pairs[1][0]], shape, attrs, inst,
-                             inst.name)
+            return self._new(op, [same_as_output(0), pairs[1][0]], shape, attrs, inst)
         if op is Op.REVERSE:
             attrs["dimensions"] = tuple(sorted(where[d] for d in inst.ints("dimensions")))
-            return self._new(op, [same_as_output(0)], shape, attrs, inst, inst.name)
+            return self._new(op, [same_as_output(0)], shape, attrs, inst)
         if op is Op.CONCATENATE:
             attrs["dimensions"] = (where[inst.ints("dimensions")[0]],)
             operands = [same_as_output(k) for k in range(len(pairs))]
-            return self._new(op, operands, shape, attrs, inst, inst.name)
+            return self._new(op, operands, shape, attrs, inst)
         if op is Op.DYNAMIC_SLICE:
             sizes = inst.ints("dynamic_slice_sizes")
             attrs["dynamic_slice_sizes"] = tuple(sizes[d] for d in order)
             indices = [pairs[1 + d][0] for d in order]
-            return self._new(op, [same_as_output(0), *indices], shape, attrs, inst, inst.name)
+            return self._new(op, [same_as_output(0), *indices], shape, attrs, inst)
         if op is Op.DYNAMIC_UPDATE_SLICE:
             indices = [pairs[2 + d][0] for d in order]
             return self._new(op, [same_as_output(0), same_as_output(1), *indices], shape,
-                             attrs, inst, inst.name)
+                             attrs, inst)
         if op is Op.REDUCE and inst.shape.is_array and len(pairs) == 2:
             return self.reduce(inst, pairs, out, calls)
         return self.row_major(inst, pairs, out, calls)
@@ -292,8 +293,7 @@ class _Normaliser:
         shape = physical_shape(inst.shape, result_layout)
         attrs = dict(inst.attrs)
         attrs["dimensions"] = tuple(sorted(where[d] for d in reduced))
-        result = self._new(Op.REDUCE, [value, pairs[1][0]], shape, attrs, inst, inst.name,
-                           calls)
+        result = self._new(Op.REDUCE, [value, pairs[1][0]], shape, attrs, inst, calls=calls)
         return self.relayout(result, inst.shape, result_layout, out, inst)
 
     def row_major(self, inst: Instruction, pairs: list[tuple[Instruction, Layout]],
