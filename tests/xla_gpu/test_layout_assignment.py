@@ -16,6 +16,7 @@ from hlofuse.fusion.xla_gpu.layout_assignment import (
     reshape_is_bitcast,
 )
 from hlofuse.fusion.xla_gpu.layout_normalization import GpuLayoutAssignment
+from hlofuse.fusion.xla_gpu.transpose_folding import TransposeFolding
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
@@ -188,3 +189,42 @@ def test_aligned_layouts_make_the_reshape_a_bitcast(in_dims: tuple[int, ...],
         assert not any(reshape_is_bitcast(in_dims, in_layout, out_dims, p) for p in every)
     else:
         assert reshape_is_bitcast(in_dims, in_layout, out_dims, aligned)
+
+
+# rollout_mountain_car_mlp's policy layer: the observation rows are stacked and transposed
+# for the dot; XLA's TransposeFolding makes the dot contract the stack's dimension 0 instead
+# (its dump after transpose-folding), so layout assignment sees no transpose.
+FOLD = """
+HloModule m
+ENTRY e {
+  s = f32[2,8] parameter(0)
+  w = f32[2,64] parameter(1)
+  t = f32[8,2] transpose(s), dimensions={1,0}
+  ROOT d = f32[8,64] dot(t, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_a_transposed_dot_operand_folds_into_the_dot() -> None:
+    before = parse_module(FOLD)
+    after, changed = TransposeFolding().run(before)
+    assert changed
+    dot = after.entry.root
+    assert [o.name for o in dot.operands] == ["s", "w"]
+    assert dot.ints("lhs_contracting_dims") == (0,) and dot.name == "d"
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal((2, 8)).astype(np.float32),
+            rng.standard_normal((2, 64)).astype(np.float32)]
+    np.testing.assert_allclose(flatten_value(evaluate(after, args))[0],
+                               flatten_value(evaluate(before, args))[0], rtol=1e-5)
+    # A transpose that moves the batch dimension off the major end stays (no matrix layout).
+    batched = parse_module("""
+HloModule m
+ENTRY e {
+  x = f32[3,4,5] parameter(0)
+  y = f32[5,4,3] parameter(1)
+  t = f32[5,4,3] transpose(x), dimensions={2,1,0}
+  ROOT d = f32[5,4,4] dot(t, y), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={2}
+}
+""")
+    assert TransposeFolding().run(batched)[1] is False

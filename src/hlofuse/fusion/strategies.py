@@ -91,6 +91,7 @@ from hlofuse.fusion.xla_gpu.multi_output import GpuMultiOutputFusion
 from hlofuse.fusion.xla_gpu.priority import GpuPriorityFusion
 from hlofuse.fusion.xla_gpu.scatter_expander import ScatterExpander
 from hlofuse.fusion.xla_gpu.softmax_rewriter import SoftmaxRewriterTriton
+from hlofuse.fusion.xla_gpu.transpose_folding import TransposeFolding
 from hlofuse.fusion.xla_gpu.while_simplify import GPU_LOOP_PASSES, GPU_LOOP_SIMPLIFICATION
 from hlofuse.ir.hlo import Module
 from hlofuse.passes.call_inliner import CallInliner
@@ -112,7 +113,8 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          HorizontalLoopFusion, HorizontalInputFusion,
                                          PriorityFusion, WholeLoopFusion, TreeReductionRewriter,
                                          GpuPriorityFusion, GpuMultiOutputFusion,
-                                         GpuLayoutAssignment, TransposeToBitcast,
+                                         GpuLayoutAssignment, TransposeFolding,
+                                         TransposeToBitcast,
                                          SoftmaxRewriterTriton, GemmFusion,
                                          RecordInstructionIds, SimplifyFPConversions,
                                          GpuCopyInsertion, CopyFusion,
@@ -244,6 +246,9 @@ class Strategy:
             canonical = (GatherSimplifier(ids), ScatterSimplifier(ids), ScatterExpander(ids))
             steps.append(FixedPoint(canonical + GPU_LOOP_SIMPLIFICATION + tidy,
                                     label="while loops"))
+            # XLA's TransposeFolding right after its simplification pipeline.
+            steps.append(TransposeFolding())
+            steps.append(DeadCodeElimination())
             # XLA's HloComputationDeduplicator, then FlattenCallGraph's copies per call site.
             steps.append(ComputationDeduplicator())
         # XLA annotates trip counts last among the loop rewrites (nothing may change a loop

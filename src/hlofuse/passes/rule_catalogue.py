@@ -35,6 +35,7 @@ GPU_PRIORITY = "gpu-priority-fusion"
 GPU_MULTI_OUTPUT = "gpu-multi-output-fusion"
 TRANSPOSE_TO_BITCAST = "transpose-to-bitcast"
 LAYOUT_ASSIGNMENT = "layout-assignment"
+TRANSPOSE_FOLDING = "transpose-folding"
 GEMM_FUSION = "gemm-fusion"
 SOFTMAX_REWRITER = "softmax-rewriter-triton"
 _GEMM_FUSION_CC = "xla/service/gpu/transforms/gemm_fusion.cc"
@@ -202,6 +203,11 @@ CATALOGUE: tuple[Rule, ...] = (
     _rule("dynamic-update-slice-sibling", _MULTI_OUTPUTS,
           "a sibling rooted at a dynamic-update-slice updates in place and is not fused",
           f"{_MULTI_OUTPUT}: LegalToFuse"),
+    _rule("transpose-folded", TRANSPOSE_FOLDING,
+          "a dot reads its transposed operand's operand, its dimension numbers mapped through "
+          "the transpose",
+          "xla/service/transpose_folding.cc: FoldTransposeIntoDot; "
+          "xla/service/gpu/matmul_utils.cc: CanFoldTransposeOperandIntoDot"),
     _rule("layout-copy", LAYOUT_ASSIGNMENT,
           "an operand laid out otherwise than its user's layout constraint wants: XLA's copy, "
           "which layout normalisation writes as a transpose",
