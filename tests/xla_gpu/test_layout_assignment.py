@@ -224,7 +224,8 @@ ENTRY e {
   x = f32[3,4,5] parameter(0)
   y = f32[5,4,3] parameter(1)
   t = f32[5,4,3] transpose(x), dimensions={2,1,0}
-  ROOT d = f32[5,4,4] dot(t, y), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={2}
+  ROOT d = f32[5,4,4] dot(t, y), lhs_batch_dims={0}, rhs_batch_dims={0},
+    lhs_contracting_dims={2}, rhs_contracting_dims={2}
 }
 """)
     assert TransposeFolding().run(batched)[1] is False
