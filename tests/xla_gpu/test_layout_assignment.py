@@ -6,10 +6,13 @@ text out, values checked against the interpreter, and the layouts XLA's own
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from hlofuse.compare_xla.layouts import same_layouts, xla_gpu_layouts
 from hlofuse.fusion.xla_gpu.layout_assignment import (
     align_layouts,
     assign_layouts,
@@ -24,6 +27,8 @@ from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.reference.interpreter import evaluate, flatten_value
+
+DATA = Path(__file__).parents[1] / "data" / "xla_gpu"
 
 
 def normalised(text: str) -> tuple[str, list[np.ndarray], list[np.ndarray]]:
@@ -229,3 +234,27 @@ ENTRY e {
 }
 """)
     assert TransposeFolding().run(batched)[1] is False
+
+
+# XLA's own layouts (its after_layout-assignment dumps of the stored corpus, read by
+# `benchmarks/xla_gpu_layouts.py --extract`): the same arrays laid out other than row-major
+# and the same copies on 52 of the 54 programs (docs/xla-fidelity.md, "Layouts").
+XLA_LAYOUTS = json.loads((DATA / "h100.layouts.json").read_text())
+LAYOUTS_AS_XLA = 52
+
+
+@pytest.mark.thorough
+@pytest.mark.parametrize("name", ["iota_transpose", "vmap_params_rollout",
+                                  "rollout_mountain_car_continuous"])
+def test_layouts_are_xlas_on_programs_that_lay_arrays_out(name: str) -> None:
+    ours = xla_gpu_layouts((DATA / f"{name}.before.hlo").read_text())
+    assert XLA_LAYOUTS[name]["laid_out"], name  # XLA lays something out other than row-major
+    assert same_layouts(XLA_LAYOUTS[name], ours), (XLA_LAYOUTS[name], ours)
+
+
+@pytest.mark.slow
+def test_layouts_are_xlas_on_the_corpus() -> None:
+    same = [name for name in sorted(XLA_LAYOUTS)
+            if same_layouts(XLA_LAYOUTS[name],
+                            xla_gpu_layouts((DATA / f"{name}.before.hlo").read_text()))]
+    assert len(same) >= LAYOUTS_AS_XLA, same
