@@ -213,6 +213,10 @@ CATALOGUE: tuple[Rule, ...] = (
           "which layout normalisation writes as a transpose",
           "xla/service/layout_assignment.cc: LayoutAssignment::CopyOperandIfLayoutsDiffer; "
           "xla/service/layout_normalization.cc: HandleCopy"),
+    _rule("layout-bitcast", LAYOUT_ASSIGNMENT,
+          "a transpose or copy that moves no byte under the layouts assigned became a bitcast "
+          "(a free reshape)",
+          "xla/service/layout_normalization.cc: LayoutNormalizationVisitor::HandleTranspose"),
     _rule("layout-row-major", LAYOUT_ASSIGNMENT,
           "an op given a non-default layout that the normalisation model does not rewrite: "
           "computed row-major between transposes (XLA's normalisation rewrites more ops)",

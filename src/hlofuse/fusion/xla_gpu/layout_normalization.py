@@ -221,8 +221,12 @@ class _Normaliser:
                 range(inst.shape.rank))
             mapped = tuple(permutation[d] for d in physical_order(out))
             source_layout = tuple(reversed(mapped))
-            return self.relayout(value, inst.operands[0].shape, source, source_layout, inst,
-                                 self.names.unique(op.text))
+            result = self.relayout(value, inst.operands[0].shape, source, source_layout, inst,
+                                   self.names.unique(op.text))
+            if result.op is not Op.TRANSPOSE:
+                self.records.rewrote(self.current, inst, "layout-bitcast",
+                                     f"%{inst.name} moves no byte under its layouts: a bitcast")
+            return result
         if op is Op.RESHAPE:
             value, source = pairs[0]
             operand = inst.operands[0]
