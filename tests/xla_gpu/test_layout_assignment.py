@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from hlofuse.compare_xla.layouts import same_layouts, xla_gpu_layouts
+from hlofuse.fusion.xla_gpu.dynamic_dimension_simplifier import DynamicDimensionSimplifier
 from hlofuse.fusion.xla_gpu.layout_assignment import (
     align_layouts,
     assign_layouts,
@@ -258,3 +259,30 @@ def test_layouts_are_xlas_on_the_corpus() -> None:
             if same_layouts(XLA_LAYOUTS[name],
                             xla_gpu_layouts((DATA / f"{name}.before.hlo").read_text()))]
     assert len(same) >= LAYOUTS_AS_XLA, same
+
+
+# rollout_grid_forage's batched gather: the normaliser's iota column in front of JAX's
+# concatenate of the index columns; XLA's DynamicDimensionSimplifier flattens the two (its dump
+# after dynamic-dimension-simplifier: one s32[8,4] concatenate of four operands).
+NESTED = """
+HloModule m
+ENTRY e {
+  i = s32[8,1] parameter(0)
+  a = s32[8,1] parameter(1)
+  b = s32[8,1] parameter(2)
+  c = s32[8,1] parameter(3)
+  inner = s32[8,3] concatenate(a, b, c), dimensions={1}
+  outer = s32[8,4] concatenate(i, inner), dimensions={1}
+  other = s32[16,3] concatenate(inner, inner), dimensions={0}
+  ROOT r = (s32[8,4], s32[16,3]) tuple(outer, other)
+}
+"""
+
+
+def test_nested_concatenates_along_one_dimension_are_one() -> None:
+    after, changed = DynamicDimensionSimplifier().run(parse_module(NESTED))
+    assert changed
+    outer = next(i for i in after.entry.instructions if i.name == "outer")
+    assert [o.name for o in outer.operands] == ["i", "a", "b", "c"]
+    other = next(i for i in after.entry.instructions if i.name == "other")
+    assert [o.name for o in other.operands] == ["inner", "inner"]  # another dimension

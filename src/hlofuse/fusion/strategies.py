@@ -80,6 +80,7 @@ from hlofuse.fusion.xla2022.tree_reduction import TreeReductionRewriter
 from hlofuse.fusion.xla_gpu.copy_fusion import CopyFusion
 from hlofuse.fusion.xla_gpu.copy_insertion import GpuCopyInsertion
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
+from hlofuse.fusion.xla_gpu.dynamic_dimension_simplifier import DynamicDimensionSimplifier
 from hlofuse.fusion.xla_gpu.fp_conversions import SimplifyFPConversions
 from hlofuse.fusion.xla_gpu.gather_scatter import BatchedGatherScatterNormalizer
 from hlofuse.fusion.xla_gpu.gather_scatter_simplifier import GatherSimplifier, ScatterSimplifier
@@ -114,6 +115,7 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          PriorityFusion, WholeLoopFusion, TreeReductionRewriter,
                                          GpuPriorityFusion, GpuMultiOutputFusion,
                                          GpuLayoutAssignment, TransposeFolding,
+                                         DynamicDimensionSimplifier,
                                          TransposeToBitcast,
                                          SoftmaxRewriterTriton, GemmFusion,
                                          RecordInstructionIds, SimplifyFPConversions,
@@ -220,6 +222,8 @@ class Strategy:
             # XLA's first GPU pass (RunPreSPMDPartitionerPasses): batched gathers and
             # scatters get explicit iota index columns (xla_gpu/gather_scatter.py).
             steps.append(BatchedGatherScatterNormalizer(ids))
+            # Its DynamicDimensionSimplifier right after: nested concatenates flattened.
+            steps.append(DynamicDimensionSimplifier())
         # On the fusion passes' graphs, so a fusion fixed point never leaves them.
         # xla-gpu: today's HloCSE there too, identical iotas one operand (graphs/cleanup.py).
         cleanup = (FusedComputationCse(combine_iotas=self.gpu_priority_fusion), GraphDce())

@@ -36,6 +36,7 @@ GPU_MULTI_OUTPUT = "gpu-multi-output-fusion"
 TRANSPOSE_TO_BITCAST = "transpose-to-bitcast"
 LAYOUT_ASSIGNMENT = "layout-assignment"
 TRANSPOSE_FOLDING = "transpose-folding"
+DYNAMIC_DIMENSION_SIMPLIFIER = "dynamic-dimension-simplifier"
 GEMM_FUSION = "gemm-fusion"
 SOFTMAX_REWRITER = "softmax-rewriter-triton"
 _GEMM_FUSION_CC = "xla/service/gpu/transforms/gemm_fusion.cc"
@@ -203,6 +204,9 @@ CATALOGUE: tuple[Rule, ...] = (
     _rule("dynamic-update-slice-sibling", _MULTI_OUTPUTS,
           "a sibling rooted at a dynamic-update-slice updates in place and is not fused",
           f"{_MULTI_OUTPUT}: LegalToFuse"),
+    _rule("concat-forwarded", DYNAMIC_DIMENSION_SIMPLIFIER,
+          "a concatenate of concatenates along the same dimension takes their operands",
+          "xla/hlo/transforms/simplifiers/dynamic_dimension_simplifier.cc: ConcatForwarding"),
     _rule("transpose-folded", TRANSPOSE_FOLDING,
           "a dot reads its transposed operand's operand, its dimension numbers mapped through "
           "the transpose",
