@@ -3,8 +3,9 @@
 # time limit, T1..T4 seconds, 0 skips a part; results written after each program or step):
 #   1. every corpus program on the chip against the reference interpreter
 #      (benchmarks/tpu_equality.py: largest relative difference, within rtol 1e-5 or not, how
-#      its kernels ran; SETS chooses the corpora, EQ_LIMIT seconds per program, MERGE=1
-#      goes on from the equality.json already in DEST);
+#      its kernels ran; SETS chooses the corpora, EQ_PROGRAMS the files (default all),
+#      EQ_STRATEGY the strategy (default xla; rollouts also under max), EQ_LIMIT seconds per
+#      program, MERGE=1 goes on from the equality.json already in DEST);
 #   2. kernel launch cost and the bandwidth of the largest element-wise kernel
 #      (benchmarks/tpu_kernel_costs.py: chains of kernels in one program);
 #   3. the CartPole study on the chip at N = 16384 and 1048576, one step at a time, each
@@ -26,6 +27,7 @@ if [ "${T1:-150}" != 0 ]; then
   while [ $SECONDS -lt $end ]; do
     timeout $((end - SECONDS)) "$PY" benchmarks/tpu_equality.py \
       --sets "${SETS:-jax,indexing,linalg,rollouts}" --limit "${EQ_LIMIT:-60}" $merge \
+      --strategy "${EQ_STRATEGY:-xla}" --programs "${EQ_PROGRAMS:-}" \
       --out "$DEST/equality.json" 2>&1 | grep -v "^WARNING" | cut -c1-400 | tail -40
     [ "${PIPESTATUS[0]}" -eq 3 ] || break
     merge=--merge

@@ -19,6 +19,7 @@ rerun with --merge goes on with the next (`benchmarks/tpu_check.sh` loops so).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -144,7 +145,9 @@ def main() -> int:
                 rows.append(row)
                 write()
                 print(json.dumps(row), flush=True)
-                os._exit(3)
+                # Where it was: the main thread's stack, for the log.
+            faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
+            os._exit(3)
 
             timer = threading.Timer(args.limit, expire) if args.limit else None
             if timer is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import os
 import sys
@@ -74,6 +75,8 @@ def main() -> int:
                             f"timed out after {args.limit:.0f} s; last: {last[0]}"})
             write()
             print(f"{name}: timed out ({last[0]})", flush=True)
+            # Where it was: the main thread's stack, for the log.
+            faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
             os._exit(3)
 
         timer = threading.Timer(args.limit, expire) if args.limit else None

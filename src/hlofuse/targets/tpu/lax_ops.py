@@ -33,6 +33,16 @@ Value = Any  # a JAX array, or a tuple of values (tuple-shaped instructions)
 # index map on the chip: "failed to legalize operation 'func.return'").
 BLOCK_ZERO = np.int32(0)
 
+
+def whole_block(ndim: int, memory_space: Any) -> Any:
+    """A BlockSpec that takes an array of `ndim` dimensions as one block in `memory_space`
+    (VMEM or SMEM), under any grid. Its index map returns int32 zeros: Pallas's default index
+    map (a BlockSpec with no index map) returns Python zeros, which are i64 under x64, the
+    same refusal as above (found on the chip for whole-array kernels and SMEM inputs)."""
+    from jax.experimental import pallas as pl
+
+    return pl.BlockSpec(None, lambda *_: (BLOCK_ZERO,) * ndim, memory_space=memory_space)
+
 # Instructions evaluated by the reference interpreter on the host: no `lax` form here.
 HOST_OPS = frozenset({Op.SCATTER, Op.SORT, Op.TOPK, Op.CONVOLUTION, Op.SELECT_AND_SCATTER,
                       Op.CHOLESKY, Op.TRIANGULAR_SOLVE, Op.REDUCE_WINDOW, Op.MAP})
