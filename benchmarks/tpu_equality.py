@@ -146,8 +146,8 @@ def main() -> int:
                 write()
                 print(json.dumps(row), flush=True)
                 # Where it was: the main thread's stack, for the log.
-            faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
-            os._exit(3)
+                faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
+                os._exit(3)
 
             timer = threading.Timer(args.limit, expire) if args.limit else None
             if timer is not None:
