@@ -343,3 +343,25 @@ def test_a_blocks_int32_sum_is_exact_and_wraps_like_int32() -> None:
     want = np.sum(words.astype(np.int64)) % 2**32
     want = want - 2**32 if want >= 2**31 else want
     assert int(_exact_int_sum(words)) == int(want)
+
+
+def test_block_rows_follow_the_carry_and_n(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of up to 64 rows while the carried tiles fit CARRY_REGISTERS vector registers
+    (CartPole: 5 held positions and 2 accumulators, 56 registers at 64 rows), half as many
+    rows when they would not (a register file of 28 for the same carry), and fewer for a
+    small N (1,000 lanes: one block of 8 rows)."""
+    def lanes_of(n: int) -> whole_loop.LaneLayout:
+        fused = run_strategy(_cartpole_max(n, 4), "max", debug=False).module
+        (kernel,) = _lane_kernels(plan_kernels(fused, interpret=True))
+        assert kernel.lanes is not None
+        return kernel.lanes
+
+    layout = lanes_of(65536)
+    assert (layout.rows, layout.grid) == (64, 8)
+    carried = sum(layout.positions(e) for e in layout.plan.per_lane) + \
+        len(layout.plan.accumulators)
+    assert carried == 7
+    small = lanes_of(1000)
+    assert (small.rows, small.grid) == (8, 1)
+    monkeypatch.setattr(whole_loop, "CARRY_REGISTERS", 28)
+    assert (lanes_of(65536).rows, lanes_of(65536).grid) == (32, 16)
