@@ -317,18 +317,32 @@ def test_uniform_elements_passed_on_unchanged_are_inputs_not_carried() -> None:
     assert_close(got, want, 1e-5)
 
 
-def test_vector_statistics_across_the_lanes_fall_back_with_the_rule_named() -> None:
-    """A scan logging a [2] mean over the lanes every step: the C kernel's plan, which the
-    TPU's per-step tables (one value a step) do not hold; the loop runs as an XLA operation
-    and the listing says why."""
+def test_vector_statistics_across_the_lanes_are_one_lane_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan logging [2] statistics over the lanes every step (a mean, a maximum, a count
+    and a spread made of two reductions): one lane kernel whose per-step tables hold a
+    partial per component, over two blocks (1,100 lanes in blocks of 8 x 128, the second
+    padded), equal to the interpreter and lowered for the TPU; with too little SMEM for its
+    tables the loop falls back and says why."""
     from tests.codegen.test_whole_loop_step_reductions import KEY, _module, _particles
 
-    p0 = np.linspace(-0.5, 0.5, 2 * 256, dtype=np.float32).reshape(256, 2)
-    fused = run_strategy(_module(_particles(256, 3), KEY, p0), "max", debug=False).module
+    monkeypatch.setattr(whole_loop, "BLOCK_ROWS", 8)
+    n = 1100
+    p0 = np.linspace(-0.5, 0.5, 2 * n, dtype=np.float32).reshape(n, 2)
+    module = _module(_particles(n, 4), KEY, p0)
+    fused = run_strategy(module, "max", debug=False).module
+    (kernel,) = _lane_kernels(plan_kernels(fused, interpret=True))
+    assert kernel.lanes is not None and kernel.lanes.grid == 2
+    assert any(r.components == 2 for s in kernel.lanes.plan.step_reductions for r in s.reduces)
+    assert "scf.while" in lower_for_tpu(kernel, kernel_structs(kernel))
+    want = flatten_value(evaluate(module, [KEY, p0]))
+    assert_close(compile_module(module, "max", "tpu-interpret").run_flat([KEY, p0]), want,
+                 1e-5)
+    monkeypatch.setattr(whole_loop, "STEP_TABLE_WORDS", 16)
     refused = [k for k in plan_kernels(fused, interpret=True) if k.kind == "kCustom"]
     assert refused and all(k.lanes is None for k in refused)
-    assert any(k.reason.startswith("tpu-whole-loop-op") and "values reduced over the lanes"
-               in k.reason for k in refused), [k.reason for k in refused]
+    assert any(k.reason.startswith("tpu-whole-loop-op") and "words of SMEM" in k.reason
+               for k in refused), [k.reason for k in refused]
 
 
 def test_a_blocks_int32_sum_is_exact_and_wraps_like_int32() -> None:

@@ -66,7 +66,13 @@ from hlofuse.targets.tpu.lax_ops import (
     constant,
     whole_block,
 )
-from hlofuse.targets.tpu.whole_loop_steps import finish, start_tables, table_outputs, write_step
+from hlofuse.targets.tpu.whole_loop_steps import (
+    finish,
+    start_tables,
+    table_outputs,
+    table_words,
+    write_step,
+)
 from hlofuse.targets.tpu.whole_loop_uniform import StepRecorder, UniformTables, uniform_tables
 
 LANES = 128
@@ -82,6 +88,9 @@ CARRY_REGISTERS = 64
 # Read-only elements (a policy's weights) are whole kernel inputs in SMEM, read a scalar per
 # position; SMEM is small (1 MiB on v5e) and also holds the uniform values and tables.
 READ_ONLY_WORDS = 64 * 1024
+# The per-step reductions' tables of one block (a partial per written position and component,
+# whole_loop_steps.py) share SMEM with those: 128 KiB of it.
+STEP_TABLE_WORDS = 32 * 1024
 # What the blocks of one grid step may take of VMEM (inputs and outputs double-buffered,
 # plus the carry): v5e has 128 MiB, the kernel is compiled with a 100 MiB limit.
 VMEM_BUDGET = 48 * 2**20
@@ -185,12 +194,12 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
     wide = wide_refusal([*plan.condition.instructions, *plan.body.instructions])
     if wide is not None:
         return WholeLoopRefusal(TYPES_RULE, wide)
-    several = next((s for s in plan.step_reductions if s.value.shape.num_elements > 1
-                    or any(r.components > 1 for r in s.reduces)), None)
-    if several is not None:
-        return WholeLoopRefusal("tpu-whole-loop-op", f"%{several.update.name} writes "
-                                f"{several.value.shape.num_elements} values reduced over the "
-                                "lanes a step; the kernel's per-step tables hold one")
+    tables = table_words(plan.step_reductions)
+    if tables > STEP_TABLE_WORDS:
+        return WholeLoopRefusal("tpu-whole-loop-op", f"the per-step reductions over the lanes "
+                                f"take {tables} words of SMEM per block (over "
+                                f"{STEP_TABLE_WORDS}: a partial per written position and "
+                                "component)")
     init = loop.operands[0]
     if init.op is not Op.TUPLE or any(o.op is not Op.PARAMETER for o in init.operands):
         return WholeLoopRefusal(NOT_PLANNED, "the loop's initial values are not the fusion's "
