@@ -346,17 +346,21 @@ def test_vector_statistics_across_the_lanes_are_one_lane_kernel(
 
 
 def test_a_blocks_int32_sum_is_exact_and_wraps_like_int32() -> None:
-    """Per-step int32 sums over a block are byte sums in f32 (Pallas lowers an int32
-    reduce_sum with an i64 constant under x64): exact for any words, negative ones and sums
-    past 2^31 wrapping as int32 addition does."""
-    from hlofuse.targets.tpu.whole_loop_steps import _exact_int_sum
+    """32-bit integer sums under x64 are byte sums in f32 (Pallas lowers an int32 reduce_sum
+    through a 64-bit one there, which Mosaic refuses): exact for any words, negative ones
+    and sums past 2^31 wrapping as int32 addition does, over all dimensions or some, and
+    for uint32."""
+    from hlofuse.targets.tpu.lax_ops import exact_int_sum
 
     rng = np.random.default_rng(0)
     words = rng.integers(-2**31, 2**31, size=(64, 128), dtype=np.int64).astype(np.int32)
     words[0, :4] = [2**31 - 1, 2**31 - 1, -2**31, -1]
-    want = np.sum(words.astype(np.int64)) % 2**32
-    want = want - 2**32 if want >= 2**31 else want
-    assert int(_exact_int_sum(words)) == int(want)
+    assert int(exact_int_sum(words, (0, 1))) == int(np.sum(words, dtype=np.int32))
+    np.testing.assert_array_equal(np.asarray(exact_int_sum(words, (1,))),
+                                  np.sum(words, axis=1, dtype=np.int32))
+    unsigned = words.view(np.uint32)
+    np.testing.assert_array_equal(np.asarray(exact_int_sum(unsigned, (0,))),
+                                  np.sum(unsigned, axis=0, dtype=np.uint32))
 
 
 def test_block_rows_follow_the_carry_and_n(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,6 +36,7 @@ from hlofuse.targets.tpu.lax_ops import (
     Value,
     constant,
     elementwise,
+    exact_int_sum,
 )
 
 
@@ -93,23 +94,6 @@ def _word_value(x: Value) -> Value:
     return lax.convert_element_type(x, np.int32) if x.dtype == jnp.bool_ else x
 
 
-def _exact_int_sum(tile: Value) -> Value:
-    """An int32 tile's sum (wrapping as int32 addition does) without an integer reduction:
-    Pallas lowers an int32 `reduce_sum` with a 64-bit constant when x64 is on (programs with
-    64-bit values run so), which Mosaic refuses. Each byte of the words is summed in f32,
-    exact while the block has at most 2^16 lanes (2^16 x 255 < 2^24), and the four byte sums
-    combined with int32 shifts and adds."""
-    assert tile.size <= 1 << 16
-    words = lax.bitcast_convert_type(tile, np.uint32)
-    total: Value = np.int32(0)
-    for k in range(4):
-        byte = lax.bitwise_and(lax.shift_right_logical(words, np.uint32(8 * k)), np.uint32(255))
-        summed = lax.reduce_sum(lax.convert_element_type(byte, np.float32), (0, 1))
-        part = lax.convert_element_type(summed, np.int32)
-        total = total + lax.shift_left(part, np.int32(8 * k))
-    return total
-
-
 def write_step(values: LaneValues, steps: Sequence[StepReduction], refs: Sequence[Any],
                lanes: Value, size: int, lane_dim_of: Any) -> None:
     """This step's block reduction of each table's per-lane value, each component at the
@@ -138,8 +122,9 @@ def write_step(values: LaneValues, steps: Sequence[StepReduction], refs: Sequenc
                 tile = lax.select(valid, tile, jnp.full(lanes.shape, identity, tile.dtype))
                 total = tile if total is None else op(total, tile)
             assert total is not None
-            block = (_exact_int_sum(total) if reduce.op is Op.ADD and total.dtype == jnp.int32
-                     else REDUCTIONS[reduce.op](total, (0, 1)))
+            # Pallas lowers an int32 sum through a 64-bit one under x64 (lax_ops).
+            block = (exact_int_sum(total, (0, 1)) if reduce.op is Op.ADD
+                     and total.dtype == jnp.int32 else REDUCTIONS[reduce.op](total, (0, 1)))
             at = slot + np.int32(c)
             ref[BLOCK_ZERO, at] = op(ref[BLOCK_ZERO, at], block)
     for s, ref in zip(steps, refs[len(tables):]):
