@@ -218,6 +218,30 @@ def test_large_unchanged_elements_are_read_only() -> None:
     assert not (isinstance(limited, pl.LoopPlan) and limited.size == 8)
 
 
+def test_weights_the_loop_passes_through_do_not_make_it_serial() -> None:
+    """A network stepped over a state of one array: the weights' hidden width is the state's
+    most common dimension, but weights passed through unchanged are read, not computed once
+    per step, so they do not count against the lanes' plan."""
+    state = ("(s32[], f32[8,4]{1,0}, f32[4,16]{1,0}, f32[16]{0}, f32[16,16]{1,0}, "
+             "f32[16,4]{1,0})")
+    plan = plan_of(loop_text(f"""
+  x = f32[8,4]{{1,0}} get-tuple-element(p), index=1
+  w1 = f32[4,16]{{1,0}} get-tuple-element(p), index=2
+  b1 = f32[16]{{0}} get-tuple-element(p), index=3
+  w2 = f32[16,16]{{1,0}} get-tuple-element(p), index=4
+  w3 = f32[16,4]{{1,0}} get-tuple-element(p), index=5
+  d1 = f32[8,16]{{1,0}} dot(x, w1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  bb = f32[8,16]{{1,0}} broadcast(b1), dimensions={{1}}
+  a1 = f32[8,16]{{1,0}} add(d1, bb)
+  h1 = f32[8,16]{{1,0}} tanh(a1)
+  h2 = f32[8,16]{{1,0}} dot(h1, w2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  out = f32[8,4]{{1,0}} dot(h2, w3), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT t = {state} tuple(next, out, w1, b1, w2, w3)""", state))
+    assert isinstance(plan, pl.LoopPlan), plan
+    assert plan.size == 8 and plan.per_lane == (1,)
+    assert set(plan.uniform) | set(plan.read_only) == {0, 2, 3, 4, 5}
+
+
 def test_structure_refusals() -> None:
     scalar = plan_of(loop_text("""
   x = f32[] get-tuple-element(p), index=1

@@ -75,6 +75,18 @@ def test_substeps_run_as_a_loop_in_lane_code(n: int) -> None:
     assert "a nested loop" in _whole_loop_source(source)
 
 
+@pytest.mark.parametrize("scale", [1.0, 3.0e5])
+def test_substep_math_uses_the_small_argument_forms_with_a_check(scale: float) -> None:
+    """The substeps' sin runs in its small-argument form, each iteration checking first
+    whether a lane's argument is beyond the form's limit (2^18), then computing the full
+    function for the block: angles of a few radians and of 3e5 both equal the interpreter."""
+    args = _lanes(37)
+    args[0] = (args[0] * np.float32(scale)).astype(np.float32)
+    source = _whole_loop_source(_check(_module(_substeps(100), args), args))
+    nested = source[source.index("a nested loop"):]
+    assert "hlofuse_sinf_small(" in nested and "hlofuse_trigf_is_small(" in nested
+
+
 def test_code_does_not_grow_with_the_trip_count() -> None:
     args = _lanes(16)
     short = _whole_loop_source(_check(_module(_substeps(80), args), args))

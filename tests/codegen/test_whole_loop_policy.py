@@ -118,3 +118,118 @@ def test_policy_rollout_on_the_emulated_cuda_target() -> None:
     expected = flatten_value(evaluate(module, args))
     for k, (a, e) in enumerate(zip(flatten_value(compiled(*args)), expected)):
         np.testing.assert_allclose(np.asarray(a), e, rtol=2e-5, atol=2e-6, err_msg=f"out{k}")
+
+
+def _network_scan(t: int) -> Any:
+    """A network stepped over a state of one array, its layers' weights and biases closed
+    over by the step (so the loop passes them through): the biases' hidden width is the state's
+    most common dimension, and the lanes must still be the batch."""
+
+    def rollout(params: list[tuple[Any, Any]], obs: Any) -> Any:
+        def step(x: Any, _: Any) -> tuple[Any, None]:
+            for w, b in params[:-1]:
+                x = hnp.tanh(x @ w + b)
+            w, b = params[-1]
+            return hnp.tanh(x @ w + b), None
+
+        return lax.scan(step, obs, None, length=t)[0]
+
+    return rollout
+
+
+def test_a_network_scan_with_biases_is_one_kernel_over_the_batch() -> None:
+    rng = np.random.default_rng(5)
+    sizes = (4, HIDDEN, HIDDEN, 4)
+    params = [((rng.standard_normal((m, k)) / np.sqrt(m)).astype(np.float32),
+               (0.1 * rng.standard_normal(k)).astype(np.float32))
+              for m, k in zip(sizes[:-1], sizes[1:])]
+    obs = rng.uniform(-1, 1, (40, 4)).astype(np.float32)
+    module = hlofuse.jit(_network_scan(6)).lower(params, obs).module
+    plan = _time_loop_plan(module)
+    assert plan.size == 40 and len(plan.per_lane) == 1
+    fused = run_strategy(module, "max", debug=False)
+    assert not fused.kernels_per_iteration(), "the time loop is left outside a kernel"
+    flat = [a for layer in params for a in layer] + [obs]
+    got = compile_module(module, "max").run_flat(flat)
+    want = flatten_value(evaluate(module, flat))
+    np.testing.assert_allclose(np.asarray(got[0]), want[0], rtol=2e-5, atol=2e-6)
+
+
+# A time loop over 8 lanes whose step runs a network on a uniform observation (one
+# environment's policy, lanes that only read its output): uniform code computes the products,
+# which were written out term by term (and again for the lanes' input table).
+UNIFORM_NETWORK = """
+HloModule uniform_network
+
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+cond {
+  cp = STATE parameter(0)
+  ci = s32[] get-tuple-element(cp), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(ci, n), direction=LT
+}
+
+body {
+  p = STATE parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  x = f32[8]{0} get-tuple-element(p), index=1
+  obs = f32[1,4]{1,0} get-tuple-element(p), index=2
+  w1 = f32[4,16]{1,0} get-tuple-element(p), index=3
+  w2 = f32[16,16]{1,0} get-tuple-element(p), index=4
+  d1 = f32[1,16]{1,0} dot(obs, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h1 = f32[1,16]{1,0} tanh(d1)
+  d2 = f32[1,16]{1,0} dot(h1, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h2 = f32[1,16]{1,0} tanh(d2)
+  nobs = f32[1,4]{1,0} slice(h2), slice={[0:1], [0:4]}
+  zero = f32[] constant(0)
+  total = f32[] reduce(h2, zero), dimensions={0,1}, to_apply=add_f32
+  half = f32[] constant(0.5)
+  scaled = f32[] multiply(total, half)
+  spread = f32[8]{0} broadcast(scaled), dimensions={}
+  nx = f32[8]{0} add(x, spread)
+  ROOT t = STATE tuple(next, nx, nobs, w1, w2)
+}
+
+ENTRY main {
+  x0 = f32[8]{0} parameter(0)
+  obs0 = f32[1,4]{1,0} parameter(1)
+  w10 = f32[4,16]{1,0} parameter(2)
+  w20 = f32[16,16]{1,0} parameter(3)
+  start = s32[] constant(0)
+  init = STATE tuple(start, x0, obs0, w10, w20)
+  loop = STATE while(init), condition=cond, body=body
+  rx = f32[8]{0} get-tuple-element(loop), index=1
+  robs = f32[1,4]{1,0} get-tuple-element(loop), index=2
+  ROOT r = (f32[8]{0}, f32[1,4]{1,0}) tuple(rx, robs)
+}
+""".replace("STATE", "(s32[], f32[8]{0}, f32[1,4]{1,0}, f32[4,16]{1,0}, f32[16,16]{1,0})")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda-emulated"])
+def test_products_of_uniform_code_are_loops(backend: str) -> None:
+    """The uniform step's and the lane-input table's products are loops over their positions
+    and contracting positions (4 fused multiply-adds in the source, not 2 x 320), with the
+    results of the written-out sums."""
+    from hlofuse.ir.parser import parse_module
+
+    module = parse_module(UNIFORM_NETWORK)
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(8).astype(np.float32),
+            rng.uniform(-1, 1, (1, 4)).astype(np.float32),
+            rng.standard_normal((4, 16)).astype(np.float32),
+            (rng.standard_normal((16, 16)) / 4).astype(np.float32)]
+    compiled = compile_module(module, "max", backend)
+    assert not compiled.kernels_per_iteration()
+    if backend == "cpu":
+        assert compiled.source().count("fmaf(") <= 8, compiled.source().count("fmaf(")
+    got = compiled.run_flat(args)
+    want = flatten_value(evaluate(module, args))
+    for k, (a, e) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(np.asarray(a), e, rtol=2e-5, atol=2e-6, err_msg=f"out{k}")

@@ -163,7 +163,7 @@ def plan_parallel_loop(loop: Instruction, *,
             if isinstance(result, LoopPlan):
                 batch = candidates[0]
                 serialised = [i for i in result.uniform if size != batch
-                              and batch in elements[i].dims]
+                              and batch in elements[i].dims and not _passed_through(loop, i)]
                 if len(serialised) <= len(result.per_lane) and (
                         result.per_lane or size == 1 or (result.streamed and size == batch)):
                     plans.append(result)
@@ -215,6 +215,12 @@ def _candidate_sizes(loop: Instruction) -> list[int]:
     counts = Counter(n for e in elements for n in set(e.dims) if n > 0)
     leading = Counter(e.dims[0] for e in elements)
     return sorted(counts, key=lambda n: (-counts[n], -leading[n], -n))
+
+
+def _passed_through(loop: Instruction, element: int) -> bool:
+    """The body's new value of loop element `element` is its old one (a loop invariant)."""
+    body = loop.calls[1]
+    return body.root.op is Op.TUPLE and element_read(body.root.operands[element]) == element
 
 
 def _written_only(loop: Instruction, element: int) -> bool:

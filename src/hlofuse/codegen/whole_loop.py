@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from hlofuse.analysis.lane_classification import element_read
 from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan, plan_parallel_loop
@@ -73,6 +74,7 @@ from hlofuse.codegen.whole_loop_lanes import (
 )
 from hlofuse.codegen.whole_loop_materialized import materialized_values
 from hlofuse.codegen.whole_loop_reductions import LANE_UNROLLED_REDUCTION, step_reduction_names
+from hlofuse.codegen.whole_loop_uniform_products import uniform_products_in_loops
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import FusionKind, Op
@@ -372,21 +374,34 @@ class WholeLoopEmitter(BlockEmission):
                 row = Binary("*", count, cir.Int(size))
                 self._copy_loop(size, copy(store_at(f"ust{i}", row), element_of(f"u{i}")))
             self._mark_step_positions()
-            commits: list[Stmt] = []
-            for i in self.plan.uniform:
-                value = self.plan.body.root.operands[i]
-                shape = self.loop.shape.elements[i]
-                if shape.num_elements <= UNROLL_ELEMENTS:
-                    for q, index in enumerate(element_indices(shape.dims)):
-                        commits.append(cir.Assign(cir.load(f"u{i}", cir.Int(q)),
-                                                  em.array_value(value, index)))
-                    continue
-                # A large uniform array: computed into a copy first, the old one is still read.
-                body.declare(self._register_type(shape.dtype), f"nu{i}", dims=(shape.num_elements,))
-                self._each_element(em, value, store_at(f"nu{i}"))
-                commits.append(copy_whole(f"u{i}", f"nu{i}"))
-            for stmt in commits:
-                body.emit(stmt)
+            with self._uniform_products(em, [self.plan.body.root.operands[i]
+                                             for i in self.plan.uniform]):
+                self._commit_uniform_state(em)
+
+    def _uniform_products(self, em: ElementalEmitter, roots: list[Instruction]
+                          ) -> AbstractContextManager[None]:
+        return uniform_products_in_loops(
+            self.body, em, self.plan, roots, lambda inst: self._register_type(inst.dtype),
+            lambda name, inst: self._local_reader(em, inst.dtype, name, None))
+
+    def _commit_uniform_state(self, em: ElementalEmitter) -> None:
+        """The step's new uniform state, every value computed before any is stored."""
+        body = self.body
+        commits: list[Stmt] = []
+        for i in self.plan.uniform:
+            value = self.plan.body.root.operands[i]
+            shape = self.loop.shape.elements[i]
+            if shape.num_elements <= UNROLL_ELEMENTS:
+                for q, index in enumerate(element_indices(shape.dims)):
+                    commits.append(cir.Assign(cir.load(f"u{i}", cir.Int(q)),
+                                              em.array_value(value, index)))
+                continue
+            # A large uniform array: computed into a copy first, the old one is still read.
+            body.declare(self._register_type(shape.dtype), f"nu{i}", dims=(shape.num_elements,))
+            self._each_element(em, value, store_at(f"nu{i}"))
+            commits.append(copy_whole(f"u{i}", f"nu{i}"))
+        for stmt in commits:
+            body.emit(stmt)
 
     def _recorded_uniform(self) -> tuple[int, ...]:
         """The uniform elements the lane inputs are computed from."""
@@ -421,7 +436,8 @@ class WholeLoopEmitter(BlockEmission):
             size = max(1, shape.num_elements)
             em.bindings[id(inst)] = self._local_reader(em, shape.dtype, f"ust{element}",
                                                        Binary("*", t, cir.Int(size)))
-        with body.loop("t", 0, cir.Var("count"), cir.Loop(simd=True)):
+        with body.loop("t", 0, cir.Var("count"), cir.Loop(simd=True)), \
+                self._uniform_products(em, list(self.plan.lane_inputs)):
             for k, inst in enumerate(self.plan.lane_inputs):
                 row = Binary("*", t, cir.Int(max(1, inst.shape.num_elements)))
                 self._each_element(em, inst, store_at(f"tab{k}", row))

@@ -45,7 +45,6 @@ from hlofuse.codegen.whole_loop_nested import NestedLoops
 from hlofuse.codegen.whole_loop_reads import LaneReads
 from hlofuse.codegen.whole_loop_reductions import LaneReductions
 from hlofuse.codegen.whole_loop_scratch import ScratchLanes
-from hlofuse.codegen.whole_loop_small_math import SmallArgumentLanes
 from hlofuse.codegen.whole_loop_streamed import StreamedLanes
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -55,8 +54,8 @@ from hlofuse.ir.ops import Op
 PARALLEL_MIN_ENV_STEPS = 1 << 17
 
 
-class BlockEmission(LaneReads, DeferredLanes, SmallArgumentLanes, StreamedLanes, ScratchLanes,
-                    LaneReductions, MaterializedLanes, NestedLoops):
+class BlockEmission(LaneReads, DeferredLanes, StreamedLanes, ScratchLanes, LaneReductions,
+                    MaterializedLanes, NestedLoops):
     """The per-lane half of the whole-loop emitter (codegen/whole_loop.py): the blocks, their
     state's loads and stores, and each step's lane loops."""
 

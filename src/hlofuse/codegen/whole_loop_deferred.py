@@ -95,8 +95,10 @@ class DeferredLanes(LaneCode):
         operands for the listed lanes only: stored where one predicate decides them all,
         blended in where picked when several do (a select per element, which vectorises
         whatever the loop holds; masked stores after much computation make gcc's
-        if-conversion give up). The last vector is filled up with the last listed lane, which
-        computes and stores the same values again. In a step where a few lanes of the block
+        if-conversion give up). The vector loop stores the operands to contiguous arrays and a
+        plain loop copies them to the listed lanes: stored to the lanes directly, the
+        operands' loop would scatter, which AVX2 has no instruction for, and ran scalar. The
+        last vector holds the lanes left. In a step where a few lanes of the block
         reset, that is one vector of work instead of the block's; a vector loop first tells
         whether any lane picks, so most steps skip the listing."""
         body = self.body
@@ -119,22 +121,35 @@ class DeferredLanes(LaneCode):
             body.assign(cir.load("pick", picked), L)
             body.assign(picked, cir.Binary("!=", any_test, cir.Int(0)), "+=")
         width = min(DEFERRED_VECTOR, self.lanes)
-        first, offset = body.fresh("k"), body.fresh("k")
-        with body.loop(first, 0, picked, counter=cir.Special.INT, step=width), \
-                body.loop(offset, 0, width, SIMD, counter=cir.Special.INT):
-            listed = Binary("+", cir.Var(first), cir.Var(offset))
-            last = Binary("-", picked, cir.Int(1))
-            body.declare(cir.Special.INT, "l", cir.load(
-                "pick", cir.Select(Binary("<", listed, picked), listed, last)), const=True)
-            self._declare_lane_index()
+        stores = [(test, i, q, operand, index) for test, group in groups.items()
+                  for i, q, operand, index in group]
+        values = [body.fresh("dv") for _ in stores]
+        for name, (_, i, _, _, _) in zip(values, stores):
+            body.declare(self._register_type(self._shape(i).dtype), name, dims=(width,))
+        first = body.fresh("k")
+        left = Binary("-", picked, cir.Var(first))
+        count = cir.Select(Binary("<", left, cir.Int(width)), left, cir.Int(width))
+        with body.loop(first, 0, picked, counter=cir.Special.INT, step=width):
+            # The operands of the listed lanes into contiguous arrays (a vector loop: no
+            # scatter), then stored lane by lane where each is picked.
+            offset = body.fresh("k")
+            with body.cache_scope(), body.loop(offset, 0, count, SIMD, counter=cir.Special.INT):
+                self._declare_listed_lane(first, offset)
+                computed = [expr_of(em.array_value(operand, index))
+                            for _, _, _, operand, index in stores]
+                for name, value in zip(values, computed):
+                    body.assign(cir.load(name, cir.Var(offset)), value)
+            offset = body.fresh("k")
             # With one predicate every listed lane picks: stores, no blends.
             blended = len(groups) > 1
-            blends = []
-            for test, stores in groups.items():
-                for i, q, operand, index in stores:
+            with body.cache_scope(), body.loop(offset, 0, count, counter=cir.Special.INT):
+                self._declare_listed_lane(first, offset)
+                for name, (test, i, q, _, _) in zip(values, stores):
                     target = cir.load(f"s{i}", cir.Int(q), L)
-                    value = expr_of(em.array_value(operand, index))
-                    blends.append(cir.Assign(target, cir.Select(test, value, target)
-                                             if blended else value))
-            for stmt in blends:
-                body.emit(stmt)
+                    value = cir.load(name, cir.Var(offset))
+                    body.assign(target, cir.Select(test, value, target) if blended else value)
+
+    def _declare_listed_lane(self, first: str, offset: str) -> None:
+        self.body.declare(cir.Special.INT, "l", cir.load(
+            "pick", Binary("+", cir.Var(first), cir.Var(offset))), const=True)
+        self._declare_lane_index()

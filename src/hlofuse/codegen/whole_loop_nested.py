@@ -40,12 +40,14 @@ from hlofuse.codegen.whole_loop_elements import (
     element_indices,
     lane_part_indices,
 )
-from hlofuse.codegen.whole_loop_lane_code import LOOPED_ELEMENTS, SIMD, LaneCode
+from hlofuse.codegen.whole_loop_lane_code import LOOPED_ELEMENTS, SIMD
+from hlofuse.codegen.whole_loop_lanes import small_argument_math
+from hlofuse.codegen.whole_loop_small_math import SmallArgumentLanes, SmallMath
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
 
 
-class NestedLoops(LaneCode):
+class NestedLoops(SmallArgumentLanes):
     """Runs a plan's nested loops in lane code, each where the step first needs it."""
 
     def _nested_loop(self, loop: Instruction, plan: LoopPlan, enclosing: Computation) -> None:
@@ -73,6 +75,11 @@ class NestedLoops(LaneCode):
                 for q, index in self._held_positions(plan, i):
                     body.assign(cir.load(name, q, L), em.array_value(init[i], index))
         self._bind_nested_reads(plan, init, held, shared)
+        # sin and cos of the lanes' state in their small-argument forms, as in the step: each
+        # iteration checks its arguments first (a solver's iterations, a substep's angles).
+        math = SmallMath(plan, small_argument_math(plan, UNROLL_ELEMENTS),
+                         body.fresh("large"), body.fresh("fm") + "_")
+        self._declare_small_argument_values(math)
         with body.while_(cir.Int(1)):
             with body.cache_scope():
                 condition = (em.scalar(plan.condition.root) if plan.lane_condition is None
@@ -80,6 +87,7 @@ class NestedLoops(LaneCode):
                 body.emit(cir.If(cir.Unary("!", condition), [cir.Break()]))
             for inner in plan.nested_loops():
                 self._nested_loop(inner, plan.nested[id(inner)], plan.body)
+            self._small_argument_check(math)
             self._nested_iteration(plan, held)
             self._commit_uniform(plan, shared)
         self._bind_nested_results(loop, plan, enclosing, held, shared)
