@@ -255,7 +255,7 @@ def _byte_summed(op: Op | None, x: Value, dims: Sequence[int]) -> bool:
     with 64-bit values run so) Pallas lowers an int32 `reduce_sum` through a 64-bit sum that
     Mosaic refuses ("64-bit types are not supported"); outside kernels XLA does not care,
     and the byte sums are exact there too."""
-    return (op is Op.ADD and bool(jax.config.jax_enable_x64)
+    return (op is Op.ADD and bool(jax.config.read("jax_enable_x64"))
             and np.dtype(x.dtype) in (np.dtype(np.int32), np.dtype(np.uint32))
             and int(np.prod([x.shape[d] for d in dims])) <= BYTE_SUM_MAX)
 
