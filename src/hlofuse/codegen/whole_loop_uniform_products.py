@@ -24,11 +24,9 @@ from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.dot_elemental import operand_index
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index, Value
+from hlofuse.codegen.whole_loop_materialized import FREE_TO_READ
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
-
-# Operands that cost nothing to read again where they are.
-_FREE = frozenset({Op.CONSTANT, Op.IOTA, Op.BROADCAST, Op.PARAMETER, Op.GET_TUPLE_ELEMENT})
 
 Reader = Callable[[str, Instruction], Callable[[Index], Value]]
 
@@ -60,12 +58,12 @@ def uniform_products_in_loops(body: FunctionBody, em: ElementalEmitter, plan: Lo
     it (the arrays are the block's locals)."""
     products = looped_uniform_products(plan, roots)
     bound: list[int] = []
-    for k, dot in enumerate(products):
-        for j, operand in enumerate(dot.operands):
-            if operand.op in _FREE or id(operand) in em.bindings or \
+    for dot in products:
+        for operand in dot.operands:
+            if operand.op in FREE_TO_READ or id(operand) in em.bindings or \
                     id(operand) not in plan.uniform_code:
                 continue
-            name = f"mo{k}_{j}"
+            name = body.fresh("mo")
             body.declare(register_type(operand), name, dims=(operand.shape.num_elements,))
             q = body.fresh("q")
             with body.loop(q, 0, operand.shape.num_elements), body.cache_scope():
@@ -73,7 +71,7 @@ def uniform_products_in_loops(body: FunctionBody, em: ElementalEmitter, plan: Lo
                     operand, Index(operand.shape.dims, cir.Var(q), None, None)))
             em.bindings[id(operand)] = reader(name, operand)
             bound.append(id(operand))
-        name = f"mp{k}"
+        name = body.fresh("mp")
         body.declare(register_type(dot), name, dims=(dot.shape.num_elements,))
         _fill_product(body, em, dot, name, register_type(dot))
         em.bindings[id(dot)] = reader(name, dot)
