@@ -45,7 +45,39 @@ def looped_uniform_products(plan: LoopPlan, roots: Iterable[Instruction]) -> lis
     return [inst for inst in plan.body.instructions
             if inst.op is Op.DOT and id(inst) in needed and inst.dtype.is_float
             and len(inst.ints("lhs_contracting_dims")) == 1 and inst.shape.num_elements > 1
-            and inst.shape.num_elements * contraction_size(inst) > UNROLL_ELEMENTS]
+            and inst.shape.num_elements * contraction_size(inst) > UNROLL_ELEMENTS
+            and all(x.shape.num_elements <= LOCAL_ARRAY_ELEMENTS
+                    for x in (inst, *inst.operands))]
+
+
+# The local arrays are on the stack: products and operands larger than this keep the
+# written-out form (uniform code that large is refused by the plan's size limits anyway).
+LOCAL_ARRAY_ELEMENTS = 1 << 14
+
+
+def _free_to_read(inst: Instruction) -> bool:
+    """Read again at every position for nothing: a constant, a parameter, a broadcast of one
+    or of a scalar (computed once, before the loops: `_scalars_first`)."""
+    if inst.op is Op.BROADCAST:
+        source = inst.operands[0]
+        return source.shape.rank == 0 or source.op in FREE_TO_READ
+    return inst.op in FREE_TO_READ
+
+
+def _scalars_first(em: ElementalEmitter, plan: LoopPlan, value: Instruction) -> None:
+    """The scalars uniform code computes `value` from, computed in the enclosing scope, where
+    the loops' reads find them (not once per position: a layer scaled by its mean)."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        inst = stack.pop()
+        if id(inst) in seen or id(inst) not in plan.uniform_code:
+            continue
+        seen.add(id(inst))
+        if inst.shape.rank == 0 and inst.op is not Op.CONSTANT:
+            em.scalar(inst)
+        else:
+            stack.extend(inst.operands)
 
 
 @contextmanager
@@ -60,7 +92,8 @@ def uniform_products_in_loops(body: FunctionBody, em: ElementalEmitter, plan: Lo
     bound: list[int] = []
     for dot in products:
         for operand in dot.operands:
-            if operand.op in FREE_TO_READ or id(operand) in em.bindings or \
+            _scalars_first(em, plan, operand)
+            if _free_to_read(operand) or id(operand) in em.bindings or \
                     id(operand) not in plan.uniform_code:
                 continue
             name = body.fresh("mo")
