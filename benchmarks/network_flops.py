@@ -125,6 +125,13 @@ def measure_network(activation: str, obs_size: int, lanes: int, steps: int,
     compile_s = time.perf_counter() - start
     got = np.asarray(compiled(params, obs))
     want = numpy_rollout(activation, steps, params, obs)
+    # A rate is only worth quoting for the right answer from the one-kernel form.
+    if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        raise SystemExit(f"{activation} obs={obs_size}: hlofuse differs from NumPy by "
+                         f"{np.max(np.abs(got - want)):.2e}")
+    if compiled.kernels_per_iteration():
+        raise SystemExit(f"{activation} obs={obs_size}: the scan is not one kernel "
+                         f"({compiled.kernels_per_iteration()} kernels per step)")
     flops = network_flops(obs_size) * lanes * steps
     hlofuse_s = median_s(lambda: compiled(params, obs), repeats)
     numpy_s = median_s(lambda: numpy_rollout(activation, steps, params, obs), repeats)

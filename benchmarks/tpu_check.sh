@@ -2,7 +2,10 @@
 # One prepared check for a machine with a TPU (issue 29's figures; each part under its own
 # time limit, T1..T4 seconds, 0 skips a part; results written after each program or step):
 #   1. every corpus program on the chip against the reference interpreter
-#      (benchmarks/tpu_equality.py: largest relative difference, within rtol 1e-5 or not);
+#      (benchmarks/tpu_equality.py: largest relative difference, within rtol 1e-5 or not, how
+#      its kernels ran; SETS chooses the corpora, EQ_PROGRAMS the files (default all),
+#      EQ_STRATEGY the strategy (default xla; rollouts also under max), EQ_LIMIT seconds per
+#      program, MERGE=1 goes on from the equality.json already in DEST);
 #   2. kernel launch cost and the bandwidth of the largest element-wise kernel
 #      (benchmarks/tpu_kernel_costs.py: chains of kernels in one program);
 #   3. the CartPole study on the chip at N = 16384 and 1048576, one step at a time, each
@@ -18,8 +21,17 @@ source benchmarks/tpu_env.sh
 
 if [ "${T1:-150}" != 0 ]; then
   echo "== 1/4 every corpus program on the chip against the interpreter"
-  timeout ${T1:-150} "$PY" benchmarks/tpu_equality.py --sets "${SETS:-jax,indexing,linalg,rollouts}" \
-    --out "$DEST/equality.json" 2>&1 | grep -v "^WARNING" | tail -5
+  # A program past EQ_LIMIT seconds is recorded as timed out and the rest go on (exit 3).
+  end=$((SECONDS + ${T1:-150}))
+  merge=${MERGE:+--merge}
+  while [ $SECONDS -lt $end ]; do
+    timeout $((end - SECONDS)) "$PY" benchmarks/tpu_equality.py \
+      --sets "${SETS:-jax,indexing,linalg,rollouts}" --limit "${EQ_LIMIT:-60}" $merge \
+      --strategy "${EQ_STRATEGY:-xla}" --programs "${EQ_PROGRAMS:-}" \
+      --out "$DEST/equality.json" 2>&1 | grep -v "^WARNING" | cut -c1-400 | tail -40
+    [ "${PIPESTATUS[0]}" -eq 3 ] || break
+    merge=--merge
+  done
 fi
 if [ "${T2:-100}" != 0 ]; then
   echo "== 2/4 launch cost and bandwidth"

@@ -3,19 +3,27 @@ figure): the JAX-exported corpus, indexing, linear algebra (f32) and the rollout
 compiled for --backend under --strategy (the rollouts also under max), and per program the
 largest relative difference of its floats (|got - want| / max(|want|, 1e-6)) and absolute
 one, whether they are within rtol 1e-5 (and within rtol 1e-5, atol 1e-6), integers exactly
-equal, and which transcendental ops it uses (where the
-chip's functions differ from NumPy's in the last bits). The JSON is rewritten after each
-program, so a run stopped by a time limit keeps what it measured.
+equal, which transcendental ops it uses (where the
+chip's functions differ from NumPy's in the last bits), and how its kernels ran (Pallas
+kernels, whole-loop lane kernels among them, and each XLA operation with its reason). The
+JSON is rewritten after each program, so a run stopped by a time limit keeps what it
+measured; --merge keeps --out's rows and goes on with the programs it does not hold. A
+program past --limit seconds is recorded as timed out and the process exits 3, so that a
+rerun with --merge goes on with the next (`benchmarks/tpu_check.sh` loops so).
 
     python benchmarks/tpu_equality.py --out results/tpu/equality.json
+    python benchmarks/tpu_equality.py --sets rollouts --merge --out results/tpu/equality.json
     python benchmarks/tpu_equality.py --backend tpu-interpret --sets jax --out /tmp/eq.json
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -82,6 +90,16 @@ def transcendental_ops(module: Module) -> list[str]:
                    if inst.op in TRANSCENDENTAL})
 
 
+def kernel_modes(compiled: object) -> dict[str, object]:
+    """How the compiled program's kernels run: Pallas kernels, whole-loop lane kernels, and
+    the XLA operations with their reasons."""
+    plans = getattr(getattr(compiled, "executable", None), "kernel_plans", [])
+    xla_ops = [f"{k.name}: {k.reason[:160]}" for k in plans if k.mode != "pallas"]
+    return {"pallas_kernels": sum(k.mode == "pallas" for k in plans),
+            "lane_kernels": sum(k.mode == "pallas" and k.lanes is not None for k in plans),
+            "xla_ops": xla_ops}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="tpu")
@@ -89,33 +107,64 @@ def main() -> int:
     parser.add_argument("--sets", default="jax,indexing,rollouts,linalg")
     parser.add_argument("--programs", default="", help="comma-separated file names (default all)")
     parser.add_argument("--out", default="results/tpu/equality.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep --out's rows and skip the programs it holds")
+    parser.add_argument("--limit", type=float, default=0.0,
+                        help="seconds one program and strategy may take; past it the row is "
+                        "recorded as timed out and the process exits 3")
     args = parser.parse_args()
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, object]] = (json.loads(path.read_text())["programs"]
+                                     if args.merge and path.is_file() else [])
+    done = {(r["program"], r["strategy"]) for r in rows}
+
+    def write() -> None:
+        path.write_text(json.dumps({"backend": args.backend, "rtol": RTOL, "floor": FLOOR,
+                                    "programs": rows}, indent=1) + "\n")
+
     chosen = {n for n in args.programs.split(",") if n}
     for corpus, program in _programs(args.sets.split(",")):
         if chosen and program.name not in chosen:
             continue
+        strategies = [args.strategy, "max"] if corpus == "rollouts" else [args.strategy]
+        strategies = [s for s in dict.fromkeys(strategies) if (program.name, s) not in done]
+        if not strategies:
+            continue
         module = parse_module(program.read_text(), program.name)
         inputs = _inputs(program)
         want = flatten_value(evaluate(module, inputs))
-        strategies = [args.strategy, "max"] if corpus == "rollouts" else [args.strategy]
-        for strategy in dict.fromkeys(strategies):
+        for strategy in strategies:
             row: dict[str, object] = {"corpus": corpus, "program": program.name,
                                       "strategy": strategy,
                                       "transcendental": transcendental_ops(module)}
             start = time.perf_counter()
+
+            def expire(row: dict[str, object] = row) -> None:
+                row["error"] = f"timed out after {args.limit:.0f} s"
+                rows.append(row)
+                write()
+                print(json.dumps(row), flush=True)
+                # Where it was: the main thread's stack, for the log.
+                faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
+                os._exit(3)
+
+            timer = threading.Timer(args.limit, expire) if args.limit else None
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
             try:
-                got = compile_module(module, strategy, args.backend).run_flat(inputs)
-                row.update(compare(got, want))
+                compiled = compile_module(module, strategy, args.backend)
+                row.update(kernel_modes(compiled))
+                row.update(compare(compiled.run_flat(inputs), want))
             except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
                 row["error"] = f"{type(e).__name__}: {str(e).strip()[:300]}"
+            if timer is not None:
+                timer.cancel()
             row["seconds"] = round(time.perf_counter() - start, 2)
             rows.append(row)
             print(json.dumps(row), flush=True)
-            path.write_text(json.dumps({"backend": args.backend, "rtol": RTOL,
-                                        "floor": FLOOR, "programs": rows}, indent=1) + "\n")
+            write()
     bad = [r for r in rows if not r.get("within_rtol")]
     print(f"tpu_equality: {len(rows) - len(bad)} of {len(rows)} within rtol {RTOL}",
           file=sys.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import os
 import sys
@@ -74,6 +75,8 @@ def main() -> int:
                             f"timed out after {args.limit:.0f} s; last: {last[0]}"})
             write()
             print(f"{name}: timed out ({last[0]})", flush=True)
+            # Where it was: the main thread's stack, for the log.
+            faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
             os._exit(3)
 
         timer = threading.Timer(args.limit, expire) if args.limit else None
@@ -85,13 +88,20 @@ def main() -> int:
         built = study.build(step, study.CHECK_ENVS, args.steps, 0, args.backend)
         got = study._outputs(built.compiled.run_flat([random.key(0)]))
         checker.check(step, built, got, n_envs=study.CHECK_ENVS, n_steps=args.steps)
+        check_s = time.perf_counter() - start
         for n in envs:
             last[0] = f"compiling at N={n}"
+            began = time.perf_counter()
             built = study.build(step, n, args.steps, 0, args.backend)
             last[0] = f"profiling and timing at N={n}"
+            measuring = time.perf_counter()
             record = study.measure(step, built, n, config, None)
             row = {**dataclasses.asdict(record), "checked_at_envs": study.CHECK_ENVS,
-                   "step_seconds": round(time.perf_counter() - start, 1)}
+                   "step_seconds": round(time.perf_counter() - start, 1),
+                   "phase_seconds": {"check": round(check_s, 1),
+                                     "build": round(measuring - began, 1),
+                                     "profile_and_time": round(time.perf_counter() - measuring,
+                                                               1)}}
             records.append(row)
             write()
             print(f"{name} N={n}: {record.env_steps_per_s / 1e6:,.0f} M env-steps/s, "

@@ -22,7 +22,7 @@ from hlofuse.ir.parser import parse_module
 from hlofuse.ir.shapes import Shape
 from hlofuse.passes.manager import Pipeline
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.targets.c import compile_cpu
+from hlofuse.targets.c import compile_cpu, generate_c
 
 from tests.analysis.test_parallel_loop import loop_text
 from tests.codegen.test_ops import assert_same
@@ -573,3 +573,94 @@ def test_rare_select_runs_for_the_listed_lanes(lanes: int) -> None:
     fused = whole_loop(module, lanes=lanes)
     assert_compiled_matches(fused, [np.asarray(0, np.int32), x0], module,
                             float_accumulators=False)
+
+
+def _chain(tag: str, seed_op: str, n: int) -> tuple[str, str]:
+    """A costly value independent of the state: a chain of sin and cos of the lane index."""
+    lines = []
+    prev = f"{tag}a1"
+    lines.append(f"  {tag}a0 = f32[{n}]{{0}} add(lane, steps)")
+    lines.append(f"  {tag}a1 = f32[{n}]{{0}} multiply({tag}a0, {seed_op})")
+    for k in range(2, 12):
+        op = "sine" if k % 2 else "cosine"
+        lines.append(f"  {tag}b{k} = f32[{n}]{{0}} {op}({prev})")
+        lines.append(f"  {tag}a{k} = f32[{n}]{{0}} multiply({tag}b{k}, {tag}b{k})")
+        prev = f"{tag}a{k}"
+    return "\n".join(lines), prev
+
+def _several_rare_selects(n: int) -> str:
+    """Three rare selects, one taking the fresh value where its predicate is false, one of a
+    two-column element: the listed lanes' values blended into each element where picked."""
+    cx, fx = _chain("x", "halves", n)
+    cy, fy = _chain("y", "thirds", n)
+    state = f"(s32[], f32[{n}]{{0}}, f32[{n}]{{0}}, f32[{n},2]{{1,0}})"
+    return f"""
+HloModule m
+cond {{
+  cp = {state} parameter(0)
+  ci = s32[] get-tuple-element(cp), index=0
+  n = s32[] constant(12)
+  ROOT lt = pred[] compare(ci, n), direction=LT
+}}
+body {{
+  p = {state} parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  x = f32[{n}]{{0}} get-tuple-element(p), index=1
+  y = f32[{n}]{{0}} get-tuple-element(p), index=2
+  z = f32[{n},2]{{1,0}} get-tuple-element(p), index=3
+  half = f32[] constant(0.5)
+  halves = f32[{n}]{{0}} broadcast(half), dimensions={{}}
+  third = f32[] constant(0.33)
+  thirds = f32[{n}]{{0}} broadcast(third), dimensions={{}}
+  lane = f32[{n}]{{0}} iota(), iota_dimension=0
+  step = f32[] convert(i)
+  steps = f32[{n}]{{0}} broadcast(step), dimensions={{}}
+{cx}
+{cy}
+  grow = f32[] constant(1.25)
+  grows = f32[{n}]{{0}} broadcast(grow), dimensions={{}}
+  bump = f32[] constant(0.05)
+  bumps = f32[{n}]{{0}} broadcast(bump), dimensions={{}}
+  gx = f32[{n}]{{0}} multiply(x, grows)
+  sx = f32[{n}]{{0}} add(gx, bumps)
+  gy = f32[{n}]{{0}} multiply(y, grows)
+  sy = f32[{n}]{{0}} add(gy, bumps)
+  dx = pred[{n}]{{0}} compare(x, halves), direction=GT
+  dy = pred[{n}]{{0}} compare(y, thirds), direction=LT
+  xn = f32[{n}]{{0}} select(dx, {fx}, sx)
+  yn = f32[{n}]{{0}} select(dy, sy, {fy})
+  zg = f32[{n},2]{{1,0}} multiply(z, z)
+  zf2 = f32[{n},2]{{1,0}} broadcast({fx}), dimensions={{0}}
+  zq = f32[] constant(0.7)
+  zqs = f32[{n},2]{{1,0}} broadcast(zq), dimensions={{}}
+  dz = pred[{n},2]{{1,0}} compare(z, zqs), direction=GT
+  zn = f32[{n},2]{{1,0}} select(dz, zf2, zg)
+  ROOT t = {state} tuple(next, xn, yn, zn)
+}}
+ENTRY main {{
+  x0 = s32[] parameter(0)
+  x1 = f32[{n}] parameter(1)
+  x2 = f32[{n}] parameter(2)
+  x3 = f32[{n},2] parameter(3)
+  init = {state} tuple(x0, x1, x2, x3)
+  ROOT loop = {state} while(init), condition=cond, body=body
+}}
+"""
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("lanes", [16, 64])
+def test_several_rare_selects_blend_the_listed_lanes_values(lanes: int) -> None:
+    """100 lanes (a tail block of 36 with 64-lane blocks): the lanes that pick are listed, not
+    a multiple of 16, and each element takes the listed values only where its predicate
+    picks them."""
+    module = parse_module(_several_rare_selects(100))
+    fused = whole_loop(module, lanes=lanes)
+    rng = np.random.default_rng(3)
+    inputs = [np.asarray(0, np.int32), rng.uniform(0, 1, 100).astype(np.float32),
+              rng.uniform(0, 1, 100).astype(np.float32),
+              rng.uniform(0, 1, (100, 2)).astype(np.float32)]
+    assert "pick[picked]" in generate_c(fused).source.text
+    assert_compiled_matches(fused, inputs, module, float_accumulators=False)

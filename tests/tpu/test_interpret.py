@@ -145,3 +145,16 @@ def test_cartpole_over_several_blocks(monkeypatch: pytest.MonkeyPatch, name: str
     got = compiled.run_flat([random.key(0)])
     np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=0, atol=1e-5)
     assert int(got[1]) == int(want[1])
+
+
+def test_profile_samples_a_few_trips_of_a_known_loop() -> None:
+    """A profile steps a loop of known trip count only a few times and weights its calls: the
+    calls and bytes per kernel are those of stepping every trip (fori_loop: 8 trips)."""
+    module, inputs = load_npz_case(DATA / "jax" / "fori_loop.hlo")
+    executable = compile_module(module, "xla", "tpu-interpret").executable
+    assert executable is not None
+    every = executable.profile(*inputs, trip_limit=0)
+    sampled = executable.profile(*inputs, trip_limit=3)
+    assert [(r.name, r.calls, r.bytes_read) for r in sampled.rows] == \
+        [(r.name, r.calls, r.bytes_read) for r in every.rows]
+    assert max(r.calls for r in every.rows) == 8

@@ -8,15 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from hlofuse.api import compile_module
 from hlofuse.envs import cartpole
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.studies.cartpole_study import SEQUENCE, is_available, known_steps
-from hlofuse.targets.tpu.listing import lower_for_tpu
-from hlofuse.targets.tpu.program import kernel_structs, plan_kernels
+from hlofuse.targets.tpu.listing import lower_for_tpu, wide_block_indices
+from hlofuse.targets.tpu.program import kernel_structs, plan_kernels, uses_wide_types
 
 from tests.conftest import CORPUS, load_corpus_case
 
@@ -24,13 +26,17 @@ SRC = Path(__file__).parents[2] / "src"
 
 
 def assert_every_kernel_lowers(module: Module) -> int:
+    """Every Pallas kernel lowers for the TPU as the program runs it (x64 enabled for a
+    program with 64-bit values), with int32 block indices (the chip refuses i64 ones)."""
     lowered = 0
+    x64 = uses_wide_types(module)
     for kernel in plan_kernels(module, interpret=True):
         if kernel.mode != "pallas":
             assert kernel.reason, f"{kernel.name}: an XLA operation must say why"
             continue
-        text = lower_for_tpu(kernel, kernel_structs(kernel))
+        text = lower_for_tpu(kernel, kernel_structs(kernel), x64)
         assert "tpu" in text, kernel.name  # the Mosaic module (memrefs in tpu memory spaces)
+        assert not wide_block_indices(text), (kernel.name, wide_block_indices(text))
         lowered += 1
     return lowered
 
@@ -61,6 +67,37 @@ def test_every_cartpole_variant_lowers(step: object) -> None:
 def test_corpus_kernels_lower_for_the_tpu(name: str) -> None:
     module = parse_module(load_corpus_case(name)[0], name)
     assert_every_kernel_lowers(run_strategy(module, "xla", debug=False).module)
+
+
+WIDE = """HloModule wide
+ENTRY e {
+  p = f32[8,128] parameter(0)
+  c = f32[] parameter(1)
+  w = s64[4] parameter(2)
+  b = f32[8,128] broadcast(c), dimensions={}
+  m = f32[8,128] multiply(p, b)
+  t = f32[128,8] transpose(m), dimensions={1,0}
+  ROOT r = (f32[128,8], s64[4]) tuple(t, w)
+}
+"""
+
+
+def test_block_indices_are_int32_under_x64() -> None:
+    """A program with 64-bit values runs with x64 enabled, where Pallas's default index map
+    (a BlockSpec without one: whole arrays, SMEM scalars) returns i64 zeros, which Mosaic
+    refuses on the chip. Tiled kernels with a 0-d SMEM input and whole-array kernels lower
+    with int32 block indices, and compute what the interpreter does."""
+    module = parse_module(WIDE, "wide")
+    assert uses_wide_types(module)
+    fused = run_strategy(module, "none", debug=False).module
+    layouts = {k.layout for k in plan_kernels(fused, interpret=True) if k.mode == "pallas"}
+    assert {"tiled", "whole"} <= layouts
+    assert assert_every_kernel_lowers(fused) >= 3
+    inputs = [np.arange(1024, dtype=np.float32).reshape(8, 128), np.float32(3),
+              np.arange(4, dtype=np.int64)]
+    got = compile_module(module, "none", "tpu-interpret").run_flat(inputs)
+    np.testing.assert_array_equal(got[0], (inputs[0] * 3).T)
+    np.testing.assert_array_equal(got[1], inputs[2])
 
 
 HLO = """HloModule m

@@ -128,8 +128,7 @@ def test_rollout_lane_kernels_lower_for_the_tpu(name: str) -> None:
     pendulum's random bits do): the time loop inside, and every BlockSpec index map returns
     int32 block indices (i64 ones made Mosaic refuse the kernel on the chip: "failed to
     legalize operation 'func.return'")."""
-    import jax
-
+    from hlofuse.targets.tpu.listing import wide_block_indices
     from hlofuse.targets.tpu.program import uses_wide_types
 
     module, _ = load_npz_case(ROLLOUTS / name)
@@ -137,11 +136,11 @@ def test_rollout_lane_kernels_lower_for_the_tpu(name: str) -> None:
     lanes = _lane_kernels(plan_kernels(fused, interpret=True))
     assert lanes
     for kernel in lanes:
-        with jax.enable_x64(uses_wide_types(fused)):
-            text = lower_for_tpu(kernel, kernel_structs(kernel))
+        text = lower_for_tpu(kernel, kernel_structs(kernel), uses_wide_types(fused))
         assert "scf.while" in text
-        index_maps = re.findall(r"func\.func @transform_\d+\([^)]*\) -> \(([^)]*)\)", text)
-        assert index_maps and all("i64" not in m for m in index_maps), index_maps
+        # Every index map, those of one result (`-> i32`, SMEM inputs) too.
+        assert re.findall(r"func\.func @transform_\d+\(", text)
+        assert not wide_block_indices(text), wide_block_indices(text)
 
 
 @pytest.mark.parametrize("name", [
@@ -318,29 +317,69 @@ def test_uniform_elements_passed_on_unchanged_are_inputs_not_carried() -> None:
     assert_close(got, want, 1e-5)
 
 
-def test_vector_statistics_across_the_lanes_fall_back_with_the_rule_named() -> None:
-    """A scan logging a [2] mean over the lanes every step: the C kernel's plan, which the
-    TPU's per-step tables (one value a step) do not hold; the loop runs as an XLA operation
-    and the listing says why."""
+def test_vector_statistics_across_the_lanes_are_one_lane_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan logging [2] statistics over the lanes every step (a mean, a maximum, a count
+    and a spread made of two reductions): one lane kernel whose per-step tables hold a
+    partial per component, over two blocks (1,100 lanes in blocks of 8 x 128, the second
+    padded), equal to the interpreter and lowered for the TPU; with too little SMEM for its
+    tables the loop falls back and says why."""
     from tests.codegen.test_whole_loop_step_reductions import KEY, _module, _particles
 
-    p0 = np.linspace(-0.5, 0.5, 2 * 256, dtype=np.float32).reshape(256, 2)
-    fused = run_strategy(_module(_particles(256, 3), KEY, p0), "max", debug=False).module
+    monkeypatch.setattr(whole_loop, "BLOCK_ROWS", 8)
+    n = 1100
+    p0 = np.linspace(-0.5, 0.5, 2 * n, dtype=np.float32).reshape(n, 2)
+    module = _module(_particles(n, 4), KEY, p0)
+    fused = run_strategy(module, "max", debug=False).module
+    (kernel,) = _lane_kernels(plan_kernels(fused, interpret=True))
+    assert kernel.lanes is not None and kernel.lanes.grid == 2
+    assert any(r.components == 2 for s in kernel.lanes.plan.step_reductions for r in s.reduces)
+    assert "scf.while" in lower_for_tpu(kernel, kernel_structs(kernel))
+    want = flatten_value(evaluate(module, [KEY, p0]))
+    assert_close(compile_module(module, "max", "tpu-interpret").run_flat([KEY, p0]), want,
+                 1e-5)
+    monkeypatch.setattr(whole_loop, "STEP_TABLE_WORDS", 16)
     refused = [k for k in plan_kernels(fused, interpret=True) if k.kind == "kCustom"]
     assert refused and all(k.lanes is None for k in refused)
-    assert any(k.reason.startswith("tpu-whole-loop-op") and "values reduced over the lanes"
-               in k.reason for k in refused), [k.reason for k in refused]
+    assert any(k.reason.startswith("tpu-whole-loop-op") and "words of SMEM" in k.reason
+               for k in refused), [k.reason for k in refused]
 
 
 def test_a_blocks_int32_sum_is_exact_and_wraps_like_int32() -> None:
-    """Per-step int32 sums over a block are byte sums in f32 (Pallas lowers an int32
-    reduce_sum with an i64 constant under x64): exact for any words, negative ones and sums
-    past 2^31 wrapping as int32 addition does."""
-    from hlofuse.targets.tpu.whole_loop_steps import _exact_int_sum
+    """32-bit integer sums under x64 are byte sums in f32 (Pallas lowers an int32 reduce_sum
+    through a 64-bit one there, which Mosaic refuses): exact for any words, negative ones
+    and sums past 2^31 wrapping as int32 addition does, over all dimensions or some, and
+    for uint32."""
+    from hlofuse.targets.tpu.lax_ops import exact_int_sum
 
     rng = np.random.default_rng(0)
     words = rng.integers(-2**31, 2**31, size=(64, 128), dtype=np.int64).astype(np.int32)
     words[0, :4] = [2**31 - 1, 2**31 - 1, -2**31, -1]
-    want = np.sum(words.astype(np.int64)) % 2**32
-    want = want - 2**32 if want >= 2**31 else want
-    assert int(_exact_int_sum(words)) == int(want)
+    assert int(exact_int_sum(words, (0, 1))) == int(np.sum(words, dtype=np.int32))
+    np.testing.assert_array_equal(np.asarray(exact_int_sum(words, (1,))),
+                                  np.sum(words, axis=1, dtype=np.int32))
+    unsigned = words.view(np.uint32)
+    np.testing.assert_array_equal(np.asarray(exact_int_sum(unsigned, (0,))),
+                                  np.sum(unsigned, axis=0, dtype=np.uint32))
+
+
+def test_block_rows_follow_the_carry_and_n(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of up to 64 rows while the carried tiles fit CARRY_REGISTERS vector registers
+    (CartPole: 5 held positions and 2 accumulators, 56 registers at 64 rows), half as many
+    rows when they would not (a register file of 28 for the same carry), and fewer for a
+    small N (1,000 lanes: one block of 8 rows)."""
+    def lanes_of(n: int) -> whole_loop.LaneLayout:
+        fused = run_strategy(_cartpole_max(n, 4), "max", debug=False).module
+        (kernel,) = _lane_kernels(plan_kernels(fused, interpret=True))
+        assert kernel.lanes is not None
+        return kernel.lanes
+
+    layout = lanes_of(65536)
+    assert (layout.rows, layout.grid) == (64, 8)
+    carried = sum(layout.positions(e) for e in layout.plan.per_lane) + \
+        len(layout.plan.accumulators)
+    assert carried == 7
+    small = lanes_of(1000)
+    assert (small.rows, small.grid) == (8, 1)
+    monkeypatch.setattr(whole_loop, "CARRY_REGISTERS", 28)
+    assert (lanes_of(65536).rows, lanes_of(65536).grid) == (32, 16)

@@ -75,6 +75,10 @@ class ElementalEmitter:
         # Loop variables with a known range [lo, hi): a concatenate read where the range lies
         # inside one operand picks that operand without a branch.
         self.ranges: dict[str, tuple[int, int]] = {}
+        # Set in vectorised lane code: an array constant of at most this many elements read at
+        # a computed position is a select over its literals (a gather, which gcc does not emit
+        # for every CPU, would keep the lane loop scalar: a move table indexed by an action).
+        self.selected_constant_reads = 0
 
     # --- index arithmetic -----------------------------------------------------------------
 
@@ -170,6 +174,9 @@ class ElementalEmitter:
             # An array constant read at a known position is its value (a scatter's constant
             # index, then, decides at code generation which elements it updates).
             result = self.lang.literal(inst.dtype, known)
+        elif inst.op is Op.CONSTANT and \
+                1 < inst.shape.num_elements <= self.selected_constant_reads:
+            result = self._selected_constant(inst, index)
         elif binding is not None:
             result = self.apply_binding(binding, index)
         else:
@@ -186,6 +193,18 @@ class ElementalEmitter:
             self._splats[id(constant)] = splat_value(constant)
         splat = self._splats[id(constant)]
         return splat if splat is not None else literal_element(constant, index)
+
+    def _selected_constant(self, constant: Instruction, index: Index) -> Value:
+        """An array constant at a computed position, as a select over its elements."""
+        literal = constant.attrs["literal"]
+        assert isinstance(literal, np.ndarray)
+        flat = literal.reshape(-1)
+        position = self.index_let(self.linear_of(index))
+        value: Expr = self.lang.literal(constant.dtype, flat[-1].item())
+        for q in reversed(range(flat.size - 1)):
+            value = cir.Select(Binary("==", position, cir.Int(q)),
+                               self.lang.literal(constant.dtype, flat[q].item()), value)
+        return self.body.let(self.lang.register_type(constant.dtype), value)
 
     def apply_binding(self, binding: Binding, index: Index) -> Value:
         if isinstance(binding, tuple):

@@ -143,7 +143,10 @@ def _iota(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     dim = inst.attrs["iota_dimension"]
     assert isinstance(dim, int)
     position = em.multi_of(index)[dim]
-    expr = convert_expression(em.lang, DType.S64, inst.dtype, cir.Cast(DType.S64, position))
+    # A position of a dimension under 2^31 converts from 32 bits: the same value, and a vector
+    # conversion AVX2 has (an int64 to float conversion keeps a lane loop scalar there).
+    via = DType.S32 if inst.shape.dims[dim] < 2**31 else DType.S64
+    expr = convert_expression(em.lang, via, inst.dtype, cir.Cast(via, position))
     return em.body.let(em.lang.register_type(inst.dtype), expr)
 
 

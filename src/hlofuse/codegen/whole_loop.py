@@ -65,7 +65,7 @@ from hlofuse.codegen.whole_loop_elements import (
     element_of,
     store_at,
 )
-from hlofuse.codegen.whole_loop_lane_code import LOOPED_ELEMENTS
+from hlofuse.codegen.whole_loop_lane_code import LANE_SELECTED_READ, LOOPED_ELEMENTS
 from hlofuse.codegen.whole_loop_lanes import (
     deferred_selects,
     lane_language,
@@ -175,6 +175,7 @@ class WholeLoopEmitter(BlockEmission):
         self.lane_em.unrolled_reduction = LANE_UNROLLED_REDUCTION
         if self.lanes > 1:
             self.lane_em.speculable_load = self.speculable_lane_load
+            self.lane_em.selected_constant_reads = LANE_SELECTED_READ
         # Lane inputs are computed after the uniform steps of a chunk, from the uniform state
         # each step recorded, in a loop over the steps the compiler vectorises.
         self.table_em = ElementalEmitter(lang, self.body, dict(constants), simd_reductions=False)

@@ -143,13 +143,16 @@ class DeferredLanes(LaneCode):
             # With one predicate every listed lane picks: stores, no blends.
             blended = len(groups) > 1
             with body.cache_scope(), body.loop(offset, 0, count, counter=cir.Special.INT):
-                self._declare_listed_lane(first, offset)
+                self._declare_listed_lane(first, offset, with_index=False)
                 for name, (test, i, q, _, _) in zip(values, stores):
                     target = cir.load(f"s{i}", cir.Int(q), L)
                     value = cir.load(name, cir.Var(offset))
                     body.assign(target, cir.Select(test, value, target) if blended else value)
 
-    def _declare_listed_lane(self, first: str, offset: str) -> None:
+    def _declare_listed_lane(self, first: str, offset: str, with_index: bool = True) -> None:
+        """`l`, the listed lane, and (for code computing values) its lane index `e`; the copy
+        loop reads the lane's masks only."""
         self.body.declare(cir.Special.INT, "l", cir.load(
             "pick", Binary("+", cir.Var(first), cir.Var(offset))), const=True)
-        self._declare_lane_index()
+        if with_index:
+            self._declare_lane_index()

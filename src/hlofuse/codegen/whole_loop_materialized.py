@@ -34,7 +34,7 @@ from hlofuse.ir.ops import Op
 # Ops that only rearrange positions: the value behind them is the one worth keeping.
 _REARRANGING = frozenset({Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.COPY})
 # Values that cost nothing to read again (or are read from memory already).
-_FREE = frozenset({Op.CONSTANT, Op.IOTA, Op.BROADCAST, Op.PARAMETER, Op.GET_TUPLE_ELEMENT})
+FREE_TO_READ = frozenset({Op.CONSTANT, Op.IOTA, Op.BROADCAST, Op.PARAMETER, Op.GET_TUPLE_ELEMENT})
 # Positions computed together in one pass over the lanes: a product's sum is a chain of
 # dependent multiply-adds, one position's chain waits on the adder's latency (about four
 # cycles), several positions' chains interleave. The sums keep their order.
@@ -58,7 +58,7 @@ def materialized_values(plan: LoopPlan) -> list[Instruction]:
             value = operand
             while value.op in _REARRANGING:
                 value = value.operands[0]
-            if id(value) not in plan.lane or value.op in _FREE or \
+            if id(value) not in plan.lane or value.op in FREE_TO_READ or \
                     id(value) not in plan.value_lane_dims:
                 continue
             positions = positions_per_lane(plan, value)

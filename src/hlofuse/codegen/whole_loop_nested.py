@@ -77,8 +77,9 @@ class NestedLoops(SmallArgumentLanes):
         self._bind_nested_reads(plan, init, held, shared)
         # sin and cos of the lanes' state in their small-argument forms, as in the step: each
         # iteration checks its arguments first (a solver's iterations, a substep's angles).
-        math = SmallMath(plan, small_argument_math(plan, UNROLL_ELEMENTS),
-                         body.fresh("large"), body.fresh("fm") + "_")
+        calls = small_argument_math(plan, UNROLL_ELEMENTS)
+        math = SmallMath(plan, calls, body.fresh("large"), body.fresh("fm") + "_") if calls \
+            else SmallMath(plan, calls)
         self._declare_small_argument_values(math)
         with body.while_(cir.Int(1)):
             with body.cache_scope():

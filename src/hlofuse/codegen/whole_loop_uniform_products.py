@@ -24,11 +24,9 @@ from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.dot_elemental import operand_index
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index, Value
+from hlofuse.codegen.whole_loop_materialized import FREE_TO_READ
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
-
-# Operands that cost nothing to read again where they are.
-_FREE = frozenset({Op.CONSTANT, Op.IOTA, Op.BROADCAST, Op.PARAMETER, Op.GET_TUPLE_ELEMENT})
 
 Reader = Callable[[str, Instruction], Callable[[Index], Value]]
 
@@ -47,7 +45,39 @@ def looped_uniform_products(plan: LoopPlan, roots: Iterable[Instruction]) -> lis
     return [inst for inst in plan.body.instructions
             if inst.op is Op.DOT and id(inst) in needed and inst.dtype.is_float
             and len(inst.ints("lhs_contracting_dims")) == 1 and inst.shape.num_elements > 1
-            and inst.shape.num_elements * contraction_size(inst) > UNROLL_ELEMENTS]
+            and inst.shape.num_elements * contraction_size(inst) > UNROLL_ELEMENTS
+            and all(x.shape.num_elements <= LOCAL_ARRAY_ELEMENTS
+                    for x in (inst, *inst.operands))]
+
+
+# The local arrays are on the stack: products and operands larger than this keep the
+# written-out form (uniform code that large is refused by the plan's size limits anyway).
+LOCAL_ARRAY_ELEMENTS = 1 << 14
+
+
+def _free_to_read(inst: Instruction) -> bool:
+    """Read again at every position for nothing: a constant, a parameter, a broadcast of one
+    or of a scalar (computed once, before the loops: `_scalars_first`)."""
+    if inst.op is Op.BROADCAST:
+        source = inst.operands[0]
+        return source.shape.rank == 0 or source.op in FREE_TO_READ
+    return inst.op in FREE_TO_READ
+
+
+def _scalars_first(em: ElementalEmitter, plan: LoopPlan, value: Instruction) -> None:
+    """The scalars uniform code computes `value` from, computed in the enclosing scope, where
+    the loops' reads find them (not once per position: a layer scaled by its mean)."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        inst = stack.pop()
+        if id(inst) in seen or id(inst) not in plan.uniform_code:
+            continue
+        seen.add(id(inst))
+        if inst.shape.rank == 0 and inst.op is not Op.CONSTANT:
+            em.scalar(inst)
+        else:
+            stack.extend(inst.operands)
 
 
 @contextmanager
@@ -60,12 +90,13 @@ def uniform_products_in_loops(body: FunctionBody, em: ElementalEmitter, plan: Lo
     it (the arrays are the block's locals)."""
     products = looped_uniform_products(plan, roots)
     bound: list[int] = []
-    for k, dot in enumerate(products):
-        for j, operand in enumerate(dot.operands):
-            if operand.op in _FREE or id(operand) in em.bindings or \
+    for dot in products:
+        for operand in dot.operands:
+            _scalars_first(em, plan, operand)
+            if _free_to_read(operand) or id(operand) in em.bindings or \
                     id(operand) not in plan.uniform_code:
                 continue
-            name = f"mo{k}_{j}"
+            name = body.fresh("mo")
             body.declare(register_type(operand), name, dims=(operand.shape.num_elements,))
             q = body.fresh("q")
             with body.loop(q, 0, operand.shape.num_elements), body.cache_scope():
@@ -73,7 +104,7 @@ def uniform_products_in_loops(body: FunctionBody, em: ElementalEmitter, plan: Lo
                     operand, Index(operand.shape.dims, cir.Var(q), None, None)))
             em.bindings[id(operand)] = reader(name, operand)
             bound.append(id(operand))
-        name = f"mp{k}"
+        name = body.fresh("mp")
         body.declare(register_type(dot), name, dims=(dot.shape.num_elements,))
         _fill_product(body, em, dot, name, register_type(dot))
         em.bindings[id(dot)] = reader(name, dot)

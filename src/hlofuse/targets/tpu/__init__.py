@@ -67,11 +67,13 @@ class _PallasTarget(Target):
 
     def emit(self, module: Module, what: str) -> str:
         from hlofuse.targets.tpu.listing import mosaic_listing, pallas_listing
-        from hlofuse.targets.tpu.program import plan_kernels
+        from hlofuse.targets.tpu.program import plan_kernels, uses_wide_types
 
         _need(jax_missing())
         kernels = plan_kernels(module, self.interpret)
-        return mosaic_listing(kernels) if what == "mosaic" else pallas_listing(kernels)
+        if what == "mosaic":
+            return mosaic_listing(kernels, uses_wide_types(module))
+        return pallas_listing(kernels)
 
     def compile(self, module: Module) -> Executable:
         _need(self.unavailable())

@@ -40,7 +40,13 @@ from hlofuse.reference.rnglib import THREEFRY_TARGET
 from hlofuse.runtime.program import leaf_paths
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
 from hlofuse.targets.tpu.lane_values import Unlowerable
-from hlofuse.targets.tpu.lax_ops import BLOCK_ZERO, ELEMENTWISE, Value, runs_on_host
+from hlofuse.targets.tpu.lax_ops import (
+    BLOCK_ZERO,
+    ELEMENTWISE,
+    Value,
+    runs_on_host,
+    whole_block,
+)
 from hlofuse.targets.tpu.whole_loop import LaneKernel, LaneLayout, plan_lanes
 
 LANES = 128
@@ -184,7 +190,7 @@ class Kernel:
 
         def spec(shape: Shape) -> pl.BlockSpec:
             if shape.rank == 0:  # a 0-d input as a (1, 1) array: whole, in SMEM
-                return pl.BlockSpec(memory_space=pltpu.SMEM)
+                return whole_block(2, pltpu.SMEM)
             return pl.BlockSpec(block, lambda i: (i, BLOCK_ZERO))
 
         out = pl.pallas_call(
@@ -428,9 +434,8 @@ def _tiles(x: Value) -> Value:
 
 
 def _whole_spec(shape: Shape) -> pl.BlockSpec:
-    if shape.rank == 0:
-        return pl.BlockSpec(memory_space=pltpu.SMEM)
-    return pl.BlockSpec(memory_space=pltpu.VMEM)
+    ndim = len(_kernel_dims(shape))
+    return whole_block(ndim, pltpu.SMEM if shape.rank == 0 else pltpu.VMEM)
 
 
 def _read(ref: Any, shape: Shape, whole: bool = True) -> Value:

@@ -33,6 +33,16 @@ Value = Any  # a JAX array, or a tuple of values (tuple-shaped instructions)
 # index map on the chip: "failed to legalize operation 'func.return'").
 BLOCK_ZERO = np.int32(0)
 
+
+def whole_block(ndim: int, memory_space: Any) -> Any:
+    """A BlockSpec that takes an array of `ndim` dimensions as one block in `memory_space`
+    (VMEM or SMEM), under any grid. Its index map returns int32 zeros: Pallas's default index
+    map (a BlockSpec with no index map) returns Python zeros, which are i64 under x64, the
+    same refusal as above (found on the chip for whole-array kernels and SMEM inputs)."""
+    from jax.experimental import pallas as pl
+
+    return pl.BlockSpec(None, lambda *_: (BLOCK_ZERO,) * ndim, memory_space=memory_space)
+
 # Instructions evaluated by the reference interpreter on the host: no `lax` form here.
 HOST_OPS = frozenset({Op.SCATTER, Op.SORT, Op.TOPK, Op.CONVOLUTION, Op.SELECT_AND_SCATTER,
                       Op.CHOLESKY, Op.TRIANGULAR_SOLVE, Op.REDUCE_WINDOW, Op.MAP})
@@ -222,7 +232,8 @@ def reduce(inst: Instruction, ops: list[Value], run: Callable[..., Value]) -> Va
     reducer = inst.calls[0]
     op = reducer_op(reducer)
     if half == 1 and op in REDUCTIONS:
-        reduced = REDUCTIONS[op](inputs[0], dims)
+        reduced = (exact_int_sum(inputs[0], dims) if _byte_summed(op, inputs[0], dims)
+                   else REDUCTIONS[op](inputs[0], dims))
         return BINARY[op](reduced, jnp.broadcast_to(inits[0], reduced.shape)) \
             if op in BINARY else reduced
 
@@ -233,6 +244,35 @@ def reduce(inst: Instruction, ops: list[Value], run: Callable[..., Value]) -> Va
     if half == 1:
         return lax.reduce(inputs[0], inits[0], combine, dims)
     return tuple(lax.reduce(tuple(inputs), tuple(inits), combine, dims))
+
+
+# Values one byte sum may add exactly in f32: 2^24 / 255.
+BYTE_SUM_MAX = (1 << 24) // 255
+
+
+def _byte_summed(op: Op | None, x: Value, dims: Sequence[int]) -> bool:
+    """Whether a 32-bit integer sum is computed as byte sums: with x64 enabled (programs
+    with 64-bit values run so) Pallas lowers an int32 `reduce_sum` through a 64-bit sum that
+    Mosaic refuses ("64-bit types are not supported"); outside kernels XLA does not care,
+    and the byte sums are exact there too."""
+    return (op is Op.ADD and bool(jax.config.read("jax_enable_x64"))
+            and np.dtype(x.dtype) in (np.dtype(np.int32), np.dtype(np.uint32))
+            and int(np.prod([x.shape[d] for d in dims])) <= BYTE_SUM_MAX)
+
+
+def exact_int_sum(x: Value, dims: Sequence[int]) -> Value:
+    """A 32-bit integer sum over `dims`, wrapping as 32-bit addition does, without an
+    integer reduction: each byte of the words summed in f32 (exact while at most
+    BYTE_SUM_MAX values are summed), the four byte sums combined with 32-bit shifts and
+    adds."""
+    words = lax.bitcast_convert_type(x, np.uint32)
+    total: Value = None
+    for k in range(4):
+        byte = lax.bitwise_and(lax.shift_right_logical(words, np.uint32(8 * k)), np.uint32(255))
+        summed = lax.reduce_sum(lax.convert_element_type(byte, np.float32), tuple(dims))
+        part = lax.shift_left(lax.convert_element_type(summed, np.uint32), np.uint32(8 * k))
+        total = part if total is None else total + part
+    return lax.bitcast_convert_type(total, x.dtype)
 
 
 def _gather(inst: Instruction, operand: Value, indices: Value) -> Value:

@@ -66,9 +66,10 @@ def _computation(comp: Computation, out: list[str], prefix: str) -> None:
                 _computation(called, out, "    " + prefix)
 
 
-def mosaic_listing(kernels: list[Kernel]) -> str:
-    """Each Pallas kernel lowered for the TPU (no chip needed); a kernel Mosaic cannot lower
-    is a CodegenError naming it."""
+def mosaic_listing(kernels: list[Kernel], x64: bool = False) -> str:
+    """Each Pallas kernel lowered for the TPU (no chip needed), with x64 enabled when the
+    program runs so (`x64`: it has 64-bit values); a kernel Mosaic cannot lower is a
+    CodegenError naming it."""
     from hlofuse.targets.tpu.program import kernel_structs
 
     parts = []
@@ -77,7 +78,7 @@ def mosaic_listing(kernels: list[Kernel]) -> str:
             parts.append(f"// {k.name}: xla-op ({k.reason})\n")
             continue
         try:
-            text = lower_for_tpu(k, kernel_structs(k))
+            text = lower_for_tpu(k, kernel_structs(k), x64)
         except Exception as e:  # noqa: BLE001 - Mosaic's errors have no common type
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise CodegenError(f"%{k.name} ({k.kind}): Mosaic cannot lower this kernel for "
@@ -86,14 +87,16 @@ def mosaic_listing(kernels: list[Kernel]) -> str:
     return "\n".join(parts)
 
 
-def lower_for_tpu(kernel: Kernel, structs: list[jax.ShapeDtypeStruct]) -> str:
-    """The kernel's Mosaic module, lowered for the TPU platform without a device."""
+def lower_for_tpu(kernel: Kernel, structs: list[jax.ShapeDtypeStruct],
+                  x64: bool = False) -> str:
+    """The kernel's Mosaic module, lowered for the TPU platform without a device; `x64`: as
+    a program with 64-bit values runs it (x64 enabled: Python integers become i64)."""
     interpret = kernel.interpret
     kernel.interpret, kernel.debug = False, True
     kernel._call = None
     captured = io.StringIO()
     try:
-        with contextlib.redirect_stdout(captured):
+        with contextlib.redirect_stdout(captured), jax.enable_x64(x64):
             lowered = jax.jit(lambda *a: kernel(*a)).trace(*structs).lower(
                 lowering_platforms=("tpu",))
     finally:
@@ -101,3 +104,11 @@ def lower_for_tpu(kernel: Kernel, structs: list[jax.ShapeDtypeStruct]) -> str:
         kernel._call = None
     text = captured.getvalue()
     return text if text.strip() else lowered.as_text()
+
+
+def wide_block_indices(mosaic: str) -> list[str]:
+    """The index maps of a Mosaic module that return 64-bit block indices: Mosaic's compiler
+    refuses them on the chip (`failed to legalize operation 'func.return'`) but lowering
+    without a TPU does not."""
+    return [line.strip() for line in mosaic.splitlines()
+            if line.strip().startswith("func.func @transform") and "i64" in line]

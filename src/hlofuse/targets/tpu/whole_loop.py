@@ -58,18 +58,39 @@ from hlofuse.targets.tpu.lane_values import (
     strides,
 )
 from hlofuse.targets.tpu.lane_wide import wide_refusal
-from hlofuse.targets.tpu.lax_ops import BINARY, BLOCK_ZERO, REDUCTIONS, Value, constant
-from hlofuse.targets.tpu.whole_loop_steps import finish, start_tables, table_outputs, write_step
+from hlofuse.targets.tpu.lax_ops import (
+    BINARY,
+    BLOCK_ZERO,
+    REDUCTIONS,
+    Value,
+    constant,
+    whole_block,
+)
+from hlofuse.targets.tpu.whole_loop_steps import (
+    finish,
+    start_tables,
+    table_outputs,
+    table_words,
+    write_step,
+)
 from hlofuse.targets.tpu.whole_loop_uniform import StepRecorder, UniformTables, uniform_tables
 
 LANES = 128
-# Rows of a block: the largest of these that fits the VMEM model and N. 32 rows (4,096
-# lanes) keep a handful of per-lane values in the 64 vector registers.
-BLOCK_ROWS = 32
+# Rows of a block: at most BLOCK_ROWS, fewer for a small N, for the carry's registers and for
+# VMEM. Larger blocks spend less of each grid step on its fixed cost until the carried tiles
+# no longer fit the 64 vector registers (8 x 128 words each; a tile of `rows` rows takes
+# rows / 8) and spill to VMEM every step. On the v5e CartPole's kernel (7 carried tiles a
+# lane: 56 registers at 64 rows) ran 7-14 % faster with 64 rows than 32, and 3-4 % faster
+# than 128 (112 registers) (docs/tpu.md).
+BLOCK_ROWS = 64
 MIN_ROWS = 8
+CARRY_REGISTERS = 64
 # Read-only elements (a policy's weights) are whole kernel inputs in SMEM, read a scalar per
 # position; SMEM is small (1 MiB on v5e) and also holds the uniform values and tables.
 READ_ONLY_WORDS = 64 * 1024
+# The per-step reductions' tables of one block (a partial per written position and component,
+# whole_loop_steps.py) share SMEM with those: 128 KiB of it.
+STEP_TABLE_WORDS = 32 * 1024
 # What the blocks of one grid step may take of VMEM (inputs and outputs double-buffered,
 # plus the carry): v5e has 128 MiB, the kernel is compiled with a 100 MiB limit.
 VMEM_BUDGET = 48 * 2**20
@@ -173,12 +194,12 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
     wide = wide_refusal([*plan.condition.instructions, *plan.body.instructions])
     if wide is not None:
         return WholeLoopRefusal(TYPES_RULE, wide)
-    several = next((s for s in plan.step_reductions if s.value.shape.num_elements > 1
-                    or any(r.components > 1 for r in s.reduces)), None)
-    if several is not None:
-        return WholeLoopRefusal("tpu-whole-loop-op", f"%{several.update.name} writes "
-                                f"{several.value.shape.num_elements} values reduced over the "
-                                "lanes a step; the kernel's per-step tables hold one")
+    tables = table_words(plan.step_reductions)
+    if tables > STEP_TABLE_WORDS:
+        return WholeLoopRefusal("tpu-whole-loop-op", f"the per-step reductions over the lanes "
+                                f"take {tables} words of SMEM per block (over "
+                                f"{STEP_TABLE_WORDS}: a partial per written position and "
+                                "component)")
     init = loop.operands[0]
     if init.op is not Op.TUPLE or any(o.op is not Op.PARAMETER for o in init.operands):
         return WholeLoopRefusal(NOT_PLANNED, "the loop's initial values are not the fusion's "
@@ -198,12 +219,18 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
 
 
 def _block_rows(layout: LaneLayout) -> int:
-    """Rows per block: BLOCK_ROWS, fewer for a small N, fewer again for VMEM; 0 if even
-    MIN_ROWS do not fit. The model: every per-lane block in and out twice (double
-    buffering), stacked outputs once more (copied in the kernel), the carry once."""
+    """Rows per block: BLOCK_ROWS, fewer for a small N, fewer while the carried tiles (held
+    positions and accumulators) take more than CARRY_REGISTERS vector registers (never
+    below MIN_ROWS for it), fewer again for
+    VMEM; 0 if even MIN_ROWS do not fit. The VMEM model: every per-lane block in and out
+    twice (double buffering), stacked outputs once more (copied in the kernel), the carry
+    once."""
     rows_needed = -(-layout.size // LANES)
     rows = min(BLOCK_ROWS, -(-rows_needed // MIN_ROWS) * MIN_ROWS)
     held = sum(layout.positions(e) for e in layout.plan.per_lane)
+    carried = held + len(layout.plan.accumulators)
+    while rows > MIN_ROWS and carried * (rows // MIN_ROWS) > CARRY_REGISTERS:
+        rows //= 2
     stacked = sum(layout.positions(s.element) for s in layout.plan.streamed)
     tiles = 5 * held + 5 * stacked + 3 * len(layout.plan.accumulators)
     while rows >= MIN_ROWS:
@@ -316,7 +343,6 @@ class LaneKernel:
         def block(positions: int) -> pl.BlockSpec:
             return pl.BlockSpec((positions, rows, LANES), lambda i: (BLOCK_ZERO, i, BLOCK_ZERO))
 
-        smem = pl.BlockSpec(memory_space=pltpu.SMEM)
         out_shapes = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in tiled_in]
         out_shapes += [jax.ShapeDtypeStruct((layout.padded // LANES, LANES),
                                             _word(layout.element_shape(a.element).dtype))
@@ -325,7 +351,7 @@ class LaneKernel:
         out_specs = [block(layout.positions(e)) for e in lane_elements]
         out_specs += [pl.BlockSpec((rows, LANES), lambda i: (i, BLOCK_ZERO))
                       for _ in accumulators]
-        out_specs += [smem for _ in uniform]
+        out_specs += [whole_block(u.ndim, pltpu.SMEM) for u in uniform_in]
         table_shapes, table_specs = table_outputs(plan.step_reductions, layout.grid)
         out_shapes += table_shapes
         out_specs += table_specs
@@ -334,7 +360,8 @@ class LaneKernel:
             return pl.pallas_call(
                 self._kernel, grid=(layout.grid,), out_shape=out_shapes,
                 in_specs=[*(block(layout.positions(e)) for e in lane_elements),
-                          *(smem for _ in inputs[len(lane_elements):])],
+                          *(whole_block(x.ndim, pltpu.SMEM)
+                            for x in inputs[len(lane_elements):])],
                 out_specs=out_specs, interpret=self.interpret, debug=self.debug,
                 name=self.name, compiler_params=pltpu.CompilerParams(
                     dimension_semantics=("parallel",), vmem_limit_bytes=100 * 2**20),
