@@ -27,8 +27,9 @@ ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
 # since XLA's DynamicDimensionSimplifier flattens the batched gathers' index concatenates
 # (rollout_grid_forage matches kernel for kernel); 47 and 45 since XLA's layout assignment,
 # layout normalisation and TransposeFolding (rollout_acrobot and vmap_params_rollout match
-# kernel for kernel, iota_transpose its grouping, env_class_rollout its count; rollout_reacher_logged leaves its count: with XLA's layouts its priority fusion
-# groups a step another way, which needs no copy of the step counter; `THIS_ROUND`); 45 and 42
+# kernel for kernel, iota_transpose its grouping, env_class_rollout its count;
+# rollout_reacher_logged leaves its count: with XLA's layouts its priority fusion groups a
+# step another way, which needs no copy of the step counter; `THIS_ROUND`); 45 and 42
 # since compare-xla checks a name's metadata (rollout_spring_chain's grouping), today's
 # multi-output heroes, XLA's HandleAdd and HandleDivide rules with constants, today's
 # FindNonTrivialHero for the concatenate emitter and its fusions' kInput kind
