@@ -85,7 +85,11 @@ from hlofuse.fusion.xla_gpu.fp_conversions import SimplifyFPConversions
 from hlofuse.fusion.xla_gpu.gather_scatter import BatchedGatherScatterNormalizer
 from hlofuse.fusion.xla_gpu.gather_scatter_simplifier import GatherSimplifier, ScatterSimplifier
 from hlofuse.fusion.xla_gpu.gemm_fusion import GemmFusion
-from hlofuse.fusion.xla_gpu.ids import InstructionIds, RecordInstructionIds
+from hlofuse.fusion.xla_gpu.ids import (
+    InstructionIds,
+    NoteCreatedInstructions,
+    RecordInstructionIds,
+)
 from hlofuse.fusion.xla_gpu.layout import TransposeToBitcast
 from hlofuse.fusion.xla_gpu.layout_normalization import GpuLayoutAssignment
 from hlofuse.fusion.xla_gpu.multi_output import GpuMultiOutputFusion
@@ -118,7 +122,8 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          DynamicDimensionSimplifier,
                                          TransposeToBitcast,
                                          SoftmaxRewriterTriton, GemmFusion,
-                                         RecordInstructionIds, SimplifyFPConversions,
+                                         RecordInstructionIds, NoteCreatedInstructions,
+                                         SimplifyFPConversions,
                                          GpuCopyInsertion, CopyFusion,
                                          BatchedGatherScatterNormalizer, GatherSimplifier,
                                          ScatterSimplifier, ScatterExpander, *GPU_LOOP_PASSES)
@@ -233,9 +238,17 @@ class Strategy:
             steps.append(LogisticExpander())
         # Today's HloCSE also merges identical iotas (CombineConstants); XLA 2022's did not.
         cse = CommonSubexpressionElimination(combine_iotas=self.gpu_priority_fusion)
+        # xla-gpu notes the instructions each simplification pass creates, in order (ids.py).
+        noted = NoteCreatedInstructions(ids)
+
+        def noting(passes: tuple[Pass, ...]) -> tuple[Pass, ...]:
+            if not self.gpu_priority_fusion:
+                return passes
+            return tuple(step for p in passes for step in (p, noted))
+
         if self.simplify:
-            steps.append(FixedPoint((CallInliner(), AlgebraicSimplifier(), cse,
-                                     DeadCodeElimination()), label="simplification"))
+            steps.append(FixedPoint(noting((CallInliner(), AlgebraicSimplifier(), cse,
+                                            DeadCodeElimination())), label="simplification"))
         tidy = (AlgebraicSimplifier(), cse, DeadCodeElimination())
         loop_state = [p for p, on in ((ConcatForwarding(), self.concat_forwarding),
                                       (ScalarizeState(), self.scalarize_state)) if on]
@@ -248,7 +261,7 @@ class Strategy:
             # GatherSimplifier and ScatterSimplifier open XLA's simplification pipeline, the
             # ScatterExpander of scatters of one index right after them.
             canonical = (GatherSimplifier(ids), ScatterSimplifier(ids), ScatterExpander(ids))
-            steps.append(FixedPoint(canonical + GPU_LOOP_SIMPLIFICATION + tidy,
+            steps.append(FixedPoint(noting(canonical + GPU_LOOP_SIMPLIFICATION + tidy),
                                     label="while loops"))
             # XLA's TransposeFolding right after its simplification pipeline.
             steps.append(TransposeFolding())

@@ -23,8 +23,24 @@ each `HloInstructionProto` carries its `id`) for the 42 programs of `tests/data/
 This agrees with XLA's ids on every computation of 35 of the 42 programs; in the other 7 one
 computation each differs in a few places, where XLA's printed post order is not the order of
 the translation (an operand defined before its users but printed after an unrelated
-instruction). Instructions hlofuse's own passes create are not in the record: they rank
-after every recorded one, in their order at priority fusion's entry, as XLA appends them.
+instruction). Instructions hlofuse's passes create are not in the record: they rank after
+every recorded one, as XLA appends them. Those the simplification passes create rank in the
+order they appear (`NoteCreatedInstructions`, after each of those passes: XLA's algebraic
+simplifier iterations create them in that order, before layout normalisation's bitcasts);
+the rest in their order at priority fusion's entry.
+
+XLA's `HloComputation::ReplaceInstruction` gives a replacement of the same opcode the old
+instruction's name: the name survives, the id is new. Two such replacements change ids where
+hlofuse's passes keep the instruction:
+- the algebraic simplifier's `HandleBroadcast` builds a new broadcast in place of one whose
+  operand is a broadcast or a reshape that only inserts 1-sized dimensions (it reads that
+  operand's operand); a broadcast whose name survives but that now reads what a chain of
+  broadcasts and reshapes under it read before the pass is noted as new
+  (`rollout_mountain_car_mlp`'s Threefry key `add.701`: XLA's id 792, after the
+  simplifier's `broadcast.22` and `add.743`, 787 and 788);
+- `ReductionLayoutNormalizer` (`reduction_layout_normalizer.cc`, `HandleReduce`, run after
+  the Triton GEMM rewriter) replaces every reduce of more than one input by a new one: such
+  reduces rank last (`variadic_reduce`).
 """
 
 from __future__ import annotations
@@ -68,17 +84,64 @@ def creation_order(computation: Computation) -> list[Instruction]:
     return sorted(computation.instructions, key=key)
 
 
+def _foldable_sources(operand: Instruction) -> frozenset[str]:
+    """The instructions a broadcast of `operand` comes to read when the simplifier folds
+    `operand` into it: down a chain of broadcasts and reshapes (HandleBroadcast merges a
+    broadcast of a broadcast, and elides a reshape under a broadcast)."""
+    sources: set[str] = set()
+    while operand.op in (Op.BROADCAST, Op.RESHAPE):
+        operand = operand.operands[0]
+        sources.add(operand.name)
+    return frozenset(sources)
+
+
+def variadic_reduce(op: Op, operand_count: int) -> bool:
+    """A reduce of more than one input (and as many init values), which XLA's
+    ReductionLayoutNormalizer re-creates."""
+    return op is Op.REDUCE and operand_count > 2
+
+
 @dataclass(slots=True)
 class InstructionIds:
-    """Each recorded instruction's rank in its computation's creation order, by name."""
+    """Each recorded instruction's rank in its computation's creation order, by name, and the
+    order in which the simplification passes created the others (`created`)."""
 
     ranks: dict[str, int] = field(default_factory=dict)
+    created: dict[str, int] = field(default_factory=dict)
+    # What each broadcast read when the last record or note saw it: the names it would read
+    # with its operand folded into it (`_foldable_sources`).
+    broadcast_sources: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def record(self, module: Module) -> None:
         self.ranks.clear()
+        self.created.clear()
+        self.broadcast_sources.clear()
         for computation in module.computations:
             for rank, inst in enumerate(creation_order(computation)):
                 self.ranks.setdefault(inst.name, rank)
+        self._note_broadcasts(module)
+
+    def note(self, module: Module) -> None:
+        """Notes the instructions created since the last note, in module order, and the
+        broadcasts XLA would have re-created (module docstring)."""
+        for computation in module.computations:
+            for inst in computation.instructions:
+                name = inst.name
+                folded = (self.broadcast_sources.get(name, frozenset())
+                          if inst.op is Op.BROADCAST else frozenset())
+                if inst.operands and inst.operands[0].name in folded:
+                    self.ranks.pop(name, None)
+                    self.created.pop(name, None)
+                if name not in self.ranks and name not in self.created:
+                    self.created[name] = len(self.created)
+        self._note_broadcasts(module)
+
+    def _note_broadcasts(self, module: Module) -> None:
+        self.broadcast_sources.clear()
+        for computation in module.computations:
+            for inst in computation.instructions:
+                if inst.op is Op.BROADCAST:
+                    self.broadcast_sources[inst.name] = _foldable_sources(inst.operands[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,4 +154,17 @@ class RecordInstructionIds:
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         self.ids.record(module)
+        return module, False
+
+
+@dataclass(frozen=True, slots=True)
+class NoteCreatedInstructions:
+    """Notes in `ids` the instructions the passes before it created (`InstructionIds.note`);
+    changes nothing."""
+
+    name: ClassVar[str] = "note-created-instructions"
+    ids: InstructionIds = field(default_factory=InstructionIds, compare=False)
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        self.ids.note(module)
         return module, False

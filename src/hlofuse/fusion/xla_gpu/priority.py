@@ -70,7 +70,7 @@ from hlofuse.fusion.legality.rules import (
     refuse,
 )
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, GpuDevice, device
-from hlofuse.fusion.xla_gpu.ids import InstructionIds
+from hlofuse.fusion.xla_gpu.ids import InstructionIds, variadic_reduce
 from hlofuse.fusion.xla_gpu.in_place import producer_is_not_in_place_buffer
 from hlofuse.fusion.xla_gpu.launch_dimensions import (
     fusion_roots,
@@ -301,13 +301,22 @@ class _GpuPriorityFuser(_PriorityFuser):
         the instructions hlofuse's passes made, in post order, then each new fusion."""
         super().__init__(graph, model, recorder)
         ranks = ids.ranks if ids is not None else {}
+        created = ids.created if ids is not None else {}
         nodes = graph.post_order()
         # A reshape that only reinterprets its buffer is a new bitcast in XLA (layout
-        # normalisation replaces it), created after every instruction of the translation.
-        known = [n for n in nodes if n.name in ranks and not is_bitcast_like(n)]
+        # normalisation replaces it), created after every instruction of the translation and
+        # of the simplifier; a variadic reduce is re-created later still (ids.py).
+        late = [is_bitcast_like(n) or variadic_reduce(n.op, len(n.operands)) for n in nodes]
+        known = [n for n, after in zip(nodes, late, strict=True)
+                 if n.name in ranks and not after]
         for node in known:
             self.order[node] = ranks[node.name]
         self.next_id = itertools.count(max((ranks[n.name] for n in known), default=-1) + 1)
+        simplified = sorted((n for n, after in zip(nodes, late, strict=True)
+                             if n.name in created and n.name not in ranks and not after),
+                            key=lambda n: created[n.name])
+        for node in simplified:
+            self.order[node] = next(self.next_id)
         for node in nodes:
             if node not in self.order:
                 self.order[node] = next(self.next_id)

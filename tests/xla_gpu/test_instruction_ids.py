@@ -1,0 +1,131 @@
+"""XLA's unique ids of the instructions its passes replace or create (`xla_gpu/ids.py`): the
+order in which the simplification passes create instructions, a broadcast that XLA's
+simplifier re-creates when it folds the reshape or broadcast under it, and the variadic
+reduces that XLA's ReductionLayoutNormalizer re-creates after every other pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from hlofuse.fusion.graphs.graph import Node
+from hlofuse.fusion.strategies import run_strategy
+from hlofuse.fusion.xla_gpu import priority as gpu_priority
+from hlofuse.fusion.xla_gpu.ids import (
+    InstructionIds,
+    NoteCreatedInstructions,
+    RecordInstructionIds,
+)
+from hlofuse.ir.parser import parse_module
+from hlofuse.passes.arithmetic_identities import ArithmeticIdentities
+from hlofuse.passes.cse import CommonSubexpressionElimination
+from hlofuse.passes.dce import DeadCodeElimination
+from hlofuse.passes.manager import FixedPoint, Pipeline
+from hlofuse.passes.simplify import AlgebraicSimplifier
+
+# `b` broadcasts a reshape of a reshape that the simplifier folds away: `b` reads `x` after
+# it, as XLA's new broadcast does (HandleBroadcast elides the reshape under it). `c` reads an
+# add that CSE replaces by an equal one: XLA re-points `c`, which keeps its id. `d` is left
+# alone.
+FOLDED = """
+HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  r1 = f32[4,1] reshape(x)
+  r2 = f32[4] reshape(r1)
+  b = f32[4,3] broadcast(r2), dimensions={0}
+  s1 = f32[4] add(y, y)
+  s2 = f32[4] add(y, y)
+  c = f32[4,3] broadcast(s2), dimensions={0}
+  d = f32[4,3] broadcast(y), dimensions={0}
+  bc = f32[4,3] add(b, c)
+  ROOT t = (f32[4,3], f32[4,3], f32[4]) tuple(bc, d, s1)
+}
+"""
+
+
+def _simplified(text: str) -> InstructionIds:
+    ids = InstructionIds()
+    noted = NoteCreatedInstructions(ids)
+    steps = (ArithmeticIdentities(), noted, AlgebraicSimplifier(), noted,
+             CommonSubexpressionElimination(combine_iotas=True), noted,
+             DeadCodeElimination(), noted)
+    Pipeline([RecordInstructionIds(ids), FixedPoint(steps)]).run(parse_module(text))
+    return ids
+
+
+def test_a_broadcast_whose_reshape_is_folded_into_it_is_a_new_instruction() -> None:
+    ids = _simplified(FOLDED)
+    assert "b" not in ids.ranks and "b" in ids.created
+    assert ids.ranks["c"] == 7 and "c" not in ids.created
+    assert ids.ranks["d"] == 8 and "d" not in ids.created
+
+
+# The arithmetic identities create `add` (A - C is A + (-C)), then the simplifier's next
+# pass re-creates `b` (its reshapes folded): the new add ranks before the new broadcast, in
+# the order the passes made them, as XLA numbers them.
+ORDER = """
+HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  one = f32[] constant(1)
+  ones = f32[4] broadcast(one), dimensions={}
+  sub = f32[4] subtract(x, ones)
+  r1 = f32[4,1] reshape(sub)
+  r2 = f32[4] reshape(r1)
+  ROOT b = f32[4,3] broadcast(r2), dimensions={0}
+}
+"""
+
+
+def test_instructions_rank_in_the_order_the_passes_create_them() -> None:
+    ids = _simplified(ORDER)
+    assert "b" in ids.created
+    created = sorted(ids.created, key=ids.created.__getitem__)
+    new_sum = next(name for name in created if name.startswith("add"))
+    assert created.index(new_sum) < created.index("b")
+
+
+# An argmax: a reduce of two inputs, fused with its producers. XLA re-creates it after the
+# Triton GEMM rewriter, so it has the largest id of the computation's instructions.
+ARGMAX = """
+HloModule m
+max_index {
+  a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  ge = pred[] compare(a, b), direction=GE
+  v = f32[] select(ge, a, b)
+  k = s32[] select(ge, i, j)
+  ROOT t = (f32[], s32[]) tuple(v, k)
+}
+ENTRY e {
+  x = f32[8,64] parameter(0)
+  e = f32[8,64] exponential(x)
+  n = f32[8,64] negate(e)
+  iota = s32[8,64] iota(), iota_dimension=1
+  lo = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  r = (f32[8], s32[8]) reduce(n, iota, lo, zero), dimensions={1}, to_apply=max_index
+  ROOT index = s32[8] get-tuple-element(r), index=1
+}
+"""
+
+
+def test_a_variadic_reduce_ranks_after_every_other_instruction(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    orders: list[dict[Node, int]] = []
+    init = gpu_priority._GpuPriorityFuser.__init__
+
+    def recording(self: gpu_priority._GpuPriorityFuser, *args: object,
+                  **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        orders.append(dict(self.order))
+
+    monkeypatch.setattr(gpu_priority._GpuPriorityFuser, "__init__", recording)
+    run_strategy(parse_module(ARGMAX), "xla-gpu+device=h100", debug=True)
+    (order,) = [o for o in orders if any(n.name == "r" for n in o)]
+    by_name = {node.name: rank for node, rank in order.items()}
+    assert by_name["r"] == max(by_name.values())
+    assert by_name["e"] < by_name["n"] < by_name["r"]
