@@ -6,6 +6,7 @@ the simplifier rules and CSE of today's XLA that `xla-gpu` runs before fusion.""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hlofuse.fusion.graphs.cleanup import FusedComputationCse
 from hlofuse.fusion.graphs.graph import Node
@@ -285,3 +286,47 @@ def test_the_hero_walk_stays_inside_the_kernel() -> None:
         assert kernel_reduction(nodes["n"]) is None
         assert kernel_launch(nodes["n"]) is None
         assert kernel_reduction(nodes["n"], nodes["r"]) is nodes["r"]
+
+
+# rollout_mountain_car_mlp's argmax over three actions: a reduce of the values and their
+# indices, which XLA runs with the loop emitter (rows of 3 are no tiled reduction).
+ARGMAX_OF_THREE = """
+HloModule m
+argmax {
+  a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  ne = pred[] compare(a, a), direction=NE
+  either = pred[] or(gt, ne)
+  v = f32[] select(either, a, b)
+  eq = pred[] compare(a, b), direction=EQ
+  lt = pred[] compare(i, j), direction=LT
+  tie = pred[] and(eq, lt)
+  first = pred[] or(either, tie)
+  k = s32[] select(first, i, j)
+  ROOT t = (f32[], s32[]) tuple(v, k)
+}
+ENTRY e {
+  x = f32[8,3] parameter(0)
+  iota = s32[8,3] iota(), iota_dimension=1
+  lo = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  r = (f32[8], s32[8]) reduce(x, iota, lo, zero), dimensions={1}, to_apply=argmax
+  ROOT index = s32[8] get-tuple-element(r), index=1
+}
+"""
+
+
+def test_a_variadic_reduce_launches_one_thread_per_element_of_its_first_result() -> None:
+    """LoopFusion's GetIndexShape: 8 threads, not 16; XLA's priority-fusion log of
+    rollout_mountain_car_mlp prices this reduce at 1.01425 us (launch included): 432 flops
+    on 8 threads (28 flops/ns) and 3 ns of memory."""
+    with ModuleGraph.from_module(parse_module(ARGMAX_OF_THREE)) as graphs, \
+            current_xla_rules():
+        nodes = _nodes(graphs)
+        assert kernel_launch(nodes["r"]) == (1, 8)
+        assert GpuCostModel(device("h100")).time(nodes["r"]) == pytest.approx(1.01425e-6,
+                                                                             abs=1e-12)
+

@@ -87,7 +87,7 @@ from hlofuse.fusion.xla_gpu.gather_scatter_simplifier import GatherSimplifier, S
 from hlofuse.fusion.xla_gpu.gemm_fusion import GemmFusion
 from hlofuse.fusion.xla_gpu.ids import (
     InstructionIds,
-    NoteCreatedInstructions,
+    NoteRecreatedBroadcasts,
     RecordInstructionIds,
 )
 from hlofuse.fusion.xla_gpu.layout import TransposeToBitcast
@@ -122,7 +122,7 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          DynamicDimensionSimplifier,
                                          TransposeToBitcast,
                                          SoftmaxRewriterTriton, GemmFusion,
-                                         RecordInstructionIds, NoteCreatedInstructions,
+                                         RecordInstructionIds, NoteRecreatedBroadcasts,
                                          SimplifyFPConversions,
                                          GpuCopyInsertion, CopyFusion,
                                          BatchedGatherScatterNormalizer, GatherSimplifier,
@@ -238,8 +238,9 @@ class Strategy:
             steps.append(LogisticExpander())
         # Today's HloCSE also merges identical iotas (CombineConstants); XLA 2022's did not.
         cse = CommonSubexpressionElimination(combine_iotas=self.gpu_priority_fusion)
-        # xla-gpu notes the instructions each simplification pass creates, in order (ids.py).
-        noted = NoteCreatedInstructions(ids)
+        # xla-gpu notes the broadcasts each simplification pass re-creates as XLA's
+        # simplifier does: new ids to XLA (ids.py).
+        noted = NoteRecreatedBroadcasts(ids)
 
         def noting(passes: tuple[Pass, ...]) -> tuple[Pass, ...]:
             if not self.gpu_priority_fusion:

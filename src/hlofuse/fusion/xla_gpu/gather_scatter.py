@@ -179,7 +179,6 @@ def forget_ids(ids: InstructionIds | None, name: str) -> None:
     """The replacement is a new instruction to XLA: a new unique id, after every old one."""
     if ids is not None:
         ids.ranks.pop(name, None)
-        ids.created.pop(name, None)
 
 
 @dataclass(frozen=True, slots=True)

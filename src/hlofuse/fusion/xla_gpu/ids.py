@@ -24,10 +24,7 @@ This agrees with XLA's ids on every computation of 35 of the 42 programs; in the
 computation each differs in a few places, where XLA's printed post order is not the order of
 the translation (an operand defined before its users but printed after an unrelated
 instruction). Instructions hlofuse's passes create are not in the record: they rank after
-every recorded one, as XLA appends them. Those the simplification passes create rank in the
-order they appear (`NoteCreatedInstructions`, after each of those passes: XLA's algebraic
-simplifier iterations create them in that order, before layout normalisation's bitcasts);
-the rest in their order at priority fusion's entry.
+every recorded one, as XLA appends them, in their order at priority fusion's entry.
 
 XLA's `HloComputation::ReplaceInstruction` gives a replacement of the same opcode the old
 instruction's name: the name survives, the id is new. Two such replacements change ids where
@@ -35,9 +32,11 @@ hlofuse's passes keep the instruction:
 - the algebraic simplifier's `HandleBroadcast` builds a new broadcast in place of one whose
   operand is a broadcast or a reshape that only inserts 1-sized dimensions (it reads that
   operand's operand); a broadcast whose name survives but that now reads what a chain of
-  broadcasts and reshapes under it read before the pass is noted as new
+  broadcasts and reshapes under it read before the pass is noted
+  (`NoteRecreatedBroadcasts`, after each pass of the simplification fixed points) and ranks
+  after the other new instructions but layout normalisation's bitcasts
   (`rollout_mountain_car_mlp`'s Threefry key `add.701`: XLA's id 792, after the
-  simplifier's `broadcast.22` and `add.743`, 787 and 788);
+  simplifier's `broadcast.22` and `add.743`, 787 and 788, before the bitcasts, 793 on);
 - `ReductionLayoutNormalizer` (`reduction_layout_normalizer.cc`, `HandleReduce`, run after
   the Triton GEMM rewriter) replaces every reduce of more than one input by a new one: such
   reduces rank last (`variadic_reduce`).
@@ -104,17 +103,17 @@ def variadic_reduce(op: Op, operand_count: int) -> bool:
 @dataclass(slots=True)
 class InstructionIds:
     """Each recorded instruction's rank in its computation's creation order, by name, and the
-    order in which the simplification passes created the others (`created`)."""
+    broadcasts XLA's simplifier re-creates, in the order it does (`recreated`)."""
 
     ranks: dict[str, int] = field(default_factory=dict)
-    created: dict[str, int] = field(default_factory=dict)
+    recreated: dict[str, int] = field(default_factory=dict)
     # What each broadcast read when the last record or note saw it: the names it would read
     # with its operand folded into it (`_foldable_sources`).
     broadcast_sources: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def record(self, module: Module) -> None:
         self.ranks.clear()
-        self.created.clear()
+        self.recreated.clear()
         self.broadcast_sources.clear()
         for computation in module.computations:
             for rank, inst in enumerate(creation_order(computation)):
@@ -122,18 +121,15 @@ class InstructionIds:
         self._note_broadcasts(module)
 
     def note(self, module: Module) -> None:
-        """Notes the instructions created since the last note, in module order, and the
-        broadcasts XLA would have re-created (module docstring)."""
+        """Notes the broadcasts XLA would have re-created since the last note (module
+        docstring), in module order."""
         for computation in module.computations:
             for inst in computation.instructions:
-                name = inst.name
-                folded = (self.broadcast_sources.get(name, frozenset())
-                          if inst.op is Op.BROADCAST else frozenset())
-                if inst.operands and inst.operands[0].name in folded:
-                    self.ranks.pop(name, None)
-                    self.created.pop(name, None)
-                if name not in self.ranks and name not in self.created:
-                    self.created[name] = len(self.created)
+                if inst.op is not Op.BROADCAST or inst.name in self.recreated:
+                    continue
+                if inst.operands[0].name in self.broadcast_sources.get(inst.name, ()):
+                    self.ranks.pop(inst.name, None)
+                    self.recreated[inst.name] = len(self.recreated)
         self._note_broadcasts(module)
 
     def _note_broadcasts(self, module: Module) -> None:
@@ -158,11 +154,11 @@ class RecordInstructionIds:
 
 
 @dataclass(frozen=True, slots=True)
-class NoteCreatedInstructions:
-    """Notes in `ids` the instructions the passes before it created (`InstructionIds.note`);
-    changes nothing."""
+class NoteRecreatedBroadcasts:
+    """Notes in `ids` the broadcasts the passes before it re-created as XLA's simplifier does
+    (`InstructionIds.note`); changes nothing."""
 
-    name: ClassVar[str] = "note-created-instructions"
+    name: ClassVar[str] = "note-recreated-broadcasts"
     ids: InstructionIds = field(default_factory=InstructionIds, compare=False)
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:

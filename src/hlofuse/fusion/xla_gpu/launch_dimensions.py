@@ -92,8 +92,9 @@ def kernel_reduction(consumer: Node, producer: Node | None = None) -> Node | Non
 def kernel_launch(consumer: Node, producer: Node | None = None) -> tuple[int, int] | None:
     """(blocks, threads per block) of `consumer`'s kernel (with `producer` fused into it)
     when its emitter, not the loop emitter's estimate, decides them: a tiled reduction hero
-    (`reduction_launch`), a concatenate hero (`concatenate_launch`), or dynamic-update-slice
-    outputs (`kernel_dynamic_update_slice`)."""
+    (`reduction_launch`), a concatenate hero (`concatenate_launch`), dynamic-update-slice
+    outputs (`kernel_dynamic_update_slice`), or a first output of several arrays (a variadic
+    reduce the loop emitter runs)."""
     reduction = kernel_reduction(consumer, producer)
     if reduction is not None:
         return reduction_launch(reduction)
@@ -101,7 +102,15 @@ def kernel_launch(consumer: Node, producer: Node | None = None) -> tuple[int, in
     if concatenate is not None:
         return concatenate_launch(concatenate)
     update = kernel_dynamic_update_slice(consumer)
-    return loop_launch(update.operands[1].shape.num_elements) if update is not None else None
+    if update is not None:
+        return loop_launch(update.operands[1].shape.num_elements)
+    # The loop emitter launches over its first output's first array (LoopFusion's
+    # launch_dimensions over GetIndexShape, emitters/loop.cc): a variadic reduce it runs (an
+    # argmax over short rows) takes one thread per element of its first result.
+    first = fusion_roots(consumer)[0]
+    if first.shape.is_tuple:
+        return loop_launch(first.shape.leaves()[0].num_elements)
+    return None
 
 
 def kernel_dynamic_update_slice(consumer: Node) -> Node | None:

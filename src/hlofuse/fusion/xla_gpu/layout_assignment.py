@@ -319,51 +319,52 @@ def reduction_is_row_friendly(inst: Instruction) -> bool:
 
 
 def choose_operand_layout(out_layout: Layout, inst: Instruction, k: int) -> Layout | None:
-    """LayoutAssignment::ChooseOperandLayoutFromOutputLayout."""
-    operand = inst.operands[k]
-    if (operand.shape.rank > 0 and operand.shape.rank == inst.shape.rank
-            and not can_change_layout(inst)):
-        return out_layout
-    if inst.op is Op.RESHAPE:
-        if true_rank(operand.shape) == 1 and true_rank(inst.shape) == 1:
-            return None
-        row_major = default_layout(operand.shape.rank)
-        if reshape_is_bitcast(operand.shape.dims, row_major, inst.shape.dims, out_layout):
-            return row_major
-        aligned = align_layouts(inst.shape.dims, out_layout, operand.shape.dims)
-        if aligned is not None:
-            return aligned
-    if inst.op is Op.TRANSPOSE:
-        dims = inst.ints("dimensions")
-        return tuple(dims[d] for d in out_layout)
-    if inst.op is Op.REDUCE and inst.shape.is_array and reduction_is_row_friendly(inst):
+    """LayoutAssignment::ChooseOperandLayoutFromOutputLayout, with the GPU's reduction rule."""
+    chosen = _layout_across(inst, k, out_layout, to_operand=True)
+    if chosen is not None or inst.op is not Op.REDUCE:
+        return chosen
+    if inst.shape.is_array and reduction_is_row_friendly(inst):
         reduced = inst.ints("dimensions")
-        kept = [d for d in range(operand.shape.rank) if d not in reduced]
+        kept = [d for d in range(inst.operands[k].shape.rank) if d not in reduced]
         return tuple(reversed(reduced)) + tuple(kept[d] for d in out_layout)
     return None
 
 
 def choose_output_layout(operand_layout: Layout, user: Instruction, k: int) -> Layout | None:
     """LayoutAssignment::ChooseOutputLayoutFromOperandLayout (for array-shaped users)."""
-    operand = user.operands[k]
-    if (operand.shape.rank > 0 and operand.shape.rank == user.shape.rank
-            and not can_change_layout(user)):
-        return operand_layout
-    if user.op is Op.RESHAPE:
-        if true_rank(operand.shape) == 1 and true_rank(user.shape) == 1:
+    return _layout_across(user, k, operand_layout, to_operand=False)
+
+
+def _layout_across(inst: Instruction, k: int, known: Layout, to_operand: bool
+                   ) -> Layout | None:
+    """The rules both of XLA's choosers apply, from `inst`'s output layout `known` to its
+    operand `k` (`to_operand`) or back: the same layout through an op that cannot change
+    layouts; through a reshape, row-major on the other side if that makes it a bitcast (a
+    bitcast either way), else the aligned layout; through a transpose, the layout that makes
+    it a bitcast."""
+    operand = inst.operands[k]
+    if (operand.shape.rank > 0 and operand.shape.rank == inst.shape.rank
+            and not can_change_layout(inst)):
+        return known
+    known_dims, other_dims = ((inst.shape.dims, operand.shape.dims) if to_operand
+                              else (operand.shape.dims, inst.shape.dims))
+    if inst.op is Op.RESHAPE:
+        if true_rank(operand.shape) == 1 and true_rank(inst.shape) == 1:
             return None
-        row_major = default_layout(user.shape.rank)
-        if reshape_is_bitcast(operand.shape.dims, operand_layout, user.shape.dims, row_major):
+        row_major = default_layout(len(other_dims))
+        if reshape_is_bitcast(known_dims, known, other_dims, row_major):
             return row_major
-        aligned = align_layouts(operand.shape.dims, operand_layout, user.shape.dims)
+        aligned = align_layouts(known_dims, known, other_dims)
         if aligned is not None:
             return aligned
-    if user.op is Op.TRANSPOSE:
-        dims = user.ints("dimensions")
+    if inst.op is Op.TRANSPOSE:
+        dims = inst.ints("dimensions")
+        if to_operand:
+            return tuple(dims[d] for d in known)
         inverse = [0] * len(dims)
         for out_dim, in_dim in enumerate(dims):
             inverse[in_dim] = out_dim
-        return tuple(inverse[d] for d in operand_layout)
+        return tuple(inverse[d] for d in known)
     return None
 
 

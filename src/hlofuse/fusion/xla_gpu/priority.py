@@ -301,21 +301,23 @@ class _GpuPriorityFuser(_PriorityFuser):
         the instructions hlofuse's passes made, in post order, then each new fusion."""
         super().__init__(graph, model, recorder)
         ranks = ids.ranks if ids is not None else {}
-        created = ids.created if ids is not None else {}
+        recreated = ids.recreated if ids is not None else {}
         nodes = graph.post_order()
         # A reshape that only reinterprets its buffer is a new bitcast in XLA (layout
         # normalisation replaces it), created after every instruction of the translation and
-        # of the simplifier; a variadic reduce is re-created later still (ids.py).
+        # of the simplifier, and after the broadcasts the simplifier re-creates; a variadic
+        # reduce is re-created later still (ids.py).
         late = [is_bitcast_like(n) or variadic_reduce(n.op, len(n.operands)) for n in nodes]
         known = [n for n, after in zip(nodes, late, strict=True)
                  if n.name in ranks and not after]
         for node in known:
             self.order[node] = ranks[node.name]
         self.next_id = itertools.count(max((ranks[n.name] for n in known), default=-1) + 1)
-        simplified = sorted((n for n, after in zip(nodes, late, strict=True)
-                             if n.name in created and n.name not in ranks and not after),
-                            key=lambda n: created[n.name])
-        for node in simplified:
+        for node, after in zip(nodes, late, strict=True):
+            if node not in self.order and not after and node.name not in recreated:
+                self.order[node] = next(self.next_id)
+        for node in sorted((n for n in nodes if n not in self.order and n.name in recreated),
+                           key=lambda n: recreated[n.name]):
             self.order[node] = next(self.next_id)
         for node in nodes:
             if node not in self.order:
