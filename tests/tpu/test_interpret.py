@@ -158,3 +158,17 @@ def test_profile_samples_a_few_trips_of_a_known_loop() -> None:
     assert [(r.name, r.calls, r.bytes_read) for r in sampled.rows] == \
         [(r.name, r.calls, r.bytes_read) for r in every.rows]
     assert max(r.calls for r in every.rows) == 8
+
+
+def test_scatters_with_a_reducer_or_replace_are_lax_scatters() -> None:
+    """A one-array scatter that adds, multiplies, takes the max or min, or replaces runs as
+    `lax`'s scatter (an XLA operation) rather than the interpreter on the host, and equals
+    the interpreter (out-of-bounds windows skipped as XLA skips them)."""
+    module, inputs = load_npz_case(DATA / "indexing" / "scatter_ops.hlo")
+    compiled = compile_module(module, "xla", "tpu-interpret")
+    plans = compiled.executable.kernel_plans  # type: ignore[union-attr]
+    scatters = [k for k in plans if any("scatter" in name for name in k.instructions)]
+    on_host = [k.name for k in scatters if k.host_ops]
+    assert len(scatters) - len(on_host) >= 3, [(k.name, k.reason) for k in scatters]
+    want = flatten_value(evaluate(module, inputs))
+    assert_close(compiled.run_flat(inputs), want, 1e-5)

@@ -269,7 +269,16 @@ def block_rows(rows: int, arrays: Sequence[Shape], instructions: int) -> int:
     per_row = 2 * moved + instructions * LANES * 4
     fit = BLOCK_VMEM_BYTES // per_row // ROW_MULTIPLE * ROW_MULTIPLE
     limit = min(BLOCK_ROWS, max(fit, ROW_MULTIPLE))
-    return rows if rows <= limit else limit
+    if rows <= limit:
+        return rows
+    # Blocks that divide the rows, down to half the budget: a partial last block reads and
+    # writes past the array's end. On the v5e a program with one (Threefry over 1,048,576
+    # lanes in blocks of 2,496 of its 8,192 rows) did not return, though the kernel alone
+    # did (docs/tpu.md, `benchmarks/tpu_hang.py`).
+    for candidate in range(limit, limit // 2 - 1, -ROW_MULTIPLE):
+        if rows % candidate == 0:
+            return candidate
+    return limit
 
 
 def refusal(body: list[Instruction], inputs: Sequence[Shape],
