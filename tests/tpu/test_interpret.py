@@ -172,3 +172,25 @@ def test_scatters_with_a_reducer_or_replace_are_lax_scatters() -> None:
     assert len(scatters) - len(on_host) >= 3, [(k.name, k.reason) for k in scatters]
     want = flatten_value(evaluate(module, inputs))
     assert_close(compiled.run_flat(inputs), want, 1e-5)
+
+
+def test_kernels_of_one_structure_share_a_key() -> None:
+    """The unrolled CartPole step's ten copies of each kernel have one structure key (the
+    profile and the chip check compile each structure once); kernels of different bodies or
+    shapes do not share one."""
+    from hlofuse.fusion.strategies import run_strategy
+    from hlofuse.studies.cartpole_study import known_steps
+    from hlofuse.targets.tpu.kernel_keys import kernel_key
+    from hlofuse.targets.tpu.program import plan_kernels
+
+    step = known_steps()["unroll10"]
+    module = cartpole.trace(step.variant, 256, 20, 0)
+    fused = run_strategy(module, step.strategy, debug=False)
+    kernels = [k for k in plan_kernels(fused.module, True) if k.mode == "pallas"]
+    keys = {kernel_key(k) for k in kernels}
+    assert len(keys) * 4 <= len(kernels)
+    by_key: dict[object, set[tuple[str, ...]]] = {}
+    for k in kernels:
+        shapes = tuple(s.text(False) for s in (*k.input_shapes, *k.output_shapes))
+        by_key.setdefault(kernel_key(k), set()).add(shapes)
+    assert all(len(shapes) == 1 for shapes in by_key.values())

@@ -190,7 +190,10 @@ class TpuExecutable:
         self._kernels = plan_kernels(module, interpret)
         self.compile_seconds = 0.0
         self._compiled: Any = None
-        self._timed: dict[int, Callable[..., Any]] = {}
+        # The profile's jitted kernels by structure (`kernel_key`): a loop unrolled ten times
+        # or the `none` strategy's program has many kernels of one structure, each compiled
+        # alone once per structure (at 1,048,576 lanes compiling every one took minutes).
+        self._timed: dict[Hashable, Callable[..., Any]] = {}
 
     # --- compiling and running -----------------------------------------------------------
 
@@ -277,10 +280,14 @@ class TpuExecutable:
         # Per kernel: (seconds, calls it stands for) of each call.
         samples: dict[int, list[tuple[float, float]]] = {id(k): [] for k in self._kernels}
 
+        structures = {id(k): kernel_key(k) for k in self._kernels}
+
         def timed(kernel: Kernel, leaves: list[Value]) -> list[Value]:
-            fn = self._timed.get(id(kernel))
+            structure = structures[id(kernel)]
+            shared = structure if structure is not None else id(kernel)
+            fn = self._timed.get(shared)
             if fn is None:
-                fn = self._timed[id(kernel)] = jax.jit(lambda *a, k=kernel: k(*a))
+                fn = self._timed[shared] = jax.jit(lambda *a, k=kernel: k(*a))
             start = time.perf_counter()
             out = jax.block_until_ready(fn(*leaves))
             samples[id(kernel)].append((time.perf_counter() - start, walker.weight))
