@@ -194,3 +194,32 @@ def test_kernels_of_one_structure_share_a_key() -> None:
         shapes = tuple(s.text(False) for s in (*k.input_shapes, *k.output_shapes))
         by_key.setdefault(kernel_key(k), set()).add(shapes)
     assert all(len(shapes) == 1 for shapes in by_key.values())
+
+
+def test_a_tiled_kernel_without_dividing_blocks_pads_to_whole_blocks() -> None:
+    """4,099 rows of 128 (a prime) have no block of 2,048-4,096 rows that divides them: the
+    tiled kernel pads its arrays to whole blocks and cuts its output back, equal to the
+    interpreter, the iota's positions included."""
+    n = 4099 * 128
+    text = f"""HloModule padded
+ENTRY main {{
+  x = f32[{n}] parameter(0)
+  y = f32[{n}] parameter(1)
+  i = s32[{n}] iota(), iota_dimension=0
+  f = f32[{n}] convert(i)
+  a = f32[{n}] add(x, y)
+  ROOT r = f32[{n}] multiply(a, f)
+}}
+"""
+    module = parse_module(text, "padded.hlo")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    compiled = compile_module(module, "xla", "tpu-interpret")
+    [kernel] = compiled.executable.kernel_plans  # type: ignore[union-attr]
+    assert kernel.layout == "tiled" and kernel.grid * kernel.block_rows > 4099
+    import jax
+
+    jaxpr = jax.make_jaxpr(lambda a, b: kernel(a, b))(*inputs)
+    [call] = [e for e in jaxpr.eqns if e.primitive.name == "pallas_call"]
+    assert call.outvars[0].aval.shape == (kernel.grid * kernel.block_rows, 128)
+    assert_close(compiled.run_flat(inputs), flatten_value(evaluate(module, inputs)), 1e-6)
