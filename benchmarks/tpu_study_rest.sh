@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What the study on the chip still missed at N = 1,048,576 (issue 29), one prepared call,
 # each part under its own time limit and written as it goes ($OUT/tpu/ or results/tpu/):
-#   1. split-state at T = 2 (does the first run return at all: a hang, or a slow program?),
-#      then at T = 200, or at T = 2 and N = 262,144 where T = 2 did not return (study_split_t2.json, study_split.json);
+#   1. split-state (study_split.json; where a program does not return,
+#      benchmarks/tpu_hang.py --bisect finds the kernel);
 #   2. unroll10 (study_unroll10.json);
 #   3. none, its compile timed apart from its runs (phase_seconds; study_none.json): a
 #      program whose compile fails on the chip has its kernels compiled one at a time, and
@@ -21,20 +21,13 @@ study() {  # out-name limit args...
   timeout $((limit + 15)) "$PY" benchmarks/tpu_study.py --envs "${ENVS:-1048576}" --repeats 3 \
     --limit "$limit" --out "$DEST/$out" "$@" 2>&1 | grep -v "^WARNING" | cut -c1-300 | tail -30
 }
-log "1/4 split-state, T = 2"
-study study_split_t2.json "${L_SPLIT:-60}" --variants split-state --steps 2
-if grep -q env_steps_per_s "$DEST/study_split_t2.json" 2>/dev/null; then
-  log "1/4 split-state, T = 200"
-  study study_split.json "${L_SPLIT:-60}" --variants split-state --steps 200
-else  # where between the N that runs (16,384) and this one it stops returning
-  log "1/4 split-state, T = 2, N = 262,144"
-  ENVS=262144 study study_split_t2_262144.json "${L_SPLIT:-60}" --variants split-state --steps 2
-fi
+log "1/4 split-state"
+study study_split.json "${L_SPLIT:-70}" --variants split-state --steps 200
 log "2/4 unroll10"
 study study_unroll10.json "${L_UNROLL:-120}" --variants unroll10 --steps 200
 log "3/4 none"
 study study_none.json "${L_NONE:-200}" --variants none --steps 200
-programs=${EQ_PROGRAMS:-bandit,catch,implicit_pendulum,inventory_logged,jacobi_rope,mountain_car,mountain_car_continuous,mountain_car_mlp,particles,pendulum_mlp,reacher_logged,rigid_body,spring_chain,grid_forage}
+programs=${EQ_PROGRAMS:-implicit_pendulum,inventory_logged,jacobi_rope,mountain_car,mountain_car_continuous,mountain_car_mlp,particles,pendulum_mlp,reacher_logged,rigid_body,spring_chain,grid_forage}
 merge=${MERGE:+--merge}
 while [ $((end - SECONDS)) -gt 20 ]; do
   log "4/4 equality of the other rollouts under xla and max"
