@@ -34,6 +34,8 @@ from hlofuse.studies import cartpole_study as study
 from hlofuse.targets.tpu.kernels import Kernel
 from hlofuse.targets.tpu.program import TpuExecutable, Walker
 
+RELEASE_S = 15.0
+
 
 def _executable(args: argparse.Namespace) -> TpuExecutable:
     step = study.known_steps()[args.step]
@@ -82,6 +84,9 @@ def _returns(args: argparse.Namespace, as_xla: list[str]) -> bool:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.limit,
                               env=env)
     except subprocess.TimeoutExpired:
+        # The killed child's hold on the chip outlives it for a while: a program started right
+        # after found no TPU (jax.devices('tpu') empty) in the session that bisected this.
+        time.sleep(RELEASE_S)
         return False
     return "RETURNED" in done.stdout
 
