@@ -96,7 +96,11 @@ def main() -> int:
             last[0] = f"profiling and timing at N={n}"
             measuring = time.perf_counter()
             record = study.measure(step, built, n, config, None)
+            plans = getattr(built.compiled.executable, "kernel_plans", [])
             row = {**dataclasses.asdict(record), "checked_at_envs": study.CHECK_ENVS,
+                   "xla_ops": sum(k.mode != "pallas" for k in plans),
+                   "refused_on_chip": [k.name for k in plans
+                                       if k.reason.startswith("Mosaic refused")],
                    "step_seconds": round(time.perf_counter() - start, 1),
                    "phase_seconds": {"check": round(check_s, 1),
                                      "build": round(measuring - began, 1),

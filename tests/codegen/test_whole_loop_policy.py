@@ -17,10 +17,14 @@ import hlofuse.numpy as hnp
 from hlofuse import lax
 from hlofuse.analysis.parallel_loop import LoopPlan, plan_parallel_loop
 from hlofuse.api import compile_module
+from hlofuse.fusion.beyond_xla.whole_loop import WholeLoopFusion
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.ops import Op
+from hlofuse.passes.manager import Pipeline
 from hlofuse.reference.interpreter import evaluate, flatten_value
+from hlofuse.targets.c import compile_cpu
+from hlofuse.targets.c.build import generate_c
 
 pytestmark = pytest.mark.needs_cc
 
@@ -233,3 +237,42 @@ def test_products_of_uniform_code_are_loops(backend: str) -> None:
     want = flatten_value(evaluate(module, args))
     for k, (a, e) in enumerate(zip(got, want, strict=True)):
         np.testing.assert_allclose(np.asarray(a), e, rtol=2e-5, atol=2e-6, err_msg=f"out{k}")
+
+
+def _few_outputs_rollout(t: int) -> Any:
+    """A network whose last product has few outputs (a value head, a few logits) feeding back
+    through a small product: the few outputs' sums are computed for several parts of the
+    lane block in one pass."""
+
+    def rollout(x0: Any, w1: Any, w2: Any, w3: Any, w4: Any) -> Any:
+        def body(_: Any, carry: Any) -> Any:
+            x = carry
+            h2 = hnp.tanh(hnp.tanh(x @ w1) @ w2)
+            return x * 0.9 + 0.1 * (hnp.tanh(h2 @ w3) @ w4)
+
+        return lax.fori_loop(0, t, body, x0)
+
+    return rollout
+
+
+@pytest.mark.parametrize(("lanes", "outputs", "parts"), [(64, 1, 4), (64, 3, 2), (16, 1, 1)])
+def test_few_output_sums_interleave_parts_of_the_block(lanes: int, outputs: int,
+                                                       parts: int) -> None:
+    rng = np.random.default_rng(outputs)
+    scale = np.float32(1 / np.sqrt(HIDDEN))
+    n = 200  # a last block of fewer lanes than the others
+    args = [rng.standard_normal((n, 4)).astype(np.float32),
+            rng.standard_normal((4, HIDDEN)).astype(np.float32),
+            (rng.standard_normal((HIDDEN, HIDDEN)) * scale).astype(np.float32),
+            (rng.standard_normal((HIDDEN, outputs)) * scale).astype(np.float32),
+            rng.standard_normal((outputs, 4)).astype(np.float32)]
+    module = hlofuse.jit(_few_outputs_rollout(5)).lower(*args).module
+    fused, _ = Pipeline([WholeLoopFusion(lanes=lanes)]).run(module)
+    source = generate_c(fused).source.text
+    whole_loop = source[source.index("(kCustom)"):]
+    assert f"blocks of {lanes} lanes" in whole_loop
+    offsets = set(re.findall(r"\]\[\(l \+ (\d+)\)\] = sum", whole_loop))
+    assert offsets == {str(g * lanes // parts) for g in range(1, parts)}, offsets
+    expected = flatten_value(evaluate(module, args))
+    for a, e in zip(flatten_value(compile_cpu(fused)(*args)), expected):
+        np.testing.assert_allclose(np.asarray(a), e, rtol=2e-5, atol=2e-6)

@@ -158,3 +158,68 @@ def test_profile_samples_a_few_trips_of_a_known_loop() -> None:
     assert [(r.name, r.calls, r.bytes_read) for r in sampled.rows] == \
         [(r.name, r.calls, r.bytes_read) for r in every.rows]
     assert max(r.calls for r in every.rows) == 8
+
+
+def test_scatters_with_a_reducer_or_replace_are_lax_scatters() -> None:
+    """A one-array scatter that adds, multiplies, takes the max or min, or replaces runs as
+    `lax`'s scatter (an XLA operation) rather than the interpreter on the host, and equals
+    the interpreter (out-of-bounds windows skipped as XLA skips them)."""
+    module, inputs = load_npz_case(DATA / "indexing" / "scatter_ops.hlo")
+    compiled = compile_module(module, "xla", "tpu-interpret")
+    plans = compiled.executable.kernel_plans  # type: ignore[union-attr]
+    scatters = [k for k in plans if any("scatter" in name for name in k.instructions)]
+    on_host = [k.name for k in scatters if k.host_ops]
+    assert len(scatters) - len(on_host) >= 3, [(k.name, k.reason) for k in scatters]
+    want = flatten_value(evaluate(module, inputs))
+    assert_close(compiled.run_flat(inputs), want, 1e-5)
+
+
+def test_kernels_of_one_structure_share_a_key() -> None:
+    """The unrolled CartPole step's ten copies of each kernel have one structure key (the
+    profile and the chip check compile each structure once); kernels of different bodies or
+    shapes do not share one."""
+    from hlofuse.fusion.strategies import run_strategy
+    from hlofuse.studies.cartpole_study import known_steps
+    from hlofuse.targets.tpu.kernel_keys import kernel_key
+    from hlofuse.targets.tpu.program import plan_kernels
+
+    step = known_steps()["unroll10"]
+    module = cartpole.trace(step.variant, 256, 20, 0)
+    fused = run_strategy(module, step.strategy, debug=False)
+    kernels = [k for k in plan_kernels(fused.module, True) if k.mode == "pallas"]
+    keys = {kernel_key(k) for k in kernels}
+    assert len(keys) * 4 <= len(kernels)
+    by_key: dict[object, set[tuple[str, ...]]] = {}
+    for k in kernels:
+        shapes = tuple(s.text(False) for s in (*k.input_shapes, *k.output_shapes))
+        by_key.setdefault(kernel_key(k), set()).add(shapes)
+    assert all(len(shapes) == 1 for shapes in by_key.values())
+
+
+def test_a_tiled_kernel_without_dividing_blocks_pads_to_whole_blocks() -> None:
+    """4,099 rows of 128 (a prime) have no block of 2,048-4,096 rows that divides them: the
+    tiled kernel pads its arrays to whole blocks and cuts its output back, equal to the
+    interpreter, the iota's positions included."""
+    n = 4099 * 128
+    text = f"""HloModule padded
+ENTRY main {{
+  x = f32[{n}] parameter(0)
+  y = f32[{n}] parameter(1)
+  i = s32[{n}] iota(), iota_dimension=0
+  f = f32[{n}] convert(i)
+  a = f32[{n}] add(x, y)
+  ROOT r = f32[{n}] multiply(a, f)
+}}
+"""
+    module = parse_module(text, "padded.hlo")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    compiled = compile_module(module, "xla", "tpu-interpret")
+    [kernel] = compiled.executable.kernel_plans  # type: ignore[union-attr]
+    assert kernel.layout == "tiled" and kernel.grid * kernel.block_rows > 4099
+    import jax
+
+    jaxpr = jax.make_jaxpr(lambda a, b: kernel(a, b))(*inputs)
+    [call] = [e for e in jaxpr.eqns if e.primitive.name == "pallas_call"]
+    assert call.outvars[0].aval.shape == (kernel.grid * kernel.block_rows, 128)
+    assert_close(compiled.run_flat(inputs), flatten_value(evaluate(module, inputs)), 1e-6)

@@ -172,6 +172,10 @@ def test_block_rows_follow_the_vmem_model() -> None:
     long_body = block_rows(1 << 17, arrays, 200)
     assert ROW_MULTIPLE <= long_body < rows and long_body % ROW_MULTIPLE == 0
     assert block_rows(40, arrays, 2) == 40
+    # Blocks divide the rows where a divisor within half the budget exists: no partial block.
+    threefry = [Shape(DType.U32, (1 << 20,))] * 6
+    divided = block_rows(8192, threefry, 1)
+    assert divided == 2048 and block_rows(8192 + ROW_MULTIPLE, threefry, 1) > divided
 
 
 def test_whole_array_kernels_are_bounded_by_their_padded_tiles() -> None:

@@ -21,8 +21,10 @@ from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.dot_elemental import dot_elemental
 from hlofuse.codegen.emitter_types import (
     SCALAR,
+    UNROLL_ELEMENTS,
     Binding,
     Index,
+    NeedsLoopNest,
     UnsupportedInstruction,
     Value,
     conjunction,
@@ -93,6 +95,13 @@ def _broadcast(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
             return em.value(operand, Index(source, linear, None, index.flat_group))
         if dims == tuple(range(len(source))) and source == target[:len(source)]:
             inner = math.prod(target[len(source):])
+            if index.flat_group is not None and len(target) == len(source) + 1 and \
+                    inner <= UNROLL_ELEMENTS:
+                # Each element repeated a few times along one more dimension: read at the
+                # linear index divided by the count, a gather, which gcc does not emit on every
+                # CPU (on Zen 2 a counter-based generator's loop over [N, 3] keys stayed
+                # scalar); a nest writes that dimension out and reads the element once a row.
+                raise NeedsLoopNest(index.flat_group)
             linear = em.index_let(cir.div(index.linear, inner))
             return em.value(operand, Index(source, linear, None, index.flat_group))
     multi = em.multi_of(index)

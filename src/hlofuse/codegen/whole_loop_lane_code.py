@@ -63,6 +63,9 @@ class LaneCode:
     # (`speculable`, collected in `body.speculable`).
     tables: dict[str, int]
     state_arrays: dict[str, int]
+    # Lanes a read of a materialised value (`_lane_reader`) is ahead of the lane loop's own:
+    # a loop over part of the block computing several lanes an iteration reads the others.
+    lane_offset: int = 0
 
     def _register_type(self, dtype: DType) -> DType:
         return self.lang.register_type(dtype)
@@ -202,19 +205,20 @@ class LaneCode:
 
         def read(index: Index) -> Value:
             em = self.lane_em
+            lane = L if not self.lane_offset else Binary("+", L, cir.Int(self.lane_offset))
             position: Expr = cir.Int(0)
             if rest:
                 multi = em.multi_of(index)
                 multi = multi[:value_lane_dim] + multi[value_lane_dim + 1:]
                 position = em.linear_of(Index(rest, None, multi, None))
             if isinstance(position, cir.Int) or count > LANE_SELECTED_READ or self.lanes == 1:
-                return self.body.let(self._register_type(dtype), cir.load(array, position, L))
+                return self.body.let(self._register_type(dtype), cir.load(array, position, lane))
             # A computed position: each lane reads another row, which gcc will not gather
             # from the block's arrays; a select over the rows keeps the lane loop a vector.
-            value: Expr = cir.load(array, cir.Int(count - 1), L)
+            value: Expr = cir.load(array, cir.Int(count - 1), lane)
             for q in reversed(range(count - 1)):
                 value = cir.Select(Binary("==", position, cir.Int(q)),
-                                   cir.load(array, cir.Int(q), L), value)
+                                   cir.load(array, cir.Int(q), lane), value)
             return self.body.let(self._register_type(dtype), value)
 
         return read

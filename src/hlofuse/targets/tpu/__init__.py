@@ -11,6 +11,8 @@ executable (`program.py`), and what `--emit` prints (`listing.py`).
 from __future__ import annotations
 
 import importlib.util
+import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -89,10 +91,19 @@ class _PallasTarget(Target):
             return executable
         try:
             executable.compile()
-        except Exception:  # noqa: BLE001 - Mosaic's errors have no common type
+        except Exception as e:  # noqa: BLE001 - Mosaic's errors have no common type
             # A kernel Mosaic refuses on the chip (a layout, a size): find which, run those
-            # as XLA operations (the listing says why), and compile the program again.
-            executable.check_kernels_on_chip()
+            # as XLA operations (the listing says why), and compile the program again. Said
+            # on stderr: it compiles every kernel once more (minutes for hundreds).
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            print(f"hlofuse tpu: the program did not compile ({first}); compiling its "
+                  "Pallas kernels one at a time to find the refused ones", file=sys.stderr,
+                  flush=True)
+            start = time.perf_counter()
+            refused = executable.check_kernels_on_chip()
+            print(f"hlofuse tpu: {len(refused)} kernel(s) refused in "
+                  f"{time.perf_counter() - start:.1f} s: {', '.join(refused)}",
+                  file=sys.stderr, flush=True)
             executable.compile()
         return executable
 

@@ -180,6 +180,11 @@ class Kernel:
         arrays = [_to_kernel(x) if jnp.ndim(x) == 0 else _tiles(_to_kernel(x)) for x in leaves]
         tiled_dims = _tiles_dims(int(np.prod(dims)))
         block = (rows, tiled_dims[1])
+        # Blocks whose rows do not divide the arrays' (`block_rows` found no divisor): the
+        # arrays padded to whole blocks and the outputs cut back, never a partial block.
+        pad = self.grid * rows - tiled_dims[0]
+        if pad > 0:
+            arrays = [x if jnp.ndim(x) == 0 else jnp.pad(x, ((0, pad), (0, 0))) for x in arrays]
 
         def kernel(*refs: Any) -> None:
             values = [_read(r, s, whole=False) for r, s in zip(refs, self.input_shapes)]
@@ -195,14 +200,16 @@ class Kernel:
 
         out = pl.pallas_call(
             kernel, grid=(self.grid,),
-            out_shape=[jax.ShapeDtypeStruct(tiled_dims, _kernel_dtype(s.dtype))
+            out_shape=[jax.ShapeDtypeStruct((tiled_dims[0] + max(pad, 0), tiled_dims[1]),
+                                            _kernel_dtype(s.dtype))
                        for s in self.output_shapes],
             in_specs=[spec(s) for s in self.input_shapes],
             out_specs=[pl.BlockSpec(block, lambda i: (i, BLOCK_ZERO)) for _ in self.output_shapes],
             interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                                  vmem_limit_bytes=VMEM_LIMIT))(*arrays)
-        return [_from_kernel(o.reshape(s.dims), s) for o, s in zip(out, self.output_shapes)]
+        return [_from_kernel(o[:tiled_dims[0]].reshape(s.dims), s)
+                for o, s in zip(out, self.output_shapes)]
 
 
 def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
@@ -269,7 +276,17 @@ def block_rows(rows: int, arrays: Sequence[Shape], instructions: int) -> int:
     per_row = 2 * moved + instructions * LANES * 4
     fit = BLOCK_VMEM_BYTES // per_row // ROW_MULTIPLE * ROW_MULTIPLE
     limit = min(BLOCK_ROWS, max(fit, ROW_MULTIPLE))
-    return rows if rows <= limit else limit
+    if rows <= limit:
+        return rows
+    # Blocks that divide the rows, down to half the budget: a partial last block reads and
+    # writes past the array's end. On the v5e a program with one (Threefry over 1,048,576
+    # lanes in blocks of 2,496 of its 8,192 rows) did not return, though the kernel alone
+    # did (docs/tpu.md, `benchmarks/tpu_hang.py`). Without such a divisor the kernel pads
+    # its arrays to whole blocks (`Kernel._tiled`).
+    for candidate in range(limit, limit // 2 - 1, -ROW_MULTIPLE):
+        if rows % candidate == 0:
+            return candidate
+    return limit
 
 
 def refusal(body: list[Instruction], inputs: Sequence[Shape],

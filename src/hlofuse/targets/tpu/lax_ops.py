@@ -6,9 +6,11 @@ operation). This module knows nothing of kernels: `evaluate_op` computes one non
 instruction from its operands' values; `shape_of` gives the shape a value has where a kernel
 evaluates a block rather than the whole array (the element-wise tiling, `kernels.py`).
 
-What the table has no `lax` form for (sort with a general comparator, scatter, convolution,
-the linear-algebra library calls) is evaluated by the reference interpreter on the host
-(`jax.pure_callback`): `HOST_OPS` names them, and the kernel listing says so.
+What the table has no `lax` form for (sort with a general comparator, a scatter of several
+arrays or with a general update computation, convolution, the linear-algebra library calls)
+is evaluated by the reference interpreter on the host (`jax.pure_callback`): `HOST_OPS`
+names them, and the kernel listing says so. A scatter of one array that adds, multiplies,
+takes the max or min, or replaces is `lax`'s scatter (an XLA operation, not in a kernel).
 """
 
 from __future__ import annotations
@@ -293,6 +295,48 @@ def _gather(inst: Instruction, operand: Value, indices: Value) -> Value:
                       indices_are_sorted=False, mode=lax.GatherScatterMode.CLIP)
 
 
+_SCATTERS: dict[Op, Callable[..., Value]] = {
+    Op.ADD: lax.scatter_add, Op.MULTIPLY: lax.scatter_mul, Op.MAXIMUM: lax.scatter_max,
+    Op.MINIMUM: lax.scatter_min}
+
+
+def scatter_form(inst: Instruction) -> Callable[..., Value] | None:
+    """The `lax` scatter of a one-array scatter whose update computation is a reducer (add,
+    multiply, max, min) or takes the update (replace); None for any other (the host)."""
+    if inst.op is not Op.SCATTER or len(inst.operands) != 3:
+        return None
+    comp = inst.calls[0]
+    op = reducer_op(comp)
+    if op is not None:
+        return _SCATTERS.get(op)
+    params = comp.parameters
+    return lax.scatter if len(params) == 2 and comp.root is params[1] else None
+
+
+def _scatter(inst: Instruction, ops: list[Value], form: Callable[..., Value]) -> Value:
+    """HLO's scatter as `lax`'s: an update window whose start is out of bounds is skipped, as
+    XLA does (`FILL_OR_DROP`); the index vector moved last, as `lax` wants it."""
+    operand, indices, updates = ops
+    ivd = inst.attrs["index_vector_dim"]
+    assert isinstance(ivd, int)
+    batching = inst.ints("scatter_indices_batching_dims")
+    if ivd == indices.ndim:
+        indices = indices[..., None]
+    elif ivd != indices.ndim - 1:
+        indices = jnp.moveaxis(indices, ivd, -1)
+        batching = tuple(d - (d > ivd) for d in batching)
+    numbers = lax.ScatterDimensionNumbers(
+        update_window_dims=inst.ints("update_window_dims"),
+        inserted_window_dims=inst.ints("inserted_window_dims"),
+        scatter_dims_to_operand_dims=inst.ints("scatter_dims_to_operand_dims"),
+        operand_batching_dims=inst.ints("input_batching_dims"),
+        scatter_indices_batching_dims=batching)
+    return form(operand, indices, updates, numbers,
+                indices_are_sorted=bool(inst.attrs.get("indices_are_sorted", False)),
+                unique_indices=bool(inst.attrs.get("unique_indices", False)),
+                mode=lax.GatherScatterMode.FILL_OR_DROP)
+
+
 def threefry(inst: Instruction, ops: list[Value]) -> Value:
     """hlofuse's opaque Threefry-2x32 call (`reference/rnglib.py`) as u32 lax operations."""
     k0, k1, x0, x1 = _broadcast_scalars(list(ops))
@@ -384,6 +428,9 @@ def evaluate_op(inst: Instruction, ops: list[Value], shape: tuple[int, ...],
         return reduce(inst, ops, run)
     if op is Op.GATHER:
         return _gather(inst, ops[0], ops[1])
+    form = scatter_form(inst)
+    if form is not None:
+        return _scatter(inst, ops, form)
     if op is Op.TUPLE:
         return tuple(ops)
     if op is Op.GET_TUPLE_ELEMENT:
@@ -401,4 +448,6 @@ def runs_on_host(inst: Instruction) -> bool:
     """Whether `evaluate_op` hands the instruction to the reference interpreter."""
     if inst.op is Op.CUSTOM_CALL:
         return inst.attrs.get("custom_call_target") != THREEFRY_TARGET
+    if scatter_form(inst) is not None:
+        return False
     return inst.op in HOST_OPS or inst.op is Op.RNG_BIT_GENERATOR

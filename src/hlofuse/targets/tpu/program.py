@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -37,6 +37,7 @@ from hlofuse.runtime.plan import KernelInfo
 from hlofuse.runtime.profile import KernelProfile, Profile
 from hlofuse.runtime.program import schedule
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
+from hlofuse.targets.tpu.kernel_keys import kernel_key
 from hlofuse.targets.tpu.kernels import Kernel, flatten_leaves, plan_kernel, rebuild
 from hlofuse.targets.tpu.lax_ops import Value, constant
 
@@ -189,7 +190,10 @@ class TpuExecutable:
         self._kernels = plan_kernels(module, interpret)
         self.compile_seconds = 0.0
         self._compiled: Any = None
-        self._timed: dict[int, Callable[..., Any]] = {}
+        # The profile's jitted kernels by structure (`kernel_key`): a loop unrolled ten times
+        # or the `none` strategy's program has many kernels of one structure, each compiled
+        # alone once per structure (at 1,048,576 lanes compiling every one took minutes).
+        self._timed: dict[Hashable, Callable[..., Any]] = {}
 
     # --- compiling and running -----------------------------------------------------------
 
@@ -212,19 +216,36 @@ class TpuExecutable:
                 *self.argument_structs()).compile()
         self.compile_seconds = time.perf_counter() - start
 
-    def check_kernels_on_chip(self) -> None:
+    def check_kernels_on_chip(self) -> list[str]:
         """Compile each Pallas kernel alone for the chip; one Mosaic refuses (a layout, a
-        size, an op its compiler rejects) runs as an XLA operation and says why."""
+        size, an op its compiler rejects) runs as an XLA operation and says why. Kernels of
+        the same structure (`kernel_key`) are compiled once. Returns the refused kernels'
+        names."""
+        refused: list[str] = []
+        verdicts: dict[Hashable, str | None] = {}  # a structure's refusal, None if compiled
         for kernel in self._kernels:
             if kernel.mode != "pallas":
                 continue
-            try:
-                with self.x64():
-                    jax.jit(lambda *a, k=kernel: k(*a)).lower(
-                        *kernel_structs(kernel)).compile()
-            except Exception as e:  # Mosaic's errors have no common type
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                kernel.as_xla_op(f"Mosaic refused it on the chip: {first[:200]}")
+            key = kernel_key(kernel)
+            if key is None or key not in verdicts:
+                verdict = self._chip_refusal(kernel)
+                if key is not None:
+                    verdicts[key] = verdict
+            else:
+                verdict = verdicts[key]
+            if verdict is not None:
+                kernel.as_xla_op(f"Mosaic refused it on the chip: {verdict}")
+                refused.append(kernel.name)
+        return refused
+
+    def _chip_refusal(self, kernel: Kernel) -> str | None:
+        try:
+            with self.x64():
+                jax.jit(lambda *a, k=kernel: k(*a)).lower(*kernel_structs(kernel)).compile()
+        except Exception as e:  # Mosaic's errors have no common type
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return first[:200]
+        return None
 
     def _arguments(self, args: Sequence[object]) -> list[np.ndarray]:
         params = self.module.entry.parameters
@@ -259,10 +280,14 @@ class TpuExecutable:
         # Per kernel: (seconds, calls it stands for) of each call.
         samples: dict[int, list[tuple[float, float]]] = {id(k): [] for k in self._kernels}
 
+        structures = {id(k): kernel_key(k) for k in self._kernels}
+
         def timed(kernel: Kernel, leaves: list[Value]) -> list[Value]:
-            fn = self._timed.get(id(kernel))
+            structure = structures[id(kernel)]
+            shared = structure if structure is not None else id(kernel)
+            fn = self._timed.get(shared)
             if fn is None:
-                fn = self._timed[id(kernel)] = jax.jit(lambda *a, k=kernel: k(*a))
+                fn = self._timed[shared] = jax.jit(lambda *a, k=kernel: k(*a))
             start = time.perf_counter()
             out = jax.block_until_ready(fn(*leaves))
             samples[id(kernel)].append((time.perf_counter() - start, walker.weight))

@@ -58,6 +58,14 @@ from hlofuse.targets.tpu.lane_values import (
     strides,
 )
 from hlofuse.targets.tpu.lane_wide import wide_refusal
+from hlofuse.targets.tpu.lane_words import (
+    ScalarReads,
+    copy_tiles,
+    from_word,
+    narrowed,
+    to_word,
+    word,
+)
 from hlofuse.targets.tpu.lax_ops import (
     BINARY,
     BLOCK_ZERO,
@@ -242,56 +250,6 @@ def _block_rows(layout: LaneLayout) -> int:
 
 # --- the kernel -------------------------------------------------------------------------
 
-def _in_word(dtype: DType) -> bool:
-    return dtype is DType.PRED or (dtype.bits < 32 and not dtype.is_float)
-
-
-def _word(dtype: DType) -> np.dtype:
-    return np.dtype(np.int32) if _in_word(dtype) else np.dtype(dtype.numpy)
-
-
-def _to_word(value: Value, dtype: DType) -> Value:
-    if _in_word(dtype):
-        return lax.convert_element_type(value, np.int32)
-    return value
-
-
-def _from_word(value: Value, dtype: DType) -> Value:
-    """A word of the kernel as its type: booleans from int32 outside and inside; 8- and
-    16-bit integers stay int32 inside the kernel (lane_wide.py) and are narrowed outside."""
-    if dtype is DType.PRED:
-        return value != 0
-    return value
-
-
-def _narrowed(value: Value, dtype: DType) -> Value:
-    return lax.convert_element_type(value, np.dtype(dtype.numpy)) if _in_word(dtype) and \
-        dtype is not DType.PRED else value
-
-
-def _copy_tiles(source: Any, dest: Any) -> None:
-    def copy(p: Value, carry: None) -> None:
-        dest[p] = source[p]
-
-    lax.fori_loop(0, source.shape[0], copy, None)
-
-
-class _ScalarReads(Sequence[Value]):
-    """A read-only element's values, each read from its SMEM input when a position is used
-    (a 64 x 64 layer's weights are not all loaded up front into the step's values)."""
-
-    def __init__(self, ref: Any, dtype: DType) -> None:
-        self.ref, self.dtype = ref, dtype
-
-    def __len__(self) -> int:
-        return int(self.ref.shape[0])
-
-    def __getitem__(self, index: Any) -> Any:
-        if not isinstance(index, int):
-            raise TypeError("read-only values are read one position at a time")
-        return _from_word(self.ref[index], self.dtype)
-
-
 class LaneKernel:
     """The whole-loop kernel of one layout: called with the fusion's leaves, it returns the
     loop's elements."""
@@ -312,7 +270,7 @@ class LaneKernel:
         """(positions, padded N / 128, 128): the lane dimension last, padded, on tiles."""
         layout = self.layout
         shape = layout.element_shape(element)
-        x = _to_word(jnp.asarray(x), shape.dtype)
+        x = to_word(jnp.asarray(x), shape.dtype)
         x = jnp.moveaxis(x, layout.plan.lane_dims[element], -1)
         x = x.reshape(layout.positions(element), layout.size)
         x = jnp.pad(x, ((0, 0), (0, layout.padded - layout.size)))
@@ -324,7 +282,7 @@ class LaneKernel:
         x = x.reshape(layout.positions(element), layout.padded)[:, :layout.size]
         x = x.reshape(*layout.other_dims(element), layout.size)
         x = jnp.moveaxis(x, -1, layout.plan.lane_dims[element])
-        return _narrowed(_from_word(x, shape.dtype), shape.dtype)
+        return narrowed(from_word(x, shape.dtype), shape.dtype)
 
     def __call__(self, *leaves: Value) -> list[Value]:
         layout = self.layout
@@ -335,9 +293,9 @@ class LaneKernel:
         fixed = layout.fixed_elements()
         accumulators = list(plan.accumulators)
         tiled_in = [self._to_tiles(inits[e], e) for e in lane_elements]
-        uniform_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
+        uniform_in = [to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                       .reshape(-1) for e in uniform]
-        fixed_in = [_to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
+        fixed_in = [to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                     .reshape(-1) for e in fixed]
         rows = layout.rows
         def block(positions: int) -> pl.BlockSpec:
@@ -345,7 +303,7 @@ class LaneKernel:
 
         out_shapes = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in tiled_in]
         out_shapes += [jax.ShapeDtypeStruct((layout.padded // LANES, LANES),
-                                            _word(layout.element_shape(a.element).dtype))
+                                            word(layout.element_shape(a.element).dtype))
                        for a in accumulators]
         out_shapes += [jax.ShapeDtypeStruct(u.shape, u.dtype) for u in uniform_in]
         out_specs = [block(layout.positions(e)) for e in lane_elements]
@@ -379,7 +337,7 @@ class LaneKernel:
         offset += len(accumulators)
         for k, e in enumerate(uniform):
             shape = layout.element_shape(e)
-            result[e] = _narrowed(_from_word(outputs[offset + k].reshape(shape.dims),
+            result[e] = narrowed(from_word(outputs[offset + k].reshape(shape.dims),
                                              shape.dtype), shape.dtype)
         offset += len(uniform)
         result.update(finish(plan.step_reductions, outputs[offset:],
@@ -393,8 +351,8 @@ class LaneKernel:
         reduced, combined with the initial value."""
         layout = self.layout
         dtype = layout.element_shape(accumulator.element).dtype
-        flat = _from_word(partials.reshape(-1), dtype)[:layout.size]  # lanes past N cut off
-        reduced = _narrowed(REDUCTIONS[accumulator.op](flat, (0,)), dtype)
+        flat = from_word(partials.reshape(-1), dtype)[:layout.size]  # lanes past N cut off
+        reduced = narrowed(REDUCTIONS[accumulator.op](flat, (0,)), dtype)
         return BINARY[accumulator.op](jnp.asarray(init), reduced)
 
     def values(self, lanes: Value, read_held: Any, scalars: Any, fixed_in: Sequence[Any]
@@ -408,8 +366,8 @@ class LaneKernel:
         def read_uniform(element: int) -> Sequence[Value]:
             dtype = layout.element_shape(element).dtype
             if element in fixed:
-                return _ScalarReads(fixed_in[fixed.index(element)], dtype)
-            return [_from_word(v, dtype) for v in scalars[carried.index(element)]]
+                return ScalarReads(fixed_in[fixed.index(element)], dtype)
+            return [from_word(v, dtype) for v in scalars[carried.index(element)]]
 
         lane_dims = {e: plan.lane_dims[e] for e in plan.per_lane}
         values = LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
@@ -421,7 +379,7 @@ class LaneKernel:
         layout = self.layout
         root = layout.plan.body.root
         return tuple(
-            tuple(_to_word(values.value(root.operands[e], p), layout.element_shape(e).dtype)
+            tuple(to_word(values.value(root.operands[e], p), layout.element_shape(e).dtype)
                   for p in static_positions(layout.element_shape(e).dims))
             for e in layout.carried_uniform())
 
@@ -457,12 +415,12 @@ class LaneKernel:
         # T x rows x 128 words, which Mosaic unrolls into thousands of registers.
         for s in plan.streamed:
             k = n_lane - len(plan.streamed) + streamed[s.element]
-            _copy_tiles(lane_in[k], lane_out[k])
+            copy_tiles(lane_in[k], lane_out[k])
         carry0 = (
             tuple(tuple(lane_in[k][p] for p in range(layout.positions(e)))
                   for k, e in enumerate(held)),
             tuple(tuple(ref[j] for j in range(ref.shape[0])) for ref in uniform_in),
-            tuple(jnp.full((rows, LANES), constant(a.identity), _word(
+            tuple(jnp.full((rows, LANES), constant(a.identity), word(
                 layout.element_shape(a.element).dtype)) for a in plan.accumulators),
             np.int32(0),  # the step
         )
@@ -476,7 +434,7 @@ class LaneKernel:
             def read_held(element: int, position: Position) -> Value:
                 dims = layout.other_dims(element)
                 flat = flat_position(position, dims)
-                return _from_word(tiles[held.index(element)][flat],
+                return from_word(tiles[held.index(element)][flat],
                                   layout.element_shape(element).dtype)
 
             return self.values(lanes, read_held, scalars, fixed_in)
@@ -526,7 +484,7 @@ class LaneKernel:
         shape = layout.element_shape(element)
         lane_dim = layout.plan.lane_dims[element]
         return tuple(
-            jnp.broadcast_to(_to_word(values.value(value, values.lane_position(
+            jnp.broadcast_to(to_word(values.value(value, values.lane_position(
                 shape.dims, lane_dim, p)), shape.dtype), (layout.rows, LANES))
             for p in static_positions(layout.other_dims(element)))
 
@@ -564,7 +522,7 @@ class LaneKernel:
         op = BINARY[accumulator.op]
         for p in static_positions(others):
             item = values.value(x, values.lane_position(x.shape.dims, lane_dim, p))
-            item = jnp.broadcast_to(_to_word(item, dtype), partial.shape)
+            item = jnp.broadcast_to(to_word(item, dtype), partial.shape)
             partial = op(partial, item)
         return partial
 
@@ -600,7 +558,7 @@ class LaneKernel:
         for p in static_positions(slice_dims):
             tile = values.value(slice_value, values.lane_position(
                 slice_value.shape.dims, lane_dim, p))
-            tile = jnp.broadcast_to(_to_word(tile, shape.dtype), (layout.rows, LANES))
+            tile = jnp.broadcast_to(to_word(tile, shape.dtype), (layout.rows, LANES))
             flat: Any = np.int32(0)
             for start, offset, stride in zip(starts, p, element_strides):
                 flat = flat + (start + np.int32(offset)) * np.int32(stride)
