@@ -506,18 +506,25 @@ def assigned_names(stmt: Stmt) -> Iterator[str]:
             yield s.target.name
 
 
+def nested_lists(stmt: Stmt) -> list[list[Stmt]]:
+    """The statement lists directly inside `stmt` (none for a simple statement)."""
+    if isinstance(stmt, Block | For | While | ParallelRegion | AfterAll):
+        return [stmt.body]
+    if isinstance(stmt, If):
+        return [stmt.then, stmt.otherwise or []]
+    if isinstance(stmt, Switch):
+        return list(stmt.cases)
+    return []
+
+
 def statements(stmt: Stmt) -> Iterator[Stmt]:
     """`stmt` and every statement nested in it."""
     stack = [stmt]
     while stack:
         s = stack.pop()
         yield s
-        if isinstance(s, Block | For | While | ParallelRegion | AfterAll):
-            stack += s.body
-        elif isinstance(s, If):
-            stack += s.then + (s.otherwise or [])
-        elif isinstance(s, Switch):
-            stack += [x for case in s.cases for x in case]
+        for inner in nested_lists(s):
+            stack += inner
 
 
 def expressions(stmt: Stmt) -> Iterator[Expr]:

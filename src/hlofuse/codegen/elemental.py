@@ -30,6 +30,7 @@ from hlofuse.codegen.emitter_types import (
     Value,
     expr_of,
     is_scalar_valued,
+    selected,
     strides_of,
 )
 from hlofuse.codegen.index_maps import NOT_ELEMENTAL, STRUCTURAL
@@ -200,10 +201,7 @@ class ElementalEmitter:
         assert isinstance(literal, np.ndarray)
         flat = literal.reshape(-1)
         position = self.index_let(self.linear_of(index))
-        value: Expr = self.lang.literal(constant.dtype, flat[-1].item())
-        for q in reversed(range(flat.size - 1)):
-            value = cir.Select(Binary("==", position, cir.Int(q)),
-                               self.lang.literal(constant.dtype, flat[q].item()), value)
+        value = selected(position, [self.lang.literal(constant.dtype, x.item()) for x in flat])
         return self.body.let(self.lang.register_type(constant.dtype), value)
 
     def apply_binding(self, binding: Binding, index: Index) -> Value:

@@ -137,6 +137,15 @@ def pick(value: Value, path: tuple[int, ...]) -> Expr:
     return expr_of(value)
 
 
+def selected(position: Expr, values: list[Expr]) -> Expr:
+    """values[position] as a chain of selects on the position (the last value where no other
+    matches): a read at a computed position that stays a vector, where a gather would not."""
+    value = values[-1]
+    for q in reversed(range(len(values) - 1)):
+        value = cir.Select(cir.Binary("==", position, cir.Int(q)), values[q], value)
+    return value
+
+
 def conjunction(conditions: list[Expr]) -> Expr:
     """`c0 && c1 && ...` of at least one condition."""
     total = conditions[0]

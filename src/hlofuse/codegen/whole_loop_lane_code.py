@@ -19,7 +19,7 @@ from hlofuse.codegen import cir, mathlib
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Binary, Expr, Stmt
 from hlofuse.codegen.elemental import ElementalEmitter
-from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index, Value, strides_of
+from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index, Value, selected, strides_of
 from hlofuse.codegen.language import Language
 from hlofuse.codegen.licm import hoist_invariants
 from hlofuse.codegen.whole_loop_elements import L, element_indices, lane_part_indices
@@ -215,10 +215,7 @@ class LaneCode:
                 return self.body.let(self._register_type(dtype), cir.load(array, position, lane))
             # A computed position: each lane reads another row, which gcc will not gather
             # from the block's arrays; a select over the rows keeps the lane loop a vector.
-            value: Expr = cir.load(array, cir.Int(count - 1), lane)
-            for q in reversed(range(count - 1)):
-                value = cir.Select(Binary("==", position, cir.Int(q)),
-                                   cir.load(array, cir.Int(q), lane), value)
+            value = selected(position, [cir.load(array, cir.Int(q), lane) for q in range(count)])
             return self.body.let(self._register_type(dtype), value)
 
         return read

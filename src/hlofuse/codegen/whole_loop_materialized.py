@@ -62,9 +62,7 @@ def materialized_values(plan: LoopPlan) -> list[Instruction]:
             chosen.add(id(inst))
         many_outputs = positions_per_lane(plan, inst) > 1
         for operand in inst.operands:
-            value = operand
-            while value.op in _REARRANGING:
-                value = value.operands[0]
+            value = _behind_rearranging(operand)
             if id(value) not in plan.lane or value.op in FREE_TO_READ or \
                     id(value) not in plan.value_lane_dims:
                 continue
@@ -72,6 +70,13 @@ def materialized_values(plan: LoopPlan) -> list[Instruction]:
             if positions > 1 and (many_outputs or positions > UNROLL_ELEMENTS):
                 chosen.add(id(value))
     return [inst for inst in plan.body.instructions if id(inst) in chosen]
+
+
+def _behind_rearranging(value: Instruction) -> Instruction:
+    """The value a chain of reshapes, transposes and copies reads."""
+    while value.op in _REARRANGING:
+        value = value.operands[0]
+    return value
 
 
 def looped_product(plan: LoopPlan, dot: Instruction) -> bool:
@@ -152,9 +157,8 @@ class MaterializedLanes(LaneCode):
         MIN_PART_LANES lanes to vectorise over."""
         if value.op is not Op.DOT or not looped_product(self.plan, value):
             return 1
-        operand = next(o for o in value.operands if id(o) in self.plan.value_lane_dims)
-        while operand.op in _REARRANGING:
-            operand = operand.operands[0]
+        operand = _behind_rearranging(
+            next(o for o in value.operands if id(o) in self.plan.value_lane_dims))
         if not any(m is operand for m in self.materialized):
             return 1
         groups = 1

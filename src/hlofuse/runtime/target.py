@@ -22,6 +22,13 @@ class CodegenError(ValueError):
     """The module cannot be compiled for the target; the message names the instruction."""
 
 
+def first_line(error: BaseException) -> str:
+    """An error's first line of text, or its type's name where it has none: what a report
+    keeps of a compiler's or library's message (Mosaic's and torch's run to pages)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 class TargetUnavailable(RuntimeError):
     """The target cannot run (or cannot even emit) on this machine: its toolchain, device or
     Python package is missing. The message says what to install or where to run."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from hlofuse.runtime.target import first_line
 from hlofuse.studies.peers import workload as w
 from hlofuse.studies.peers.registry import Peer, PeerUnavailable
 from hlofuse.studies.peers.workload import RolloutResult, Workload
@@ -135,8 +136,7 @@ class TorchRunner:
             try:
                 self.run_steps(1)  # compiles; failures surface here, not in the timing
             except Exception as e:  # torch raises many types; the note keeps the first line
-                message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise PeerUnavailable(f"torch.compile failed: {message}") from e
+                raise PeerUnavailable(f"torch.compile failed: {first_line(e)}") from e
 
     def key_table(self, n_steps: int) -> Tensor:
         """(T, 4) int32: every step's action and reset key words."""

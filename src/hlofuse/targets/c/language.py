@@ -102,8 +102,8 @@ def longest_straight_run(body: list[cir.Stmt]) -> int:
     for stmt in body:
         if isinstance(stmt, cir.Comment):
             continue
-        nested = _nested_lists(stmt)
-        if nested is None:
+        nested = cir.nested_lists(stmt)  # a compound statement holds at least one list
+        if not nested:
             run += 1
             longest = max(longest, run)
             continue
@@ -111,16 +111,6 @@ def longest_straight_run(body: list[cir.Stmt]) -> int:
         for inner in nested:
             longest = max(longest, longest_straight_run(inner))
     return longest
-
-
-def _nested_lists(stmt: cir.Stmt) -> list[list[cir.Stmt]] | None:
-    if isinstance(stmt, cir.Block | cir.For | cir.While | cir.ParallelRegion | cir.AfterAll):
-        return [stmt.body]
-    if isinstance(stmt, cir.If):
-        return [stmt.then, stmt.otherwise or []]
-    if isinstance(stmt, cir.Switch):
-        return list(stmt.cases)
-    return None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from hlofuse.ir.hlo import Module
-from hlofuse.runtime.target import Executable, Target, TargetUnavailable
+from hlofuse.runtime.target import Executable, Target, TargetUnavailable, first_line
 
 if TYPE_CHECKING:
     from hlofuse.targets.tpu.program import TpuExecutable
@@ -95,7 +95,7 @@ class _PallasTarget(Target):
             # A kernel Mosaic refuses on the chip (a layout, a size): find which, run those
             # as XLA operations (the listing says why), and compile the program again. Said
             # on stderr: it compiles every kernel once more (minutes for hundreds).
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            first = first_line(e)[:200]
             print(f"hlofuse tpu: the program did not compile ({first}); compiling its "
                   "Pallas kernels one at a time to find the refused ones", file=sys.stderr,
                   flush=True)

@@ -16,7 +16,7 @@ import jax
 from hlofuse.ir.hlo import Computation
 from hlofuse.ir.ops import Op
 from hlofuse.ir.printer import instruction_text
-from hlofuse.runtime.target import CodegenError
+from hlofuse.runtime.target import CodegenError, first_line
 from hlofuse.targets.tpu.kernels import Kernel
 
 
@@ -80,9 +80,8 @@ def mosaic_listing(kernels: list[Kernel], x64: bool = False) -> str:
         try:
             text = lower_for_tpu(k, kernel_structs(k), x64)
         except Exception as e:  # noqa: BLE001 - Mosaic's errors have no common type
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise CodegenError(f"%{k.name} ({k.kind}): Mosaic cannot lower this kernel for "
-                               f"the TPU: {first[:300]}") from None
+                               f"the TPU: {first_line(e)[:300]}") from None
         parts.append(f"// {k.name} [{k.kind}] {_header(k)}\n{text}")
     return "\n".join(parts)
 

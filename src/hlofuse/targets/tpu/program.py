@@ -36,6 +36,7 @@ from hlofuse.runtime.loop_config import known_trip_count
 from hlofuse.runtime.plan import KernelInfo
 from hlofuse.runtime.profile import KernelProfile, Profile
 from hlofuse.runtime.program import schedule
+from hlofuse.runtime.target import first_line
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
 from hlofuse.targets.tpu.kernel_keys import kernel_key
 from hlofuse.targets.tpu.kernels import Kernel, flatten_leaves, plan_kernel, rebuild
@@ -243,8 +244,7 @@ class TpuExecutable:
             with self.x64():
                 jax.jit(lambda *a, k=kernel: k(*a)).lower(*kernel_structs(kernel)).compile()
         except Exception as e:  # Mosaic's errors have no common type
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return first[:200]
+            return first_line(e)[:200]
         return None
 
     def _arguments(self, args: Sequence[object]) -> list[np.ndarray]:
