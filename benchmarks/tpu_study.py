@@ -36,6 +36,26 @@ def _speedups(records: list[dict[str, Any]]) -> None:
             r["speedup_vs_baseline"] = r["env_steps_per_s"] / base[r["envs"]]
 
 
+def _limit_profile(executable: Any, limit: float) -> list[str]:
+    """Holds the executable's profiles to `limit` seconds (TPU executables; 0: no limit) and
+    returns the list their notes (a profile cut at the limit says so) are added to."""
+    notes: list[str] = []
+    if not limit or not hasattr(executable, "profile_limit_s"):
+        return notes
+    executable.profile_limit_s = limit
+    profile = executable.profile
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        result = profile(*args, **kwargs)
+        notes.extend(result.notes)
+        for line in result.notes:
+            print(line, flush=True)
+        return result
+
+    executable.profile = noted
+    return notes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", default="16384,1048576")
@@ -46,6 +66,10 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=0.0,
                         help="seconds one step may take (its check and every N); past it the "
                         "step is recorded as timed out and the process exits 3")
+    parser.add_argument("--profile-limit", type=float, default=0.0,
+                        help="seconds the per-kernel profile at each N may take; past it "
+                        "the profile stops, the step is still timed and the record says "
+                        "the kernel counts are partial (profile_notes)")
     parser.add_argument("--merge", action="store_true",
                         help="keep --out's records and skip the steps it holds")
     parser.add_argument("--out", default="results/tpu/study.json")
@@ -95,10 +119,12 @@ def main() -> int:
             built = study.build(step, n, args.steps, 0, args.backend)
             last[0] = f"profiling and timing at N={n}"
             measuring = time.perf_counter()
+            notes = _limit_profile(built.compiled.executable, args.profile_limit)
             record = study.measure(step, built, n, config, None)
             plans = getattr(built.compiled.executable, "kernel_plans", [])
             row = {**dataclasses.asdict(record), "checked_at_envs": study.CHECK_ENVS,
                    "xla_ops": sum(k.mode != "pallas" for k in plans),
+                   "profile_notes": notes,
                    "refused_on_chip": [k.name for k in plans
                                        if k.reason.startswith("Mosaic refused")],
                    "step_seconds": round(time.perf_counter() - start, 1),

@@ -10,6 +10,9 @@
 #   4. the equality sweep for the rollouts the earlier sweeps did not reach (EQ_PROGRAMS),
 #      each under xla and max (equality_rollouts_rest.json), in what time is left of T_ALL
 #      seconds (default 560); MERGE=1 goes on from that file.
+# PARTS chooses the parts (default split,unroll10,none,equality). Each step's per-kernel
+# profile stops after P_LIMIT seconds (default 45; the step is still timed, its record's
+# profile_notes say the kernel counts are partial).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/tpu_env.sh
@@ -19,14 +22,23 @@ study() {  # out-name limit args...
   local out=$1 limit=$2
   shift 2
   timeout $((limit + 15)) "$PY" benchmarks/tpu_study.py --envs "${ENVS:-1048576}" --repeats 3 \
-    --limit "$limit" --out "$DEST/$out" "$@" 2>&1 | grep -v "^WARNING" | cut -c1-300 | tail -30
+    --limit "$limit" --profile-limit "${P_LIMIT:-45}" --out "$DEST/$out" "$@" 2>&1 \
+    | grep -v "^WARNING" | cut -c1-300 | tail -30
 }
-log "1/4 split-state"
-study study_split.json "${L_SPLIT:-70}" --variants split-state --steps 200
-log "2/4 unroll10"
-study study_unroll10.json "${L_UNROLL:-120}" --variants unroll10 --steps 200
-log "3/4 none"
-study study_none.json "${L_NONE:-200}" --variants none --steps 200
+parts=,${PARTS:-split,unroll10,none,equality},
+if [[ $parts == *,split,* ]]; then
+  log "1/4 split-state"
+  study study_split.json "${L_SPLIT:-70}" --variants split-state --steps 200
+fi
+if [[ $parts == *,unroll10,* ]]; then
+  log "2/4 unroll10"
+  study study_unroll10.json "${L_UNROLL:-120}" --variants unroll10 --steps 200
+fi
+if [[ $parts == *,none,* ]]; then
+  log "3/4 none"
+  study study_none.json "${L_NONE:-200}" --variants none --steps 200
+fi
+[[ $parts == *,equality,* ]] || end=0
 programs=${EQ_PROGRAMS:-implicit_pendulum,inventory_logged,jacobi_rope,mountain_car,mountain_car_continuous,mountain_car_mlp,particles,pendulum_mlp,reacher_logged,rigid_body,spring_chain,grid_forage}
 merge=${MERGE:+--merge}
 while [ $((end - SECONDS)) -gt 20 ]; do

@@ -160,6 +160,21 @@ def test_profile_samples_a_few_trips_of_a_known_loop() -> None:
     assert max(r.calls for r in every.rows) == 8
 
 
+def test_a_profile_past_its_limit_stops_and_says_so() -> None:
+    """A profile past `profile_limit_s` stops its walk and returns the calls timed so far,
+    with a note naming the limit and how many kernels it reached; without a limit the same
+    profile has no note and counts every call."""
+    module, inputs = load_npz_case(DATA / "jax" / "fori_loop.hlo")
+    executable = compile_module(module, "xla", "tpu-interpret").executable
+    assert executable is not None
+    whole = executable.profile(*inputs, trip_limit=0)
+    assert whole.notes == ()
+    executable.profile_limit_s = 1e-9  # type: ignore[attr-defined]
+    cut = executable.profile(*inputs, trip_limit=0)
+    assert len(cut.notes) == 1 and "limit of 1e-09 s in the warm-up" in cut.notes[0]
+    assert sum(r.calls for r in cut.rows) < sum(r.calls for r in whole.rows)
+
+
 def test_scatters_with_a_reducer_or_replace_are_lax_scatters() -> None:
     """A one-array scatter that adds, multiplies, takes the max or min, or replaces runs as
     `lax`'s scatter (an XLA operation) rather than the interpreter on the host, and equals

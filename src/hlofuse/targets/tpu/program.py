@@ -53,6 +53,10 @@ KernelCall = Callable[[Kernel, list[Value]], list[Value]]
 PROFILE_TRIPS = 4
 
 
+class _ProfileCut(Exception):
+    """The profile's time limit passed (`TpuExecutable.profile_limit_s`)."""
+
+
 def plan_kernels(module: Module, interpret: bool) -> list[Kernel]:
     """One kernel per call site, in program order (loop bodies and branches included)."""
     kernels: list[Kernel] = []
@@ -183,6 +187,10 @@ class TpuExecutable:
     """A fused module as one jitted JAX function (see the module docstring)."""
 
     cache_hit = False
+    # Seconds a profile may take (0: no limit). Past it the walk stops and the profile holds
+    # the kernel calls timed so far, with a note that says so: a program of many kernels at a
+    # large N compiles each structure alone on first use, which took minutes on the chip.
+    profile_limit_s = 0.0
 
     def __init__(self, module: Module, interpret: bool) -> None:
         self.module = module
@@ -281,8 +289,12 @@ class TpuExecutable:
         samples: dict[int, list[tuple[float, float]]] = {id(k): [] for k in self._kernels}
 
         structures = {id(k): kernel_key(k) for k in self._kernels}
+        began = time.perf_counter()
+        phase = ["warm-up"]
 
         def timed(kernel: Kernel, leaves: list[Value]) -> list[Value]:
+            if self.profile_limit_s and time.perf_counter() - began > self.profile_limit_s:
+                raise _ProfileCut
             structure = structures[id(kernel)]
             shared = structure if structure is not None else id(kernel)
             fn = self._timed.get(shared)
@@ -295,15 +307,25 @@ class TpuExecutable:
 
         # The warm-up compiles every kernel: one trip of each loop is enough.
         walker = Walker(self._kernels, timed, traced=False, trip_limit=1 if trip_limit else 0)
+        notes: tuple[str, ...] = ()
+        start = time.perf_counter()
         with self.x64():
-            inputs = [jnp.asarray(a) for a in arrays]
-            walker.run(self.module.entry, inputs)
-            walker.trip_limit = trip_limit
-            for s in samples.values():
-                s.clear()
-            start = time.perf_counter()
-            for _ in range(repeat):
+            try:
+                inputs = [jnp.asarray(a) for a in arrays]
                 walker.run(self.module.entry, inputs)
+                phase[0] = "timed runs"
+                walker.trip_limit = trip_limit
+                for s in samples.values():
+                    s.clear()
+                start = time.perf_counter()
+                for _ in range(repeat):
+                    walker.run(self.module.entry, inputs)
+            except _ProfileCut:
+                reached = sum(1 for s in samples.values() if s)
+                notes = (f"profile cut at its limit of {self.profile_limit_s:g} s in the "
+                         f"{phase[0]}: {reached} of {len(self._kernels)} kernels reached, "
+                         f"{len(self._timed)} structures compiled; the calls below are "
+                         "partial",)
             wall = time.perf_counter() - start
         # With loops sampled, the walk's wall time is less than the kernels' weighted time:
         # the run's time is then that.
@@ -318,7 +340,7 @@ class TpuExecutable:
                 statistics.median(t for t, _ in times) if times else 0.0,
                 kernel.bytes_read * calls, kernel.bytes_written * calls,
                 total / wall if wall else 0.0))
-        return Profile(tuple(rows), wall, repeat, "kernels")
+        return Profile(tuple(rows), wall, repeat, "kernels", notes)
 
     # --- what the executable reports -----------------------------------------------------
 
