@@ -122,12 +122,14 @@ def test_rollout_under_max_equals_the_interpreter(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["mountain_car.cpu.hlo", "pendulum.cpu.hlo",
-                                  "inventory_logged.cpu.hlo"])
+                                  "inventory_logged.cpu.hlo", "implicit_pendulum.cpu.hlo"])
 def test_rollout_lane_kernels_lower_for_the_tpu(name: str) -> None:
     """Lowered as the program runs them (with x64 where the program has 64-bit values, as
     pendulum's random bits do): the time loop inside, and every BlockSpec index map returns
     int32 block indices (i64 ones made Mosaic refuse the kernel on the chip: "failed to
-    legalize operation 'func.return'")."""
+    legalize operation 'func.return'"); no 64-bit value inside (implicit_pendulum's nested
+    Newton loop asked whether any lane goes on with a bool compared to a Python 0, an
+    int64 under x64: "64-bit types are not supported")."""
     from hlofuse.targets.tpu.listing import wide_block_indices
     from hlofuse.targets.tpu.program import uses_wide_types
 

@@ -120,7 +120,11 @@ class _NestedRun:
         wanted = jnp.zeros((), jnp.bool_)
         for p in static_positions(_other_dims(dims, lane_dim)):
             tile = self._tile(values.value(predicate, values.lane_position(dims, lane_dim, p)))
-            wanted = wanted | (jnp.max(jnp.where(valid & (tile != 0), 1, 0)) > 0)
+            # No Python ints: under x64 they make int64 values (a bool compared with 0 is
+            # converted to int64 first), which Mosaic refuses on the chip.
+            nonzero = tile if tile.dtype == jnp.bool_ else tile != jnp.zeros((), tile.dtype)
+            picks = jnp.where(valid & nonzero, np.int32(1), np.int32(0))
+            wanted = wanted | (jnp.max(picks) > 0)
         return wanted
 
     def _iteration(self, carry: Any) -> Any:
