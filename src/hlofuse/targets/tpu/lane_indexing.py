@@ -20,6 +20,8 @@ from hlofuse.targets.tpu.lane_values import (
     Position,
     Unlowerable,
     as_int32,
+    compare,
+    difference,
     is_static,
     same_shape,
     select_where,
@@ -43,7 +45,7 @@ def dynamic_update_slice(values: LaneValues, inst: Instruction, position: Positi
     inside: Value = True
     shifted: list[Index] = []
     for i, s, n in zip(position, starts, update.shape.dims):
-        local = i - s
+        local = difference(i, s)
         if is_static(local):
             if not 0 <= int(local) < n:
                 return values.value(operand, position)
@@ -51,7 +53,7 @@ def dynamic_update_slice(values: LaneValues, inst: Instruction, position: Positi
             continue
         clamped = lax.clamp(np.int32(0), as_int32(local), np.int32(n - 1))
         shifted.append(clamped)
-        hit = lax.bitwise_and(local >= np.int32(0), local < np.int32(n))
+        hit = lax.bitwise_and(compare(lax.ge, local, 0), compare(lax.lt, local, n))
         inside = hit if inside is True else lax.bitwise_and(*same_shape(inside, hit))
     new = values.value(update, tuple(shifted))
     if inside is True:
@@ -155,9 +157,10 @@ def scatter(values: LaneValues, inst: Instruction, position: Position) -> Value:
             start = starts[d]
             if not is_static(start):  # the whole window inside the operand, or skipped
                 mask = _and(mask, lax.bitwise_and(
-                    start >= np.int32(0), start <= np.int32(operand_dims[d] - window_size[d])))
+                    compare(lax.ge, start, 0),
+                    compare(lax.le, start, operand_dims[d] - window_size[d])))
             unshifted = is_static(start) and start == 0
-            offset = position[d] if unshifted else position[d] - start
+            offset = position[d] if unshifted else difference(position[d], start)
             if d in window_of:
                 if unshifted:
                     update_at[window_of[d]] = offset
@@ -165,10 +168,10 @@ def scatter(values: LaneValues, inst: Instruction, position: Position) -> Value:
                 update_at[window_of[d]] = _clamp_index(offset, window_size[d])
                 mask = _and(mask, 0 <= int(offset) < window_size[d] if is_static(offset)
                             else lax.bitwise_and(
-                    offset >= np.int32(0), offset < np.int32(window_size[d])))
+                    compare(lax.ge, offset, 0), compare(lax.lt, offset, window_size[d])))
             else:
                 mask = _and(mask, offset == 0 if is_static(offset)
-                            else offset == np.int32(0))
+                            else compare(lax.eq, offset, 0))
         if mask is False:
             continue
         update = values.value(updates, tuple(update_at))

@@ -32,6 +32,7 @@ from hlofuse.targets.tpu.lane_values import (
     LaneValues,
     Position,
     Unlowerable,
+    compare,
     is_static,
     same_shape,
     select_where,
@@ -183,7 +184,7 @@ def _concatenate(values: LaneValues, inst: Instruction, position: Position) -> V
         if result is None:
             result = candidate
             continue
-        result = select_where(index >= np.int32(offsets[k]), candidate, result)
+        result = select_where(compare(lax.ge, index, offsets[k]), candidate, result)
     return result
 
 

@@ -414,10 +414,28 @@ class LaneValues:
                 continue
             mask = None
             for k, c in zip(dynamic, choice):
-                hit = position[k] == np.int32(c)
+                hit = compare(lax.eq, position[k], c)
                 mask = hit if mask is None else lax.bitwise_and(mask, hit)
             result = select_where(mask, candidate, result)
         return result
+
+
+def compare(direction: Callable[[Value, Value], Value], x: Value, constant: int) -> Value:
+    """`direction` (lax.eq, lax.ge, ...) of a tile and a constant of its type. lax, not the
+    operators: jnp's `==` and `>=` trace a jitted function on every call, and a step's select
+    chains over a board's positions call them thousands of times while the kernel is
+    traced."""
+    return direction(x, np.asarray(constant, x.dtype))
+
+
+def difference(a: Index, b: Index) -> Index:
+    """a - b for static indices and tiles, a tile's subtraction by lax where both sides have
+    one type (see `compare`)."""
+    if isinstance(a, int):
+        return a - b if isinstance(b, int) else lax.sub(np.asarray(a, b.dtype), b)
+    if isinstance(b, int):
+        return lax.sub(a, np.asarray(b, a.dtype))
+    return lax.sub(a, b) if a.dtype == b.dtype else a - b
 
 
 def select_where(mask: Value, on_true: Value, on_false: Value) -> Value:
