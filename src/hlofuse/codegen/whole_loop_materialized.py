@@ -25,6 +25,8 @@ one position: 7.7 -> 2.7 ns a lane on Zen 2).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
@@ -39,13 +41,64 @@ from hlofuse.ir.ops import Op
 _REARRANGING = frozenset({Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.COPY})
 # Values that cost nothing to read again (or are read from memory already).
 FREE_TO_READ = frozenset({Op.CONSTANT, Op.IOTA, Op.BROADCAST, Op.PARAMETER, Op.GET_TUPLE_ELEMENT})
-# Positions computed together in one pass over the lanes: a product's sum is a chain of
-# dependent multiply-adds, one position's chain waits on the adder's latency (about four
-# cycles), several positions' chains interleave. The sums keep their order.
+# Positions of a value (not a product) computed together in one pass over the lanes.
 POSITIONS_TOGETHER = 8
 # Lanes a part of the block keeps where a product's pass computes several parts: two vectors
 # of 8 (AVX2) or one of 16 (AVX-512).
 MIN_PART_LANES = 16
+# A product's pass keeps one sum per position and part in a vector register, and for each
+# contracting position reads the operand once per part and each position's weight once (a
+# broadcast), and issues one multiply-add per sum. The cores kernels run on (x86 since
+# Haswell and Zen, Arm's Neoverse) issue two multiply-adds and two loads a cycle; a
+# multiply-add's result is ready about five cycles later (Zen 2; four on Intel cores), so a
+# sum waits that long between its updates; 16 vector registers hold the sums, the parts'
+# operand values and a weight (AVX2; AVX-512 and Neon have 32).
+MULTIPLY_ADDS_PER_CYCLE = 2
+LOADS_PER_CYCLE = 2
+MULTIPLY_ADD_LATENCY = 5
+VECTOR_REGISTERS = 16
+
+
+@dataclass(frozen=True)
+class ProductTile:
+    """A pass of a looped product: `positions` sums for each of `parts` parts of the block."""
+
+    positions: int
+    parts: int
+
+    def fits(self) -> bool:
+        return self.positions * self.parts + self.parts + 1 <= VECTOR_REGISTERS
+
+    def cycles(self) -> float:
+        """Cycles of one contracting position of one iteration, by what limits it."""
+        sums = self.positions * self.parts
+        return max(sums / MULTIPLY_ADDS_PER_CYCLE, (self.parts + self.positions) / LOADS_PER_CYCLE,
+                   MULTIPLY_ADD_LATENCY)
+
+
+def best_tile(positions: int, most_parts: int) -> ProductTile:
+    """The tile that computes `positions` sums of every lane in the fewest cycles: passes of
+    the tile's positions and one pass of what is left, each iteration `parts` parts of the
+    block (so 1/parts of the iterations); of equal ones the one with the fewest passes over
+    the operand, then one without a pass of what is left. A 64 x 64 layer: 6 positions of 2 parts, every multiply-add
+    port busy, where 8 positions of one part wait on the adder (81 -> 101 GFLOP/s on Zen 2)."""
+    best: tuple[float, int, bool, ProductTile] | None = None
+    parts = 1
+    while parts <= most_parts:
+        for together in range(1, positions + 1):
+            tile = ProductTile(together, parts)
+            if not tile.fits():
+                break
+            passes, rest = divmod(positions, together)
+            cycles = passes * tile.cycles()
+            if rest:
+                cycles += ProductTile(rest, parts).cycles()
+            key = (cycles / parts, passes + (rest > 0), rest > 0, tile)
+            if best is None or key[:3] < best[:3]:
+                best = key
+        parts *= 2
+    assert best is not None
+    return best[3]
 
 
 def materialized_values(plan: LoopPlan) -> list[Instruction]:
@@ -113,59 +166,73 @@ class MaterializedLanes(LaneCode):
                               speculable=True)
 
     def _materialize(self, k: int, value: Instruction) -> None:
-        """The value into its scratch v<k>, POSITIONS_TOGETHER positions per pass with the
-        lanes inside; later reads (the next value's, the lane loops') read the scratch."""
-        body, em = self.body, self.lane_em
-        dim = self.plan.value_lane_dims[id(value)]
+        """The value into its scratch v<k>, a few positions per pass with the lanes inside;
+        later reads (the next value's, the lane loops') read the scratch."""
+        body = self.body
         dims = value.shape.dims
+        dim = self.plan.value_lane_dims[id(value)]
         positions = positions_per_lane(self.plan, value)
         # A few positions are written out: in a loop over passes, each read of a small array
         # at the pass's position would be a select over its positions.
         written_out = positions <= UNROLL_ELEMENTS
-        together = positions if written_out else \
-            next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
-        groups = self._lane_groups(value, together)
-        span = self.lanes // groups
-        q = body.fresh("q")
-        with body.cache_scope(), body.loop(q, 0, positions, counter=cir.Special.INT,
-                                           step=together):
-            with self._lane_loop(SIMD) if groups == 1 else \
-                    body.loop("l", 0, span, SIMD, counter=cir.Special.INT):
-                if groups == 1:
-                    self._declare_lane_index()
-                at: list[Expr] = [cir.Int(u) if written_out else
-                                  cir.Var(q) if u == 0 else
-                                  Binary("+", cir.Var(q), cir.Int(u))
-                                  for u in range(together)]
-                indices = [self._index_at(dims, dim, position) for position in at]
-                if value.op is Op.DOT and looped_product(self.plan, value):
-                    grouped = self._looped_sums(value, indices, groups)
-                else:
-                    grouped = [[em.array_value(value, index) for index in indices]]
-                for g, values in enumerate(grouped):
-                    lane = L if g == 0 else Binary("+", L, cir.Int(g * span))
-                    for position, computed in zip(at, values):
-                        body.assign(cir.load(f"v{k}", position, lane), computed)
-        em.bindings[id(value)] = self._lane_reader(f"v{k}", value.dtype, dims, dim)
+        tile = self._product_tile(value, positions)
+        if tile is None:
+            together = positions if written_out else \
+                next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
+            tile = ProductTile(together, 1)
+        looped = 0 if written_out else positions - positions % tile.positions
+        if looped:
+            q = body.fresh("q")
+            with body.cache_scope(), body.loop(q, 0, looped, counter=cir.Special.INT,
+                                               step=tile.positions):
+                self._materialize_pass(k, value, [
+                    cir.Var(q) if u == 0 else Binary("+", cir.Var(q), cir.Int(u))
+                    for u in range(tile.positions)], tile.parts)
+        # What the loop leaves (or every position, written out): passes at known positions.
+        for first in range(looped, positions, tile.positions):
+            with body.cache_scope(), body.braces():
+                self._materialize_pass(k, value, [
+                    cir.Int(u) for u in range(first, min(positions, first + tile.positions))],
+                    tile.parts)
+        self.lane_em.bindings[id(value)] = self._lane_reader(f"v{k}", value.dtype, dims, dim)
 
-    def _lane_groups(self, value: Instruction, together: int) -> int:
-        """Parts of the block a pass computes together, one lane of each an iteration: a
-        product with few positions a pass is few chains of dependent multiply-adds a lane (an
-        output layer of one to three), each waiting on the adder; the lanes of other parts,
-        read at an offset, are independent chains. Only where the product's per-lane operand
-        is a materialised value (its reads take the offset) and each part keeps
-        MIN_PART_LANES lanes to vectorise over."""
+    def _materialize_pass(self, k: int, value: Instruction, at: list[Expr],
+                          groups: int) -> None:
+        """One pass: the value at positions `at` for every lane, `groups` parts of the block
+        an iteration."""
+        body, em = self.body, self.lane_em
+        dims = value.shape.dims
+        dim = self.plan.value_lane_dims[id(value)]
+        span = self.lanes // groups
+        with self._lane_loop(SIMD) if groups == 1 else \
+                body.loop("l", 0, span, SIMD, counter=cir.Special.INT):
+            if groups == 1:
+                self._declare_lane_index()
+            indices = [self._index_at(dims, dim, position) for position in at]
+            if value.op is Op.DOT and looped_product(self.plan, value):
+                grouped = self._looped_sums(value, indices, groups)
+            else:
+                grouped = [[em.array_value(value, index) for index in indices]]
+            for g, values in enumerate(grouped):
+                lane = L if g == 0 else Binary("+", L, cir.Int(g * span))
+                for position, computed in zip(at, values):
+                    body.assign(cir.load(f"v{k}", position, lane), computed)
+
+    def _product_tile(self, value: Instruction, positions: int) -> ProductTile | None:
+        """The register tile of a looped product whose per-lane operand is a materialised
+        value (its reads take a part's offset): the one of `best_tile` over the parts the
+        block splits into, each keeping MIN_PART_LANES lanes to vectorise over."""
         if value.op is not Op.DOT or not looped_product(self.plan, value):
-            return 1
+            return None
         operand = _behind_rearranging(
             next(o for o in value.operands if id(o) in self.plan.value_lane_dims))
         if not any(m is operand for m in self.materialized):
-            return 1
-        groups = 1
-        while (together * groups * 2 <= POSITIONS_TOGETHER and self.lanes % (groups * 2) == 0
-               and self.lanes // (groups * 2) >= MIN_PART_LANES):
-            groups *= 2
-        return groups
+            return None
+        most_parts = 1
+        while self.lanes % (most_parts * 2) == 0 and \
+                self.lanes // (most_parts * 2) >= MIN_PART_LANES:
+            most_parts *= 2
+        return best_tile(positions, most_parts)
 
     def _looped_sums(self, dot: Instruction, outputs: list[Index],
                      groups: int = 1) -> list[list[Expr]]:
