@@ -30,7 +30,8 @@ except sin, cos and tanh: sin and cos compute in float (a Cody-Waite reduction w
 then minimax polynomials) for |x| <= 2^18 and take the exact double reduction beyond, within
 0.9 ulp everywhere; tanh computes in float (e / (e + 2) with e = expm1(2|x|), one path
 for every argument), within 1.72 ulp (a policy network's tanh layer is then four times as
-fast as in double: eight lanes to a vector and half the instructions of a two-branch form). On a target without hardware fma all three compute in double throughout. float64
+fast as in double: eight lanes to a vector and half the instructions of a two-branch form).
+On a target without hardware fma all three compute in double throughout. float64
 functions are within 1 to 2.5 ulp (`max_ulp`); hlofuse_sin, _cos and _tan are accurate
 for |x| < 2^50 only and return NaN beyond. Special values follow C99 Annex F (NaN in, NaN
 out; sin(inf) = NaN; exp(-inf) = 0; log(0) = -inf; log(-1) = NaN; tanh(+-inf) = +-1; signed
