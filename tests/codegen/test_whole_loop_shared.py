@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hlofuse.api import compile_module
-from hlofuse.codegen.whole_loop_materialized import best_tile
+from hlofuse.codegen.product_tiles import best_tile
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
 

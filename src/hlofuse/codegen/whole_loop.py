@@ -72,8 +72,8 @@ from hlofuse.codegen.whole_loop_lanes import (
     small_argument_math,
     speculative_math,
 )
-from hlofuse.codegen.whole_loop_materialized import materialized_values, value_lane_dims
 from hlofuse.codegen.whole_loop_reductions import LANE_UNROLLED_REDUCTION, step_reduction_names
+from hlofuse.codegen.whole_loop_scratch_values import materialized_values, value_lane_dims
 from hlofuse.codegen.whole_loop_uniform_products import uniform_products_in_loops
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
