@@ -192,7 +192,8 @@ def operand_utilisation(node: Node, index: int) -> float:
     reads (HloCostAnalysis' handlers with `count_multiple_input_accesses`): a slice or
     dynamic slice reads its window, a dynamic-update-slice what it keeps of its base, a
     broadcast each element once per copy, a reduce-window each element once per window
-    holding it; every other operand is read once."""
+    holding it, a reduce its initial values once per result element (the GPU's
+    HandleReduce); every other operand is read once."""
     op = node.op
     operand = node.operands[index]
     out, into = _elements(node), max(1, _elements(operand))
@@ -203,6 +204,10 @@ def operand_utilisation(node: Node, index: int) -> float:
     if index == 0 and op is Op.REDUCE_WINDOW:
         window = math.prod(node.attrs["window"].size)  # type: ignore[attr-defined]
         return out * window / into
+    if op is Op.REDUCE and index >= len(node.operands) // 2:
+        # GpuHloCostAnalysis::HandleReduce: an initial value is read once per element of the
+        # (first) result, its utilisation that element count.
+        return float(node.shape.leaves()[0].num_elements)
     return 1.0
 
 
@@ -393,7 +398,8 @@ class GpuCostModel(CostModel):
         key, profile, _ = entry
         if profile.is_free or isinstance(profile, GpuKernelProfile):
             return entry
-        profile = self._with_flops(profile, xla_flops(node), kernel_launch(node),
+        profile = self._with_flops(profile, xla_flops(node),
+                                     kernel_launch(node, None, self.device.core_count),
                                    self._reads(node))
         entry = (key, profile, self.price(profile).total)
         self._profiles[node] = entry
@@ -409,7 +415,9 @@ class GpuCostModel(CostModel):
             flops = float(_f32(int(xla_flops(producer)))
                           * _f32(consumer_utilisation(consumer, producer))
                           + _f32(int(xla_flops(consumer))))
-            profile = self._with_flops(profile, flops, kernel_launch(consumer, producer),
+            profile = self._with_flops(profile, flops,
+                                         kernel_launch(consumer, producer,
+                                                       self.device.core_count),
                                        fused_operand_reads(producer, consumer).items())
             cached = (key, profile, self.price(profile).total)
             self._xla_fused[(producer, consumer)] = cached
@@ -418,7 +426,8 @@ class GpuCostModel(CostModel):
     def remember(self, node: Node, profile: KernelProfile) -> None:
         """The grown fusion's flops are its own cost analysis' (XLA revisits it)."""
         super().remember(node, self._with_flops(profile, xla_flops(node),
-                                                kernel_launch(node), self._reads(node)))
+                                                kernel_launch(node, None, self.device.core_count),
+                                                self._reads(node)))
 
     def launch(self, profile: KernelProfile) -> tuple[int, int]:
         """(blocks, threads per block) of the kernel."""
