@@ -87,6 +87,7 @@ from hlofuse.fusion.xla_gpu.gather_scatter_simplifier import GatherSimplifier, S
 from hlofuse.fusion.xla_gpu.gemm_fusion import GemmFusion
 from hlofuse.fusion.xla_gpu.ids import (
     InstructionIds,
+    NoteNamesBeforeLayout,
     NoteRecreatedBroadcasts,
     RecordInstructionIds,
 )
@@ -124,6 +125,7 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          TransposeToBitcast,
                                          SoftmaxRewriterTriton, GemmFusion,
                                          RecordInstructionIds, NoteRecreatedBroadcasts,
+                                         NoteNamesBeforeLayout,
                                          SimplifyFPConversions,
                                          GpuCopyInsertion, CopyFusion,
                                          BatchedGatherScatterNormalizer, GatherSimplifier,
@@ -282,6 +284,7 @@ class Strategy:
         if self.gpu_priority_fusion:
             # XLA's layout assignment and normalisation (xla_gpu/layout_normalization.py),
             # then its CSE, and its simplifier after layout assignment.
+            steps.append(NoteNamesBeforeLayout(ids))
             steps.append(GpuLayoutAssignment())
             steps.append(cse)
             steps.append(DeadCodeElimination())
