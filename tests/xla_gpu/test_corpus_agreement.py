@@ -23,7 +23,10 @@ ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic", "cartpole_fori
 # The rollout corpus (tests/data/rollouts/, JAX's CUDA lowerings), stored as rollout_<env>.
 ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
                             for p in ROLLOUT_CORPUS.glob("*.gpu.hlo")))
-# Measured on the 54 programs (h100; `benchmarks/xla_gpu_agreement.py --jobs 2`): 52 and 51
+# Measured on the 54 programs (h100; `benchmarks/xla_gpu_agreement.py --jobs 2`): 53 and 52
+# since a fused parameter shares its buffer with an output only if it reaches that output
+# (FusionCanShareBufferHint's found_path_to_output, copy_insertion.py:
+# rollout_implicit_pendulum matches kernel for kernel); 52 and 51
 # since XLA's MultiRowReductionFusion launch and GpuHloCostAnalysis's reads of a reduce's
 # initial value (launch_dimensions.py, performance_model.py: rollout_inventory_logged matches
 # kernel for kernel, rollout_reacher_logged reaches XLA's count); 51 and 50
@@ -90,8 +93,8 @@ ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
 # GEMM and normalisation fusions joined xla-gpu (gpu_gemm_fusion.py, gpu_softmax_rewriter.py): 21
 # and 18; before XLA's while-loop simplifier and today's multi-output shape rule: 19 and 16 of the
 # 33 programs without the rollout corpus, 0 of its 8.
-SAME_COUNT = 52
-SAME_GROUPING = 51
+SAME_COUNT = 53
+SAME_GROUPING = 52
 # The programs the Triton fusions brought into agreement (count and grouping). mlp_grad left
 # them while xla-gpu ran horizontal fusion, which joined its loss kernel (`div.1`) with
 # `reduce_sum.54`'s; XLA has no horizontal fusion, and without it mlp_grad agrees again.
@@ -165,7 +168,7 @@ def _assert_agreement(results: dict[str, Comparison], least_count: int,
 # the whole-corpus run pays nothing more for them): what each matches.
 # Each has XLA's kernel count; those marked True its grouping too.
 THIS_ROUND = {"minatar_rollout": True, "rollout_inventory_logged": True,
-              "rollout_reacher_logged": False}
+              "rollout_reacher_logged": False, "rollout_implicit_pendulum": True}
 
 
 @pytest.mark.slow
