@@ -23,7 +23,11 @@ ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic", "cartpole_fori
 # The rollout corpus (tests/data/rollouts/, JAX's CUDA lowerings), stored as rollout_<env>.
 ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
                             for p in ROLLOUT_CORPUS.glob("*.gpu.hlo")))
-# Measured on the 54 programs (h100; `benchmarks/xla_gpu_agreement.py --jobs 2`): 53 and 52
+# Measured on the 54 programs (h100; `benchmarks/xla_gpu_agreement.py --jobs 2`): 53 and 52,
+# unchanged by XLA's ids of a broadcast of a non-scalar constant and of layout normalisation's
+# stages (ids.py), XLA's order of an instruction's users (graph.py, `_drop_user`),
+# HandleReduceWindow's flops and FindNonTrivialHero through any op of one operand
+# (rollout_reacher_logged's priority fusion follows XLA's for 506 rounds, was 7),
 # since a fused parameter shares its buffer with an output only if it reaches that output
 # (FusionCanShareBufferHint's found_path_to_output, copy_insertion.py:
 # rollout_implicit_pendulum matches kernel for kernel); 52 and 51

@@ -1,6 +1,7 @@
-"""XLA's MultiRowReductionFusion launch (`reduction.cc`) and GpuHloCostAnalysis's reads of a
-reduce's initial value (`HandleReduce`), as xla-gpu prices them: HLO text in, launch
-dimensions and XLA's own priority-fusion figures out."""
+"""XLA's MultiRowReductionFusion launch (`reduction.cc`), GpuHloCostAnalysis's reads of a
+reduce's initial value (`HandleReduce`), HloCostAnalysis's reduce-window flops and the hero
+of a reduction to a scalar, as xla-gpu prices them: HLO text in, launch dimensions and XLA's
+own priority-fusion figures out."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hlofuse.fusion.xla_gpu.devices import device
 from hlofuse.fusion.xla_gpu.launch_dimensions import (
     kernel_io_bits,
     kernel_launch,
+    kernel_reduction,
     multi_row_launch,
     reduction_launch,
 )
@@ -20,6 +22,8 @@ from hlofuse.fusion.xla_gpu.performance_model import (
     GpuCostModel,
     duration_ticks,
     operand_reads,
+    reduce_window_count,
+    xla_flops,
 )
 from hlofuse.ir.parser import parse_module
 
@@ -115,3 +119,56 @@ def test_the_distance_is_priced_as_xla_prices_it(producer: str, consumer: str, f
         assert duration_ticks(model.fused_time(first, second)) == round(fused * 4000)
         assert (duration_ticks(model.time(first)) + duration_ticks(model.time(second))
                 == round(unfused * 4000))
+
+
+# rollout_reacher_logged's angle sum (a reduce-window over pairs, padded in front), a scan
+# written as a reduce-window padded on both sides, and the negated total reward.
+WINDOWS = """
+HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY e {
+  a = f32[8,2] parameter(0)
+  zero = f32[] constant(0)
+  pairs = f32[8,2] reduce-window(a, zero), window={size=1x2 pad=0_0x1_0}, to_apply=add
+  c = f32[8,2] cosine(pairs)
+  b = f32[4,8] parameter(1)
+  scan = f32[4,8] reduce-window(b, zero), window={size=1x15 pad=0_0x7_7}, to_apply=add
+  d = f32[8] parameter(2)
+  total = f32[] reduce(d, zero), dimensions={0}, to_apply=add
+  reward = f32[] negate(total)
+  ROOT t = (f32[8,2], f32[4,8], f32[]) tuple(c, scan, reward)
+}
+"""
+
+
+def test_a_reduce_window_applies_its_reducer_once_less_than_its_window() -> None:
+    """HloCostAnalysis::HandleReduceWindow: (window - 1) reductions per output element, 16
+    additions of 7 flops for the pairs; a scan (one windowed dimension padded by its length
+    less one on both sides) output / length + length - 1 = 11. XLA prices the pairs at
+    1.002 us alone and 1.25025 us fused into the cosine (priority-fusion log: 3.49375 us
+    unfused with cos.3 and sin.3, 2.49525 fused)."""
+    with ModuleGraph.from_module(parse_module(WINDOWS)) as graphs, current_xla_rules():
+        entry = graphs.entry
+        assert entry is not None
+        nodes = _nodes(list(entry.nodes))
+        assert reduce_window_count(nodes["pairs"]) == 16
+        assert xla_flops(nodes["pairs"]) == 16 * 7
+        assert reduce_window_count(nodes["scan"]) == 4 + 7
+        model = GpuCostModel(device("h100"))
+        assert duration_ticks(model.time(nodes["pairs"])) == 4008
+        assert duration_ticks(model.fused_time(nodes["pairs"], nodes["c"])) == 5001
+
+
+def test_a_unary_op_on_a_reduction_to_a_scalar_keeps_it_the_hero() -> None:
+    """XLA's FindNonTrivialHero walks through any op of one operand (IsIntermediate), a
+    scalar one too: the negated sum is a reduction kernel, so XLA fuses rollout_reacher_
+    logged's `reduce_sum.39` into `negate.5` (1.00175 us)."""
+    with ModuleGraph.from_module(parse_module(WINDOWS)) as graphs, current_xla_rules():
+        entry = graphs.entry
+        assert entry is not None
+        nodes = _nodes(list(entry.nodes))
+        assert kernel_reduction(nodes["reward"], nodes["total"]) is nodes["total"]

@@ -73,7 +73,10 @@ def hero_reduction(start: Node, outer: Node | None, producer: Node | None) -> No
         if node.op is Op.REDUCE:
             return node if is_contiguous_reduction(node) else None
         if node.op in _INTERMEDIATE or is_elementwise_op(node):
-            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
+            # An op of one operand is XLA's IsIntermediate whatever its shape (the negation
+            # of a sum to a scalar keeps the sum its hero).
+            wide = list(node.operands) if len(node.operands) == 1 else \
+                [o for o in node.operands if not is_effective_scalar(o.shape)]
             if len(wide) != 1:
                 return None
             node = wide[0]

@@ -64,6 +64,7 @@ from hlofuse.fusion.legality.properties import (
 )
 from hlofuse.fusion.xla_gpu.devices import GpuDevice
 from hlofuse.fusion.xla_gpu.launch_dimensions import THREADS_PER_BLOCK, kernel_launch
+from hlofuse.ir.attrs import Window
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import Op
 
@@ -175,13 +176,38 @@ def _elements(node: Node) -> int:
     return sum(leaf.num_elements for leaf in node.shape.leaves() if leaf.is_array)
 
 
+def reduce_window_count(node: Node) -> int:
+    """How often `HloCostAnalysis::HandleReduceWindow` applies the reducer: window elements
+    less one per output element, or, for a scan (one windowed dimension, padded on both
+    sides by one less than the output is long there, the window twice that plus one), the
+    output's other elements plus the scan's length less one."""
+    window = node.attrs["window"]
+    assert isinstance(window, Window)
+    count = math.prod(window.size)
+    out_shape = node.shape.leaves()[0]
+    out = out_shape.num_elements
+    windowed = [d for d, size in enumerate(window.size) if size != 1]
+    padded = [d for d in range(window.rank) if window.pad_low[d] or window.pad_high[d]]
+    if len(windowed) == 1 and len(padded) == 1 and not node.shape.is_tuple:
+        d = windowed[0]
+        low, high = window.pad_low[d], window.pad_high[d]
+        if low and high and low == high and window.size[d] == 2 * low + 1 \
+                and low == out_shape.dims[d] - 1:
+            length = out_shape.dims[d]
+            return out // length + (length - 1)
+    return (count - 1) * out
+
+
 def instruction_flops(node: Node) -> float:
     """XLA's cost-analysis flops of one unfused instruction (all its elements); a reduce
     applies its reducer once per input element beyond the first of each output
-    (`HloCostAnalysis::HandleReduce`)."""
-    if node.op is Op.REDUCE:
+    (`HloCostAnalysis::HandleReduce`), a reduce-window as often as `reduce_window_count`
+    says."""
+    if node.op in (Op.REDUCE, Op.REDUCE_WINDOW):
         reducer = sum(flops_per_element(n) for n in node.calls[0].nodes
                       if n.op is not Op.PARAMETER and is_elementwise_op(n))
+        if node.op is Op.REDUCE_WINDOW:
+            return float(reduce_window_count(node)) * reducer
         out = node.shape.leaves()[0].num_elements
         return float(node.operands[0].shape.num_elements - out) * reducer
     return flops_per_element(node) * _elements(node)

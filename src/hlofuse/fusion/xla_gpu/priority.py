@@ -571,6 +571,10 @@ class GpuPriorityFusion:
             recorder = Recorder(log, self.name)
             model = TritonGpuCostModel(self.description)  # Triton fusions priced as tiled
             changed = False
+            # A producer is fused into its users in the order of its user list, which XLA
+            # permutes as it removes users (graph.py, `_drop_user`): that order decides which
+            # fusion is made first, and so the ids that break later ties.
+            graphs.xla_user_order = True
             for graph in graphs.fusible_graphs():
                 changed |= _GpuPriorityFuser(graph, model, recorder, self.ids).run()
             return (graphs.to_module(), True) if changed else (module, False)
