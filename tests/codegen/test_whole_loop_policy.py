@@ -110,8 +110,10 @@ def test_hidden_layers_are_computed_once_per_step() -> None:
     assert whole_loop.count("tanhf(") <= 3 * POSITIONS_TOGETHER, whole_loop.count("tanhf(")
     assert len(whole_loop.splitlines()) < 2500, len(whole_loop.splitlines())
     # The 64-position sums of the second and third layers are loops over the contracting
-    # positions (one per pass of positions), not written out.
-    assert len(re.findall(r"for \(int c\d+ = 0; c\d+ < 64; \+\+c\d+\)", whole_loop)) == 2
+    # positions (one in the loop over passes of positions, one in a pass of what the passes
+    # leave), not written out.
+    contracting = re.findall(r"for \(int c\d+ = 0; c\d+ < 64; \+\+c\d+\)", whole_loop)
+    assert 2 <= len(contracting) <= 4, contracting
 
 
 def test_policy_rollout_on_the_emulated_cuda_target() -> None:

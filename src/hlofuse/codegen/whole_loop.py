@@ -72,8 +72,8 @@ from hlofuse.codegen.whole_loop_lanes import (
     small_argument_math,
     speculative_math,
 )
-from hlofuse.codegen.whole_loop_materialized import materialized_values
 from hlofuse.codegen.whole_loop_reductions import LANE_UNROLLED_REDUCTION, step_reduction_names
+from hlofuse.codegen.whole_loop_scratch_values import materialized_values, value_lane_dims
 from hlofuse.codegen.whole_loop_uniform_products import uniform_products_in_loops
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -157,7 +157,15 @@ class WholeLoopEmitter(BlockEmission):
         # as index maps write it for dimensions of size 1, so equal values share one local.
         self.lane_index: Expr = cir.Var("e") if self.n > 1 else cir.Int(0)
         self.body = FunctionBody()
-        self.materialized = materialized_values(plan)
+        # A looped element's positions share one mask: its select must pick per lane.
+        self.deferred = {i: d for i, d in deferred_selects(plan).items()
+                         if d.per_lane or plan.elements_per_lane(i) <= LOOPED_ELEMENTS}
+        self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
+        self.speculative = speculative_math(plan, UNROLL_ELEMENTS, self.small_math)
+        self.value_dims = value_lane_dims(plan)
+        self.materialized = materialized_values(
+            plan, {id(d.select): (d.kept, d.predicate) for d in self.deferred.values()},
+            frozenset(id(inst) for inst, _ in self.speculative), self.value_dims)
         self._reserve_names()
         self.inputs, self.outputs = spec.argument_names(self.body.names)
         init = self.loop.operands[0]
@@ -185,11 +193,6 @@ class WholeLoopEmitter(BlockEmission):
         self.table_em._no_hoist = 1
         self.recorded = self._recorded_uniform()
         self.chunk = self._chunk_steps()
-        # A looped element's positions share one mask: its select must pick per lane.
-        self.deferred = {i: d for i, d in deferred_selects(plan).items()
-                         if d.per_lane or plan.elements_per_lane(i) <= LOOPED_ELEMENTS}
-        self.small_math = small_argument_math(plan, UNROLL_ELEMENTS)
-        self.speculative = speculative_math(plan, UNROLL_ELEMENTS, self.small_math)
         self.function: cir.Function | None = None  # the kernel's IR, once emitted
         # The local arrays lane code reads, by name: each lane input's table (its index in
         # plan.lane_inputs) and each per-lane element's state (its element of the loop state).

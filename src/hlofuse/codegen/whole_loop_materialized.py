@@ -1,13 +1,9 @@
-"""Per-lane values lane code reads at many positions, computed once per step.
+"""The loops that compute the values a whole-loop step keeps in the block's scratch.
 
-A product's operand is read once for every position of the product: a policy network's hidden
-layer of 64 values, written out where the next layer's product reads it, would be computed
-again for each of that product's 64 positions (4,096 tanh per lane and step for a 64 x 64
-layer), and the C compiler's time grows with what is written out. Such a value is computed
-once per step into the block's scratch `v<k>[position][lane]`, in a loop over its positions
-with the lanes inside (the lane loop vectorises), before the step's lane loops, which then
-read it from there. It depends on the state the step starts with only, as every value the
-lane loops compute does.
+The values (`whole_loop_scratch_values.py`) are computed once per step into the block's
+scratch `v<k>[position][lane]`, in a loop over their positions with the lanes inside (the lane
+loop vectorises), before the step's lane loops, which then read them from there. Each depends
+on the state the step starts with only, as every value the lane loops compute does.
 
 A product of such a value (more than LANE_SELECTED_READ contracting positions) with a value
 the lanes share (the layer's weights) is itself computed into scratch as a loop nest: for
@@ -16,156 +12,120 @@ that reads the lane's value once and adds it, times each position's weight, to t
 position's sum. The sums keep their order (from +0, ascending, one fused multiply-add per
 position, as `dot_elemental`), so results are those of the written-out form; the loop keeps
 the weights in memory rather than hoisted into registers that spill, about 3x faster on a
-64 x 64 layer. A product with few positions (a value head, a few logits) has few sums a lane,
-each a chain of multiply-adds waiting on the adder: its pass runs over part of the block and
-computes the lanes of the other parts in the same iteration (reading the operand's scratch at
-an offset), so a lane's sum keeps its order and the chains are independent (an output layer of
-one position: 7.7 -> 2.7 ns a lane on Zen 2).
+64 x 64 layer. A pass computes a register tile (`product_tiles.py`): some positions for each
+of some parts of the block, the other parts' lanes read at an offset in the same iteration,
+so each sum is an independent chain (an output layer of one position: 7.7 -> 2.7 ns a lane
+on Zen 2; a 64 x 64 layer 81 -> 101 GFLOP/s).
 """
 
 from __future__ import annotations
 
-from hlofuse.analysis.parallel_loop import LoopPlan
+from collections.abc import Mapping
+
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.dot_elemental import operand_index
 from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index
+from hlofuse.codegen.product_tiles import ProductTile, best_tile
 from hlofuse.codegen.whole_loop_elements import L
-from hlofuse.codegen.whole_loop_lane_code import LANE_SELECTED_READ, SIMD, LaneCode
+from hlofuse.codegen.whole_loop_lane_code import SIMD, LaneCode
+from hlofuse.codegen.whole_loop_scratch_values import (
+    behind_rearranging,
+    looped_product,
+    positions_per_lane,
+)
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 
-# Ops that only rearrange positions: the value behind them is the one worth keeping.
-_REARRANGING = frozenset({Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.COPY})
-# Values that cost nothing to read again (or are read from memory already).
-FREE_TO_READ = frozenset({Op.CONSTANT, Op.IOTA, Op.BROADCAST, Op.PARAMETER, Op.GET_TUPLE_ELEMENT})
-# Positions computed together in one pass over the lanes: a product's sum is a chain of
-# dependent multiply-adds, one position's chain waits on the adder's latency (about four
-# cycles), several positions' chains interleave. The sums keep their order.
+# Positions of a value (not a product) computed together in one pass over the lanes.
 POSITIONS_TOGETHER = 8
 # Lanes a part of the block keeps where a product's pass computes several parts: two vectors
 # of 8 (AVX2) or one of 16 (AVX-512).
 MIN_PART_LANES = 16
 
 
-def materialized_values(plan: LoopPlan) -> list[Instruction]:
-    """The computed per-lane values, in body order, behind a product's operands (through
-    reshapes and transposes) of more than one position per lane: where the product has more
-    than one position per lane (each reads all of it), or where the value has more than
-    UNROLL_ELEMENTS positions (its positions would be written out one by one where the
-    product's sum reads them)."""
-    chosen: set[int] = set()
-    for inst in plan.body.instructions:
-        if inst.op is not Op.DOT or id(inst) not in plan.lane:
-            continue
-        if looped_product(plan, inst):
-            chosen.add(id(inst))
-        many_outputs = positions_per_lane(plan, inst) > 1
-        for operand in inst.operands:
-            value = _behind_rearranging(operand)
-            if id(value) not in plan.lane or value.op in FREE_TO_READ or \
-                    id(value) not in plan.value_lane_dims:
-                continue
-            positions = positions_per_lane(plan, value)
-            if positions > 1 and (many_outputs or positions > UNROLL_ELEMENTS):
-                chosen.add(id(value))
-    return [inst for inst in plan.body.instructions if id(inst) in chosen]
-
-
-def _behind_rearranging(value: Instruction) -> Instruction:
-    """The value a chain of reshapes, transposes and copies reads."""
-    while value.op in _REARRANGING:
-        value = value.operands[0]
-    return value
-
-
-def looped_product(plan: LoopPlan, dot: Instruction) -> bool:
-    """Whether a per-lane product is computed as a loop nest: one contracting dimension of
-    more than LANE_SELECTED_READ positions, no batch dimensions, one operand per lane and
-    the other shared by the lanes."""
-    if (dot.ints("lhs_batch_dims") or len(dot.ints("lhs_contracting_dims")) != 1
-            or id(dot) not in plan.value_lane_dims or not dot.dtype.is_float):
-        return False
-    lhs, rhs = dot.operands
-    if lhs.shape.dims[dot.ints("lhs_contracting_dims")[0]] <= LANE_SELECTED_READ:
-        return False
-    return (id(lhs) in plan.value_lane_dims) != (id(rhs) in plan.value_lane_dims)
-
-
-def positions_per_lane(plan: LoopPlan, inst: Instruction) -> int:
-    """Positions of a lane's part of a value lane code computes (all of a uniform one)."""
-    dim = plan.value_lane_dims.get(id(inst))
-    if dim is None:
-        return inst.shape.num_elements
-    return inst.shape.num_elements // max(1, inst.shape.dims[dim])
-
-
 class MaterializedLanes(LaneCode):
     """The block's scratch of values read at many positions, and the loops computing it."""
 
     materialized: list[Instruction]
+    value_dims: Mapping[int, int]  # by id(), each per-lane value's lane dimension
 
     def _declare_materialized(self) -> None:
         for k, value in enumerate(self.materialized):
             # Every position is written in every step before lane code reads one.
             self.body.declare(self._register_type(value.dtype), f"v{k}",
-                              dims=(positions_per_lane(self.plan, value), self.lanes),
+                              dims=(positions_per_lane(self.plan, value, self.value_dims),
+                                    self.lanes),
                               speculable=True)
 
     def _materialize(self, k: int, value: Instruction) -> None:
-        """The value into its scratch v<k>, POSITIONS_TOGETHER positions per pass with the
-        lanes inside; later reads (the next value's, the lane loops') read the scratch."""
-        body, em = self.body, self.lane_em
-        dim = self.plan.value_lane_dims[id(value)]
+        """The value into its scratch v<k>, a few positions per pass with the lanes inside;
+        later reads (the next value's, the lane loops') read the scratch."""
+        body = self.body
         dims = value.shape.dims
-        positions = positions_per_lane(self.plan, value)
+        dim = self.value_dims[id(value)]
+        positions = positions_per_lane(self.plan, value, self.value_dims)
         # A few positions are written out: in a loop over passes, each read of a small array
         # at the pass's position would be a select over its positions.
         written_out = positions <= UNROLL_ELEMENTS
-        together = positions if written_out else \
-            next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
-        groups = self._lane_groups(value, together)
-        span = self.lanes // groups
-        q = body.fresh("q")
-        with body.cache_scope(), body.loop(q, 0, positions, counter=cir.Special.INT,
-                                           step=together):
-            with self._lane_loop(SIMD) if groups == 1 else \
-                    body.loop("l", 0, span, SIMD, counter=cir.Special.INT):
-                if groups == 1:
-                    self._declare_lane_index()
-                at: list[Expr] = [cir.Int(u) if written_out else
-                                  cir.Var(q) if u == 0 else
-                                  Binary("+", cir.Var(q), cir.Int(u))
-                                  for u in range(together)]
-                indices = [self._index_at(dims, dim, position) for position in at]
-                if value.op is Op.DOT and looped_product(self.plan, value):
-                    grouped = self._looped_sums(value, indices, groups)
-                else:
-                    grouped = [[em.array_value(value, index) for index in indices]]
-                for g, values in enumerate(grouped):
-                    lane = L if g == 0 else Binary("+", L, cir.Int(g * span))
-                    for position, computed in zip(at, values):
-                        body.assign(cir.load(f"v{k}", position, lane), computed)
-        em.bindings[id(value)] = self._lane_reader(f"v{k}", value.dtype, dims, dim)
+        tile = self._product_tile(value, positions)
+        if tile is None:
+            together = positions if written_out else \
+                next(u for u in (POSITIONS_TOGETHER, 4, 2, 1) if positions % u == 0)
+            tile = ProductTile(together, 1)
+        looped = 0 if written_out else positions - positions % tile.positions
+        if looped:
+            q = body.fresh("q")
+            with body.cache_scope(), body.loop(q, 0, looped, counter=cir.Special.INT,
+                                               step=tile.positions):
+                self._materialize_pass(k, value, [
+                    cir.Var(q) if u == 0 else Binary("+", cir.Var(q), cir.Int(u))
+                    for u in range(tile.positions)], tile.parts)
+        # What the loop leaves (or every position, written out): passes at known positions.
+        for first in range(looped, positions, tile.positions):
+            with body.cache_scope(), body.braces():
+                self._materialize_pass(k, value, [
+                    cir.Int(u) for u in range(first, min(positions, first + tile.positions))],
+                    tile.parts)
+        self.lane_em.bindings[id(value)] = self._lane_reader(f"v{k}", value.dtype, dims, dim)
 
-    def _lane_groups(self, value: Instruction, together: int) -> int:
-        """Parts of the block a pass computes together, one lane of each an iteration: a
-        product with few positions a pass is few chains of dependent multiply-adds a lane (an
-        output layer of one to three), each waiting on the adder; the lanes of other parts,
-        read at an offset, are independent chains. Only where the product's per-lane operand
-        is a materialised value (its reads take the offset) and each part keeps
-        MIN_PART_LANES lanes to vectorise over."""
+    def _materialize_pass(self, k: int, value: Instruction, at: list[Expr],
+                          groups: int) -> None:
+        """One pass: the value at positions `at` for every lane, `groups` parts of the block
+        an iteration."""
+        body, em = self.body, self.lane_em
+        dims = value.shape.dims
+        dim = self.value_dims[id(value)]
+        span = self.lanes // groups
+        with self._lane_loop(SIMD) if groups == 1 else \
+                body.loop("l", 0, span, SIMD, counter=cir.Special.INT):
+            if groups == 1:
+                self._declare_lane_index()
+            indices = [self._index_at(dims, dim, position) for position in at]
+            if value.op is Op.DOT and looped_product(self.plan, value):
+                grouped = self._looped_sums(value, indices, groups)
+            else:
+                grouped = [[em.array_value(value, index) for index in indices]]
+            for g, values in enumerate(grouped):
+                lane = L if g == 0 else Binary("+", L, cir.Int(g * span))
+                for position, computed in zip(at, values):
+                    body.assign(cir.load(f"v{k}", position, lane), computed)
+
+    def _product_tile(self, value: Instruction, positions: int) -> ProductTile | None:
+        """The register tile of a looped product whose per-lane operand is a materialised
+        value (its reads take a part's offset): the one of `best_tile` over the parts the
+        block splits into, each keeping MIN_PART_LANES lanes to vectorise over."""
         if value.op is not Op.DOT or not looped_product(self.plan, value):
-            return 1
-        operand = _behind_rearranging(
+            return None
+        operand = behind_rearranging(
             next(o for o in value.operands if id(o) in self.plan.value_lane_dims))
         if not any(m is operand for m in self.materialized):
-            return 1
-        groups = 1
-        while (together * groups * 2 <= POSITIONS_TOGETHER and self.lanes % (groups * 2) == 0
-               and self.lanes // (groups * 2) >= MIN_PART_LANES):
-            groups *= 2
-        return groups
+            return None
+        most_parts = 1
+        while self.lanes % (most_parts * 2) == 0 and \
+                self.lanes // (most_parts * 2) >= MIN_PART_LANES:
+            most_parts *= 2
+        return best_tile(positions, most_parts)
 
     def _looped_sums(self, dot: Instruction, outputs: list[Index],
                      groups: int = 1) -> list[list[Expr]]:

@@ -24,7 +24,7 @@ from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.dot_elemental import operand_index
 from hlofuse.codegen.elemental import ElementalEmitter
 from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, Index, Value
-from hlofuse.codegen.whole_loop_materialized import FREE_TO_READ
+from hlofuse.codegen.whole_loop_scratch_values import FREE_TO_READ
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 
