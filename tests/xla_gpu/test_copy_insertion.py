@@ -216,3 +216,33 @@ def test_only_the_hero_reduction_of_a_reduction_kernel_reads_before_the_writes()
     (rollout_reacher_logged's state element 3, as XLA copies it)."""
     assert copies(_reduction_kernel_loop("rx, ry, neg")) == {"main": 1}
     assert copies(_reduction_kernel_loop("ry, rx, neg")) == {"main": 1, "body": 1}
+
+
+def _two_output_loop(first: str) -> str:
+    """The loop with x1 the output `first` of a two-output loop kernel whose other output,
+    y1, reads x (rollout_implicit_pendulum's `loop_select_fusion.1`: the new angle, from the
+    inner solver's result, and the new velocity, from the old angle)."""
+    kernel = f"""
+fused_two {{
+  fx = f32[4] parameter(0)
+  fy = f32[4] parameter(1)
+  step = f32[4] subtract(fy, fx)
+  grown = f32[4] exponential(fy)
+  ROOT outs = (f32[4], f32[4]) tuple({first})
+}}
+"""
+    update = """f = (f32[4], f32[4]) fusion(x, y), kind=kLoop, calls=fused_two
+  x1 = f32[4] get-tuple-element(f), index=0
+  y1 = f32[4] get-tuple-element(f), index=1"""
+    text = loop_module(update=update).replace("tuple(i1, x1, y)", "tuple(i1, x1, y1)")
+    return text.replace("HloModule loop\n", "HloModule loop\n" + kernel)
+
+
+def test_an_output_that_does_not_read_the_old_state_cannot_take_its_buffer() -> None:
+    """GPU `FusionCanShareBufferHint` returns `found_path_to_output`: a fused parameter may
+    share its buffer with an output only if it reaches that output. x1 (output 0) does not
+    read x, which output 1 reads: x1 is copied each iteration (XLA's `copy.28` of
+    rollout_implicit_pendulum). Where x1 is computed from x element by element, it takes
+    x's buffer."""
+    assert copies(_two_output_loop("grown, step")) == {"main": 2, "body": 1}
+    assert copies(_two_output_loop("step, grown")) == {"main": 2}

@@ -23,7 +23,19 @@ ROLLOUTS = ("cartpole_rollout", "cartpole_rollout_deterministic", "cartpole_fori
 # The rollout corpus (tests/data/rollouts/, JAX's CUDA lowerings), stored as rollout_<env>.
 ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
                             for p in ROLLOUT_CORPUS.glob("*.gpu.hlo")))
-# Measured on the 54 programs (h100; `benchmarks/xla_gpu_agreement.py --jobs 2`): 50 and 49
+# Measured on the 54 programs (h100; `benchmarks/xla_gpu_agreement.py --jobs 2`): 53 and 52,
+# unchanged by XLA's ids of a broadcast of a non-scalar constant and of layout normalisation's
+# stages (ids.py), XLA's order of an instruction's users (graph.py, `_drop_user`),
+# HandleReduceWindow's flops and FindNonTrivialHero through any op of one operand
+# (rollout_reacher_logged's priority fusion follows XLA's for 506 rounds, was 7),
+# since a fused parameter shares its buffer with an output only if it reaches that output
+# (FusionCanShareBufferHint's found_path_to_output, copy_insertion.py:
+# rollout_implicit_pendulum matches kernel for kernel); 52 and 51
+# since XLA's MultiRowReductionFusion launch and GpuHloCostAnalysis's reads of a reduce's
+# initial value (launch_dimensions.py, performance_model.py: rollout_inventory_logged matches
+# kernel for kernel, rollout_reacher_logged reaches XLA's count); 51 and 50
+# since XLA's simplifier merges a reduce of a reduce (reduce_merger.py: minatar_rollout's board
+# sum is one reduction, priced as XLA prices it, and matches kernel for kernel); 50 and 49
 # since the loop emitter's launch of a variadic reduce is one thread per element of its first
 # result (launch_dimensions.py; rollout_mountain_car_mlp and rollout_acrobot_mlp match kernel
 # for kernel); 48 and 47 since xla-gpu gives the instructions XLA re-creates XLA's ids
@@ -85,8 +97,8 @@ ROLLOUT_ENVS = tuple(sorted(f"rollout_{p.name.removesuffix('.gpu.hlo')}"
 # GEMM and normalisation fusions joined xla-gpu (gpu_gemm_fusion.py, gpu_softmax_rewriter.py): 21
 # and 18; before XLA's while-loop simplifier and today's multi-output shape rule: 19 and 16 of the
 # 33 programs without the rollout corpus, 0 of its 8.
-SAME_COUNT = 50
-SAME_GROUPING = 49
+SAME_COUNT = 53
+SAME_GROUPING = 52
 # The programs the Triton fusions brought into agreement (count and grouping). mlp_grad left
 # them while xla-gpu ran horizontal fusion, which joined its loss kernel (`div.1`) with
 # `reduce_sum.54`'s; XLA has no horizontal fusion, and without it mlp_grad agrees again.
@@ -159,8 +171,8 @@ def _assert_agreement(results: dict[str, Comparison], least_count: int,
 # The programs this round brought to XLA's count or grouping (their comparisons are cached, so
 # the whole-corpus run pays nothing more for them): what each matches.
 # Each has XLA's kernel count; those marked True its grouping too.
-THIS_ROUND = {"env_class_rollout": True, "rollout_mountain_car_mlp": True,
-              "rollout_acrobot_mlp": True}
+THIS_ROUND = {"minatar_rollout": True, "rollout_inventory_logged": True,
+              "rollout_reacher_logged": False, "rollout_implicit_pendulum": True}
 
 
 @pytest.mark.slow

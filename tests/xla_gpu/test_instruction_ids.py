@@ -103,3 +103,58 @@ def test_a_variadic_reduce_ranks_after_every_other_instruction(
     by_name = {node.name: rank for node, rank in order.items()}
     assert by_name["r"] == max(by_name.values())
     assert by_name["e"] < by_name["n"] < by_name["r"]
+
+
+# rollout_reacher_logged's shapes: `limits` broadcasts a constant of two elements (an op of
+# the text, `max.9` in XLA, id 867 of 1078), `half` a scalar one (a splat constant: its
+# broadcast comes right after the constant); a reshape that is a bitcast, a Threefry uniform's
+# bitcast-convert of one width, and an add that reads each.
+STAGES = """
+HloModule m
+ENTRY e {
+  x = f32[8,2] parameter(0)
+  bits = u32[8,2] parameter(1)
+  v = f32[16] parameter(2)
+  c = f32[2] constant({0.2, -3.14})
+  limits = f32[8,2] broadcast(c), dimensions={1}
+  h = f32[] constant(0.5)
+  half = f32[8,2] broadcast(h), dimensions={}
+  clipped = f32[8,2] maximum(x, limits)
+  scaled = f32[8,2] multiply(clipped, half)
+  u = f32[8,2] bitcast-convert(bits)
+  from_u = f32[8,2] add(u, scaled)
+  r = f32[8,2] reshape(v)
+  from_r = f32[8,2] add(r, from_u)
+  ROOT t = (f32[8,2], f32[8,2]) tuple(from_r, limits)
+}
+"""
+
+
+def test_only_a_splat_constants_broadcast_ranks_with_the_constants() -> None:
+    ids = InstructionIds()
+    ids.record(parse_module(STAGES))
+    assert ids.ranks["half"] == ids.ranks["h"] + 1
+    assert ids.ranks["limits"] > ids.ranks["x"] and ids.ranks["limits"] > ids.ranks["half"]
+    assert ids.ranks["limits"] < ids.ranks["clipped"]
+
+
+def test_layout_normalisations_bitcasts_rank_in_xlas_stages(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reshape the module had is ReshapeDecomposer's bitcast (stage 1); the bitcast the
+    simplifier makes of the bitcast-convert after layout normalisation comes after it
+    (stage 3), as XLA's `bitcast.52` (1071) follows `bitcast.3`-`bitcast.27` (1047-1069) in
+    rollout_reacher_logged."""
+    orders: list[dict[Node, int]] = []
+    init = gpu_priority._GpuPriorityFuser.__init__
+
+    def recording(self: gpu_priority._GpuPriorityFuser, *args: object,
+                  **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        orders.append(dict(self.order))
+
+    monkeypatch.setattr(gpu_priority._GpuPriorityFuser, "__init__", recording)
+    run_strategy(parse_module(STAGES), "xla-gpu+device=h100", debug=True)
+    (order,) = [o for o in orders if any(n.name == "r" for n in o)]
+    by_name = {node.name: rank for node, rank in order.items()}
+    (made,) = [n for n in by_name if n.startswith("bitcast")]
+    assert by_name["from_r"] < by_name["r"] < by_name[made]

@@ -87,6 +87,7 @@ from hlofuse.fusion.xla_gpu.gather_scatter_simplifier import GatherSimplifier, S
 from hlofuse.fusion.xla_gpu.gemm_fusion import GemmFusion
 from hlofuse.fusion.xla_gpu.ids import (
     InstructionIds,
+    NoteNamesBeforeLayout,
     NoteRecreatedBroadcasts,
     RecordInstructionIds,
 )
@@ -94,6 +95,7 @@ from hlofuse.fusion.xla_gpu.layout import TransposeToBitcast
 from hlofuse.fusion.xla_gpu.layout_normalization import GpuLayoutAssignment
 from hlofuse.fusion.xla_gpu.multi_output import GpuMultiOutputFusion
 from hlofuse.fusion.xla_gpu.priority import GpuPriorityFusion
+from hlofuse.fusion.xla_gpu.reduce_merger import ReduceMerger
 from hlofuse.fusion.xla_gpu.scatter_expander import ScatterExpander
 from hlofuse.fusion.xla_gpu.softmax_rewriter import SoftmaxRewriterTriton
 from hlofuse.fusion.xla_gpu.transpose_folding import TransposeFolding
@@ -123,10 +125,12 @@ FUSION_PASSES: tuple[type[Pass], ...] = (InstructionFusion, FusionMerger, MultiO
                                          TransposeToBitcast,
                                          SoftmaxRewriterTriton, GemmFusion,
                                          RecordInstructionIds, NoteRecreatedBroadcasts,
+                                         NoteNamesBeforeLayout,
                                          SimplifyFPConversions,
                                          GpuCopyInsertion, CopyFusion,
                                          BatchedGatherScatterNormalizer, GatherSimplifier,
-                                         ScatterSimplifier, ScatterExpander, *GPU_LOOP_PASSES)
+                                         ScatterSimplifier, ScatterExpander, ReduceMerger,
+                                         *GPU_LOOP_PASSES)
 # Every pass `hlofuse opt -p` knows.
 ALL_PASSES: tuple[type[Pass], ...] = PASSES + FUSION_PASSES
 
@@ -260,8 +264,10 @@ class Strategy:
             steps.append(FixedPoint(tidy, label="after unrolling"))
         if self.gpu_priority_fusion:  # XLA's while-loop simplifier (xla_gpu/while_simplify.py)
             # GatherSimplifier and ScatterSimplifier open XLA's simplification pipeline, the
-            # ScatterExpander of scatters of one index right after them.
-            canonical = (GatherSimplifier(ids), ScatterSimplifier(ids), ScatterExpander(ids))
+            # ScatterExpander of scatters of one index right after them; the simplifier's
+            # merge of a reduce of a reduce (xla_gpu/reduce_merger.py) in the fixed point.
+            canonical = (GatherSimplifier(ids), ScatterSimplifier(ids), ScatterExpander(ids),
+                         ReduceMerger(ids))
             steps.append(FixedPoint(noting(canonical + GPU_LOOP_SIMPLIFICATION + tidy),
                                     label="while loops"))
             # XLA's TransposeFolding right after its simplification pipeline.
@@ -278,6 +284,7 @@ class Strategy:
         if self.gpu_priority_fusion:
             # XLA's layout assignment and normalisation (xla_gpu/layout_normalization.py),
             # then its CSE, and its simplifier after layout assignment.
+            steps.append(NoteNamesBeforeLayout(ids))
             steps.append(GpuLayoutAssignment())
             steps.append(cse)
             steps.append(DeadCodeElimination())

@@ -64,6 +64,7 @@ BATCHED_GATHER_SCATTER = "batched-gather-scatter-normalizer"
 GATHER_SIMPLIFIER = "gather-simplifier"
 SCATTER_SIMPLIFIER = "scatter-simplifier"
 SCATTER_EXPANDER = "scatter-expander"
+REDUCE_MERGER = "reduce-merger"
 _WHILE_SIMPLIFIER_CC = "xla/hlo/transforms/simplifiers/while_loop_simplifier.cc"
 
 # Rules every vertical fusion pass applies through the shared legality checks (rules.py).
@@ -508,6 +509,12 @@ CATALOGUE: tuple[Rule, ...] = (
           "validity check folded away as XLA's later passes fold them)",
           "xla/service/scatter_expander.cc: ScatterExpander::ExpandInstruction, "
           "ScatterLoopBody (kEliminateSimpleScatters); AlgebraicSimplifierVisitor::HandleMap"),
+    _rule("reduce-of-reduce", REDUCE_MERGER,
+          "a reduce of a reduce with an identical initial value and an equivalent reducer "
+          "became one reduce over both reduces' dimensions",
+          "xla/hlo/transforms/simplifiers/algebraic_simplifier.cc: "
+          "AlgebraicSimplifierVisitor::HandleReduce, MergeReduces, "
+          "ReductionComputationsEquivalent"),
     _rule("dot-to-reduce", DOT_STRENGTH_REDUCTION,
           "a small dot with a vector operand became a multiply and a reduce",
           "xla/backends/gpu/transforms/dot_strength_reduction.cc: "

@@ -263,10 +263,25 @@ class Graph:
 
     # --- rewriting ------------------------------------------------------------------
 
+    def _drop_user(self, operand: Node, user: Node) -> None:
+        """`user` no longer reads `operand`. Under the module's `xla_user_order` the last of
+        `operand`'s users takes `user`'s place (XLA's `Users::RemoveUser` swaps it there)."""
+        users = operand.users
+        if user not in users:
+            return
+        if not self.module.xla_user_order:
+            del users[user]
+            return
+        order = list(users)
+        last = order.pop()
+        if last is not user:
+            order[order.index(user)] = last
+        operand.users = dict.fromkeys(order)
+
     def remove_operand_at(self, node: Node, index: int) -> None:
         old = node.operands.pop(index)
         if old not in node.operands:
-            old.users.pop(node, None)
+            self._drop_user(old, node)
         self.version += 1
 
     def replace_operand(self, user: Node, index: int, new: Node) -> None:
@@ -274,7 +289,7 @@ class Graph:
         user.operands[index] = new
         new.users[user] = None
         if old not in user.operands:
-            old.users.pop(user, None)
+            self._drop_user(old, user)
         self.version += 1
 
     def replace_uses(self, old: Node, new: Node, exclude: Node | None = None) -> None:
@@ -299,8 +314,8 @@ class Graph:
     def remove(self, node: Node) -> None:
         assert not node.users, f"%{node.name} still has users {list(node.users)}"
         assert node is not self._root, f"cannot remove the root %{node.name}"
-        for operand in set(node.operands):
-            operand.users.pop(node, None)
+        for operand in dict.fromkeys(node.operands):
+            self._drop_user(operand, node)
         node.operands = []
         node.memo = {}  # analyses of a fusion refer back to it: a cycle the node would keep
         del self.nodes[node]

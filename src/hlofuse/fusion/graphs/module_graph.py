@@ -33,6 +33,10 @@ class ModuleGraph:
         self.entry: Graph | None = None
         self.names = NameUniquer(bare_first=True)
         self.computation_names = NameUniquer(bare_first=True)
+        # Whether removing a user moves the last user into its place, as XLA's
+        # HloInstruction::Users::RemoveUser does (the order XLA's priority fusion visits a
+        # producer's users in); off, removal keeps the order of the others.
+        self.xla_user_order = False
 
     @staticmethod
     def from_module(module: Module) -> ModuleGraph:

@@ -100,31 +100,44 @@ def reduction_hero(fused: Computation) -> Instruction | None:
     return None
 
 
-def _reads_in_output_order(parameter: Instruction, fused: Computation) -> bool:
-    """Every path from a fused parameter to the fusion's outputs reads it at the element it
-    writes: element-wise ops and bitcasts, or the hero reduction of a reduction kernel, which
+def _reads_in_output_order(parameter: Instruction, fused: Computation,
+                           output: int | None) -> bool:
+    """The fused parameter reaches the fusion's output `output` (its root, or the root
+    tuple's element), and every path from it reads it at the element it writes: element-wise
+    ops and bitcasts up to the root tuple, or the hero reduction of a reduction kernel, which
     the reduction emitter computes before it writes any output (GPU
-    `FusionCanShareBufferHint`, `xla/service/gpu/buffer_sharing.cc`). Another reduction of
-    the kernel is no exception: its reads may come after the shared output's writes."""
+    `FusionCanShareBufferHint`, `xla/service/gpu/buffer_sharing.cc`: a breadth-first walk
+    from the parameter that stops below the hero reduction, and `found_path_to_output`).
+    Another reduction of the kernel is no exception: its reads may come after the shared
+    output's writes. A parameter read only for another output cannot share: the fusion
+    would overwrite it while another output still reads it (rollout_implicit_pendulum's
+    `loop_select_fusion.1` reads the old angle for the velocity, output 1, and writes the
+    new angle, output 0: XLA copies the new angle, `copy.28`)."""
     first_reduction = reduction_hero(fused)
+    target = fused.root
+    if target.op is Op.TUPLE:
+        target = target.operands[output if output is not None else 0]
     users: dict[Instruction, list[Instruction]] = {}
     for inst in fused.instructions:
         for operand in inst.operands:
             users.setdefault(operand, []).append(inst)
-    stack, seen = [parameter], {parameter}
-    while stack:
-        for user in users.get(stack.pop(), ()):
-            if user is first_reduction:
-                continue
+    queue, seen, found = [parameter], {parameter}, False
+    while queue:
+        inst = queue.pop(0)
+        found |= inst is target
+        if inst is first_reduction:
+            continue
+        for user in users.get(inst, ()):
+            if user not in seen:
+                seen.add(user)
+                queue.append(user)
             elementwise = (user.op.definition.kind is OpKind.ELEMENTWISE
                            and user.shape.dims == parameter.shape.dims)
             bitcast = user.op is Op.BITCAST or (user.op is Op.RESHAPE and is_free(user))
-            if user.op is not Op.TUPLE and not elementwise and not bitcast:
+            if (user.op is not Op.TUPLE and not elementwise and not bitcast
+                    and user is not first_reduction):
                 return False
-            if user not in seen:
-                seen.add(user)
-                stack.append(user)
-    return True
+    return found
 
 
 def can_share(writer: Instruction, operand_number: int, output: int | None) -> bool:
@@ -143,7 +156,7 @@ def can_share(writer: Instruction, operand_number: int, output: int | None) -> b
         fused = writer.calls[0]
         parameter = next(i for i in fused.instructions
                          if i.op is Op.PARAMETER and i.parameter_number == operand_number)
-        return _reads_in_output_order(parameter, fused)
+        return _reads_in_output_order(parameter, fused, output)
     return writer.op.definition.kind is OpKind.ELEMENTWISE
 
 

@@ -18,7 +18,10 @@ each `HloInstructionProto` carries its `id`) for the 42 programs of `tests/data/
   constants, which MLIR keeps at the start of a block, in the order of the number the name
   uniquer gave them (`constant.N`), a splat constant as a scalar constant followed by its
   broadcast; then every other instruction in the order of the text (XLA prints a post
-  order), the get-tuple-elements of a multi-output instruction right after it.
+  order), the get-tuple-elements of a multi-output instruction right after it. A broadcast
+  of a constant of rank 1 or more is an op of the text (`broadcast_in_dim`), not a splat:
+  `rollout_reacher_logged`'s `max.9`, a broadcast of the constant `f32[2]` `constant.164`,
+  has XLA's id 867 in text order, the constant 15.
 
 This agrees with XLA's ids on every computation of 35 of the 42 programs; in the other 7 one
 computation each differs in a few places, where XLA's printed post order is not the order of
@@ -40,6 +43,15 @@ hlofuse's passes keep the instruction:
 - `ReductionLayoutNormalizer` (`reduction_layout_normalizer.cc`, `HandleReduce`, run after
   the Triton GEMM rewriter) replaces every reduce of more than one input by a new one: such
   reduces rank last (`variadic_reduce`).
+
+Layout normalisation's pipeline (`gpu_compiler.cc`) creates the rest in three steps, read
+from XLA's proto dump of `rollout_reacher_logged` (ids 1044-1076 at priority fusion's entry):
+its `ReshapeDecomposer` first makes every reshape the module had that is a bitcast a new
+bitcast, in post order; then `LayoutNormalization` creates the instructions it rewrites over
+physical shapes (`concatenate.1`, 1070); then the layout-sensitive simplifier makes bitcasts of
+the same-width bitcast-converts (`HandleBitcastConvert`) and of the reshapes normalisation
+made, in post order (the Threefry uniform's `bitcast.52`, 1071, after the concatenate).
+`NoteNamesBeforeLayout` notes the names layout assignment gets, which tells the three apart.
 """
 
 from __future__ import annotations
@@ -76,7 +88,8 @@ def creation_order(computation: Computation) -> list[Instruction]:
             if operand.op is Op.PARAMETER:
                 return (1, operand.parameter_number, index, position[inst])
             return (3, position[operand], 1 + index, position[inst])
-        if operand is not None and inst.op is Op.BROADCAST and operand.op is Op.CONSTANT:
+        if (operand is not None and inst.op is Op.BROADCAST and operand.op is Op.CONSTANT
+                and operand.shape.rank == 0):
             return (2, _uniquer_number(operand), 1, position[inst])
         return (3, position[inst], 0, 0)
 
@@ -107,6 +120,9 @@ class InstructionIds:
 
     ranks: dict[str, int] = field(default_factory=dict)
     recreated: dict[str, int] = field(default_factory=dict)
+    # The names of the module as layout assignment got it (`NoteNamesBeforeLayout`); None
+    # until noted.
+    before_layout: frozenset[str] | None = None
     # What each broadcast read when the last record or note saw it: the names it would read
     # with its operand folded into it (`_foldable_sources`).
     broadcast_sources: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -115,6 +131,7 @@ class InstructionIds:
         self.ranks.clear()
         self.recreated.clear()
         self.broadcast_sources.clear()
+        self.before_layout = None
         for computation in module.computations:
             for rank, inst in enumerate(creation_order(computation)):
                 self.ranks.setdefault(inst.name, rank)
@@ -163,4 +180,18 @@ class NoteRecreatedBroadcasts:
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         self.ids.note(module)
+        return module, False
+
+
+@dataclass(frozen=True, slots=True)
+class NoteNamesBeforeLayout:
+    """Notes in `ids` the names of the module layout assignment is about to get: what
+    layout normalisation and the passes after it create is not among them (module
+    docstring); changes nothing."""
+
+    name: ClassVar[str] = "note-names-before-layout"
+    ids: InstructionIds = field(default_factory=InstructionIds, compare=False)
+
+    def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
+        self.ids.before_layout = frozenset(i.name for i in module.all_instructions())
         return module, False

@@ -18,7 +18,9 @@ from hlofuse.fusion.legality.properties import (
     is_elementwise_op,
     reduction_dimensions,
 )
+from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
 from hlofuse.ir.ops import Op
+from hlofuse.ir.shapes import Shape
 
 THREADS_PER_BLOCK = 128  # EstimateFusionLaunchDimensions' fallback estimate
 
@@ -30,6 +32,8 @@ MIN_THREADS_X_ROW_REDUCTION = 1024
 ROW_TILE_X = 16
 RACE_FREE_BOUND = 8
 THREADS_PER_BLOCK_TARGET = 256
+# The cores of the default device, for callers that name none.
+DEFAULT_CORE_COUNT = device(DEFAULT_DEVICE).core_count
 # Ops a kernel walks through to find its hero (FindNonTrivialHero): they keep the index space.
 _INTERMEDIATE = frozenset({Op.BITCAST, Op.RESHAPE, Op.COPY})
 
@@ -69,7 +73,10 @@ def hero_reduction(start: Node, outer: Node | None, producer: Node | None) -> No
         if node.op is Op.REDUCE:
             return node if is_contiguous_reduction(node) else None
         if node.op in _INTERMEDIATE or is_elementwise_op(node):
-            wide = [o for o in node.operands if not is_effective_scalar(o.shape)]
+            # An op of one operand is XLA's IsIntermediate whatever its shape (the negation
+            # of a sum to a scalar keeps the sum its hero).
+            wide = list(node.operands) if len(node.operands) == 1 else \
+                [o for o in node.operands if not is_effective_scalar(o.shape)]
             if len(wide) != 1:
                 return None
             node = wide[0]
@@ -89,15 +96,16 @@ def kernel_reduction(consumer: Node, producer: Node | None = None) -> Node | Non
     return None
 
 
-def kernel_launch(consumer: Node, producer: Node | None = None) -> tuple[int, int] | None:
+def kernel_launch(consumer: Node, producer: Node | None = None,
+                  core_count: int = DEFAULT_CORE_COUNT) -> tuple[int, int] | None:
     """(blocks, threads per block) of `consumer`'s kernel (with `producer` fused into it)
     when its emitter, not the loop emitter's estimate, decides them: a tiled reduction hero
-    (`reduction_launch`), a concatenate hero (`concatenate_launch`), dynamic-update-slice
-    outputs (`kernel_dynamic_update_slice`), or a first output of several arrays (a variadic
-    reduce the loop emitter runs)."""
+    (`reduction_launch`, on a device of `core_count` cores), a concatenate hero
+    (`concatenate_launch`), dynamic-update-slice outputs (`kernel_dynamic_update_slice`), or
+    a first output of several arrays (a variadic reduce the loop emitter runs)."""
     reduction = kernel_reduction(consumer, producer)
     if reduction is not None:
-        return reduction_launch(reduction)
+        return reduction_launch(reduction, kernel_io_bits(consumer, producer), core_count)
     concatenate = kernel_concatenate(consumer, producer)
     if concatenate is not None:
         return concatenate_launch(concatenate)
@@ -278,9 +286,81 @@ def concatenate_launch(hero: Node) -> tuple[int, int]:
     return loop_launch(largest.shape.num_elements)
 
 
-def reduction_launch(hero: Node) -> tuple[int, int]:
-    """(blocks, threads per block) the reduction emitter launches for `hero`
-    (MlirRowReductionFusion, MlirColumnReductionFusion; vectorised loads not modelled)."""
+# HloFusionAnalysis's SmallestBitWidth of no arrays (std::numeric_limits<int>::max()).
+NO_ARRAY_BITS = 2**31 - 1
+
+
+def _smallest_bits(shapes: list[Shape]) -> int:
+    """SmallestBitWidth (hlo_fusion_analysis.cc): the narrowest element type of the array
+    shapes (a pred counts 8 bits; tuple shapes are skipped)."""
+    return min((shape.dtype.bits for shape in shapes if shape.is_array), default=NO_ARRAY_BITS)
+
+
+def kernel_io_bits(consumer: Node, producer: Node | None = None) -> tuple[int, int]:
+    """HloFusionAnalysis's InputOutputInfo of `consumer`'s kernel (with `producer` fused into
+    it): the smallest element width of its parameters (the operands from outside the kernel)
+    and of its outputs."""
+    inputs = list(producer.operands) if producer is not None else []
+    inputs += [o for o in consumer.operands if o is not producer and not (
+        producer is not None and o.op is Op.GET_TUPLE_ELEMENT and o.operands[0] is producer)]
+    return (_smallest_bits([o.shape for o in dict.fromkeys(inputs)]),
+            _smallest_bits([root.shape for root in fusion_roots(consumer)]))
+
+
+# MultiRowReductionFusion: the threads per block it aims for; its vector loads are at most
+# 64 bits of the narrowest type, 128 bits when some input or output is 32 bits or wider.
+MULTI_ROW_VECTOR_BITS = 64
+MULTI_ROW_WIDE_VECTOR_BITS = 128
+
+
+def _multi_row_threads(kept: int, minor: int, vector: int) -> tuple[int, int]:
+    """MultiRowReductionFusion::GetNumThreads: (rows, threads per row) of a block."""
+    per_row = minor // vector
+    rows = kept if kept * per_row <= THREADS_PER_BLOCK_TARGET \
+        else THREADS_PER_BLOCK_TARGET // per_row
+    return rows, per_row
+
+
+def multi_row_launch(hero: Node, io_bits: tuple[int, int],
+                     core_count: int) -> tuple[int, int] | None:
+    """(blocks, threads per block) of MultiRowReductionFusion (`reduction.cc`,
+    `MultiRowReductionFusion::TryCreate`), which XLA's `CreateReductionFusion` tries first
+    for a row reduction: rows of a power-of-two length that a warp reduces with vector
+    loads, several rows per block; the vector shrinks while there are fewer blocks than
+    cores. None where it does not apply (the row emitter runs)."""
+    dims = reduction_dimensions(hero.operands[0].shape, tuple(hero.ints("dimensions")))
+    _, kept, minor = dims.dimensions
+    if not dims.is_row_reduction or minor < 1 or minor & (minor - 1):
+        return None
+    smallest_input, smallest_output = io_bits
+    smallest = min(smallest_input, smallest_output)
+    largest = max(smallest_input, smallest_output)
+    if largest == NO_ARRAY_BITS:
+        largest = smallest_output
+    vector = min(minor, MULTI_ROW_VECTOR_BITS // smallest)
+    if largest >= 32:
+        vector = min(MULTI_ROW_WIDE_VECTOR_BITS // largest, vector)
+    if minor > WARP_SIZE * vector:
+        return None
+    while vector > 1 and math.ceil(
+            kept / _multi_row_threads(kept, minor, vector)[0]) < core_count:
+        vector //= 2
+    if minor > WARP_SIZE * vector:
+        return None
+    rows, per_row = _multi_row_threads(kept, minor, vector)
+    return math.ceil(kept / rows), rows * per_row
+
+
+def reduction_launch(hero: Node, io_bits: tuple[int, int] = (32, 32),
+                     core_count: int = DEFAULT_CORE_COUNT) -> tuple[int, int]:
+    """(blocks, threads per block) the reduction emitter launches for `hero` in a kernel
+    whose inputs and outputs are `io_bits` wide at the narrowest (`kernel_io_bits`), on a
+    device of `core_count` cores: MultiRowReductionFusion where it applies
+    (`multi_row_launch`), else the row or column reduction emitter (vectorised loads not
+    modelled)."""
+    multi_row = multi_row_launch(hero, io_bits, core_count)
+    if multi_row is not None:
+        return multi_row
     dims = reduction_dimensions(hero.operands[0].shape, tuple(hero.ints("dimensions")))
     if not dims.is_row_reduction:
         major_kept, _, minor_kept = dims.dimensions

@@ -64,6 +64,7 @@ from hlofuse.fusion.legality.properties import (
 )
 from hlofuse.fusion.xla_gpu.devices import GpuDevice
 from hlofuse.fusion.xla_gpu.launch_dimensions import THREADS_PER_BLOCK, kernel_launch
+from hlofuse.ir.attrs import Window
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.ops import Op
 
@@ -175,13 +176,38 @@ def _elements(node: Node) -> int:
     return sum(leaf.num_elements for leaf in node.shape.leaves() if leaf.is_array)
 
 
+def reduce_window_count(node: Node) -> int:
+    """How often `HloCostAnalysis::HandleReduceWindow` applies the reducer: window elements
+    less one per output element, or, for a scan (one windowed dimension, padded on both
+    sides by one less than the output is long there, the window twice that plus one), the
+    output's other elements plus the scan's length less one."""
+    window = node.attrs["window"]
+    assert isinstance(window, Window)
+    count = math.prod(window.size)
+    out_shape = node.shape.leaves()[0]
+    out = out_shape.num_elements
+    windowed = [d for d, size in enumerate(window.size) if size != 1]
+    padded = [d for d in range(window.rank) if window.pad_low[d] or window.pad_high[d]]
+    if len(windowed) == 1 and len(padded) == 1 and not node.shape.is_tuple:
+        d = windowed[0]
+        low, high = window.pad_low[d], window.pad_high[d]
+        if low and high and low == high and window.size[d] == 2 * low + 1 \
+                and low == out_shape.dims[d] - 1:
+            length = out_shape.dims[d]
+            return out // length + (length - 1)
+    return (count - 1) * out
+
+
 def instruction_flops(node: Node) -> float:
     """XLA's cost-analysis flops of one unfused instruction (all its elements); a reduce
     applies its reducer once per input element beyond the first of each output
-    (`HloCostAnalysis::HandleReduce`)."""
-    if node.op is Op.REDUCE:
+    (`HloCostAnalysis::HandleReduce`), a reduce-window as often as `reduce_window_count`
+    says."""
+    if node.op in (Op.REDUCE, Op.REDUCE_WINDOW):
         reducer = sum(flops_per_element(n) for n in node.calls[0].nodes
                       if n.op is not Op.PARAMETER and is_elementwise_op(n))
+        if node.op is Op.REDUCE_WINDOW:
+            return float(reduce_window_count(node)) * reducer
         out = node.shape.leaves()[0].num_elements
         return float(node.operands[0].shape.num_elements - out) * reducer
     return flops_per_element(node) * _elements(node)
@@ -192,7 +218,8 @@ def operand_utilisation(node: Node, index: int) -> float:
     reads (HloCostAnalysis' handlers with `count_multiple_input_accesses`): a slice or
     dynamic slice reads its window, a dynamic-update-slice what it keeps of its base, a
     broadcast each element once per copy, a reduce-window each element once per window
-    holding it; every other operand is read once."""
+    holding it, a reduce its initial values once per result element (the GPU's
+    HandleReduce); every other operand is read once."""
     op = node.op
     operand = node.operands[index]
     out, into = _elements(node), max(1, _elements(operand))
@@ -203,6 +230,10 @@ def operand_utilisation(node: Node, index: int) -> float:
     if index == 0 and op is Op.REDUCE_WINDOW:
         window = math.prod(node.attrs["window"].size)  # type: ignore[attr-defined]
         return out * window / into
+    if op is Op.REDUCE and index >= len(node.operands) // 2:
+        # GpuHloCostAnalysis::HandleReduce: an initial value is read once per element of the
+        # (first) result, its utilisation that element count.
+        return float(node.shape.leaves()[0].num_elements)
     return 1.0
 
 
@@ -393,7 +424,8 @@ class GpuCostModel(CostModel):
         key, profile, _ = entry
         if profile.is_free or isinstance(profile, GpuKernelProfile):
             return entry
-        profile = self._with_flops(profile, xla_flops(node), kernel_launch(node),
+        profile = self._with_flops(profile, xla_flops(node),
+                                     kernel_launch(node, None, self.device.core_count),
                                    self._reads(node))
         entry = (key, profile, self.price(profile).total)
         self._profiles[node] = entry
@@ -409,7 +441,9 @@ class GpuCostModel(CostModel):
             flops = float(_f32(int(xla_flops(producer)))
                           * _f32(consumer_utilisation(consumer, producer))
                           + _f32(int(xla_flops(consumer))))
-            profile = self._with_flops(profile, flops, kernel_launch(consumer, producer),
+            profile = self._with_flops(profile, flops,
+                                         kernel_launch(consumer, producer,
+                                                       self.device.core_count),
                                        fused_operand_reads(producer, consumer).items())
             cached = (key, profile, self.price(profile).total)
             self._xla_fused[(producer, consumer)] = cached
@@ -418,7 +452,8 @@ class GpuCostModel(CostModel):
     def remember(self, node: Node, profile: KernelProfile) -> None:
         """The grown fusion's flops are its own cost analysis' (XLA revisits it)."""
         super().remember(node, self._with_flops(profile, xla_flops(node),
-                                                kernel_launch(node), self._reads(node)))
+                                                kernel_launch(node, None, self.device.core_count),
+                                                self._reads(node)))
 
     def launch(self, profile: KernelProfile) -> tuple[int, int]:
         """(blocks, threads per block) of the kernel."""

@@ -291,6 +291,25 @@ CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (producer_not_root,
 SIZE_CHECKS: tuple[Callable[[Node, Node], FusionDecision], ...] = (native_size_checks,)
 
 
+# The stages of XLA's pipeline after the simplifier that create instructions (ids.py):
+# ReshapeDecomposer's bitcasts, LayoutNormalization's rewrites, the layout-sensitive
+# simplifier's bitcasts, ReductionLayoutNormalizer's variadic reduces.
+_LATE_STAGES = 4
+
+
+def _late_stage(node: Node, ids: InstructionIds | None) -> int:
+    """The stage after the simplifier at which XLA creates `node` (1 to `_LATE_STAGES`), 0
+    for one the translation or the simplifier made."""
+    if variadic_reduce(node.op, len(node.operands)):
+        return 4
+    before = ids.before_layout if ids is not None else None
+    if is_bitcast_like(node):
+        return 1 if before is None or node.name in before else 3
+    if before is not None and node.name not in before:
+        return 2
+    return 0
+
+
 class _GpuPriorityFuser(_PriorityFuser):
     checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = CHECKS
     size_checks: ClassVar[tuple[Callable[[Node, Node], FusionDecision], ...]] = SIZE_CHECKS
@@ -305,23 +324,25 @@ class _GpuPriorityFuser(_PriorityFuser):
         nodes = graph.post_order()
         # A reshape that only reinterprets its buffer is a new bitcast in XLA (layout
         # normalisation replaces it), created after every instruction of the translation and
-        # of the simplifier, and after the broadcasts the simplifier re-creates; a variadic
-        # reduce is re-created later still (ids.py).
-        late = [is_bitcast_like(n) or variadic_reduce(n.op, len(n.operands)) for n in nodes]
-        known = [n for n, after in zip(nodes, late, strict=True)
-                 if n.name in ranks and not after]
+        # of the simplifier, and after the broadcasts the simplifier re-creates; then what
+        # layout normalisation creates, then the bitcasts the simplifier makes after it; a
+        # variadic reduce is re-created later still (ids.py).
+        stages = [_late_stage(n, ids) for n in nodes]
+        known = [n for n, stage in zip(nodes, stages, strict=True)
+                 if n.name in ranks and not stage]
         for node in known:
             self.order[node] = ranks[node.name]
         self.next_id = itertools.count(max((ranks[n.name] for n in known), default=-1) + 1)
-        for node, after in zip(nodes, late, strict=True):
-            if node not in self.order and not after and node.name not in recreated:
+        for node, stage in zip(nodes, stages, strict=True):
+            if node not in self.order and not stage and node.name not in recreated:
                 self.order[node] = next(self.next_id)
         for node in sorted((n for n in nodes if n not in self.order and n.name in recreated),
                            key=lambda n: recreated[n.name]):
             self.order[node] = next(self.next_id)
-        for node in nodes:
-            if node not in self.order:
-                self.order[node] = next(self.next_id)
+        for stage in range(1, _LATE_STAGES + 1):
+            for node, at in zip(nodes, stages, strict=True):
+                if at == stage and node not in self.order:
+                    self.order[node] = next(self.next_id)
         # XLA lists an instruction's users in the order they were added: its users' creation
         # order (a fusion made later goes last); a producer is fused into them in that order.
         for node in nodes:
@@ -550,6 +571,10 @@ class GpuPriorityFusion:
             recorder = Recorder(log, self.name)
             model = TritonGpuCostModel(self.description)  # Triton fusions priced as tiled
             changed = False
+            # A producer is fused into its users in the order of its user list, which XLA
+            # permutes as it removes users (graph.py, `_drop_user`): that order decides which
+            # fusion is made first, and so the ids that break later ties.
+            graphs.xla_user_order = True
             for graph in graphs.fusible_graphs():
                 changed |= _GpuPriorityFuser(graph, model, recorder, self.ids).run()
             return (graphs.to_module(), True) if changed else (module, False)
