@@ -87,8 +87,9 @@ ENTRY e {
 """
 
 
-def test_a_variadic_reduce_ranks_after_every_other_instruction(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _priority_ranks(monkeypatch: pytest.MonkeyPatch, text: str) -> dict[str, int]:
+    """The rank priority fusion gives each instruction of the computation holding `r`, by
+    name, under xla-gpu."""
     orders: list[dict[Node, int]] = []
     init = gpu_priority._GpuPriorityFuser.__init__
 
@@ -98,9 +99,14 @@ def test_a_variadic_reduce_ranks_after_every_other_instruction(
         orders.append(dict(self.order))
 
     monkeypatch.setattr(gpu_priority._GpuPriorityFuser, "__init__", recording)
-    run_strategy(parse_module(ARGMAX), "xla-gpu+device=h100", debug=True)
+    run_strategy(parse_module(text), "xla-gpu+device=h100", debug=True)
     (order,) = [o for o in orders if any(n.name == "r" for n in o)]
-    by_name = {node.name: rank for node, rank in order.items()}
+    return {node.name: rank for node, rank in order.items()}
+
+
+def test_a_variadic_reduce_ranks_after_every_other_instruction(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    by_name = _priority_ranks(monkeypatch, ARGMAX)
     assert by_name["r"] == max(by_name.values())
     assert by_name["e"] < by_name["n"] < by_name["r"]
 
@@ -144,17 +150,6 @@ def test_layout_normalisations_bitcasts_rank_in_xlas_stages(
     simplifier makes of the bitcast-convert after layout normalisation comes after it
     (stage 3), as XLA's `bitcast.52` (1071) follows `bitcast.3`-`bitcast.27` (1047-1069) in
     rollout_reacher_logged."""
-    orders: list[dict[Node, int]] = []
-    init = gpu_priority._GpuPriorityFuser.__init__
-
-    def recording(self: gpu_priority._GpuPriorityFuser, *args: object,
-                  **kwargs: object) -> None:
-        init(self, *args, **kwargs)  # type: ignore[arg-type]
-        orders.append(dict(self.order))
-
-    monkeypatch.setattr(gpu_priority._GpuPriorityFuser, "__init__", recording)
-    run_strategy(parse_module(STAGES), "xla-gpu+device=h100", debug=True)
-    (order,) = [o for o in orders if any(n.name == "r" for n in o)]
-    by_name = {node.name: rank for node, rank in order.items()}
+    by_name = _priority_ranks(monkeypatch, STAGES)
     (made,) = [n for n in by_name if n.startswith("bitcast")]
     assert by_name["from_r"] < by_name["r"] < by_name[made]
