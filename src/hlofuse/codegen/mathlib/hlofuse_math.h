@@ -591,22 +591,25 @@ HLOFUSE_MATH_FN float hlofuse_log1pf(float x) {
  * form. */
 HLOFUSE_MATH_FN float hlofuse_tanhf(float x) {
     float a = hlofuse__from_bits32(hlofuse__bits32(x) & 0x7fffffffu);
-    float y = 2.0f * hlofuse__self(a > 9.5f, 9.5f, a);
-    float kf = HLOFUSE__MADDF(y, 0x1.715476p+0f, -0x1.fffffep-2f) + 0x1.8000fep23f;
+    a = hlofuse__self(a > 9.5f, 9.5f, a);
+    /* In halves: r/2 = a - n ln2/2, Q's coefficients times 2^(k+1) so its Horner steps give
+     * 2 Q(r) exactly, h = e/2 = 2^n (p/2) + (2^n - 1)/2: the same roundings as with
+     * r, p and e, two multiplications fewer. */
+    float kf = HLOFUSE__MADDF(a, 0x1.715476p+1f, -0x1.fffffep-2f) + 0x1.8000fep23f;
     float scale = hlofuse__from_bits32(hlofuse__bits32(kf) << 23);
     float n = kf - 0x1.8000fep23f;
-    float r = HLOFUSE__MADDF(n, -0x1.62e43p-1f, y);
-    float q = 0x1.191312p-12f;
-    q = HLOFUSE__MADDF(q, r, 0x1.5a4ea0p-10f);
-    q = HLOFUSE__MADDF(q, r, 0x1.1218aap-7f);
-    q = HLOFUSE__MADDF(q, r, 0x1.55463ap-5f);
-    q = HLOFUSE__MADDF(q, r, 0x1.5555b8p-3f);
-    q = HLOFUSE__MADDF(q, r, 0x1.fffffep-2f);
+    float r = HLOFUSE__MADDF(n, -0x1.62e43p-2f, a);
+    float q = 0x1.191312p-6f;
+    q = HLOFUSE__MADDF(q, r, 0x1.5a4ea0p-5f);
+    q = HLOFUSE__MADDF(q, r, 0x1.1218aap-3f);
+    q = HLOFUSE__MADDF(q, r, 0x1.55463ap-2f);
+    q = HLOFUSE__MADDF(q, r, 0x1.5555b8p-1f);
+    q = HLOFUSE__MADDF(q, r, 0x1.fffffep-1f);
     float p = HLOFUSE__MADDF(q, r * r, r);
-    float e = HLOFUSE__MADDF(scale, p, scale - 1.0f);
-    float t0 = e / (e + 2.0f);
-    float t1 = 0.5f * HLOFUSE__MADDF(-e, t0, e);
-    return hlofuse__with_sign_of_f(hlofuse__self(e < 1.0f, t1, t0), x);
+    float h = HLOFUSE__MADDF(scale, p, HLOFUSE__MADDF(scale, 0.5f, -0.5f));
+    float t0 = h / (h + 1.0f);
+    float t1 = HLOFUSE__MADDF(-h, t0, h);
+    return hlofuse__with_sign_of_f(hlofuse__self(h < 0.5f, t1, t0), x);
 }
 #else
 /* tanh(x) = e / (e + 2) with e = expm1(2|x|), sign restored from x. */
