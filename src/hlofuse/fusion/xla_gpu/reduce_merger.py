@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar
 
-import numpy as np
-
+from hlofuse.analysis.reducers import reducer_op
 from hlofuse.fusion.xla_gpu.gather_scatter import forget_ids
 from hlofuse.fusion.xla_gpu.ids import InstructionIds
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
+from hlofuse.passes.cse import instruction_key
 from hlofuse.passes.decision_log import DecisionSink, RewriteLog
 from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
 
@@ -46,18 +46,14 @@ _COMMUTATIVE = frozenset({Op.ADD, Op.MULTIPLY, Op.AND, Op.OR})
 def _commutative_kind(reducer: Computation) -> Op | None:
     """The kind `categorize_computation` gives `reducer`: its root is one of the commutative
     ops applied to its two parameters, in either order."""
-    params = reducer.parameters
-    root = reducer.root
-    if len(params) != 2 or root.op not in _COMMUTATIVE or len(root.operands) != 2:
-        return None
-    if {id(o) for o in root.operands} != {id(p) for p in params}:
-        return None
-    return root.op
+    op = reducer_op(reducer)
+    return op if op in _COMMUTATIVE else None
 
 
 def _identical_computations(a: Computation, b: Computation) -> bool:
     """HloComputation's equality for a reducer: the same instructions in the same order, with
-    the same ops, shapes, attributes and operands (names do not count)."""
+    the same ops, shapes, attributes (literals bit for bit) and operands (names do not
+    count)."""
     if a is b:
         return True
     if len(a.instructions) != len(b.instructions):
@@ -65,9 +61,8 @@ def _identical_computations(a: Computation, b: Computation) -> bool:
     position = {id(inst): n for n, inst in enumerate(a.instructions)}
     position.update({id(inst): n for n, inst in enumerate(b.instructions)})
     for x, y in zip(a.instructions, b.instructions, strict=True):
-        if (x.op is not y.op or x.shape != y.shape or x.calls != y.calls
-                or [position[id(o)] for o in x.operands] != [position[id(o)] for o in y.operands]
-                or repr(sorted(x.attrs.items())) != repr(sorted(y.attrs.items()))):
+        if (instruction_key(x, [position[id(o)] for o in x.operands])
+                != instruction_key(y, [position[id(o)] for o in y.operands])):
             return False
     return position[id(a.root)] == position[id(b.root)]
 
@@ -83,13 +78,8 @@ def equivalent_reducers(a: Computation, b: Computation) -> bool:
 def _identical_values(a: Instruction, b: Instruction) -> bool:
     """HloInstruction::Identical for two initial values: the same instruction, or two
     constants of one shape and literal."""
-    if a is b:
-        return True
-    if a.op is not Op.CONSTANT or b.op is not Op.CONSTANT or a.shape != b.shape:
-        return False
-    left, right = a.attrs.get("literal"), b.attrs.get("literal")
-    return (isinstance(left, np.ndarray) and isinstance(right, np.ndarray)
-            and left.tobytes() == right.tobytes())
+    return a is b or (a.op is Op.CONSTANT and b.op is Op.CONSTANT
+                      and instruction_key(a, ()) == instruction_key(b, ()))
 
 
 def merges(inst: Instruction) -> bool:
