@@ -122,6 +122,7 @@ def _computed(plan: LoopPlan, roots: tuple[Instruction, ...], stops: set[int],
               kept: Mapping[int, tuple[Instruction, ...]]) -> set[int]:
     """id() of the per-lane values a lane loop computing `roots` computes (scratch and nested
     loops' results are read; of a deferred select, what the main loop keeps)."""
+    own = {id(root) for root in roots}
     seen: set[int] = set()
     stack = list(roots)
     while stack:
@@ -129,10 +130,10 @@ def _computed(plan: LoopPlan, roots: tuple[Instruction, ...], stops: set[int],
         if id(x) in seen or id(x) not in plan.lane:
             continue
         seen.add(id(x))
-        if id(x) in stops and not any(x is root for root in roots):
+        if id(x) in stops and id(x) not in own:
             continue
         stack.extend(kept.get(id(x), x.operands))
-    return {key for key in seen if key not in stops or key in {id(r) for r in roots}}
+    return {key for key in seen if key not in stops or key in own}
 
 
 def _worth_keeping(plan: LoopPlan, inst: Instruction, stops: set[int],

@@ -35,6 +35,7 @@ Entry parameters aliased to the result (donation) are not: hlofuse's IR does not
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -121,9 +122,9 @@ def _reads_in_output_order(parameter: Instruction, fused: Computation,
     for inst in fused.instructions:
         for operand in inst.operands:
             users.setdefault(operand, []).append(inst)
-    queue, seen, found = [parameter], {parameter}, False
+    queue, seen, found = deque([parameter]), {parameter}, False
     while queue:
-        inst = queue.pop(0)
+        inst = queue.popleft()
         found |= inst is target
         if inst is first_reduction:
             continue

@@ -425,7 +425,7 @@ class GpuCostModel(CostModel):
         if profile.is_free or isinstance(profile, GpuKernelProfile):
             return entry
         profile = self._with_flops(profile, xla_flops(node),
-                                     kernel_launch(node, None, self.device.core_count),
+                                   kernel_launch(node, None, self.device.core_count),
                                    self._reads(node))
         entry = (key, profile, self.price(profile).total)
         self._profiles[node] = entry
@@ -442,8 +442,7 @@ class GpuCostModel(CostModel):
                           * _f32(consumer_utilisation(consumer, producer))
                           + _f32(int(xla_flops(consumer))))
             profile = self._with_flops(profile, flops,
-                                         kernel_launch(consumer, producer,
-                                                       self.device.core_count),
+                                       kernel_launch(consumer, producer, self.device.core_count),
                                        fused_operand_reads(producer, consumer).items())
             cached = (key, profile, self.price(profile).total)
             self._xla_fused[(producer, consumer)] = cached
