@@ -55,6 +55,26 @@ def nested_loop(values: LaneValues, loop: Instruction, position: Position) -> Ne
     return NestedResult(run, position)
 
 
+def on_lane_layout(value: Value, lanes: Value) -> Value:
+    """`value` as a tile laid out as the lane tile is, to start a loop's carry. A splat
+    constant or a scalar broadcast to a tile may be laid out replicated, and a loop whose
+    carry starts replicated but comes back laid out per element cannot be relaid: the chip's
+    compiler refused implicit_pendulum's Newton loop, whose carries start from broadcast
+    constants (its step count from 0, its last change from inf), with "Invalid relayout:
+    Non-singleton logical dimension is replicated in destination but not in source for
+    'vector<32x128xi32>'". A select on the lane tile's (always true) test, against the
+    lane numbers so that it cannot fold back into the constant, takes the lane tile's
+    layout. Lowering without a TPU does not check layouts (docs/tpu.md)."""
+    tile = jnp.broadcast_to(value, lanes.shape)
+    return lax.select(lax.ge(lanes, np.int32(0)), tile,
+                      lax.convert_element_type(lanes, tile.dtype))
+
+
+def lane_picks(mask: Value) -> Value:
+    """A lane tile's mask as int32 ones and zeros, to reduce over the block."""
+    return jnp.where(mask, np.int32(1), np.int32(0))
+
+
 def _other_dims(dims: Sequence[int], lane_dim: int) -> list[int]:
     return [d for k, d in enumerate(dims) if k != lane_dim]
 
@@ -70,7 +90,7 @@ class _NestedRun:
         self.tile = values.lanes.shape
         init = loop.operands[0].operands
         carry0 = (
-            tuple(tuple(self._tile(values.value(init[e], p))
+            tuple(tuple(on_lane_layout(values.value(init[e], p), values.lanes)
                         for p in self._held_positions(values, e)) for e in self.held),
             tuple(tuple(jnp.asarray(values.value(init[e], p))
                         for p in static_positions(self._dims(e))) for e in self.shared),
@@ -123,8 +143,7 @@ class _NestedRun:
             # No Python ints: under x64 they make int64 values (a bool compared with 0 is
             # converted to int64 first), which Mosaic refuses on the chip.
             nonzero = tile if tile.dtype == jnp.bool_ else tile != jnp.zeros((), tile.dtype)
-            picks = jnp.where(valid & nonzero, np.int32(1), np.int32(0))
-            wanted = wanted | (jnp.max(picks) > 0)
+            wanted = wanted | (jnp.max(lane_picks(valid & nonzero)) > 0)
         return wanted
 
     def _iteration(self, carry: Any) -> Any:

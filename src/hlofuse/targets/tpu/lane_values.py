@@ -85,6 +85,11 @@ def is_static(index: Index) -> bool:
     return isinstance(index, int)
 
 
+def is_uniform_index(index: Index) -> bool:
+    """A traced index that is the same for every lane (a position loop's), not a tile."""
+    return not is_static(index) and jnp.ndim(index) == 0
+
+
 class LaneValues:
     """The values of one evaluation of a loop computation (the body or the condition).
 
@@ -113,6 +118,9 @@ class LaneValues:
         # key, and what records the step's values to find them (whole_loop_uniform.py).
         self.precomputed: Mapping[Any, Callable[[], Value]] = {}
         self.recorder: StepRecorder | None = None
+        # Held elements whose tiles sit in VMEM (lane_loops.py), read at a uniform index
+        # that is not static (a position loop's): element -> read(flat index).
+        self.stored: Mapping[int, Callable[[Value], Value]] = {}
 
     @contextlib.contextmanager
     def branch(self) -> Iterator[None]:
@@ -130,6 +138,12 @@ class LaneValues:
         self._bounds[id(index)] = (low, high)
         self._alive.append(index)
         return index
+
+    def uniform_index(self, index: Value, low: int, high: int) -> Value:
+        """A uniform int32 index that is not static (a loop's), within [low, high]."""
+        if index.dtype != np.int32:
+            index = lax.convert_element_type(index, np.int32)
+        return self._bounded(index, low, high)
 
     def bounds(self, index: Index) -> tuple[int, int] | None:
         if is_static(index):
@@ -381,8 +395,22 @@ class LaneValues:
                               "lane's position")
         others = [i for k, i in enumerate(position) if k != lane_dim]
         other_dims = [d for k, d in enumerate(dims) if k != lane_dim]
-        return self.select_over(other_dims, others,
-                                 lambda p: self.held(element, tuple(p)))
+        read = self.stored.get(element)
+        loop_indices = [k for k, i in enumerate(others) if is_uniform_index(i)]
+        if read is None or not loop_indices:
+            return self.select_over(other_dims, others,
+                                     lambda p: self.held(element, tuple(p)))
+        # Uniform indices index the stored tiles; per-lane ones pick by selects.
+        picked = [k for k in range(len(others)) if k not in loop_indices]
+
+        def at(choice: tuple[int, ...]) -> Value:
+            full = list(others)
+            for k, c in zip(picked, choice):
+                full[k] = c
+            return read(flat_index(full, other_dims))
+
+        return self.select_over([other_dims[k] for k in picked], [others[k] for k in picked],
+                                at)
 
     def select_over(self, dims: Sequence[int], position: Sequence[Index],
                     at: Callable[[tuple[int, ...]], Value]) -> Value:
@@ -458,6 +486,24 @@ def same_shape(a: Value, b: Value) -> tuple[Value, Value]:
 def flat_position(position: Sequence[int], dims: Sequence[int]) -> int:
     """The row-major index of a static position in an array of `dims`."""
     return sum(int(i) * s for i, s in zip(position, strides(dims)))
+
+
+def flat_index(position: Sequence[Index], dims: Sequence[int]) -> Index:
+    """The row-major index of a position of static ints and uniform int32 scalars."""
+    flat: Index = 0
+    for index, stride in zip(position, strides(dims)):
+        if is_static(index):
+            term: Index = int(index) * stride
+        else:
+            term = lax.mul(lax.convert_element_type(index, np.int32), np.int32(stride))
+        if is_static(flat) and is_static(term):
+            flat = int(flat) + int(term)
+        elif is_static(flat) and flat == 0:
+            flat = term
+        else:
+            flat = lax.add(np.int32(flat) if is_static(flat) else flat,
+                           np.int32(term) if is_static(term) else term)
+    return flat
 
 
 def as_int32(x: Value) -> Value:

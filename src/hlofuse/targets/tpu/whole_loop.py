@@ -42,7 +42,7 @@ from jax.experimental.pallas import tpu as pltpu
 from hlofuse.analysis.lane_classification import element_read
 from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan
 from hlofuse.analysis.parallel_loop_refusals import Refusal
-from hlofuse.analysis.rare_selects import RareSelect, rare_selects
+from hlofuse.analysis.rare_selects import rare_selects
 from hlofuse.analysis.whole_loop_config import read_recorded_plan, read_whole_loop_config
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -74,6 +74,7 @@ from hlofuse.targets.tpu.lax_ops import (
     constant,
     whole_block,
 )
+from hlofuse.targets.tpu.whole_loop_held import HeldWriter, stored_elements
 from hlofuse.targets.tpu.whole_loop_steps import (
     finish,
     start_tables,
@@ -228,19 +229,20 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
 
 def _block_rows(layout: LaneLayout) -> int:
     """Rows per block: BLOCK_ROWS, fewer for a small N, fewer while the carried tiles (held
-    positions and accumulators) take more than CARRY_REGISTERS vector registers (never
-    below MIN_ROWS for it), fewer again for
-    VMEM; 0 if even MIN_ROWS do not fit. The VMEM model: every per-lane block in and out
-    twice (double buffering), stacked outputs once more (copied in the kernel), the carry
-    once."""
+    positions and accumulators; stored elements stay in VMEM, whole_loop_held.py) take
+    more than CARRY_REGISTERS vector registers (never below MIN_ROWS for it), fewer again
+    for VMEM; 0 if even MIN_ROWS do not fit. The VMEM model: every per-lane block in and
+    out twice (double buffering), stacked outputs once more (copied in the kernel), the
+    carry once, a stored element's next-step block once."""
     rows_needed = -(-layout.size // LANES)
     rows = min(BLOCK_ROWS, -(-rows_needed // MIN_ROWS) * MIN_ROWS)
     held = sum(layout.positions(e) for e in layout.plan.per_lane)
-    carried = held + len(layout.plan.accumulators)
+    stored = sum(layout.positions(e) for e in stored_elements(layout))
+    carried = held - stored + len(layout.plan.accumulators)
     while rows > MIN_ROWS and carried * (rows // MIN_ROWS) > CARRY_REGISTERS:
         rows //= 2
     stacked = sum(layout.positions(s.element) for s in layout.plan.streamed)
-    tiles = 5 * held + 5 * stacked + 3 * len(layout.plan.accumulators)
+    tiles = 5 * held + stored + 5 * stacked + 3 * len(layout.plan.accumulators)
     while rows >= MIN_ROWS:
         if tiles * rows * LANES * 4 <= VMEM_BUDGET:
             return rows
@@ -314,9 +316,14 @@ class LaneKernel:
         out_shapes += table_shapes
         out_specs += table_specs
 
+        scratch = [pltpu.VMEM((layout.positions(e), rows, LANES),
+                              word(layout.element_shape(e).dtype))
+                   for e in stored_elements(layout)]
+
         def call(*inputs: Value) -> Any:
             return pl.pallas_call(
                 self._kernel, grid=(layout.grid,), out_shape=out_shapes,
+                scratch_shapes=scratch,
                 in_specs=[*(block(layout.positions(e)) for e in lane_elements),
                           *(whole_block(x.ndim, pltpu.SMEM)
                             for x in inputs[len(lane_elements):])],
@@ -355,8 +362,8 @@ class LaneKernel:
         reduced = narrowed(REDUCTIONS[accumulator.op](flat, (0,)), dtype)
         return BINARY[accumulator.op](jnp.asarray(init), reduced)
 
-    def values(self, lanes: Value, read_held: Any, scalars: Any, fixed_in: Sequence[Any]
-                ) -> LaneValues:
+    def values(self, lanes: Value, read_held: Any, scalars: Any, fixed_in: Sequence[Any],
+               stored: Any = None) -> LaneValues:
         """The step's values: held elements read by `read_held`, carried uniform elements
         from `scalars`, fixed ones from `fixed_in` (refs in the kernel, arrays before it)."""
         layout = self.layout
@@ -372,6 +379,7 @@ class LaneKernel:
         lane_dims = {e: plan.lane_dims[e] for e in plan.per_lane}
         values = LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
         values.nested = plan.nested
+        values.stored = stored or {}
         return values
 
     def new_scalars(self, values: LaneValues) -> tuple[tuple[Value, ...], ...]:
@@ -402,13 +410,20 @@ class LaneKernel:
         outs = refs[n_lane + n_uniform + len(fixed) + n_tables:]
         lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
         uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
-        table_refs = outs[n_lane + n_acc + n_uniform:]
+        n_tables_out = len(table_outputs(plan.step_reductions, layout.grid)[0])
+        table_refs = outs[n_lane + n_acc + n_uniform:n_lane + n_acc + n_uniform + n_tables_out]
+        stored = stored_elements(layout)
+        next_refs = outs[n_lane + n_acc + n_uniform + n_tables_out:]
         start_tables(plan.step_reductions, table_refs)
         rows = layout.rows
         first = pl.program_id(0) * np.int32(rows * LANES)
         lanes = (lax.broadcasted_iota(np.int32, (rows, LANES), 0) * np.int32(LANES)
                  + lax.broadcasted_iota(np.int32, (rows, LANES), 1) + first)
-        held = list(plan.per_lane)
+        # Stored elements stay in their output blocks for the whole loop (whole_loop_held.py).
+        state_refs = {e: lane_out[lane_elements.index(e)] for e in stored}
+        for e in stored:
+            copy_tiles(lane_in[lane_elements.index(e)], state_refs[e])
+        held = [e for e in plan.per_lane if e not in stored]
         streamed = {s.element: k for k, s in enumerate(plan.streamed)}
         # Stacked outputs start as their initial values; the steps overwrite slices. Copied
         # a tile at a time in a loop: one copy of the whole block is one vector value of
@@ -417,8 +432,8 @@ class LaneKernel:
             k = n_lane - len(plan.streamed) + streamed[s.element]
             copy_tiles(lane_in[k], lane_out[k])
         carry0 = (
-            tuple(tuple(lane_in[k][p] for p in range(layout.positions(e)))
-                  for k, e in enumerate(held)),
+            tuple(tuple(lane_in[lane_elements.index(e)][p] for p in range(layout.positions(e)))
+                  for e in held),
             tuple(tuple(ref[j] for j in range(ref.shape[0])) for ref in uniform_in),
             tuple(jnp.full((rows, LANES), constant(a.identity), word(
                 layout.element_shape(a.element).dtype)) for a in plan.accumulators),
@@ -434,10 +449,17 @@ class LaneKernel:
             def read_held(element: int, position: Position) -> Value:
                 dims = layout.other_dims(element)
                 flat = flat_position(position, dims)
-                return from_word(tiles[held.index(element)][flat],
-                                  layout.element_shape(element).dtype)
+                dtype = layout.element_shape(element).dtype
+                if element in state_refs:
+                    return from_word(state_refs[element][flat], dtype)
+                return from_word(tiles[held.index(element)][flat], dtype)
 
-            return self.values(lanes, read_held, scalars, fixed_in)
+            def reader(element: int) -> Any:
+                dtype = layout.element_shape(element).dtype
+                return lambda flat: from_word(state_refs[element][flat], dtype)
+
+            return self.values(lanes, read_held, scalars, fixed_in,
+                               {e: reader(e) for e in stored})
 
         def condition(carry: Any) -> Value:
             if tables is not None:  # a known trip count
@@ -449,10 +471,8 @@ class LaneKernel:
             values.recorder = self.recorder
             if tables is not None:
                 values.precomputed = tables.readers(table_in, carry[3])
-            root = plan.body.root
-            new_tiles = {e: self._held_tiles(values, e, root.operands[e])
-                         for e in held if e not in rare}
-            new_tiles.update(self._rarely_taken(values, rare))
+            writer = HeldWriter(layout, state_refs, dict(zip(stored, next_refs)))
+            new_tiles = writer.new_values(values, plan.per_lane, rare)
             new_scalars = self.new_scalars(values)
             partials = []
             for a, partial in zip(plan.accumulators, carry[2]):
@@ -464,55 +484,19 @@ class LaneKernel:
                 self._write_slice(values, s, streamed_refs[s.element])
             write_step(values, plan.step_reductions, table_refs, lanes, layout.size,
                        self._lane_dim_of)
+            writer.commit()
             return (tuple(new_tiles[e] for e in held), new_scalars, tuple(partials),
                     carry[3] + np.int32(1))
 
         tiles, scalars, partials, _ = lax.while_loop(condition, step, carry0)
-        for k in range(len(held)):
+        for k, e in enumerate(held):
             for p, tile in enumerate(tiles[k]):
-                lane_out[k][p] = tile
+                lane_out[lane_elements.index(e)][p] = tile
         for ref, partial in zip(acc_out, partials):
             ref[...] = partial
         for ref, values in zip(uniform_out, scalars):
             for j, v in enumerate(values):
                 ref[j] = v
-
-    def _held_tiles(self, values: LaneValues, element: int, value: Instruction
-                    ) -> tuple[Value, ...]:
-        """A held element's new tiles, one per position of a lane's part."""
-        layout = self.layout
-        shape = layout.element_shape(element)
-        lane_dim = layout.plan.lane_dims[element]
-        return tuple(
-            jnp.broadcast_to(to_word(values.value(value, values.lane_position(
-                shape.dims, lane_dim, p)), shape.dtype), (layout.rows, LANES))
-            for p in static_positions(layout.other_dims(element)))
-
-    def _rarely_taken(self, values: LaneValues, rare: dict[int, RareSelect]
-                      ) -> dict[int, tuple[Value, ...]]:
-        """The new tiles of elements whose new value is a select with a costly operand few
-        lanes pick (an auto-reset's fresh draws): the operands are computed for the block
-        only when one of its lanes picks one (`lax.cond` on the block's predicates)."""
-        if not rare:
-            return {}
-        wanted: Value = None
-        kept: dict[int, tuple[Value, ...]] = {}
-        for e, r in rare.items():
-            kept[e] = self._held_tiles(values, e, r.kept)
-            for mask in self._held_tiles(values, e, r.select.operands[0]):
-                picks = lax.convert_element_type(mask if r.when else ~mask, np.int32)
-                wanted = picks if wanted is None else lax.max(wanted, picks)
-        any_lane = jnp.max(wanted) > 0
-
-        def taken() -> tuple[tuple[Value, ...], ...]:
-            with values.branch():
-                return tuple(self._held_tiles(values, e, r.select) for e, r in rare.items())
-
-        def skipped() -> tuple[tuple[Value, ...], ...]:
-            return tuple(kept[e] for e in rare)
-
-        chosen = lax.cond(any_lane, taken, skipped)
-        return dict(zip(rare, chosen))
 
     def _accumulate(self, values: LaneValues, accumulator: Any, x: Instruction,
                     partial: Value, dtype: DType) -> Value:
