@@ -1,15 +1,19 @@
-"""Position loops: a lane's large part of a held element computed in a `lax.fori_loop` over
-its positions inside the whole-loop kernel's step, rather than written out.
+"""Position loops: a lane's large part of a held element computed in a loop over its
+positions inside the whole-loop kernel's step, rather than written out.
 
 lane_values.py computes a value position by position, each position traced on its own, so
 a held element of P positions per lane costs P copies of the work that makes it: grid_forage's
 board (2 x 10 x 10 per lane, reset from two Bernoulli draws of 100 Threefry evaluations) was
 46,668 values a step, 5.8 MB of Mosaic and 45-58 s of tracing and lowering. The work is the
 same at every position but for the position itself, so where a lane's part has more than
-UNROLLED_POSITIONS positions the step computes it in a loop: the loop's index becomes uniform
-int32 scalars (one per looped dimension, with their bounds), which the ops treat as they
-treat any index that is not static (the lane tile is one too), and the element's new tiles
-are stored into a VMEM scratch at the index.
+UNROLLED_POSITIONS positions the step computes it in a `lax.while_loop` (an int32 counter:
+fori_loop's is int64 under x64): the loop's index becomes uniform int32 scalars (one per
+looped dimension, with their bounds), which the ops treat as they treat any index that is
+not static (the lane tile is one too), and the element's new tiles are stored into a VMEM
+scratch at the index (whole_loop_held.py). A trip computes up to POSITIONS_PER_TRIP
+positions: a position's chain alone (a Threefry evaluation) leaves the vector unit waiting
+on each result; on the v5e grid_forage ran at 103 M env-steps/s with one position a trip
+and 130 M with 10 (docs/tpu.md).
 
 - Which dimensions: the trailing ones, the fewest whose positions reach LOOP_TRIPS; the
   leading ones stay static inside the loop body (written out there). A new leading axis is
