@@ -29,7 +29,7 @@ listing says why.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -49,6 +49,7 @@ from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.targets.tpu.lane_ops import first_unlowered
+from hlofuse.targets.tpu.lane_products import Product, describe, matrix, plan_products
 from hlofuse.targets.tpu.lane_values import (
     LaneValues,
     Position,
@@ -131,6 +132,8 @@ class LaneLayout:
     init_params: tuple[int, ...]  # element -> the fusion parameter holding its initial value
     rows: int  # rows of a block (B = rows x 128 lanes)
     grid: int
+    # The step's lane-uniform dots (lane_products.py), by id(): on the MXU or written out.
+    products: dict[int, Product] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -165,6 +168,15 @@ class LaneLayout:
         fixed = set(self.fixed_elements())
         return [e for e in self.plan.uniform if e not in fixed]
 
+    def matrices(self) -> list[Product]:
+        """One product per weight matrix the MXU products take in VMEM (a fixed element in
+        one (M, K) arrangement)."""
+        found: dict[tuple[int, tuple[int, ...]], Product] = {}
+        for p in self.products.values():
+            if p.mxu:
+                found.setdefault(p.matrix_key, p)
+        return list(found.values())
+
     def lane_elements(self) -> list[int]:
         """Held elements, then stacked outputs: the kernel's per-lane inputs and outputs."""
         return [*self.plan.per_lane, *(s.element for s in self.plan.streamed)]
@@ -174,7 +186,8 @@ class LaneLayout:
         return (f"pallas_call lanes: grid ({self.grid},), blocks of {self.rows} x 128 lanes "
                 f"(N = {self.size}), the time loop inside; {held} held, "
                 f"{len(self.plan.streamed)} stacked, {len(self.plan.accumulators)} "
-                f"accumulated and {len(self.plan.uniform)} uniform element(s)")
+                f"accumulated and {len(self.plan.uniform)} uniform element(s)"
+                f"{describe(self.products)}")
 
 
 def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
@@ -217,6 +230,7 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
         return WholeLoopRefusal("tpu-whole-loop-op", f"%{unlowered.name} "
                                 f"({unlowered.op.text}) has no per-lane form in the kernel")
     layout = LaneLayout(loop, plan, tuple(o.parameter_number for o in init.operands), 0, 0)
+    layout.products = plan_products(plan.body, layout.fixed_elements())
     rows = _block_rows(layout)
     if rows == 0:
         return WholeLoopRefusal(VMEM_RULE, f"a block of {MIN_ROWS} x 128 lanes needs over "
@@ -297,6 +311,8 @@ class LaneKernel:
                       .reshape(-1) for e in uniform]
         fixed_in = [to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                     .reshape(-1) for e in fixed]
+        matrix_in = [matrix(inits[p.element], p.order, p.m, p.k) for p in layout.matrices()]
+        first_matrix = len(lane_elements) + len(uniform_in) + len(fixed_in)
         rows = layout.rows
         def block(positions: int) -> pl.BlockSpec:
             return pl.BlockSpec((positions, rows, LANES), lambda i: (BLOCK_ZERO, i, BLOCK_ZERO))
@@ -318,16 +334,17 @@ class LaneKernel:
             return pl.pallas_call(
                 self._kernel, grid=(layout.grid,), out_shape=out_shapes,
                 in_specs=[*(block(layout.positions(e)) for e in lane_elements),
-                          *(whole_block(x.ndim, pltpu.SMEM)
-                            for x in inputs[len(lane_elements):])],
+                          *(whole_block(x.ndim, pltpu.VMEM if first_matrix <= k <
+                                        first_matrix + len(matrix_in) else pltpu.SMEM)
+                            for k, x in enumerate(inputs) if k >= len(lane_elements))],
                 out_specs=out_specs, interpret=self.interpret, debug=self.debug,
                 name=self.name, compiler_params=pltpu.CompilerParams(
                     dimension_semantics=("parallel",), vmem_limit_bytes=100 * 2**20),
             )(*inputs)
 
-        tables_in = uniform_tables(self, call, [*tiled_in, *uniform_in, *fixed_in],
-                                   uniform_in, fixed_in)
-        outputs = call(*tiled_in, *uniform_in, *fixed_in, *tables_in)
+        tables_in = uniform_tables(self, call, [*tiled_in, *uniform_in, *fixed_in,
+                                                *matrix_in], uniform_in, fixed_in)
+        outputs = call(*tiled_in, *uniform_in, *fixed_in, *matrix_in, *tables_in)
         result: dict[int, Value] = {}
         for k, e in enumerate(lane_elements):
             result[e] = self._from_tiles(outputs[k], e)
@@ -355,10 +372,11 @@ class LaneKernel:
         reduced = narrowed(REDUCTIONS[accumulator.op](flat, (0,)), dtype)
         return BINARY[accumulator.op](jnp.asarray(init), reduced)
 
-    def values(self, lanes: Value, read_held: Any, scalars: Any, fixed_in: Sequence[Any]
-                ) -> LaneValues:
+    def values(self, lanes: Value, read_held: Any, scalars: Any, fixed_in: Sequence[Any],
+               matrix_in: Sequence[Any] = ()) -> LaneValues:
         """The step's values: held elements read by `read_held`, carried uniform elements
-        from `scalars`, fixed ones from `fixed_in` (refs in the kernel, arrays before it)."""
+        from `scalars`, fixed ones from `fixed_in` (refs in the kernel, arrays before it),
+        the MXU products' weights from `matrix_in` (none: every dot written out)."""
         layout = self.layout
         plan = layout.plan
         carried, fixed = layout.carried_uniform(), layout.fixed_elements()
@@ -372,6 +390,15 @@ class LaneKernel:
         lane_dims = {e: plan.lane_dims[e] for e in plan.per_lane}
         values = LaneValues(lanes, layout.size, lane_dims, read_held, read_uniform)
         values.nested = plan.nested
+        values.products = layout.products
+        if matrix_in:
+            keys = [p.matrix_key for p in layout.matrices()]
+
+            def reader(ref: Any) -> Any:
+                return lambda: ref[...]
+
+            values.weights = {i: reader(matrix_in[keys.index(p.matrix_key)])
+                              for i, p in layout.products.items() if p.mxu}
         return values
 
     def new_scalars(self, values: LaneValues) -> tuple[tuple[Value, ...], ...]:
@@ -395,11 +422,13 @@ class LaneKernel:
         lane_in = refs[:n_lane]
         uniform_in = refs[n_lane:n_lane + n_uniform]
         fixed_in = refs[n_lane + n_uniform:n_lane + n_uniform + len(fixed)]
+        n_inputs = n_lane + n_uniform + len(fixed)
+        matrix_in = refs[n_inputs:n_inputs + len(layout.matrices())]
+        n_inputs += len(matrix_in)
         tables = self.tables
         n_tables = len(tables.kinds) if tables is not None else 0
-        table_in = refs[n_lane + n_uniform + len(fixed):n_lane + n_uniform + len(fixed)
-                        + n_tables]
-        outs = refs[n_lane + n_uniform + len(fixed) + n_tables:]
+        table_in = refs[n_inputs:n_inputs + n_tables]
+        outs = refs[n_inputs + n_tables:]
         lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
         uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
         table_refs = outs[n_lane + n_acc + n_uniform:]
@@ -437,7 +466,7 @@ class LaneKernel:
                 return from_word(tiles[held.index(element)][flat],
                                   layout.element_shape(element).dtype)
 
-            return self.values(lanes, read_held, scalars, fixed_in)
+            return self.values(lanes, read_held, scalars, fixed_in, matrix_in)
 
         def condition(carry: Any) -> Value:
             if tables is not None:  # a known trip count
