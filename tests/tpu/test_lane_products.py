@@ -11,8 +11,8 @@ from hlofuse.api import compile_module
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.targets.tpu.kernels import Kernel
-from hlofuse.targets.tpu.lane_products import on_the_mxu
 from hlofuse.targets.tpu.listing import lower_for_tpu
+from hlofuse.targets.tpu.product_plan import explain_lines, on_the_mxu
 from hlofuse.targets.tpu.program import kernel_structs, plan_kernels
 
 from tests.tpu.test_interpret import assert_close
@@ -58,6 +58,8 @@ def _lane_kernel(module: object) -> Kernel:
     fused = run_strategy(module, "max", debug=False).module  # type: ignore[arg-type]
     lanes = [k for k in plan_kernels(fused, interpret=True) if k.lanes is not None]
     assert len(lanes) == 1
+    (line,) = explain_lines(fused)  # what `hlofuse explain` says of the products
+    assert "on the MXU: %" in line and "(32 -> 48)" in line and "(48 -> 32)" in line
     return lanes[0]
 
 

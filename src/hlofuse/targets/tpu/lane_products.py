@@ -20,24 +20,21 @@ scratch, one (K, rows x 128) operand, and block-diagonal copies of W filling the
 slower still. Its cost is about a fixed amount per tile moved in or out (K + M) while the
 written-out form's is one multiply-add per weight and tile (K x M); on the v5e one tile
 moved cost about MOVE_COST multiply-adds, so small products (a first layer from a few
-observations, a last layer to a few actions) stay on the vector unit.
+observations, a last layer to a few actions) stay on the vector unit (the choice:
+product_plan.py, which `hlofuse explain` reads without JAX).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from hlofuse.analysis.lane_classification import alias, element_read
-from hlofuse.ir.dtypes import DType
-from hlofuse.ir.hlo import Computation, Instruction
-from hlofuse.ir.ops import Op
+from hlofuse.ir.hlo import Instruction
 from hlofuse.targets.tpu.lane_values import (
     LaneValues,
     Position,
@@ -46,85 +43,10 @@ from hlofuse.targets.tpu.lane_values import (
 )
 from hlofuse.targets.tpu.lax_ops import Value
 
-# Multiply-adds of the written-out form one tile moved through the MXU form costs (fitted
-# on the v5e over products of 16 x 16 to 128 x 128, 64 x 3 and 3 x 64: mxu_forms_light.json;
-# the crossover fell between 16 x 16, faster written out, and 32 x 32, faster on the MXU).
-MOVE_COST = 16
-
-
-def on_the_mxu(k: int, m: int) -> bool:
-    """Whether a product contracting K positions into M outputs per lane is cheaper on the
-    MXU (K + M tiles moved) than written out (K x M multiply-adds per tile)."""
-    return k * m >= MOVE_COST * (k + m)
-
-
-@dataclass(frozen=True)
-class Product:
-    """A lane-uniform dot: which operand is uniform (0 lhs, 1 rhs), the fixed element it
-    reads, and the (M, K) arrangement of that element the kernel takes in VMEM."""
-
-    name: str
-    side: int
-    element: int
-    order: tuple[int, ...]  # the element's free dimensions, then its contracted ones
-    k: int
-    m: int
-    mxu: bool
-
-    @property
-    def matrix_key(self) -> tuple[int, tuple[int, ...]]:
-        return self.element, self.order
-
-
-def plan_products(body: Computation, fixed: Sequence[int]) -> dict[int, Product]:
-    """The step's dots with one operand read from a fixed element, by id() of the dot; each
-    says whether it runs on the MXU (f32, no batch dimensions, large enough)."""
-    found: dict[int, Product] = {}
-    for inst in body.instructions:
-        if inst.op is not Op.DOT:
-            continue
-        for side in (1, 0):
-            element = element_read(alias(inst.operands[side]))
-            if element is None or element not in fixed:
-                continue
-            product = _product(inst, side, element)
-            if product is not None:
-                found[id(inst)] = product
-            break
-    return found
-
-
-def _product(inst: Instruction, side: int, element: int) -> Product | None:
-    if inst.ints("lhs_batch_dims") or inst.ints("rhs_batch_dims"):
-        return None
-    uniform = inst.operands[side]
-    contracted = inst.ints("rhs_contracting_dims" if side else "lhs_contracting_dims")
-    free = tuple(d for d in range(uniform.shape.rank) if d not in contracted)
-    dims = uniform.shape.dims
-    k = int(np.prod([dims[d] for d in contracted]))
-    m = int(np.prod([dims[d] for d in free]))
-    exact = inst.dtype is DType.F32 and all(o.dtype is DType.F32 for o in inst.operands)
-    return Product(inst.name, side, element, (*free, *contracted), k, m,
-                   exact and on_the_mxu(k, m))
-
 
 def matrix(x: Value, order: Sequence[int], m: int, k: int) -> Value:
     """Outside the kernel: a fixed element as the (M, K) matrix a product multiplies."""
     return jnp.transpose(jnp.asarray(x, jnp.float32), tuple(order)).reshape(m, k)
-
-
-def describe(products: dict[int, Product]) -> str:
-    if not products:
-        return ""
-    on = [p for p in products.values() if p.mxu]
-    off = [p for p in products.values() if not p.mxu]
-    parts = []
-    if on:
-        parts.append("on the MXU: " + ", ".join(f"%{p.name} ({p.k} -> {p.m})" for p in on))
-    if off:
-        parts.append("written out (K x M < 16 (K + M)): "
-                     + ", ".join(f"%{p.name} ({p.k} -> {p.m})" for p in off))
-    return "; lane-uniform products " + "; ".join(parts)
 
 
 def mxu_dot(values: LaneValues, inst: Instruction, position: Position, weights: Any

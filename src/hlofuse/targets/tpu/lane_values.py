@@ -46,7 +46,7 @@ from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, elementwise, threefr
 
 if TYPE_CHECKING:
     from hlofuse.analysis.parallel_loop import LoopPlan
-    from hlofuse.targets.tpu.lane_products import Product
+    from hlofuse.targets.tpu.product_plan import Product
     from hlofuse.targets.tpu.whole_loop_uniform import StepRecorder
 
 Index = int | Value  # a static index, or an int32 (rows, 128) tile of per-lane indices

@@ -39,7 +39,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from hlofuse.analysis.lane_classification import element_read
 from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan
 from hlofuse.analysis.parallel_loop_refusals import Refusal
 from hlofuse.analysis.rare_selects import RareSelect, rare_selects
@@ -49,7 +48,7 @@ from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.targets.tpu.lane_ops import first_unlowered
-from hlofuse.targets.tpu.lane_products import Product, describe, matrix, plan_products
+from hlofuse.targets.tpu.lane_products import matrix
 from hlofuse.targets.tpu.lane_values import (
     LaneValues,
     Position,
@@ -75,6 +74,7 @@ from hlofuse.targets.tpu.lax_ops import (
     constant,
     whole_block,
 )
+from hlofuse.targets.tpu.product_plan import Product, describe, fixed_elements, plan_products
 from hlofuse.targets.tpu.whole_loop_steps import (
     finish,
     start_tables,
@@ -159,9 +159,7 @@ class LaneLayout:
         """Elements the loop passes on unchanged and no lane holds: the read-only ones and
         the uniform ones the body returns as it got them (a policy's 64 biases). They are
         SMEM inputs read where they are used, not scalars carried through the time loop."""
-        root = self.plan.body.root
-        passed_on = [e for e in self.plan.uniform if element_read(root.operands[e]) == e]
-        return [*self.plan.read_only, *passed_on]
+        return fixed_elements(self.plan)
 
     def carried_uniform(self) -> list[int]:
         """The uniform elements the time loop carries (the step counter, the RNG key)."""

@@ -1,0 +1,127 @@
+"""Which lane-uniform products of a whole-loop kernel run on the TPU's MXU
+(lane_products.py computes them): the choice, without JAX, for the kernel's layout and for
+`hlofuse explain`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hlofuse.analysis.lane_classification import alias, element_read
+from hlofuse.analysis.parallel_loop import LoopPlan, apply_recorded_plan
+from hlofuse.analysis.whole_loop_config import read_recorded_plan, read_whole_loop_config
+from hlofuse.ir.dtypes import DType
+from hlofuse.ir.hlo import Computation, Instruction, Module
+from hlofuse.ir.ops import Op
+
+# Multiply-adds of the written-out form one tile moved through the MXU form costs (fitted
+# on the v5e over products of 16 x 16 to 128 x 128, 64 x 3 and 3 x 64: mxu_forms_light.json;
+# the crossover fell between 16 x 16, faster written out, and 32 x 32, faster on the MXU).
+MOVE_COST = 16
+
+
+def on_the_mxu(k: int, m: int) -> bool:
+    """Whether a product contracting K positions into M outputs per lane is cheaper on the
+    MXU (K + M tiles moved) than written out (K x M multiply-adds per tile)."""
+    return k * m >= MOVE_COST * (k + m)
+
+
+@dataclass(frozen=True)
+class Product:
+    """A lane-uniform dot: which operand is uniform (0 lhs, 1 rhs), the fixed element it
+    reads, and the (M, K) arrangement of that element the kernel takes in VMEM."""
+
+    name: str
+    side: int
+    element: int
+    order: tuple[int, ...]  # the element's free dimensions, then its contracted ones
+    k: int
+    m: int
+    mxu: bool
+
+    @property
+    def matrix_key(self) -> tuple[int, tuple[int, ...]]:
+        return self.element, self.order
+
+
+def plan_products(body: Computation, fixed: Sequence[int]) -> dict[int, Product]:
+    """The step's dots with one operand read from a fixed element, by id() of the dot; each
+    says whether it runs on the MXU (f32, no batch dimensions, large enough)."""
+    found: dict[int, Product] = {}
+    for inst in body.instructions:
+        if inst.op is not Op.DOT:
+            continue
+        for side in (1, 0):
+            element = element_read(alias(inst.operands[side]))
+            if element is None or element not in fixed:
+                continue
+            product = _product(inst, side, element)
+            if product is not None:
+                found[id(inst)] = product
+            break
+    return found
+
+
+def _product(inst: Instruction, side: int, element: int) -> Product | None:
+    if inst.ints("lhs_batch_dims") or inst.ints("rhs_batch_dims"):
+        return None
+    uniform = inst.operands[side]
+    contracted = inst.ints("rhs_contracting_dims" if side else "lhs_contracting_dims")
+    free = tuple(d for d in range(uniform.shape.rank) if d not in contracted)
+    dims = uniform.shape.dims
+    k = int(np.prod([dims[d] for d in contracted]))
+    m = int(np.prod([dims[d] for d in free]))
+    exact = inst.dtype is DType.F32 and all(o.dtype is DType.F32 for o in inst.operands)
+    return Product(inst.name, side, element, (*free, *contracted), k, m,
+                   exact and on_the_mxu(k, m))
+
+
+def describe(products: dict[int, Product]) -> str:
+    if not products:
+        return ""
+    on = [p for p in products.values() if p.mxu]
+    off = [p for p in products.values() if not p.mxu]
+    parts = []
+    if on:
+        parts.append("on the MXU: " + ", ".join(f"%{p.name} ({p.k} -> {p.m})" for p in on))
+    if off:
+        parts.append("written out (K x M < 16 (K + M)): "
+                     + ", ".join(f"%{p.name} ({p.k} -> {p.m})" for p in off))
+    return "; lane-uniform products " + "; ".join(parts)
+
+
+def fixed_elements(plan: LoopPlan) -> list[int]:
+    """Elements the loop passes on unchanged and no lane holds: the read-only ones and the
+    uniform ones the body returns as it got them (a policy's 64 biases)."""
+    root = plan.body.root
+    passed_on = [e for e in plan.uniform if element_read(root.operands[e]) == e]
+    return [*plan.read_only, *passed_on]
+
+
+def whole_loop_plan(fusion: Instruction) -> LoopPlan | None:
+    """The plan a whole-loop fusion recorded, or None."""
+    config = next((raw.text for key, raw in fusion.extra if key == "backend_config"), "")
+    recorded = read_recorded_plan(config) if read_whole_loop_config(config) else None
+    loop = fusion.calls[0].root if fusion.calls else None
+    if recorded is None or loop is None or loop.op is not Op.WHILE:
+        return None
+    plan = apply_recorded_plan(loop, *recorded)
+    return plan if isinstance(plan, LoopPlan) else None
+
+
+def explain_lines(module: Module) -> list[str]:
+    """A line per whole-loop fusion with lane-uniform products: each product's form."""
+    lines = []
+    for inst in module.all_instructions():
+        if inst.op is not Op.FUSION:
+            continue
+        plan = whole_loop_plan(inst)
+        if plan is None:
+            continue
+        products = plan_products(plan.body, fixed_elements(plan))
+        if products:
+            lines.append(f"%{inst.name}: " + describe(products).removeprefix(
+                "; lane-uniform products "))
+    return lines
