@@ -60,6 +60,7 @@ def _lane_kernel(module: object) -> Kernel:
     assert len(lanes) == 1
     (line,) = explain_lines(fused)  # what `hlofuse explain` says of the products
     assert "on the MXU: %" in line and "(32 -> 48)" in line and "(48 -> 32)" in line
+    assert "written out" not in line
     return lanes[0]
 
 

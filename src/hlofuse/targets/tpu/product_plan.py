@@ -79,6 +79,7 @@ def _product(inst: Instruction, side: int, element: int) -> Product | None:
 
 
 def describe(products: dict[int, Product]) -> str:
+    """The products' forms, for the kernel's header and `hlofuse explain`."""
     if not products:
         return ""
     on = [p for p in products.values() if p.mxu]
@@ -87,8 +88,9 @@ def describe(products: dict[int, Product]) -> str:
     if on:
         parts.append("on the MXU: " + ", ".join(f"%{p.name} ({p.k} -> {p.m})" for p in on))
     if off:
-        parts.append("written out (K x M < 16 (K + M)): "
-                     + ", ".join(f"%{p.name} ({p.k} -> {p.m})" for p in off))
+        parts.append("written out: " + ", ".join(
+            f"%{p.name} ({p.k} -> {p.m}, "
+            f"{'not f32' if on_the_mxu(p.k, p.m) else 'K x M < 16 (K + M)'})" for p in off))
     return "; lane-uniform products " + "; ".join(parts)
 
 
