@@ -15,9 +15,17 @@ the product so that nothing is hoisted), and is checked once against NumPy (T = 
 - kmajor: the tiles stored with strided stores into a (rows x K, 128) scratch (each row's
   K values contiguous), one product per row on a contiguous slice, the output tiles read
   back with strided loads;
-- value3d: the tiles stacked as a (K, rows, 128) value and sliced per row (no scratch).
+- value3d: the tiles stacked as a (K, rows, 128) value and sliced per row (no scratch): the
+  form the whole-loop kernel uses (targets/tpu/lane_products.py);
+- value3d_packed: as value3d, g rows of the tile in one product against g copies of W on
+  the diagonal (g = 128 / max(K, M), filling the MXU's 128 x 128);
+- value3d_t, value3d_t_packed: the product transposed (the lanes the streamed rows, W^T the
+  stationary operand), then transposed back.
 
-    python benchmarks/tpu_mxu_forms.py --out results/tpu/mxu_forms.json
+    python benchmarks/tpu_mxu_forms.py --default-precision --out results/tpu/mxu_forms.json
+    python benchmarks/tpu_mxu_forms.py --light --forms vpu,value3d,value3d_packed,value3d_t,\
+        value3d_t_packed --all-forms-sizes 64x64,16x16,64x3,3x64,32x32 \
+        --sizes 64x64,16x16,64x3,3x64,32x32 --out results/tpu/mxu_forms_light.json
 
 --interpret runs the forms in interpret mode at a small N (numerics only); --lower lowers each
 to Mosaic without a TPU (finds primitives Mosaic does not lower; layouts show only on the chip).
