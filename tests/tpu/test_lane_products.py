@@ -24,11 +24,12 @@ def test_small_products_stay_on_the_vector_unit(k: int, m: int, mxu: bool) -> No
     assert on_the_mxu(k, m) is mxu
 
 
-def _module() -> tuple[object, list[np.ndarray]]:
+def _module(constants: bool) -> tuple[object, list[np.ndarray]]:
     """Lanes whose 32 values go through a 32 -> 48 layer (the weights the dot's rhs) and a
     48 -> 32 layer (the weights its lhs, the lanes on the rhs's free dimension), two steps;
     weights neither square nor symmetric, so a transposed matrix or a misplaced position
-    changes the result."""
+    changes the result. The weights are arguments carried through the loop unchanged, or
+    (`constants`) arrays the jitted function closed over: constants in the loop's body."""
     import jax
     import jax.numpy as jnp
 
@@ -50,6 +51,10 @@ def _module() -> tuple[object, list[np.ndarray]]:
     args = [rng.standard_normal((2000, 32)).astype(np.float32),
             (rng.standard_normal((32, 48)) / 6).astype(np.float32),
             (rng.standard_normal((32, 48)) / 7).astype(np.float32)]
+    if constants:
+        x, w1, w2 = args
+        text = jax.jit(lambda x: rollout(x, w1, w2)).lower(x).as_text(dialect="hlo")
+        return parse_module(text, "products"), [x]
     text = jax.jit(rollout).lower(*args).as_text(dialect="hlo")
     return parse_module(text, "products"), args
 
@@ -64,8 +69,10 @@ def _lane_kernel(module: object) -> Kernel:
     return lanes[0]
 
 
-def test_lane_uniform_products_run_on_the_mxu_and_equal_the_interpreter() -> None:
-    module, args = _module()
+@pytest.mark.parametrize("constants", [False, True], ids=["carried", "constants"])
+def test_lane_uniform_products_run_on_the_mxu_and_equal_the_interpreter(
+        constants: bool) -> None:
+    module, args = _module(constants)
     kernel = _lane_kernel(module)
     layout = kernel.lanes
     assert layout is not None and layout.rows == 16  # two vector registers a tile

@@ -28,43 +28,54 @@ def on_the_mxu(k: int, m: int) -> bool:
     return k * m >= MOVE_COST * (k + m)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Product:
-    """A lane-uniform dot: which operand is uniform (0 lhs, 1 rhs), the fixed element it
-    reads, and the (M, K) arrangement of that element the kernel takes in VMEM."""
+    """A lane-uniform dot: which operand is uniform (0 lhs, 1 rhs), what it is (a read of a
+    fixed element, or a constant: weights a jitted function closed over), and the (M, K)
+    arrangement of it the kernel takes in VMEM."""
 
     name: str
     side: int
-    element: int
+    source: Instruction
+    element: int | None  # the fixed element; None for a constant
     order: tuple[int, ...]  # the element's free dimensions, then its contracted ones
     k: int
     m: int
     mxu: bool
 
     @property
-    def matrix_key(self) -> tuple[int, tuple[int, ...]]:
-        return self.element, self.order
+    def matrix_key(self) -> tuple[object, tuple[int, ...]]:
+        source = self.element if self.element is not None else ("constant", id(self.source))
+        return source, self.order
 
 
 def plan_products(body: Computation, fixed: Sequence[int]) -> dict[int, Product]:
-    """The step's dots with one operand read from a fixed element, by id() of the dot; each
-    says whether it runs on the MXU (f32, no batch dimensions, large enough)."""
+    """The step's dots with one operand the same for every lane and every step (read from a
+    fixed element, or a constant) and the other not, by id() of the dot; each says whether
+    it runs on the MXU (f32, no batch dimensions, large enough)."""
     found: dict[int, Product] = {}
     for inst in body.instructions:
         if inst.op is not Op.DOT:
             continue
         for side in (1, 0):
-            element = element_read(alias(inst.operands[side]))
-            if element is None or element not in fixed:
+            source = alias(inst.operands[side])
+            element = element_read(source)
+            if not _unchanging(source, fixed) or _unchanging(alias(inst.operands[1 - side]),
+                                                             fixed):
                 continue
-            product = _product(inst, side, element)
+            product = _product(inst, side, source, element)
             if product is not None:
                 found[id(inst)] = product
             break
     return found
 
 
-def _product(inst: Instruction, side: int, element: int) -> Product | None:
+def _unchanging(inst: Instruction, fixed: Sequence[int]) -> bool:
+    return inst.op is Op.CONSTANT or element_read(inst) in fixed
+
+
+def _product(inst: Instruction, side: int, source: Instruction, element: int | None
+             ) -> Product | None:
     if inst.ints("lhs_batch_dims") or inst.ints("rhs_batch_dims"):
         return None
     uniform = inst.operands[side]
@@ -74,7 +85,7 @@ def _product(inst: Instruction, side: int, element: int) -> Product | None:
     k = int(np.prod([dims[d] for d in contracted]))
     m = int(np.prod([dims[d] for d in free]))
     exact = inst.dtype is DType.F32 and all(o.dtype is DType.F32 for o in inst.operands)
-    return Product(inst.name, side, element, (*free, *contracted), k, m,
+    return Product(inst.name, side, source, element, (*free, *contracted), k, m,
                    exact and on_the_mxu(k, m))
 
 

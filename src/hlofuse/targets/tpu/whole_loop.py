@@ -167,9 +167,9 @@ class LaneLayout:
         return [e for e in self.plan.uniform if e not in fixed]
 
     def matrices(self) -> list[Product]:
-        """One product per weight matrix the MXU products take in VMEM (a fixed element in
-        one (M, K) arrangement)."""
-        found: dict[tuple[int, tuple[int, ...]], Product] = {}
+        """One product per weight matrix the MXU products take in VMEM (a fixed element or a
+        constant in one (M, K) arrangement)."""
+        found: dict[tuple[object, tuple[int, ...]], Product] = {}
         for p in self.products.values():
             if p.mxu:
                 found.setdefault(p.matrix_key, p)
@@ -309,7 +309,9 @@ class LaneKernel:
                       .reshape(-1) for e in uniform]
         fixed_in = [to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                     .reshape(-1) for e in fixed]
-        matrix_in = [matrix(inits[p.element], p.order, p.m, p.k) for p in layout.matrices()]
+        matrix_in = [matrix(inits[p.element] if p.element is not None else
+                            np.asarray(p.source.attrs["literal"]), p.order, p.m, p.k)
+                     for p in layout.matrices()]
         first_matrix = len(lane_elements) + len(uniform_in) + len(fixed_in)
         rows = layout.rows
         def block(positions: int) -> pl.BlockSpec:
