@@ -3,9 +3,9 @@
 A dot in a whole-loop kernel's step whose one operand is the same for every lane and step
 (a policy's weights: a loop element passed on unchanged, `LaneLayout.fixed_elements`, or a
 constant a jitted function closed over) and whose other operand is per-lane is, per lane, a
-small matrix-vector product. Written out
-(lane_ops.py) each of its M outputs is a chain of K scalar-times-tile multiply-adds on the
-vector unit, the weights read one scalar at a time from SMEM. On the MXU instead:
+small matrix-vector product. Written out (lane_ops.py) each of its M outputs is a chain of
+K scalar-times-tile multiply-adds on the vector unit, the weights read one scalar at a time
+from SMEM. On the MXU instead:
 
 - the K tiles of the contracted positions (each (rows, 128), one value per lane) are
   stacked into a (K, rows, 128) value;
