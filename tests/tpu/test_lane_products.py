@@ -10,6 +10,7 @@ import pytest
 from hlofuse.api import compile_module
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.reference.interpreter import evaluate, flatten_value
+from hlofuse.targets.tpu import whole_loop
 from hlofuse.targets.tpu.kernels import Kernel
 from hlofuse.targets.tpu.listing import lower_for_tpu
 from hlofuse.targets.tpu.product_plan import explain_lines, on_the_mxu
@@ -59,7 +60,9 @@ def _module(constants: bool) -> tuple[object, list[np.ndarray]]:
     return parse_module(text, "products"), args
 
 
-def _lane_kernel(module: object) -> Kernel:
+def _lane_kernel(module: object, monkeypatch: pytest.MonkeyPatch) -> Kernel:
+    # weights read only by MXU products are VMEM inputs: SMEM's limit does not apply
+    monkeypatch.setattr(whole_loop, "READ_ONLY_WORDS", 64)
     fused = run_strategy(module, "max", debug=False).module  # type: ignore[arg-type]
     lanes = [k for k in plan_kernels(fused, interpret=True) if k.lanes is not None]
     assert len(lanes) == 1
@@ -71,11 +74,13 @@ def _lane_kernel(module: object) -> Kernel:
 
 @pytest.mark.parametrize("constants", [False, True], ids=["carried", "constants"])
 def test_lane_uniform_products_run_on_the_mxu_and_equal_the_interpreter(
-        constants: bool) -> None:
+        constants: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     module, args = _module(constants)
-    kernel = _lane_kernel(module)
+    kernel = _lane_kernel(module, monkeypatch)
     layout = kernel.lanes
     assert layout is not None and layout.rows == 16  # two vector registers a tile
+    assert not layout.smem_elements()
+    assert len(layout.in_vmem) == (0 if constants else 2)
     products = sorted((p.k, p.m, p.side, p.mxu) for p in layout.products.values())
     assert products == [(32, 48, 1, True), (48, 32, 0, True)]
     assert "on the MXU" in layout.describe()

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,10 +49,12 @@ class Product:
         return source, self.order
 
 
-def plan_products(body: Computation, fixed: Sequence[int]) -> dict[int, Product]:
+def plan_products(body: Computation, fixed: Sequence[int], per_lane: Mapping[int, int]
+                  ) -> dict[int, Product]:
     """The step's dots with one operand the same for every lane and every step (read from a
-    fixed element, or a constant) and the other not, by id() of the dot; each says whether
-    it runs on the MXU (f32, no batch dimensions, large enough)."""
+    fixed element, or a constant) and the other per-lane (in `per_lane`, the plan's
+    `value_lane_dims`), by id() of the dot; each says whether it runs on the MXU (f32, no
+    batch dimensions, large enough)."""
     found: dict[int, Product] = {}
     for inst in body.instructions:
         if inst.op is not Op.DOT:
@@ -60,8 +62,7 @@ def plan_products(body: Computation, fixed: Sequence[int]) -> dict[int, Product]
         for side in (1, 0):
             source = alias(inst.operands[side])
             element = element_read(source)
-            if not _unchanging(source, fixed) or _unchanging(alias(inst.operands[1 - side]),
-                                                             fixed):
+            if not _unchanging(source, fixed) or id(inst.operands[1 - side]) not in per_lane:
                 continue
             product = _product(inst, side, source, element)
             if product is not None:
@@ -105,6 +106,45 @@ def describe(products: dict[int, Product]) -> str:
     return "; lane-uniform products " + "; ".join(parts)
 
 
+def mxu_matrices(products: Mapping[int, Product]) -> list[Product]:
+    """One MXU product per weight matrix the kernel takes in VMEM (a fixed element or a
+    constant in one (M, K) arrangement)."""
+    found: dict[tuple[object, tuple[int, ...]], Product] = {}
+    for p in products.values():
+        if p.mxu:
+            found.setdefault(p.matrix_key, p)
+    return list(found.values())
+
+
+def mxu_vmem(products: Mapping[int, Product]) -> tuple[int, int]:
+    """What the MXU products add to a block's VMEM: tiles of a block (each product's stacked
+    K inputs and M outputs) and words (the weight matrices, double-buffered)."""
+    tiles = sum(p.k + p.m for p in products.values() if p.mxu)
+    return tiles, 2 * sum(p.k * p.m for p in mxu_matrices(products))
+
+
+def vmem_only(plan: LoopPlan, products: Mapping[int, Product]) -> frozenset[int]:
+    """Fixed elements nothing but MXU products reads (as their weights, from VMEM): they
+    need no SMEM input. Any other read (a written-out product, a bias, a nested loop's
+    operand) keeps an element in SMEM."""
+    readers: dict[int, list[tuple[Instruction, int]]] = {}
+    for comp in (plan.body, plan.condition):
+        for inst in comp.instructions:
+            for k, operand in enumerate(inst.operands):
+                element = element_read(operand)
+                if element is not None:
+                    readers.setdefault(element, []).append((inst, k))
+    root = plan.body.root
+
+    def by_mxu(inst: Instruction, k: int, element: int) -> bool:
+        product = products.get(id(inst))
+        return inst is root or (product is not None and product.mxu and product.side == k
+                                and product.element == element)
+
+    return frozenset(e for e in fixed_elements(plan)
+                     if all(by_mxu(inst, k, e) for inst, k in readers.get(e, ())))
+
+
 def fixed_elements(plan: LoopPlan) -> list[int]:
     """Elements the loop passes on unchanged and no lane holds: the read-only ones and the
     uniform ones the body returns as it got them (a policy's 64 biases)."""
@@ -133,7 +173,7 @@ def explain_lines(module: Module) -> list[str]:
         plan = whole_loop_plan(inst)
         if plan is None:
             continue
-        products = plan_products(plan.body, fixed_elements(plan))
+        products = plan_products(plan.body, fixed_elements(plan), plan.value_lane_dims)
         if products:
             lines.append(f"%{inst.name}: " + describe(products).removeprefix(
                 "; lane-uniform products "))

@@ -47,6 +47,7 @@ from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
+from hlofuse.targets.tpu import product_plan
 from hlofuse.targets.tpu.lane_ops import first_unlowered
 from hlofuse.targets.tpu.lane_products import matrix
 from hlofuse.targets.tpu.lane_values import (
@@ -74,7 +75,7 @@ from hlofuse.targets.tpu.lax_ops import (
     constant,
     whole_block,
 )
-from hlofuse.targets.tpu.product_plan import Product, describe, fixed_elements, plan_products
+from hlofuse.targets.tpu.product_plan import Product, fixed_elements, mxu_matrices
 from hlofuse.targets.tpu.whole_loop_steps import (
     finish,
     start_tables,
@@ -132,8 +133,10 @@ class LaneLayout:
     init_params: tuple[int, ...]  # element -> the fusion parameter holding its initial value
     rows: int  # rows of a block (B = rows x 128 lanes)
     grid: int
-    # The step's lane-uniform dots (lane_products.py), by id(): on the MXU or written out.
+    # The step's lane-uniform dots (lane_products.py), by id(): on the MXU or written out;
+    # the fixed elements only MXU products read (VMEM inputs, not SMEM ones).
     products: dict[int, Product] = field(default_factory=dict)
+    in_vmem: frozenset[int] = frozenset()
 
     @property
     def size(self) -> int:
@@ -157,23 +160,18 @@ class LaneLayout:
 
     def fixed_elements(self) -> list[int]:
         """Elements the loop passes on unchanged and no lane holds: the read-only ones and
-        the uniform ones the body returns as it got them (a policy's 64 biases). They are
-        SMEM inputs read where they are used, not scalars carried through the time loop."""
+        the uniform ones the body returns as it got them (a policy's 64 biases): inputs, not
+        scalars carried through the time loop."""
         return fixed_elements(self.plan)
+
+    def smem_elements(self) -> list[int]:
+        """The fixed elements read from SMEM where used (all but those in VMEM only)."""
+        return [e for e in self.fixed_elements() if e not in self.in_vmem]
 
     def carried_uniform(self) -> list[int]:
         """The uniform elements the time loop carries (the step counter, the RNG key)."""
         fixed = set(self.fixed_elements())
         return [e for e in self.plan.uniform if e not in fixed]
-
-    def matrices(self) -> list[Product]:
-        """One product per weight matrix the MXU products take in VMEM (a fixed element or a
-        constant in one (M, K) arrangement)."""
-        found: dict[tuple[object, tuple[int, ...]], Product] = {}
-        for p in self.products.values():
-            if p.mxu:
-                found.setdefault(p.matrix_key, p)
-        return list(found.values())
 
     def lane_elements(self) -> list[int]:
         """Held elements, then stacked outputs: the kernel's per-lane inputs and outputs."""
@@ -185,7 +183,7 @@ class LaneLayout:
                 f"(N = {self.size}), the time loop inside; {held} held, "
                 f"{len(self.plan.streamed)} stacked, {len(self.plan.accumulators)} "
                 f"accumulated and {len(self.plan.uniform)} uniform element(s)"
-                f"{describe(self.products)}")
+                f"{product_plan.describe(self.products)}")
 
 
 def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
@@ -201,7 +199,11 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
         return WholeLoopRefusal(plan.rule, plan.message)
     if plan.size < 2:
         return WholeLoopRefusal(NOT_PLANNED, "one lane: nothing to lay out on tiles")
-    read_only_words = sum(loop.shape.elements[e].num_elements for e in plan.read_only)
+    products = product_plan.plan_products(plan.body, fixed_elements(plan),
+                                          plan.value_lane_dims)
+    in_vmem = product_plan.vmem_only(plan, products)
+    read_only_words = sum(loop.shape.elements[e].num_elements for e in plan.read_only
+                          if e not in in_vmem)
     if read_only_words > READ_ONLY_WORDS:
         return WholeLoopRefusal(READ_ONLY_RULE, f"read-only elements {list(plan.read_only)} "
                                 f"hold {read_only_words} values, over the {READ_ONLY_WORDS} "
@@ -227,8 +229,8 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
     if unlowered is not None:
         return WholeLoopRefusal("tpu-whole-loop-op", f"%{unlowered.name} "
                                 f"({unlowered.op.text}) has no per-lane form in the kernel")
-    layout = LaneLayout(loop, plan, tuple(o.parameter_number for o in init.operands), 0, 0)
-    layout.products = plan_products(plan.body, layout.fixed_elements())
+    layout = LaneLayout(loop, plan, tuple(o.parameter_number for o in init.operands), 0, 0,
+                        products, in_vmem)
     rows = _block_rows(layout)
     if rows == 0:
         return WholeLoopRefusal(VMEM_RULE, f"a block of {MIN_ROWS} x 128 lanes needs over "
@@ -240,11 +242,10 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
 
 def _block_rows(layout: LaneLayout) -> int:
     """Rows per block: BLOCK_ROWS, fewer for a small N, fewer while the carried tiles (held
-    positions and accumulators) take more than CARRY_REGISTERS vector registers (never
-    below MIN_ROWS for it), fewer again for
-    VMEM; 0 if even MIN_ROWS do not fit. The VMEM model: every per-lane block in and out
-    twice (double buffering), stacked outputs once more (copied in the kernel), the carry
-    once."""
+    positions and accumulators) take more than CARRY_REGISTERS vector registers (never below
+    MIN_ROWS for it), fewer again for VMEM; 0 if even MIN_ROWS do not fit. The VMEM model:
+    every per-lane block in and out twice (double buffering), stacked outputs once more
+    (copied in the kernel), the carry once, the MXU products' stacked tiles and weights."""
     rows_needed = -(-layout.size // LANES)
     rows = min(BLOCK_ROWS, -(-rows_needed // MIN_ROWS) * MIN_ROWS)
     held = sum(layout.positions(e) for e in layout.plan.per_lane)
@@ -252,9 +253,10 @@ def _block_rows(layout: LaneLayout) -> int:
     while rows > MIN_ROWS and carried * (rows // MIN_ROWS) > CARRY_REGISTERS:
         rows //= 2
     stacked = sum(layout.positions(s.element) for s in layout.plan.streamed)
-    tiles = 5 * held + 5 * stacked + 3 * len(layout.plan.accumulators)
+    product_tiles, weight_words = product_plan.mxu_vmem(layout.products)
+    tiles = 5 * held + 5 * stacked + 3 * len(layout.plan.accumulators) + product_tiles
     while rows >= MIN_ROWS:
-        if tiles * rows * LANES * 4 <= VMEM_BUDGET:
+        if (tiles * rows * LANES + weight_words) * 4 <= VMEM_BUDGET:
             return rows
         rows //= 2
     return 0
@@ -308,10 +310,10 @@ class LaneKernel:
         uniform_in = [to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
                       .reshape(-1) for e in uniform]
         fixed_in = [to_word(jnp.asarray(inits[e]), layout.element_shape(e).dtype)
-                    .reshape(-1) for e in fixed]
+                    .reshape(-1) for e in layout.smem_elements()]
         matrix_in = [matrix(inits[p.element] if p.element is not None else
                             np.asarray(p.source.attrs["literal"]), p.order, p.m, p.k)
-                     for p in layout.matrices()]
+                     for p in mxu_matrices(layout.products)]
         first_matrix = len(lane_elements) + len(uniform_in) + len(fixed_in)
         rows = layout.rows
         def block(positions: int) -> pl.BlockSpec:
@@ -379,12 +381,15 @@ class LaneKernel:
         the MXU products' weights from `matrix_in` (none: every dot written out)."""
         layout = self.layout
         plan = layout.plan
-        carried, fixed = layout.carried_uniform(), layout.fixed_elements()
+        carried, smem = layout.carried_uniform(), layout.smem_elements()
 
         def read_uniform(element: int) -> Sequence[Value]:
             dtype = layout.element_shape(element).dtype
-            if element in fixed:
-                return ScalarReads(fixed_in[fixed.index(element)], dtype)
+            if element in smem:
+                return ScalarReads(fixed_in[smem.index(element)], dtype)
+            if element not in carried:  # in VMEM for the MXU products only
+                raise Unlowerable("tpu-whole-loop-op", f"element {element} read other than "
+                                  "as an MXU product's weights")
             return [from_word(v, dtype) for v in scalars[carried.index(element)]]
 
         lane_dims = {e: plan.lane_dims[e] for e in plan.per_lane}
@@ -392,7 +397,7 @@ class LaneKernel:
         values.nested = plan.nested
         values.products = layout.products
         if matrix_in:
-            keys = [p.matrix_key for p in layout.matrices()]
+            keys = [p.matrix_key for p in mxu_matrices(layout.products)]
 
             def reader(ref: Any) -> Any:
                 return lambda: ref[...]
@@ -416,14 +421,14 @@ class LaneKernel:
         layout = self.layout
         plan = layout.plan
         lane_elements = layout.lane_elements()
-        carried, fixed = layout.carried_uniform(), layout.fixed_elements()
+        carried, fixed = layout.carried_uniform(), layout.smem_elements()
         n_lane, n_uniform = len(lane_elements), len(carried)
         n_acc = len(plan.accumulators)
         lane_in = refs[:n_lane]
         uniform_in = refs[n_lane:n_lane + n_uniform]
         fixed_in = refs[n_lane + n_uniform:n_lane + n_uniform + len(fixed)]
         n_inputs = n_lane + n_uniform + len(fixed)
-        matrix_in = refs[n_inputs:n_inputs + len(layout.matrices())]
+        matrix_in = refs[n_inputs:n_inputs + len(mxu_matrices(layout.products))]
         n_inputs += len(matrix_in)
         tables = self.tables
         n_tables = len(tables.kinds) if tables is not None else 0
