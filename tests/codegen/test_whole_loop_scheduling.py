@@ -10,11 +10,12 @@ import pytest
 
 from hlofuse.api import compile_module
 from hlofuse.codegen import cir
+from hlofuse.codegen.cir import longest_straight_run
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.targets.c.build import generate_c
-from hlofuse.targets.c.language import C, longest_straight_run
+from hlofuse.targets.c.language import C
 from hlofuse.targets.cuda.language import CUDA
 
 

@@ -517,6 +517,24 @@ def nested_lists(stmt: Stmt) -> list[list[Stmt]]:
     return []
 
 
+def longest_straight_run(body: list[Stmt]) -> int:
+    """The most statements one after another without a loop, branch or block between them,
+    in `body` or any statement list nested in it."""
+    longest = run = 0
+    for stmt in body:
+        if isinstance(stmt, Comment):
+            continue
+        nested = nested_lists(stmt)  # a compound statement holds at least one list
+        if not nested:
+            run += 1
+            longest = max(longest, run)
+            continue
+        run = 0
+        for inner in nested:
+            longest = max(longest, longest_straight_run(inner))
+    return longest
+
+
 def statements(stmt: Stmt) -> Iterator[Stmt]:
     """`stmt` and every statement nested in it."""
     stack = [stmt]

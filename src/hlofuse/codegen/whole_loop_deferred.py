@@ -5,7 +5,7 @@ whose select picks it."""
 from __future__ import annotations
 
 from hlofuse.codegen import cir
-from hlofuse.codegen.cir import Binary, Expr
+from hlofuse.codegen.cir import Binary, Expr, longest_straight_run
 from hlofuse.codegen.emitter_types import Index, expr_of
 from hlofuse.codegen.whole_loop_elements import L
 from hlofuse.codegen.whole_loop_lane_code import SIMD, LaneCode
@@ -15,6 +15,13 @@ from hlofuse.ir.hlo import Instruction
 # Lanes per simd loop computing the deferred operands of the listed lanes (one 64-byte vector
 # of 32-bit values).
 DEFERRED_VECTOR = 16
+# Statements one after another that the listed lanes' operands may take written out position by
+# position; past it, each element's positions are a loop around the lanes' vector loop.
+# Written out, a state of many positions each drawn anew on reset (a chain's masses, a
+# swarm's particles) made a block of thousands of statements, which gcc's scheduler takes
+# the square of that length to order (targets/c/language.py, `scheduled_block_limit`), so
+# the whole kernel went unscheduled.
+DEFERRED_WRITTEN_OUT = 1000
 
 
 class DeferredLanes(LaneCode):
@@ -114,15 +121,39 @@ class DeferredLanes(LaneCode):
 
     def _deferred_listed(self, groups: dict[Expr, list[tuple[int, int, Instruction, Index]]],
                          any_test: Expr) -> None:
-        body, em = self.body, self.lane_em
+        body = self.body
         picked = body.declare(cir.Special.INT, "picked", cir.Int(0))
         body.declare(DType.S32, "pick", dims=(self.lanes,))
         with body.loop("l", 0, self.lanes, counter=cir.Special.INT):
             body.assign(cir.load("pick", picked), L)
             body.assign(picked, cir.Binary("!=", any_test, cir.Int(0)), "+=")
-        width = min(DEFERRED_VECTOR, self.lanes)
         stores = [(test, i, q, operand, index) for test, group in groups.items()
                   for i, q, operand, index in group]
+        looped = self._position_loops(stores)
+        mark = len(body.scope.stmts)
+        self._listed_written_out(stores, picked, blended=len(groups) > 1)
+        if looped and longest_straight_run(body.scope.stmts[mark:]) > DEFERRED_WRITTEN_OUT:
+            del body.scope.stmts[mark:]
+            self._listed_looped(stores, looped, picked, blended=len(groups) > 1)
+
+    @staticmethod
+    def _position_loops(stores: list[tuple[Expr, int, int, Instruction, Index]]
+                        ) -> dict[int, tuple[Expr, Instruction]]:
+        """The elements whose positions a loop can compute: several positions, one predicate
+        for all of them (the test and the operand a loop's body computes at its position)."""
+        tests: dict[int, set[Expr]] = {}
+        first: dict[int, tuple[Expr, Instruction]] = {}
+        counts: dict[int, int] = {}
+        for test, i, _, operand, _ in stores:
+            tests.setdefault(i, set()).add(test)
+            first.setdefault(i, (test, operand))
+            counts[i] = counts.get(i, 0) + 1
+        return {i: first[i] for i in first if counts[i] > 1 and len(tests[i]) == 1}
+
+    def _listed_written_out(self, stores: list[tuple[Expr, int, int, Instruction, Index]],
+                            picked: Expr, blended: bool) -> None:
+        body, em = self.body, self.lane_em
+        width = min(DEFERRED_VECTOR, self.lanes)
         values = [body.fresh("dv") for _ in stores]
         for name, (_, i, _, _, _) in zip(values, stores):
             body.declare(self._register_type(self._shape(i).dtype), name, dims=(width,))
@@ -141,13 +172,27 @@ class DeferredLanes(LaneCode):
                     body.assign(cir.load(name, cir.Var(offset)), value)
             offset = body.fresh("k")
             # With one predicate every listed lane picks: stores, no blends.
-            blended = len(groups) > 1
             with body.cache_scope(), body.loop(offset, 0, count, counter=cir.Special.INT):
                 self._declare_listed_lane(first, offset, with_index=False)
                 for name, (test, i, q, _, _) in zip(values, stores):
                     target = cir.load(f"s{i}", cir.Int(q), L)
                     value = cir.load(name, cir.Var(offset))
                     body.assign(target, cir.Select(test, value, target) if blended else value)
+
+    def _listed_looped(self, stores: list[tuple[Expr, int, int, Instruction, Index]],
+                       looped: dict[int, tuple[Expr, Instruction]], picked: Expr,
+                       blended: bool) -> None:
+        """The elements of `looped` lane by lane, each a vector loop over its positions with
+        what they share (a lane's own key) computed once before it (`_deferred_looped`); the
+        other elements' positions written out for the listed lanes as before."""
+        groups: dict[Expr, list[tuple[int, int, Instruction, Index]]] = {}
+        for i, (test, operand) in looped.items():
+            groups.setdefault(test, []).append(
+                (i, -1, operand, self._lane_index_at(i, cir.Int(0))))
+        self._deferred_looped(groups)
+        rest = [store for store in stores if store[1] not in looped]
+        if rest:
+            self._listed_written_out(rest, picked, blended)
 
     def _declare_listed_lane(self, first: str, offset: str, with_index: bool = True) -> None:
         """`l`, the listed lane, and (for code computing values) its lane index `e`; the copy

@@ -20,7 +20,7 @@ from types import MappingProxyType
 import numpy as np
 
 from hlofuse.codegen import cir
-from hlofuse.codegen.cir import Expr
+from hlofuse.codegen.cir import Expr, longest_straight_run
 from hlofuse.codegen.language import literal, literal_float
 from hlofuse.ir.dtypes import DType
 
@@ -93,24 +93,6 @@ _WHOLE_LOOP_OPTIONS = ("no-thread-jumps", "no-tree-pre", "no-tree-sink", "ira-re
 
 def _optimize_attribute(*options: str) -> str:
     return "__attribute__((optimize(" + ", ".join(f'"{o}"' for o in options) + ")))"
-
-
-def longest_straight_run(body: list[cir.Stmt]) -> int:
-    """The most statements one after another without a loop, branch or block between them,
-    in `body` or any statement list nested in it."""
-    longest = run = 0
-    for stmt in body:
-        if isinstance(stmt, cir.Comment):
-            continue
-        nested = cir.nested_lists(stmt)  # a compound statement holds at least one list
-        if not nested:
-            run += 1
-            longest = max(longest, run)
-            continue
-        run = 0
-        for inner in nested:
-            longest = max(longest, longest_straight_run(inner))
-    return longest
 
 
 @dataclass(frozen=True)
