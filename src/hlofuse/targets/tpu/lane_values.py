@@ -46,6 +46,7 @@ from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, elementwise, threefr
 
 if TYPE_CHECKING:
     from hlofuse.analysis.parallel_loop import LoopPlan
+    from hlofuse.targets.tpu.product_plan import Product
     from hlofuse.targets.tpu.whole_loop_uniform import StepRecorder
 
 Index = int | Value  # a static index, or an int32 (rows, 128) tile of per-lane indices
@@ -121,6 +122,10 @@ class LaneValues:
         # Held elements whose tiles sit in VMEM (lane_loops.py), read at a uniform index
         # that is not static (a position loop's): element -> read(flat index).
         self.stored: Mapping[int, Callable[[Value], Value]] = {}
+        # The step's lane-uniform dots (lane_products.py), by id(), and for those on the MXU
+        # the read of their (M, K) weights in VMEM.
+        self.products: Mapping[int, Product] = {}
+        self.weights: Mapping[int, Callable[[], Value]] = {}
 
     @contextlib.contextmanager
     def branch(self) -> Iterator[None]:
