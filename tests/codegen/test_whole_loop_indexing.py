@@ -93,3 +93,65 @@ def test_lane_gather_scatter_and_nested_loop_equal_the_interpreter() -> None:
     actual = flatten_value(compile_cpu(module)(grid, pos))
     for a, e in zip(actual, expected):
         np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6)
+
+
+# Lanes gather their own rows at indices that do not depend on the loop state: a constant
+# different per row (vmap of `x[i]` with `i` a per-row constant; `jax.random.choice` reads the
+# last of each row's cumulative sums so) and indices computed from the step counter, the
+# same in every lane (`jnp.take(x, k)` with `k` drawn from the shared key).
+UNIFORM_INDICES = """HloModule uniform_indices
+cond {
+  cs = (s32[], f32[8,4]) parameter(0)
+  i = s32[] get-tuple-element(cs), index=0
+  five = s32[] constant(5)
+  ROOT lt5 = pred[] compare(i, five), direction=LT
+}
+body {
+  s = (s32[], f32[8,4]) parameter(0)
+  i0 = s32[] get-tuple-element(s), index=0
+  grid = f32[8,4] get-tuple-element(s), index=1
+  fixed = s32[8,1] constant({{3}, {0}, {1}, {2}, {3}, {3}, {0}, {1}})
+  g = f32[8,1] gather(grid, fixed), offset_dims={1}, collapsed_slice_dims={},
+      start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0},
+      index_vector_dim=1, slice_sizes={1,1}
+  four = s32[] constant(4)
+  k = s32[] remainder(i0, four)
+  ks = s32[8,1] broadcast(k), dimensions={}
+  h = f32[8] gather(grid, ks), offset_dims={}, collapsed_slice_dims={1}, start_index_map={1},
+      operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=1,
+      slice_sizes={1,1}
+  gb = f32[8,4] broadcast(g), dimensions={0,1}
+  hb = f32[8,4] broadcast(h), dimensions={0}
+  half = f32[] constant(0.5)
+  halves = f32[8,4] broadcast(half), dimensions={}
+  mixed = f32[8,4] add(gb, hb)
+  scaled = f32[8,4] multiply(mixed, halves)
+  grid2 = f32[8,4] add(grid, scaled)
+  one = s32[] constant(1)
+  i1 = s32[] add(i0, one)
+  ROOT t = (s32[], f32[8,4]) tuple(i1, grid2)
+}
+ENTRY e {
+  grid0 = f32[8,4] parameter(0)
+  start = s32[] constant(0)
+  state = (s32[], f32[8,4]) tuple(start, grid0)
+  ROOT loop = (s32[], f32[8,4]) while(state), condition=cond, body=body
+}
+"""
+
+
+def test_lanes_gathering_at_indices_the_state_does_not_set_fuse_whole() -> None:
+    fused = run_strategy(parse_module(UNIFORM_INDICES), "max", debug=True)
+    records = [r for r in fused.decisions.records if r.pass_name == "whole-loop-fusion"]
+    assert records and records[-1].verdict.value == "fuse", [r.message for r in records]
+    assert not fused.kernels_per_iteration()
+
+
+@pytest.mark.needs_cc
+def test_lanes_gathering_at_indices_the_state_does_not_set_equal_the_interpreter() -> None:
+    grid = np.random.default_rng(5).normal(size=(8, 4)).astype(np.float32)
+    expected = flatten_value(evaluate(parse_module(UNIFORM_INDICES), [grid]))
+    module = run_strategy(parse_module(UNIFORM_INDICES), "max", debug=False).module
+    actual = flatten_value(compile_cpu(module)(grid))
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6)
