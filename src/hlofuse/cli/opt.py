@@ -23,6 +23,7 @@ from hlofuse.ir.printer import module_text
 from hlofuse.passes.decision_log import DecisionLog, DecisionRecord
 from hlofuse.passes.manager import PassError, Pipeline, parse_pass_list
 from hlofuse.passes.rule_catalogue import catalogue_text
+from hlofuse.targets.tpu.product_plan import explain_lines
 
 
 def run_opt(module: Module, passes: str | None, strategy: str | None,
@@ -91,10 +92,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"wrote {written}", file=sys.stderr)
     dots = _dot_kernels(result)
     described = targets.get("cpu").describe_dots(dots) if dots else []
+    products = explain_lines(result.module)
     if args.json:
         report = result.explain_dict()
         if described:
             report["dot_kernels_c"] = dict(zip((d.name for d in dots), described))
+        if products:
+            report["lane_products_tpu"] = products
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
@@ -102,6 +106,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if described:
             sys.stdout.write("\ndot kernels on the C target\n"
                              + "".join(f"  {line}\n" for line in described))
+        if products:
+            sys.stdout.write("\nlane-uniform products of whole-loop kernels on the TPU target\n"
+                             + "".join(f"  {line}\n" for line in products))
     return 0
 
 

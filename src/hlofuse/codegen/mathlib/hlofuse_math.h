@@ -591,7 +591,7 @@ HLOFUSE_MATH_FN float hlofuse_log1pf(float x) {
  * form. */
 HLOFUSE_MATH_FN float hlofuse_tanhf(float x) {
     float a = hlofuse__from_bits32(hlofuse__bits32(x) & 0x7fffffffu);
-    a = hlofuse__self(a > 9.5f, 9.5f, a);
+    a = a > 9.5f ? 9.5f : a;
     /* In halves: r/2 = a - n ln2/2, Q's coefficients times 2^(k+1) so its Horner steps give
      * 2 Q(r) exactly, h = e/2 = 2^n (p/2) + (2^n - 1)/2: the same roundings as with
      * r, p and e, two multiplications fewer. */
@@ -609,7 +609,7 @@ HLOFUSE_MATH_FN float hlofuse_tanhf(float x) {
     float h = HLOFUSE__MADDF(scale, p, HLOFUSE__MADDF(scale, 0.5f, -0.5f));
     float t0 = h / (h + 1.0f);
     float t1 = HLOFUSE__MADDF(-h, t0, h);
-    return hlofuse__with_sign_of_f(hlofuse__self(h < 0.5f, t1, t0), x);
+    return hlofuse__with_sign_of_f(h < 0.5f ? t1 : t0, x);
 }
 #else
 /* tanh(x) = e / (e + 2) with e = expm1(2|x|), sign restored from x. */

@@ -24,6 +24,7 @@ from hlofuse.targets.tpu.lane_indexing import (
 )
 from hlofuse.targets.tpu.lane_linalg import is_tile_linalg, linalg_leaf
 from hlofuse.targets.tpu.lane_nested import nested_loop
+from hlofuse.targets.tpu.lane_products import mxu_dot
 from hlofuse.targets.tpu.lane_values import (
     MAX_REDUCED_POSITIONS,
     OP_RULE,
@@ -296,7 +297,13 @@ def run_elementwise(comp: Computation, arguments: Sequence[Value]) -> Value:
 
 
 def _dot(values: LaneValues, inst: Instruction, position: Position) -> Value:
-    """A dot written out per position: the sum over the contracted positions of products."""
+    """A dot written out per position: the sum over the contracted positions of products;
+    a lane-uniform product large enough on the MXU (lane_products.py)."""
+    weights = values.weights.get(id(inst))
+    if weights is not None:
+        found = mxu_dot(values, inst, position, weights)
+        if found is not None:
+            return found
     lhs, rhs = inst.operands
     lhs_c, rhs_c = inst.ints("lhs_contracting_dims"), inst.ints("rhs_contracting_dims")
     lhs_b, rhs_b = inst.ints("lhs_batch_dims"), inst.ints("rhs_batch_dims")

@@ -46,6 +46,7 @@ from hlofuse.targets.tpu.lax_ops import ELEMENTWISE, Value, elementwise, threefr
 
 if TYPE_CHECKING:
     from hlofuse.analysis.parallel_loop import LoopPlan
+    from hlofuse.targets.tpu.product_plan import Product
     from hlofuse.targets.tpu.whole_loop_uniform import StepRecorder
 
 Index = int | Value  # a static index, or an int32 (rows, 128) tile of per-lane indices
@@ -113,6 +114,10 @@ class LaneValues:
         # key, and what records the step's values to find them (whole_loop_uniform.py).
         self.precomputed: Mapping[Any, Callable[[], Value]] = {}
         self.recorder: StepRecorder | None = None
+        # The step's lane-uniform dots (lane_products.py), by id(), and for those on the MXU
+        # the read of their (M, K) weights in VMEM.
+        self.products: Mapping[int, Product] = {}
+        self.weights: Mapping[int, Callable[[], Value]] = {}
 
     @contextlib.contextmanager
     def branch(self) -> Iterator[None]:
