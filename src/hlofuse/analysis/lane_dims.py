@@ -238,8 +238,9 @@ def _index_batch_to_result(inst: Instruction, indices_dim: int, window_dims: tup
 
 def _gather_lanes(size: int, inst: Instruction, operand_lanes: list[LaneDim | None]) -> LaneDim:
     """Per lane when each lane reads its own rows (the operand's lane dimension is an
-    operand batching dimension paired with the indices' lane dimension), or when per-lane
-    indices read a table the same for every lane."""
+    operand batching dimension paired with the indices' lane dimension, or paired with a
+    dimension of indices the same in every step), or when per-lane indices read a table the
+    same for every lane."""
     operand_dim, indices_dim = operand_lanes
     ivd = inst.attrs["index_vector_dim"]
     assert isinstance(ivd, int)
@@ -254,6 +255,12 @@ def _gather_lanes(size: int, inst: Instruction, operand_lanes: list[LaneDim | No
         if (isinstance(operand_dim, int) and operand_dim in batching
                 and indices_batching[batching.index(operand_dim)] == indices_dim):
             return result
+    if indices_dim is None and isinstance(operand_dim, int) and operand_dim in batching:
+        # Indices the same in every step (a constant, or drawn from the shared key), paired
+        # with the operand's lanes by a batching dimension: lane l reads its own rows at the
+        # indices' row l (vmap of `x[i]` with i not batched, or of `jnp.take(x, k)`).
+        paired = indices_batching[batching.index(operand_dim)]
+        return _index_batch_to_result(inst, paired, offset_dims, ivd, rank)
     if indices_dim is None and isinstance(operand_dim, int):
         window = _whole_window_dim(inst, operand_dim, "slice_sizes", "collapsed_slice_dims",
                                    batching, offset_dims)

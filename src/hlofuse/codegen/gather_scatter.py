@@ -23,9 +23,11 @@ from hlofuse.codegen.emitter_types import (
     UnsupportedInstruction,
     Value,
     conjunction,
+    selected,
 )
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
 
 if TYPE_CHECKING:
     from hlofuse.codegen.elemental import ElementalEmitter
@@ -74,6 +76,7 @@ def gather(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     indices_batch_dims = [d for d in range(indices.shape.rank) if d != ivd]
     operand_dims = operand.shape.dims
     operand_multi: list[Expr] = []
+    computed_starts: list[tuple[int, Expr, int]] = []  # (dimension, start, highest start)
     for d, (dim, size) in enumerate(zip(operand_dims, sizes)):
         offset: Expr = cir.Int(0) if d in dropped else next(offsets)
         if d in operand_batching:
@@ -90,10 +93,37 @@ def gather(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
                 clamped = Select(Binary("<", raw, cir.Int(0)), cir.Int(0),
                                  Select(Binary(">", raw, cir.Int(high)), cir.Int(high), raw))
                 start = em.body.let(em.lang.index_type, clamped, "s")
+                if cir.folded_int(start) is None:
+                    computed_starts.append((d, start, high))
         else:
             start = cir.Int(0)
         operand_multi.append(em.index_let(cir.add(offset, start)))
+    if _selects_over_starts(em, operand, computed_starts):
+        (d, start, high), = computed_starts
+        offset = cir.sub(operand_multi[d], start)
+        values = []
+        for k in range(high + 1):
+            at = operand_multi[:d] + [em.index_let(cir.add(offset, cir.Int(k)))] + \
+                operand_multi[d + 1:]
+            values.append(em.array_value(operand, Index(operand_dims, None, tuple(at), None)))
+        return em.body.let(em.lang.register_type(inst.dtype), selected(start, values))
     return em.value(operand, Index(operand_dims, None, tuple(operand_multi), None))
+
+
+def _selects_over_starts(em: ElementalEmitter, operand: Instruction,
+                         computed_starts: list[tuple[int, Expr, int]]) -> bool:
+    """Whether lane code reads a gather's computed operand at each start the index may take
+    and selects (one dimension's start computed, few starts): read at the computed start
+    itself, the operand's computation would index by it, with a branch wherever a padding or
+    a window test depends on it, and a search reading it at several starts (searchsorted's
+    bisection of a cumulative sum) would compute it again at each. Selected, each position
+    is computed once and the lane loop stays a vector loop. Constants and values lane code
+    keeps in arrays have reads of their own at computed positions."""
+    if len(computed_starts) != 1 or em.selected_constant_reads <= 0:
+        return False
+    _, _, high = computed_starts[0]
+    return (operand.op not in (Op.CONSTANT, Op.PARAMETER) and id(operand) not in em.bindings
+            and high + 1 <= em.selected_constant_reads)
 
 
 def emit_scatter(k: KernelEmitter, inst: Instruction, targets: list[str]) -> None:

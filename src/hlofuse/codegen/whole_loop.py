@@ -198,6 +198,7 @@ class WholeLoopEmitter(BlockEmission):
         # plan.lane_inputs) and each per-lane element's state (its element of the loop state).
         self.tables: dict[str, int] = {}
         self.state_arrays: dict[str, int] = {}
+        self.nested_arrays: dict[str, tuple[int, ...]] = {}
 
     def _reserve_names(self) -> None:
         elements = len(self.loop.shape.elements)

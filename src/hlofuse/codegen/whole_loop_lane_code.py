@@ -63,6 +63,8 @@ class LaneCode:
     # (`speculable`, collected in `body.speculable`).
     tables: dict[str, int]
     state_arrays: dict[str, int]
+    # Each nested loop's state arrays (`whole_loop_nested.py`), by name: their dimensions.
+    nested_arrays: dict[str, tuple[int, ...]]
     # Lanes a read of a materialised value (`_lane_reader`) is ahead of the lane loop's own:
     # a loop over part of the block computing several lanes an iteration reads the others.
     lane_offset: int = 0

@@ -112,6 +112,7 @@ class NestedLoops(SmallArgumentLanes):
         name = self.body.fresh("w")
         dtype = plan.loop.shape.elements[element].dtype
         self.body.declare(self._register_type(dtype), name, dims=dims)
+        self.nested_arrays[name] = dims
         return name
 
     def _element_positions(self, dims: tuple[int, ...]) -> list[tuple[Expr, Index]]:

@@ -22,10 +22,19 @@ class LaneReads(LaneCode):
         """A load lane code may run without its condition: the block's state at a position
         known to lie in the lane's part (`s<i>[q][l]`, q a literal or a clamp), or the
         step's row of a lane-input table (`tab<k>[t * count + q]`), arrays declared
-        speculable."""
-        if not isinstance(load.array, cir.Var) or load.array.name not in self.body.speculable:
+        speculable; or a nested loop's state at a position known to lie in it (`w<i>[q][l]`
+        of a held element, `w<i>[q]` of a uniform one): the loop writes every position before
+        its body reads one, so a branch's reads of it (a scatter's update, written for each
+        position it may land on) are computed once, before the branches, rather than again in
+        each."""
+        if not isinstance(load.array, cir.Var):
             return False
         name = load.array.name
+        nested = self.nested_arrays.get(name)
+        if nested is not None:
+            return self._in_nested_array(load, nested, defined)
+        if name not in self.body.speculable:
+            return False
         element = self.state_arrays.get(name)
         if element is not None and len(load.indices) == 2:
             bounds = index_range(load.indices[0], defined)
@@ -43,6 +52,18 @@ class LaneReads(LaneCode):
                 bounds = index_range(index.right, defined)
                 return bounds is not None and 0 <= bounds[0] and bounds[1] < count
         return False
+
+    @staticmethod
+    def _in_nested_array(load: cir.Load, dims: tuple[int, ...],
+                         defined: Mapping[str, Expr]) -> bool:
+        """A load of a nested loop's array at a position inside it: held arrays are
+        [positions][lanes] and read at the lane's own `l`."""
+        if len(load.indices) != len(dims):
+            return False
+        bounds = index_range(load.indices[0], defined)
+        if bounds is None or bounds[0] < 0 or bounds[1] >= dims[0]:
+            return False
+        return len(dims) == 1 or load.indices[1] == L
 
     def _lane_bindings(self) -> None:
         em = self.lane_em
