@@ -74,6 +74,10 @@ class FunctionBody:
         self.declared = 0  # locals declared so far (what a written-out dimension costs)
         # Arrays declared `speculable`: loads may read them where the code did not ask.
         self.speculable: set[str] = set()
+        # Counters of loops that run one iteration at a time (no simd, no threads): within
+        # an iteration such a counter is the same for every element a vector loop inside
+        # handles.
+        self.sequential_counters: set[str] = set()
 
     def fresh(self, prefix: str = "v") -> str:
         return self.names.fresh(prefix)
@@ -175,7 +179,27 @@ class FunctionBody:
         """`for` var (a `counter`) from lo while var < hi (forever when hi is None)."""
         stmt = cir.For(var, _index(lo), None if hi is None else _index(hi), [], how, counter,
                        step)
+        if how == cir.SEQUENTIAL:
+            self.sequential_counters.add(var)
         return self.nested(stmt, stmt.body)
+
+    def of_sequential_counters(self, expr: Expr) -> bool:
+        """Whether `expr` reads no memory and no variable but sequential loops' counters,
+        directly or through the constant locals (`let`) it names: the same value for every
+        element of a vector loop nested in those loops."""
+        names, memory = cir.reads(expr)
+        pending = list(names)
+        seen: set[str] = set()
+        while pending and not memory:
+            name = pending.pop()
+            if name in seen or name in self.sequential_counters:
+                continue
+            seen.add(name)
+            defined = self._reads.get(name)
+            if defined is None:
+                return False
+            pending += defined
+        return not memory
 
     def if_(self, condition: Expr) -> contextlib.AbstractContextManager[None]:
         stmt = cir.If(condition)

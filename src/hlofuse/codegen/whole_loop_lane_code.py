@@ -213,10 +213,13 @@ class LaneCode:
                 multi = em.multi_of(index)
                 multi = multi[:value_lane_dim] + multi[value_lane_dim + 1:]
                 position = em.linear_of(Index(rest, None, multi, None))
-            if isinstance(position, cir.Int) or count > LANE_SELECTED_READ or self.lanes == 1:
+            if isinstance(position, cir.Int) or count > LANE_SELECTED_READ or \
+                    self.lanes == 1 or self.body.of_sequential_counters(position):
                 return self.body.let(self._register_type(dtype), cir.load(array, position, lane))
-            # A computed position: each lane reads another row, which gcc will not gather
-            # from the block's arrays; a select over the rows keeps the lane loop a vector.
+            # A position computed per lane: each lane reads another row, which gcc will not
+            # gather from the block's arrays; a select over the rows keeps the lane loop a
+            # vector. (A position of sequential loops' counters, a pass over a value's
+            # positions, is one row for every lane: a plain load.)
             value = selected(position, [cir.load(array, cir.Int(q), lane) for q in range(count)])
             return self.body.let(self._register_type(dtype), value)
 
