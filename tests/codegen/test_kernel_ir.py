@@ -5,7 +5,7 @@ lane dimensions) is stated by the emitters, on real kernels."""
 from __future__ import annotations
 
 from hlofuse.analysis.whole_loop_config import read_whole_loop_config
-from hlofuse.codegen import cir
+from hlofuse.codegen import cir, cir_walks
 from hlofuse.codegen.kernel import DEFAULT_OPTIONS, KernelEmitter, emit_kernel
 from hlofuse.codegen.whole_loop import WholeLoopEmitter
 from hlofuse.envs import cartpole
@@ -22,14 +22,14 @@ def _types(function: cir.Function) -> list[object]:
     """Every type the function's IR names."""
     out: list[object] = [p.type for p in function.parameters]
     for top in function.body:
-        for s in cir.statements(top):
+        for s in cir_walks.statements(top):
             if isinstance(s, cir.Declare):
                 out.append(s.type)
             elif isinstance(s, cir.Allocate):
                 out.append(s.element)
             elif isinstance(s, cir.For):
                 out.append(s.type)
-            for expr in cir.expressions(s):
+            for expr in cir_walks.expressions(s):
                 out += [e.to for e in cir.walk(expr) if isinstance(e, cir.Cast)]
                 out += [e.of for e in cir.walk(expr) if isinstance(e, cir.TypeName)]
     return out
@@ -57,7 +57,7 @@ def test_a_whole_loop_states_its_grid_scratch_combination_roles_and_lanes() -> N
     function = emitter.function
     assert function is not None and function.kernel
     assert all(_is_type(t) for t in _types(function))
-    statements = [s for top in function.body for s in cir.statements(top)]
+    statements = [s for top in function.body for s in cir_walks.statements(top)]
     regions = [s for s in statements if isinstance(s, cir.ParallelRegion)]
     assert emitter.blocks > 1
     assert [r.extent for r in regions] == [emitter.blocks]  # the blocks of lanes
@@ -67,7 +67,7 @@ def test_a_whole_loop_states_its_grid_scratch_combination_roles_and_lanes() -> N
     assert len(scratch) == len(emitter.plan.accumulators) >= 1
     assert all(s.count == emitter.blocks for s in scratch)
     (after,) = [s for s in function.body if isinstance(s, cir.AfterAll)]
-    released = {s.name for s in cir.statements(after) if isinstance(s, cir.Release)}
+    released = {s.name for s in cir_walks.statements(after) if isinstance(s, cir.Release)}
     assert released == {s.name for s in scratch}
     # Inputs are read, each output may overwrite the initial value it replaces; the state's
     # arrays say which dimension holds the lanes (CartPole's f32[4, N] state: dimension 1).
@@ -141,7 +141,7 @@ def test_speculable_loads_are_the_arrays_declared_so_not_names() -> None:
     emitter = _whole_loop()
     function = emitter.function
     assert function is not None
-    declared = {s.name for top in function.body for s in cir.statements(top)
+    declared = {s.name for top in function.body for s in cir_walks.statements(top)
                 if isinstance(s, cir.Declare) and s.speculable}
     # The step's lane-input tables and the lanes' state, each declared speculable.
     assert set(emitter.tables) | set(emitter.state_arrays) <= declared

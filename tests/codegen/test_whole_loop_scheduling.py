@@ -10,7 +10,7 @@ import pytest
 
 from hlofuse.api import compile_module
 from hlofuse.codegen import cir
-from hlofuse.codegen.cir import longest_straight_run
+from hlofuse.codegen.cir_walks import longest_straight_run
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value

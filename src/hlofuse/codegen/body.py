@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from hlofuse.codegen import cir
+from hlofuse.codegen import cir, cir_walks
 from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.naming import Names
 
@@ -92,7 +92,7 @@ class FunctionBody:
 
     def emit(self, stmt: Stmt) -> None:
         if type(stmt) is not cir.Declare:  # a declaration assigns nothing after itself
-            for name in cir.assigned_names(stmt):
+            for name in cir_walks.assigned_names(stmt):
                 if name not in self.assigned_once:
                     self.mutable.add(name)
         self.scopes[-1].stmts.append(stmt)

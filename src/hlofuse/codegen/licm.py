@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from hlofuse.codegen import cir
+from hlofuse.codegen import cir, cir_walks
 from hlofuse.codegen.cir import Stmt
 
 
@@ -28,8 +28,8 @@ def hoist_invariants(loop: cir.For, speculable: Callable[[str], bool]) -> list[c
     the caller to place in front of the loop."""
     written = _written_arrays(loop)
     variant: set[str] = {loop.var}
-    for stmt in cir.statements(loop):
-        variant.update(cir.assigned_names(stmt))
+    for stmt in cir_walks.statements(loop):
+        variant.update(cir_walks.assigned_names(stmt))
     hoisted: list[cir.Declare] = []
 
     def movable(expr: cir.Expr, branch: bool) -> bool:
@@ -60,7 +60,7 @@ def hoist_invariants(loop: cir.For, speculable: Callable[[str], bool]) -> list[c
                     stmt.otherwise = visit(stmt.otherwise, True)
             else:
                 # Nested loops and blocks keep what they declare.
-                for inner in cir.statements(stmt):
+                for inner in cir_walks.statements(stmt):
                     if isinstance(inner, cir.Declare):
                         variant.add(inner.name)
                     elif isinstance(inner, cir.For):
@@ -127,7 +127,7 @@ def index_range(expr: cir.Expr, defined: Mapping[str, cir.Expr]) -> tuple[int, i
 
 def _written_arrays(loop: cir.For) -> set[str]:
     out: set[str] = set()
-    for stmt in cir.statements(loop):
+    for stmt in cir_walks.statements(loop):
         if isinstance(stmt, cir.Assign) and isinstance(stmt.target, cir.Load) and \
                 isinstance(stmt.target.array, cir.Var):
             out.add(stmt.target.array.name)

@@ -14,7 +14,7 @@ import contextlib
 import math
 from collections.abc import Callable
 
-from hlofuse.codegen import cir
+from hlofuse.codegen import cir, cir_walks
 from hlofuse.codegen.body import FunctionBody
 from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.elemental import ElementalEmitter
@@ -202,7 +202,7 @@ class LoopEmission:
         outermost loop. The function takes the kernel's pointers as `restrict` parameters:
         inside an OpenMP region they would reach the loop through a shared struct, and the
         compiler, no longer sure they don't alias, would not vectorise it."""
-        used = cir.names_used(stmts)
+        used = cir_walks.names_used(stmts)
         arguments = [n for n in [*self.input_names, *self.output_names] if n in used]
         arguments += [n for n in self.body.prologue_names if n in used]
         name = f"$name_part{len(self.parts)}"  # $name: the kernel's name, given later

@@ -5,7 +5,8 @@ whose select picks it."""
 from __future__ import annotations
 
 from hlofuse.codegen import cir
-from hlofuse.codegen.cir import Binary, Expr, longest_straight_run
+from hlofuse.codegen.cir import Binary, Expr
+from hlofuse.codegen.cir_walks import longest_straight_run
 from hlofuse.codegen.emitter_types import Index, expr_of
 from hlofuse.codegen.whole_loop_elements import L
 from hlofuse.codegen.whole_loop_lane_code import SIMD, LaneCode

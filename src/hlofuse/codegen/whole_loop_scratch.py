@@ -4,7 +4,7 @@ lane loop with the lanes inside, so that lane code vectorises over the lanes."""
 
 from __future__ import annotations
 
-from hlofuse.codegen import cir
+from hlofuse.codegen import cir, cir_walks
 from hlofuse.codegen.cir import Stmt
 from hlofuse.codegen.whole_loop_elements import L
 from hlofuse.codegen.whole_loop_lane_code import SIMD, LaneCode
@@ -23,8 +23,8 @@ class ScratchLanes(LaneCode):
             return False
         written = {f"n{i}" for i in looped}
         own = written | {f"s{i}" for i in looped}
-        declared = {x.name for x in cir.statements(stmt) if isinstance(x, cir.Declare)}
-        for x in cir.statements(stmt):
+        declared = {x.name for x in cir_walks.statements(stmt) if isinstance(x, cir.Declare)}
+        for x in cir_walks.statements(stmt):
             if isinstance(x, cir.Assign):
                 target = x.target
                 if isinstance(target, cir.Var) and target.name not in declared:
@@ -35,7 +35,7 @@ class ScratchLanes(LaneCode):
                     return False
             elif not isinstance(x, cir.Declare | cir.If | cir.For | cir.Block):
                 return False
-            for expr in cir.expressions(x):
+            for expr in cir_walks.expressions(x):
                 for e in cir.walk(expr):
                     if not isinstance(e, cir.Load):
                         continue
@@ -56,7 +56,7 @@ class ScratchLanes(LaneCode):
         body = self.body
         declared = {x.name: x.type for x in body.scope.stmts
                     if isinstance(x, cir.Declare) and not x.dims}
-        read = cir.names_used(list(loops))
+        read = cir_walks.names_used(list(loops))
         kept = [(ctype, name) for name, ctype in declared.items()
                 if name in read and name not in ("e", "l")]
         for _, name in kept:
@@ -75,7 +75,7 @@ class ScratchLanes(LaneCode):
         body.emit(lane_loop)
         for loop in loops:
             inner = cir.For("l", cir.Int(0), cir.Int(self.lanes), [], SIMD, cir.Special.INT)
-            names = cir.names_used([loop])
+            names = cir_walks.names_used([loop])
             if "e" in names:
                 inner.body.append(cir.Declare(cir.INDEX, "e", self._lane_index_of_slot(),
                                               const=True))

@@ -20,7 +20,8 @@ from types import MappingProxyType
 import numpy as np
 
 from hlofuse.codegen import cir
-from hlofuse.codegen.cir import Expr, longest_straight_run
+from hlofuse.codegen.cir import Expr
+from hlofuse.codegen.cir_walks import longest_straight_run
 from hlofuse.codegen.language import literal, literal_float
 from hlofuse.ir.dtypes import DType
 

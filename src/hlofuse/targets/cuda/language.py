@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hlofuse.codegen import cir
+from hlofuse.codegen import cir, cir_walks
 from hlofuse.ir.dtypes import DType
 from hlofuse.targets.c.language import CLanguage
 
@@ -174,7 +174,7 @@ def _after_all_grid(f: cir.Function, lang: CudaLanguage
     tail = [s for s in combine.body if not isinstance(s, cir.Release)]  # statics stay
     out.append(cir.If(cir.call("hlofuse_last_thread", cir.Unary("&", cir.Var(done))), tail))
     out += body[end + 1:]
-    threads = max((s.extent for top in body for s in cir.statements(top)
+    threads = max((s.extent for top in body for s in cir_walks.statements(top)
                    if isinstance(s, cir.ParallelRegion)), default=1)
     return "\n".join(globals_lines) + "\n", out, threads
 
