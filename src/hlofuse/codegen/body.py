@@ -188,9 +188,11 @@ class FunctionBody:
         directly or through the constant locals (`let`) it names: the same value for every
         element of a vector loop nested in those loops."""
         names, memory = cir.reads(expr)
+        if memory:
+            return False
         pending = list(names)
         seen: set[str] = set()
-        while pending and not memory:
+        while pending:
             name = pending.pop()
             if name in seen or name in self.sequential_counters:
                 continue
@@ -199,7 +201,7 @@ class FunctionBody:
             if defined is None:
                 return False
             pending += defined
-        return not memory
+        return True
 
     def if_(self, condition: Expr) -> contextlib.AbstractContextManager[None]:
         stmt = cir.If(condition)

@@ -142,14 +142,11 @@ class DeferredLanes(LaneCode):
                         ) -> dict[int, tuple[Expr, Instruction]]:
         """The elements whose positions a loop can compute: several positions, one predicate
         for all of them (the test and the operand a loop's body computes at its position)."""
-        tests: dict[int, set[Expr]] = {}
-        first: dict[int, tuple[Expr, Instruction]] = {}
-        counts: dict[int, int] = {}
+        by_element: dict[int, list[tuple[Expr, Instruction]]] = {}
         for test, i, _, operand, _ in stores:
-            tests.setdefault(i, set()).add(test)
-            first.setdefault(i, (test, operand))
-            counts[i] = counts.get(i, 0) + 1
-        return {i: first[i] for i in first if counts[i] > 1 and len(tests[i]) == 1}
+            by_element.setdefault(i, []).append((test, operand))
+        return {i: entries[0] for i, entries in by_element.items()
+                if len(entries) > 1 and len({test for test, _ in entries}) == 1}
 
     def _listed_written_out(self, stores: list[tuple[Expr, int, int, Instruction, Index]],
                             picked: Expr, blended: bool) -> None:
