@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 from hlofuse.analysis.lane_dims import LaneDim, Mixed, value_lane_dim
 from hlofuse.analysis.parallel_loop_refusals import NESTED_CONTROL_FLOW, Refusal
 from hlofuse.ir.hlo import Computation, Instruction
-from hlofuse.ir.ops import Op
-from hlofuse.reference.rnglib import THREEFRY_TARGET
+from hlofuse.ir.ops import THREEFRY_TARGET, Op
 
 if TYPE_CHECKING:
     from hlofuse.analysis.parallel_loop import LoopPlan
