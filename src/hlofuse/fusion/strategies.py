@@ -41,12 +41,14 @@ Rewrites before fusion, each off by default: `+rng_expansion` (the Threefry cust
 element-wise HLO, before simplification), `+concat_forwarding` and `+scalarize_state` (packed
 state split into its pieces, in a fixed point with simplify, CSE and DCE after
 simplification), `+unroll=k` (loop-unroll by k after them; `+unroll` or `+unroll=auto` lets the
-pass choose). Example: `xla+rng_expansion+concat_forwarding+scalarize_state+unroll=10`.
+pass choose), `+if_conversion` (XLA's ConditionalSimplifier, whose select of two cheap
+branches extends to a chain of selects over the branches of an s32 index, before the loop-state
+rewrites). Example: `xla+rng_expansion+concat_forwarding+scalarize_state+unroll=10`.
 
 `+whole_loop` runs whole-loop fusion after those rewrites and before the fusion passes: a loop
 that is independent per environment becomes one kernel (`whole_loop.py`), the fusion passes
 then work on what is left. `max` is everything: `priority` with `+rng_expansion`,
-`+concat_forwarding`, `+scalarize_state` and `+whole_loop`.
+`+concat_forwarding`, `+scalarize_state`, `+if_conversion` and `+whole_loop`.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ from hlofuse.ir.hlo import Module
 from hlofuse.passes.call_inliner import CallInliner
 from hlofuse.passes.computation_deduplicator import ComputationDeduplicator
 from hlofuse.passes.concat_forwarding import ConcatForwarding
+from hlofuse.passes.conditional_simplifier import ConditionalPredIndex, ConditionalSimplifier
 from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.decision_log import DecisionLog
@@ -161,6 +164,8 @@ _SWITCHES = {
     "priority-fusion": "priority_fusion",
     "default_costs": "default_costs",
     "default-costs": "default_costs",
+    "if_conversion": "if_conversion",
+    "if-conversion": "if_conversion",
     "whole_loop": "whole_loop",
     "whole-loop": "whole_loop",
     "whole-loop-fusion": "whole_loop",
@@ -197,6 +202,9 @@ class Strategy:
     priority_fusion: bool = False
     default_costs: bool = False  # priority fusion's fixed constants instead of measured ones
     whole_loop: bool = False  # loops independent per environment become one kernel each
+    # Cheap conditionals become selects (passes/conditional_simplifier.py, with select chains
+    # for s32 indices): a loop that holds one can then be one kernel.
+    if_conversion: bool = False
     # xla-gpu: XLA's current GPU priority fusion for a named device (`xla_gpu/priority.py`); its
     # fusion pipeline runs once, not to a fixed point.
     gpu_priority_fusion: bool = False
@@ -255,6 +263,10 @@ class Strategy:
             steps.append(FixedPoint(noting((CallInliner(), AlgebraicSimplifier(), cse,
                                             DeadCodeElimination())), label="simplification"))
         tidy = (AlgebraicSimplifier(), cse, DeadCodeElimination())
+        if self.if_conversion:
+            steps.append(FixedPoint((ConditionalPredIndex(),
+                                     ConditionalSimplifier(select_chains=True)) + tidy,
+                                    label="conditionals"))
         loop_state = [p for p, on in ((ConcatForwarding(), self.concat_forwarding),
                                       (ScalarizeState(), self.scalarize_state)) if on]
         if loop_state:
@@ -341,7 +353,7 @@ XLA = Strategy("xla", instruction_fusion=True, fusion_merger=True, multi_output=
 PRIORITY = Strategy("priority", priority_fusion=True, multi_output=True, horizontal_loop=True,
                     horizontal_input=True, relax_concatenate=True, trip_count=True)
 MAX = dataclasses.replace(PRIORITY, name="max", rng_expansion=True, concat_forwarding=True,
-                          scalarize_state=True, whole_loop=True)
+                          scalarize_state=True, whole_loop=True, if_conversion=True)
 # XLA's current GPU fusion pipeline (gpu_compiler.cc, fusion_pipeline.cc): variadic-op
 # splitting, priority fusion priced by the GPU model of `device`, CSE, DCE, multi-output
 # fusion, CSE, DCE, once. No horizontal fusion: the XLA jaxlib 0.10.2 is built from has no

@@ -20,6 +20,14 @@ Two passes, both in XLA's GPU simplification fixed point (gpu_compiler.cc, pipel
   broadcast to the array's shape unless it is a scalar). Conditionals with side-effecting
   instructions in a branch stay (`HasSideEffect`).
 
+`max` runs the same pass with `select_chains` (ours, not XLA's): a conditional on an `s32`
+index whose branches are all cheap and non-empty by the same test becomes every branch
+inlined and a chain of selects, `select(i == 0, b0, select(i == 1, b1, ... b[n-1]))` (an
+index out of range runs the last branch, as the conditional does). JAX lowers `lax.switch`
+to such a conditional; left as control flow it keeps the loop around it from being one
+kernel (lane code runs no conditionals), and its branches are as cheap as XLA's test for the
+two-branch case asks.
+
 Not modelled: the simplifier's tuple clean-ups (merging duplicate and dropping unused result
 elements and unused operands): they change no kernel.
 """
@@ -127,9 +135,11 @@ def _constant_branch(index: Instruction, branches: int) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class ConditionalSimplifier:
-    """TryRemoveConditional: inlines a conditional whose branch is known or cheap to run."""
+    """TryRemoveConditional: inlines a conditional whose branch is known or cheap to run;
+    with `select_chains`, cheap conditionals on an s32 index too (ours, for `max`)."""
 
     name: ClassVar[str] = "conditional-simplifier"
+    select_chains: bool = False
 
     def run(self, module: Module, log: DecisionSink | None = None) -> tuple[Module, bool]:
         records = RewriteLog(log, self.name)
@@ -145,9 +155,25 @@ class ConditionalSimplifier:
                                 f"%{inst.name} always runs branch {chosen}: it is inlined")
                 return inline_computation(branches[chosen], (operands[1 + chosen],), builder,
                                           keep_names=False)
-            if (len(branches) != 2 or operands[0].dtype is not DType.PRED
-                    or any(_expensive(i) for b in branches for i in b.instructions)
+            if (any(_expensive(i) for b in branches for i in b.instructions)
                     or any(_empty_with_array_root(b) for b in branches)):
+                return None
+            if operands[0].dtype is not DType.PRED:
+                if not self.select_chains or operands[0].dtype is not DType.S32:
+                    return None
+                records.rewrote(builder.name, inst, "select-chain",
+                                f"%{inst.name}'s {len(branches)} branches are cheap: all run "
+                                "and a chain of selects on the index picks the result")
+                results = [inline_computation(b, (operands[1 + k],), builder, keep_names=False)
+                           for k, b in enumerate(branches)]
+                chosen_result = results[-1]
+                for k in range(len(branches) - 2, -1, -1):
+                    is_k = builder.add(Op.COMPARE, [operands[0], builder.constant(k, DType.S32)],
+                                       attrs={"direction": "EQ"},
+                                       shape=Shape.array(DType.PRED, ()))
+                    chosen_result = _select(builder, is_k, results[k], chosen_result, inst)
+                return chosen_result
+            if len(branches) != 2:
                 return None
             records.rewrote(builder.name, inst, "select-branches",
                             f"%{inst.name}'s branches are cheap: both run and a select "

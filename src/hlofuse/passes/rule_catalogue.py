@@ -531,6 +531,9 @@ CATALOGUE: tuple[Rule, ...] = (
           "a two-branch pred conditional with cheap, non-empty branches became both branches "
           "and a select",
           "xla/service/conditional_simplifier.cc: ConditionalSimplifier::TryRemoveConditional"),
+    _rule("select-chain", CONDITIONAL_SIMPLIFIER,
+          "(max) a conditional on an s32 index with cheap, non-empty branches became every "
+          "branch and a chain of selects on the index", OURS),
     _rule("copy-inserted", COPY_INSERTION,
           "a copy XLA's copy insertion leaves: loop state from a read-only value or one read "
           "after the loop, a state element rewritten while still read, an in-place base still "
