@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 
 Structural = Callable[["ElementalEmitter", Instruction, Index], Value]
 
+# A loop nest shares its outermost loop among the threads: a broadcast along the trailing
+# dimensions is read through a nest only when that loop has at least this many rows to share.
+NEST_MIN_ROWS = 64
+
 
 def _parameter(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     raise UnsupportedInstruction(f"%{inst.name}: parameter without an argument")
@@ -91,6 +95,12 @@ def _broadcast(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
         rank = len(target)
         if dims == tuple(range(rank - len(source), rank)) and source == target[rank - len(dims):]:
             # A trailing block of dimensions: the operand repeats with period `count`.
+            if index.flat_group is not None and math.prod(target) // count >= NEST_MIN_ROWS:
+                # Read at the linear index modulo the period, a gather, which keeps gcc from
+                # vectorising the loop when its body is dear (a layer's bias added before
+                # its tanh ran 16x slower than the same loop without the bias); a nest
+                # reads the operand contiguously along the inner dimensions.
+                raise NeedsLoopNest(index.flat_group)
             linear = em.index_let(cir.mod(index.linear, count))
             return em.value(operand, Index(source, linear, None, index.flat_group))
         if dims == tuple(range(len(source))) and source == target[:len(source)]:
