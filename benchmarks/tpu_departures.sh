@@ -9,7 +9,7 @@
 #   nested: nested-loop constructs and implicit_pendulum's variants (tpu_nested_variants.py)
 #   large:  PROGRAM at the bench's N = 65,536, T = 200, each result timed against JAX on the
 #           TPU (departure_PROGRAM_large.json; JAX on the CPU up to JAX_CPU_LANES lanes)
-#   walk:   PROGRAM at N = WALK_N (1,024), T = 2 under WALK_STRATEGY (max) kernel by kernel
+#   walk:   PROGRAM at N = WALK_N (1,024), T = WALK_T (2) under WALK_STRATEGY (max) kernel by kernel
 #           against the interpreter, and the first differing op of each differing kernel
 #           (tpu_kernel_walk.py; kernel_walk_PROGRAM_N.json)
 #   walkif: walk, only where part small found hlofuse departing from the interpreter
@@ -64,7 +64,7 @@ fi
 if [[ $parts == *,walk,* ]]; then
   log "walk: $PROGRAM kernel by kernel"
   timeout "$(left "${L_WALK:-150}")" "$PY" benchmarks/tpu_kernel_walk.py --program "$PROGRAM" \
-    --envs "${WALK_N:-1024}" --steps 2 --strategy "${WALK_STRATEGY:-max}" \
+    --envs "${WALK_N:-1024}" --steps "${WALK_T:-2}" --strategy "${WALK_STRATEGY:-max}" \
     --out "$DEST/kernel_walk_${PROGRAM}_${WALK_N:-1024}.json" 2>&1 | clean
 fi
 if [[ $parts == *,loops,* ]]; then
