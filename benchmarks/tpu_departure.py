@@ -7,10 +7,14 @@ compared (integers exactly, floats within rtol 1e-5, atol 1e-6): per output the 
 differing values and, for a stacked per-step output ([T, N]: rewards, dones), the first
 step where a lane differs; per float output the largest absolute and relative gap. At the
 last size each result is timed as it comes (env-steps/s, median of --repeats). The JSON is
-rewritten after each result. With --backend tpu-interpret it runs on a machine without a TPU
-(JAX's `jax_tpu` then on JAX's default device), to check it before going to the chip.
+rewritten after each result. With --backend tpu-interpret (or cpu, hlofuse's C target) and
+--hlo-platform tpu it runs on a machine without a TPU from the HLO the chip's run compiles
+(JAX's `jax_tpu` then on JAX's default device): what a departure on the chip is checked
+against.
 
     python benchmarks/tpu_departure.py --program grid_forage --envs 1024,65536 --steps 30,200
+    python benchmarks/tpu_departure.py --envs 65536 --steps 200 --strategies max,xla \
+        --backend tpu-interpret --hlo-platform tpu --jax-cpu-lanes 0 --repeats 0
 """
 
 from __future__ import annotations
@@ -129,7 +133,9 @@ def _one_size(args: argparse.Namespace, n: int, t: int, last: bool, run: dict[st
     if n <= args.jax_cpu_lanes:
         with jax.default_device(cpu):
             timed("jax_cpu", lambda: _leaves(jax.jit(f)(jax.device_put(key, cpu))))
-    texts = {"tpu_hlo": jitted.lower(key).as_text(dialect="hlo")}
+    lowered = (jitted.trace(key).lower(lowering_platforms=(args.hlo_platform,))
+               if args.hlo_platform else jitted.lower(key))
+    texts = {"tpu_hlo": lowered.as_text(dialect="hlo")}
     cpu_text = jitted.trace(key).lower(lowering_platforms=("cpu",)).as_text(dialect="hlo")
     if n <= args.cpu_hlo_lanes:
         texts["cpu_hlo"] = cpu_text
@@ -159,8 +165,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3,
                         help="time JAX and hlofuse at the last --envs (median; 0: not)")
     parser.add_argument("--backend", default="tpu",
-                        help="hlofuse's backend (tpu-interpret: a check on the CPU; JAX's "
-                        "`jax_tpu` then runs on JAX's default device)")
+                        help="hlofuse's backend (tpu-interpret or cpu: a check on the CPU; "
+                        "JAX's `jax_tpu` then runs on JAX's default device)")
+    parser.add_argument("--hlo-platform", default="",
+                        help="the platform `tpu_hlo` is lowered for (default: JAX's default "
+                        "device's; `tpu` lowers for the TPU without one)")
     parser.add_argument("--out", default="results/tpu/departure.json")
     args = parser.parse_args()
 
