@@ -3,7 +3,7 @@ sliced into three gates of 32) is computed once per step into the block's scratc
 over its 32 contracting positions, a register tile of sums a pass, as a product read whole
 is (codegen/whole_loop_scratch_values.py, `looped_product`). Before, a product of 32 or
 fewer contracting positions was written out as chains of multiply-adds inside each gate's
-pass (a GRU policy's rollout 1.6x slower, its kernel 3.5x the code)."""
+pass (a GRU policy's rollout 1.6x slower; this program's C 3.7 times as long)."""
 
 from __future__ import annotations
 
