@@ -53,16 +53,18 @@ def check_equal(steps: int) -> dict[str, Any]:
             "returns": [float(got[2]), float(want[2])], "layouts": layouts}
 
 
-def hlofuse_max(n: int, steps: int, rows: int, repeats: int) -> dict[str, Any]:
+def hlofuse_max(n: int, steps: int, rows: int, repeats: int, compaction: bool = False
+                ) -> dict[str, Any]:
     import jax.numpy as jnp
 
     from hlofuse import random
     from hlofuse.api import compile_module
     from hlofuse.envs import cartpole
     from hlofuse.studies.cartpole_study import known_steps
-    from hlofuse.targets.tpu import whole_loop
+    from hlofuse.targets.tpu import lane_compaction, whole_loop
 
     whole_loop.BLOCK_ROWS = rows
+    lane_compaction.ENABLED = compaction
     # Programs are kept in memory by the module's cache key, which the block size is not part
     # of: forget them, or every block size after the first reuses the first's kernel.
     from hlofuse.targets.tpu import TpuTarget
@@ -79,6 +81,7 @@ def hlofuse_max(n: int, steps: int, rows: int, repeats: int) -> dict[str, Any]:
     seconds = _median_seconds(lambda: run(key), repeats)
     kernels = compiled.executable.kernel_plans  # type: ignore[union-attr]
     return {"runner": "hlofuse-max-tpu", "n": n, "steps": steps, "rows": rows,
+            "compaction": compaction,
             "seconds": seconds, "env_steps_per_s": n * steps / seconds,
             "compile_s": compile_s,
             "lane_kernels": sum(k.lanes is not None for k in kernels)}
@@ -109,6 +112,9 @@ def main() -> int:
     parser.add_argument("--rows", default="32")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compaction", choices=("on", "off", "both"), default="off",
+                        help="reset draws for the resetting lanes only (lane_compaction.py), "
+                        "for the whole block, or both in turn")
     parser.add_argument("--out", default="results/tpu/whole_loop.json")
     args = parser.parse_args()
     import jax
@@ -128,12 +134,15 @@ def main() -> int:
     print("equal:", out["equal"], flush=True)
     save()
     for n in (int(x) for x in args.envs.split(",")):
-        for runner in ("jax", *(f"rows{r}" for r in args.rows.split(","))):
+        forms = {"on": ("-slots",), "off": ("",), "both": ("", "-slots")}[args.compaction]
+        for runner in ("jax", *(f"rows{r}{f}" for r in args.rows.split(",") for f in forms)):
             try:
                 if runner == "jax":
                     record = jax_best(n, args.steps, args.repeats)
                 else:
-                    record = hlofuse_max(n, args.steps, int(runner[4:]), args.repeats)
+                    rows = int(runner[4:].removesuffix("-slots"))
+                    record = hlofuse_max(n, args.steps, rows, args.repeats,
+                                         runner.endswith("-slots"))
             except Exception as e:  # noqa: BLE001 - a failure is a result
                 record = {"runner": runner, "n": n, "error": f"{type(e).__name__}: {e}"[:500]}
             out["runs"].append(record)

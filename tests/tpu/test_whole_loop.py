@@ -351,6 +351,26 @@ def test_vector_statistics_across_the_lanes_are_one_lane_kernel(
                for k in refused), [k.reason for k in refused]
 
 
+def test_statistics_of_draws_alone_are_one_lane_kernel(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """A random policy logging statistics of its draws alone (values made from the step's
+    key and the lane's number): the blocks reduce them; as uniform code the sum over 1,100
+    lanes was written out position by position, past the step's budget, and the loop fell
+    back to an XLA operation."""
+    from tests.codegen.test_whole_loop_step_reductions import KEY, _module, _random_policy
+
+    monkeypatch.setattr(whole_loop, "BLOCK_ROWS", 8)
+    n = 1100
+    x0 = np.zeros(n, np.float32)
+    module = _module(_random_policy(n, 5), KEY, x0)
+    fused = run_strategy(module, "max", debug=False).module
+    (kernel,) = _lane_kernels(plan_kernels(fused, interpret=True))
+    assert kernel.lanes is not None and len(kernel.lanes.plan.step_reductions) == 3
+    want = flatten_value(evaluate(module, [KEY, x0]))
+    assert_close(compile_module(module, "max", "tpu-interpret").run_flat([KEY, x0]), want,
+                 1e-5)
+
+
 def test_a_blocks_int32_sum_is_exact_and_wraps_like_int32() -> None:
     """32-bit integer sums under x64 are byte sums in f32 (Pallas lowers an int32 reduce_sum
     through a 64-bit one there, which Mosaic refuses): exact for any words, negative ones

@@ -12,10 +12,15 @@ from typing import TYPE_CHECKING
 from hlofuse.analysis.lane_dims import LaneDim, Mixed, value_lane_dim
 from hlofuse.analysis.parallel_loop_refusals import NESTED_CONTROL_FLOW, Refusal
 from hlofuse.ir.hlo import Computation, Instruction
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import THREEFRY_TARGET, Op
 
 if TYPE_CHECKING:
     from hlofuse.analysis.parallel_loop import LoopPlan
+
+# Ops a generated per-lane value is not made of: control flow, and what is not a function
+# of the lane's position (parameters other than the loop's elements, stateful bits).
+_NOT_GENERATED = frozenset({Op.WHILE, Op.CALL, Op.CONDITIONAL, Op.PARAMETER,
+                            Op.RNG_BIT_GENERATOR})
 
 # Plans a nested loop for the lanes, given the dimension holding the lanes of each element
 # whose initial value depends on the state: its plan, or why it cannot run in lane code.
@@ -67,6 +72,41 @@ class LaneClassification:
         for comp in (self.condition, self.body):
             for inst in comp.instructions:
                 self._classify(comp, inst)
+
+    def generated_lane_dim(self, inst: Instruction) -> int | None:
+        """The dimension holding the lanes of a value that does not depend on the state but
+        differs from lane to lane by construction (a step's draws: Threefry over counters
+        from an iota, the key a small uniform element): one dimension of size N, computed
+        from iotas, constants and uniform elements without such a dimension alone, so lane
+        code can compute it at any lane's position. None for anything else."""
+        if self.size <= 1 or id(inst) in self.dependent or not inst.shape.is_array \
+                or list(inst.shape.dims).count(self.size) != 1:
+            return None
+        seen: set[int] = set()
+        stack = [inst]
+        while stack:
+            x = stack.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            if x.op is Op.CONSTANT:
+                continue
+            if element_read(x) is not None:
+                if not x.shape.is_array or self.size in x.shape.dims:
+                    return None
+                continue
+            if x.op in _NOT_GENERATED or (x.op is Op.CUSTOM_CALL and x.attrs.get(
+                    "custom_call_target") != THREEFRY_TARGET):
+                return None
+            stack.extend(x.operands)
+        return list(inst.shape.dims).index(self.size)
+
+    def record_generated(self, inst: Instruction) -> None:
+        """A generated per-lane value lane code computes (a reduction over the lanes reads
+        it): its lane dimension, for the plan's `value_lane_dims`."""
+        dim = self.generated_lane_dim(inst)
+        if dim is not None:
+            self.lane_at[id(inst)] = dim
 
     def only_used_by(self, inst: Instruction, user: Instruction) -> bool:
         """Every user of `inst` in the loop's computations is `user`."""

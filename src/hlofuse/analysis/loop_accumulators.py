@@ -68,6 +68,8 @@ def find_accumulators(lanes: LaneClassification) -> list[Accumulator]:
         found = _accumulator(lanes, i)
         if found is not None:
             out.append(found)
+            for r in found.reduces:
+                lanes.record_generated(r.operands[0])
     return out
 
 
@@ -123,12 +125,14 @@ def _is_accumulated_reduce(lanes: LaneClassification, reduce: Instruction, op: O
 
 
 def full_lane_reduce_op(lanes: LaneClassification, reduce: Instruction) -> Op | None:
-    """The op of `reduce` when it reduces a per-lane value over all its dimensions with an
-    associative and commutative op, from that op's identity (its result needs every lane)."""
+    """The op of `reduce` when it reduces a per-lane value (state-dependent, or generated per
+    lane: a step's draws) over all its dimensions with an associative and commutative op,
+    from that op's identity (its result needs every lane)."""
     if reduce.op is not Op.REDUCE or len(reduce.operands) != 2:
         return None
     operand, init = reduce.operands
-    if id(operand) not in lanes.dependent or id(init) in lanes.dependent:
+    if id(init) in lanes.dependent or (id(operand) not in lanes.dependent
+                                       and lanes.generated_lane_dim(operand) is None):
         return None
     if sorted(reduce.ints("dimensions")) != list(range(operand.shape.rank)):
         return None

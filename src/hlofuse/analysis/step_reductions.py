@@ -91,7 +91,11 @@ def find_step_reductions(lanes: LaneClassification) -> list[StepReduction]:
                     if any(id(u) not in allowed for node in path.values()
                            for u in lanes.users.get(id(node), []))]
         if not escaping:
-            return [step for step, _ in found.values()]
+            steps = [step for step, _ in found.values()]
+            for step in steps:
+                for r in step.reduces:
+                    lanes.record_generated(r.operand)
+            return steps
         for i in escaping:
             del found[i]
 
@@ -113,7 +117,7 @@ def _step_reduction(lanes: LaneClassification, element: int
     if any(element_read(inst) == element for inst in lanes.condition.instructions):
         return None
     value = update.operands[1]
-    if value.shape.num_elements > MAX_COMPONENTS or id(value) not in lanes.dependent:
+    if value.shape.num_elements > MAX_COMPONENTS or not _from_lanes(lanes, value):
         return None
     if any(id(start) in lanes.dependent for start in update.operands[2:]):
         return None
@@ -138,7 +142,7 @@ def _reduces_behind(lanes: LaneClassification, value: Instruction
         inst = stack.pop()
         if id(inst) in path:
             continue
-        if id(inst) not in lanes.dependent:
+        if not _from_lanes(lanes, inst):
             if _reads_loop_state(inst):
                 return None  # a value that changes from step to step, known only in the loop
             continue
@@ -172,14 +176,36 @@ def _over_lanes_op(lanes: LaneClassification, reduce: Instruction) -> Op | None:
     if reduce.op is not Op.REDUCE or len(reduce.operands) != 2 or lanes.size == 1:
         return None
     operand, init = reduce.operands
-    lane_at = lanes.lane_at.get(id(operand))
-    if id(operand) not in lanes.dependent or id(init) in lanes.dependent or \
-            not isinstance(lane_at, int) or lane_at not in reduce.ints("dimensions"):
+    lane_at = lanes.lane_at.get(id(operand)) if id(operand) in lanes.dependent else \
+        lanes.generated_lane_dim(operand)
+    if id(init) in lanes.dependent or not isinstance(lane_at, int) or \
+            lane_at not in reduce.ints("dimensions"):
         return None
     if reduce.shape.num_elements > MAX_COMPONENTS:
         return None
     op = reducer_op(reduce.calls[0])
     return op if op in ASSOCIATIVE_OPS and is_identity(init, op) else None
+
+
+def _from_lanes(lanes: LaneClassification, inst: Instruction) -> bool:
+    """Whether `inst` is made from the lanes' values: state-dependent, or computed from a
+    reduction over the lanes of a value generated per lane (a count of a step's draws)."""
+    if id(inst) in lanes.dependent:
+        return True
+    seen: set[int] = set()
+    stack = [inst]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or element_read(x) is not None:
+            continue
+        seen.add(id(x))
+        if x.op is Op.REDUCE and len(x.operands) == 2 and \
+                lanes.generated_lane_dim(x.operands[0]) is not None:
+            lane_dim = lanes.generated_lane_dim(x.operands[0])
+            if lane_dim in x.ints("dimensions"):
+                return True
+        stack.extend(x.operands)
+    return False
 
 
 def _reads_loop_state(inst: Instruction) -> bool:

@@ -138,6 +138,11 @@ class OpDef:
         return self.fusibility
 
 
+# The custom-call target of hlofuse's opaque Threefry call, spelled once for the front end,
+# the interpreter, rng-expansion, the analyses and code generation.
+THREEFRY_TARGET = "hlofuse_threefry2x32"
+
+
 class Op(enum.Enum):
     # Members are singletons compared by identity: hash them so too, in C (Enum's __hash__
     # hashes the name in Python, and ops are dict and set keys on every hot path).

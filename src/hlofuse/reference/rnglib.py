@@ -15,11 +15,9 @@ from typing import TypeVar
 import numpy as np
 
 from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import THREEFRY_TARGET as THREEFRY_TARGET  # the analyses read it there
 from hlofuse.ir.ops import Op
 
-# The custom-call target of the opaque Threefry call, spelled here once for the front end,
-# the interpreter, rng-expansion and code generation.
-THREEFRY_TARGET = "hlofuse_threefry2x32"
 ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 PARITY = 0x1BD11BDA  # Skein's key-schedule constant
 _PARITY = np.uint32(PARITY)

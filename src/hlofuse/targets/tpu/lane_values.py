@@ -127,6 +127,22 @@ class LaneValues:
         self.products: Mapping[int, Product] = {}
         self.weights: Mapping[int, Callable[[], Value]] = {}
 
+    def on_lanes(self, lanes: Value, size: int) -> LaneValues:
+        """The same step's values at other lane numbers (`lanes`: a tile of any rows, a
+        compaction's slots: lane_compaction.py), for values that read no per-lane element.
+        Uniform values already computed are shared; the MXU products are written out."""
+
+        def no_held(element: int, position: Position) -> Value:
+            raise Unlowerable(OP_RULE, f"element {element} read at gathered lanes")
+
+        other = LaneValues(lanes, size, self.lane_dims, no_held, self.uniform)
+        other._memo = {key: v for key, v in self._memo.items()
+                       if isinstance(key[0], int) and getattr(v, "ndim", None) == 0
+                       and not any(isinstance(k, tuple) for k in key[1])}
+        other.precomputed = self.precomputed
+        other.recorder = self.recorder
+        return other
+
     @contextlib.contextmanager
     def branch(self) -> Iterator[None]:
         """Values computed inside a branch of `lax.cond` stay there: what the branch adds to

@@ -76,7 +76,7 @@ from hlofuse.targets.tpu.lax_ops import (
     whole_block,
 )
 from hlofuse.targets.tpu.product_plan import Product, fixed_elements, mxu_matrices
-from hlofuse.targets.tpu.whole_loop_held import HeldWriter, stored_elements
+from hlofuse.targets.tpu.whole_loop_held import HeldWriter, compaction_note, stored_elements
 from hlofuse.targets.tpu.whole_loop_steps import (
     finish,
     start_tables,
@@ -184,7 +184,7 @@ class LaneLayout:
                 f"(N = {self.size}), the time loop inside; {held} held, "
                 f"{len(self.plan.streamed)} stacked, {len(self.plan.accumulators)} "
                 f"accumulated and {len(self.plan.uniform)} uniform element(s)"
-                f"{product_plan.describe(self.products)}")
+                f"{product_plan.describe(self.products)}{compaction_note(self)}")
 
 
 def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
@@ -508,7 +508,7 @@ class LaneKernel:
             values.recorder = self.recorder
             if tables is not None:
                 values.precomputed = tables.readers(table_in, carry[3])
-            writer = HeldWriter(layout, state_refs, dict(zip(stored, next_refs)))
+            writer = HeldWriter(layout, state_refs, dict(zip(stored, next_refs)), first)
             new_tiles = writer.new_values(values, plan.per_lane, rare)
             new_scalars = self.new_scalars(values)
             partials = []

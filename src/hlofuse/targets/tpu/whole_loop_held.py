@@ -10,7 +10,10 @@ else of the step has read those.
 
 An element whose new value is a select with a costly operand few lanes pick (an
 auto-reset's fresh draws, analysis/rare_selects.py) gets that operand computed for the
-block only when one of its lanes picks it (`lax.cond` on the block's predicates).
+block only when one of its lanes picks it (`lax.cond` on the block's predicates), and, where
+the operand depends on the lane only through its number (counter-based draws), for the
+lanes that pick it only: gathered into slots and spread back (lane_compaction.py; off
+unless `lane_compaction.ENABLED`: on the v5e it cost what it saved for CartPole).
 """
 
 from __future__ import annotations
@@ -22,8 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from hlofuse.analysis.rare_selects import RareSelect
+from hlofuse.analysis.lane_classification import element_read
+from hlofuse.analysis.parallel_loop import LoopPlan
+from hlofuse.analysis.rare_selects import RareSelect, rare_selects
 from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+from hlofuse.targets.tpu.lane_compaction import ROW_SLOTS, Compaction, compactable
 from hlofuse.targets.tpu.lane_loops import looped, over_positions
 from hlofuse.targets.tpu.lane_nested import on_lane_layout
 from hlofuse.targets.tpu.lane_values import LaneValues, Position, flat_index, static_positions
@@ -45,8 +52,10 @@ class HeldWriter:
     `commit` once the step has read the old ones."""
 
     def __init__(self, layout: LaneLayout, state_refs: Mapping[int, Any],
-                 next_refs: Mapping[int, Any]) -> None:
+                 next_refs: Mapping[int, Any], first: Value | None = None) -> None:
+        """`first`: the block's first lane number (None: no compaction of rare values)."""
         self.layout = layout
+        self.first = first
         self.state_refs = state_refs
         self.next_refs = next_refs
         self.tile = (layout.rows, 128)
@@ -131,5 +140,82 @@ class HeldWriter:
         def skipped() -> tuple[tuple[Value, ...], ...]:
             return tuple(kept[e] for e in carried)
 
-        chosen = lax.cond(any_lane, taken, skipped)
+        if self._compactable(rare):
+            def gathered() -> tuple[tuple[Value, ...], ...]:
+                compaction = Compaction(wanted, self.first)
+                return lax.cond(compaction.fits,
+                                lambda: self._compacted(values, rare, compaction, kept),
+                                taken)
+
+            chosen = lax.cond(any_lane, gathered, skipped)
+        else:
+            chosen = lax.cond(any_lane, taken, skipped)
         return dict(zip(carried, chosen))
+
+    def _compactable(self, rare: Mapping[int, RareSelect]) -> bool:
+        return self.first is not None and set(rare) <= set(compacted_elements(self.layout))
+
+    def _compacted(self, values: LaneValues, rare: Mapping[int, RareSelect],
+                   compaction: Compaction, kept: Mapping[int, tuple[Value, ...]]
+                   ) -> tuple[tuple[Value, ...], ...]:
+        """The rare operands computed on the slots of the lanes that pick them, spread back,
+        and selected per position by the predicates."""
+        layout = self.layout
+        slots = values.on_lanes(compaction.lanes, layout.size)
+        with values.branch():
+            words = []
+            for e, r in rare.items():
+                shape = layout.element_shape(e)
+                for p in static_positions(layout.other_dims(e)):
+                    word = to_word(slots.value(r.operand, slots.lane_position(
+                        shape.dims, layout.plan.lane_dims[e], p)), shape.dtype)
+                    words.append(jnp.broadcast_to(word, compaction.lanes.shape))
+            fresh = iter(compaction.spread(words))  # one product per group for them all
+            out = []
+            for e, r in rare.items():
+                predicate = r.select.operands[0]
+                tiles = []
+                for p, old in zip(static_positions(layout.other_dims(e)), kept[e]):
+                    new = next(fresh)
+                    mask = values.value(predicate, values.lane_position(
+                        predicate.shape.dims, layout.plan.lane_dims[e], p))
+                    hit = lax.ne(mask, jnp.zeros((), mask.dtype))
+                    tiles.append(jnp.where(hit if r.when else lax.bitwise_not(hit), new, old))
+                out.append(tuple(tiles))
+        return tuple(out)
+
+
+def compacted_elements(layout: LaneLayout) -> tuple[int, ...]:
+    """The rarely picked elements whose operand is computed on a compaction's slots: all
+    the loop's, when each is a carried element of at most 32 bits whose operand depends on
+    the lane only through its number (none otherwise: they share one branch)."""
+    rare = rare_selects(layout.plan)
+    stored = set(stored_elements(layout))
+    if not rare or not compactable(layout.rows) or not all(
+            r.element not in stored and layout.element_shape(r.element).dtype.bits <= 32
+            and reads_lane_number_only(layout.plan, r.operand) for r in rare):
+        return ()
+    return tuple(r.element for r in rare)
+
+
+def compaction_note(layout: LaneLayout) -> str:
+    """What the kernel's listing says of its compacted elements."""
+    n = len(compacted_elements(layout))
+    return (f"; {n} rarely picked element(s) computed for the picking lanes only ("
+            f"{ROW_SLOTS} slots a row of 128, gathered and spread on the MXU)") if n else ""
+
+
+def reads_lane_number_only(plan: LoopPlan, inst: Instruction) -> bool:
+    """Whether `inst` depends on the lane through the lane number alone (an iota, a counter
+    of the lane's draws), not through a per-lane element or a nested loop."""
+    seen: set[int] = set()
+    stack = [inst]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or id(x) not in plan.lane:
+            continue
+        seen.add(id(x))
+        if element_read(x) is not None or x.op in (Op.WHILE, Op.CALL, Op.CONDITIONAL):
+            return False
+        stack.extend(x.operands)
+    return True
