@@ -5,9 +5,16 @@ and from the HLO it lowers for the CPU (what the corpus holds), and the referenc
 interpreter on the host (where N x T is at most --interpreter-work). Every pair is
 compared (integers exactly, floats within rtol 1e-5, atol 1e-6): per output the number of
 differing values and, for a stacked per-step output ([T, N]: rewards, dones), the first
-step where a lane differs. The JSON is rewritten after each result.
+step where a lane differs; per float output the largest absolute and relative gap. At the
+last size each result is timed as it comes (env-steps/s, median of --repeats). The JSON is
+rewritten after each result. With --backend tpu-interpret (or cpu, hlofuse's C target) and
+--hlo-platform tpu it runs on a machine without a TPU from the HLO the chip's run compiles
+(JAX's `jax_tpu` then on JAX's default device): what a departure on the chip is checked
+against.
 
     python benchmarks/tpu_departure.py --program grid_forage --envs 1024,65536 --steps 30,200
+    python benchmarks/tpu_departure.py --envs 65536 --steps 200 --strategies max,xla \
+        --backend tpu-interpret --hlo-platform tpu --jax-cpu-lanes 0 --repeats 0
 """
 
 from __future__ import annotations
@@ -32,19 +39,27 @@ def _leaves(value: Any) -> list[np.ndarray]:
 
 
 def _compare(a: list[np.ndarray], b: list[np.ndarray], steps: int) -> dict[str, Any]:
-    outputs = []
+    outputs: list[dict[str, Any]] = []
+    floats: list[dict[str, Any]] = []  # float outputs within the tolerance: largest gaps
     for k, (x, y) in enumerate(zip(a, b)):
         if x.shape != y.shape:
             outputs.append({"output": k, "shapes": [list(x.shape), list(y.shape)]})
             continue
+        row: dict[str, Any] = {"output": k, "dtype": str(x.dtype), "shape": list(x.shape)}
         if x.dtype.kind == "f":
             bad = ~np.isclose(x, y, rtol=1e-5, atol=1e-6, equal_nan=True)
+            gap = np.abs(x.astype(np.float64) - y)
+            gap = np.where(np.isnan(x) & np.isnan(y), 0.0, gap)
+            row["max_abs"] = float(np.nanmax(gap)) if gap.size else 0.0
+            row["max_rel"] = float(np.nanmax(gap / np.maximum(np.abs(y), 1e-6))) \
+                if gap.size else 0.0
         else:
             bad = x != y
         if not bad.any():
+            if "max_abs" in row and row["max_abs"] > 0:  # within the tolerance, not equal
+                floats.append(row)
             continue
-        row: dict[str, Any] = {"output": k, "dtype": str(x.dtype), "shape": list(x.shape),
-                               "differing": int(bad.sum())}
+        row["differing"] = int(bad.sum())
         if x.ndim == 2 and x.shape[0] == steps:  # stacked per step: [T, N]
             row["first_step"] = int(np.argmax(bad.any(axis=1)))
             row["lanes_differing"] = int(bad.any(axis=0).sum())
@@ -53,7 +68,7 @@ def _compare(a: list[np.ndarray], b: list[np.ndarray], steps: int) -> dict[str, 
             row["lanes_differing"] = int(lanes.sum())
             row["first_lane"] = int(np.argmax(lanes))
         outputs.append(row)
-    return {"equal": not outputs, "outputs": outputs}
+    return {"equal": not outputs, "outputs": outputs, "close_floats": floats}
 
 
 def _one_size(args: argparse.Namespace, n: int, t: int, last: bool, run: dict[str, Any],
@@ -86,43 +101,54 @@ def _one_size(args: argparse.Namespace, n: int, t: int, last: bool, run: dict[st
         print(f"N={n} T={t} {name}: {run['seconds'][name]} s", flush=True)
         save()
 
+    def rate(name: str, call: Any) -> None:
+        """env-steps/s of a result just computed, at the last size (median of --repeats)."""
+        if not (args.repeats and last and name in results):
+            return
+        seconds = _median_time(call, args.repeats)
+        run.setdefault("env_steps_per_s", {})[name] = n * t / seconds
+        print(f"N={n} T={t} {name}: {n * t / seconds:.4g} env-steps/s", flush=True)
+        save()
+
     def hlofuse(text: str, strategy: str, form: str) -> list[np.ndarray]:
         start = time.perf_counter()
         fused = run_strategy(parse_module(text, f"{args.program}.hlo"), strategy, debug=False)
-        executable = targets.get("tpu").compile(fused.module)
+        executable = targets.get(args.backend).compile(fused.module)
         run["seconds"][f"compile {strategy} {form}"] = round(time.perf_counter() - start, 2)
         executables[f"{strategy} {form}"] = executable
         got = [np.asarray(a) for a in flatten_value(executable(key_array))]
+        plans = getattr(executable, "kernel_plans", ())
         run["notes"].extend(f"{strategy} {form}: {k.name} xla-op: {k.reason[:200]}"
-                            for k in getattr(executable, "kernel_plans", ())
-                            if k.mode != "pallas")
+                            for k in plans if k.mode != "pallas")
+        run.setdefault("kernels", {})[f"{strategy} {form}"] = {
+            "pallas": sum(k.mode == "pallas" for k in plans),
+            "lane kernels": sum(k.lanes is not None for k in plans),
+            "xla-op": sum(k.mode != "pallas" for k in plans),
+            "in int32 words": sum(bool(k.word_types) for k in plans)}
         return got
 
     jitted = jax.jit(f)
     timed("jax_tpu", lambda: _leaves(jitted(key)))
-    with jax.default_device(cpu):
-        timed("jax_cpu", lambda: _leaves(jax.jit(f)(jax.device_put(key, cpu))))
-    texts = {"tpu_hlo": jitted.lower(key).as_text(dialect="hlo")}
+    rate("jax_tpu", lambda: jax.block_until_ready(jitted(key)))
+    if n <= args.jax_cpu_lanes:
+        with jax.default_device(cpu):
+            timed("jax_cpu", lambda: _leaves(jax.jit(f)(jax.device_put(key, cpu))))
+    lowered = (jitted.trace(key).lower(lowering_platforms=(args.hlo_platform,))
+               if args.hlo_platform else jitted.lower(key))
+    texts = {"tpu_hlo": lowered.as_text(dialect="hlo")}
     cpu_text = jitted.trace(key).lower(lowering_platforms=("cpu",)).as_text(dialect="hlo")
     if n <= args.cpu_hlo_lanes:
         texts["cpu_hlo"] = cpu_text
     for strategy in (s for s in args.strategies.split(",") if s):
         for form, text in texts.items():
-            timed(f"hlofuse_{strategy}_{form}",
-                  functools.partial(hlofuse, text, strategy, form))
+            name = f"hlofuse_{strategy}_{form}"
+            timed(name, functools.partial(hlofuse, text, strategy, form))
+            if name in results:
+                rate(name, _timed_call(executables[f"{strategy} {form}"], key_array))
     if n * t <= args.interpreter_work:
         module = parse_module(cpu_text, f"{args.program}.hlo")
         timed("interpreter", lambda: [np.asarray(a) for a in flatten_value(
             evaluate(module, [key_array]))])
-    if args.repeats and last:
-        rates = run["env_steps_per_s"] = {}
-        seconds = _median_time(lambda: jax.block_until_ready(jitted(key)), args.repeats)
-        rates["jax_tpu"] = n * t / seconds
-        for name, executable in executables.items():
-            seconds = _median_time(_timed_call(executable, key_array), args.repeats)
-            rates[f"hlofuse {name}"] = n * t / seconds
-        print(f"N={n} T={t} env-steps/s: {rates}", flush=True)
-        save()
 
 
 def main() -> int:
@@ -134,8 +160,16 @@ def main() -> int:
     parser.add_argument("--interpreter-work", type=int, default=1024 * 30)
     parser.add_argument("--cpu-hlo-lanes", type=int, default=4096,
                         help="hlofuse from the CPU's HLO only up to this many lanes")
+    parser.add_argument("--jax-cpu-lanes", type=int, default=1 << 30,
+                        help="JAX's jit on the host's CPU only up to this many lanes")
     parser.add_argument("--repeats", type=int, default=3,
                         help="time JAX and hlofuse at the last --envs (median; 0: not)")
+    parser.add_argument("--backend", default="tpu",
+                        help="hlofuse's backend (tpu-interpret or cpu: a check on the CPU; "
+                        "JAX's `jax_tpu` then runs on JAX's default device)")
+    parser.add_argument("--hlo-platform", default="",
+                        help="the platform `tpu_hlo` is lowered for (default: JAX's default "
+                        "device's; `tpu` lowers for the TPU without one)")
     parser.add_argument("--out", default="results/tpu/departure.json")
     args = parser.parse_args()
 

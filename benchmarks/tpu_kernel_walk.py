@@ -60,9 +60,10 @@ def _op_by_op(comp: Computation, leaves: list[np.ndarray]) -> dict[str, Any] | N
     import jax
 
     from hlofuse.reference.interpreter import Interpreter
-    from hlofuse.targets.tpu.evaluate import LaxEvaluator
+    from hlofuse.targets.tpu.words import WordEvaluator, narrowed, widen
 
-    interpreter, evaluator = Interpreter(), LaxEvaluator()
+    # As the kernel computes: 8- and 16-bit integers in int32 words (targets/tpu/words.py).
+    interpreter, evaluator = Interpreter(), WordEvaluator()
     env: dict[int, Any] = {}
     for inst in comp.instructions:
         ops = [env[id(o)] for o in inst.operands]
@@ -74,8 +75,11 @@ def _op_by_op(comp: Computation, leaves: list[np.ndarray]) -> dict[str, Any] | N
         if isinstance(want, tuple) or inst.op in (Op.TUPLE, Op.GET_TUPLE_ELEMENT):
             continue
         try:
-            got = np.asarray(jax.jit(lambda *a, inst=inst: evaluator.instruction(inst, list(a)))(
-                *[np.asarray(o) for o in ops]))
+            def one(*a: Any, inst: Instruction = inst) -> Any:
+                words = [widen(x, o.dtype) for x, o in zip(a, inst.operands)]
+                return narrowed(evaluator.instruction(inst, words), inst.dtype)
+
+            got = np.asarray(jax.jit(one)(*[np.asarray(o) for o in ops]))
         except Exception as e:  # noqa: BLE001 - an op that does not run alone is noted
             return {"instruction": instruction_text(inst)[:300],
                     "error": f"{type(e).__name__}: {str(e)[:200]}"}

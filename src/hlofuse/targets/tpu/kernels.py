@@ -12,7 +12,8 @@ is the computation evaluated with `lax` (`evaluate.py`) on the values of its blo
   `refusal`) is evaluated with `lax` outside any `pallas_call`: an XLA operation of the
   jitted program. Instructions with no `lax` form at all run on the host (`lax_ops.host`).
 
-Booleans cross the kernel boundary as int32 (Mosaic keeps no i1 arrays in memory) and 0-d
+Booleans cross the kernel boundary as int32 (Mosaic keeps no i1 arrays in memory), 8- and
+16-bit integers as int32 words in every mode, XLA operations included (`words.py`), and 0-d
 values as 1-element arrays.
 """
 
@@ -48,6 +49,7 @@ from hlofuse.targets.tpu.lax_ops import (
     whole_block,
 )
 from hlofuse.targets.tpu.whole_loop import LaneKernel, LaneLayout, plan_lanes
+from hlofuse.targets.tpu.words import WordEvaluator, is_narrow, narrowed, native_refusal, widen
 
 LANES = 128
 BLOCK_ROWS = 4096  # the most rows of a tiled kernel's block: (4096, 128) f32 is 2 MiB
@@ -67,8 +69,10 @@ WHOLE_MAX_ELEMENTS = 65536  # 64 vector registers per operation on a dense whole
 # 16,384 (the study's N) whole.
 WHOLE_MAX_VREGS = 128
 VMEM_LIMIT = 100 * 2**20  # v5e has 128 MiB; whole-array kernels may need most of it
-# What Mosaic keeps in kernels: 32-bit words and bf16 (booleans cross as int32).
-KERNEL_DTYPES = frozenset({DType.F32, DType.BF16, DType.S32, DType.U32, DType.PRED})
+# What Mosaic keeps in kernels: 32-bit words and bf16; booleans cross as int32, and 8- and
+# 16-bit integers are computed in int32 words (words.py).
+KERNEL_DTYPES = frozenset({DType.F32, DType.BF16, DType.S32, DType.U32, DType.PRED,
+                           DType.S8, DType.U8, DType.S16, DType.U16})
 _STRUCTURE = frozenset({Op.PARAMETER, Op.CONSTANT, Op.TUPLE, Op.GET_TUPLE_ELEMENT})
 # Data movement and control Mosaic lowers inside a kernel (on whole arrays).
 _IN_KERNEL = ELEMENTWISE | _STRUCTURE | {
@@ -148,8 +152,24 @@ class Kernel:
             return LaneKernel(self.lanes, self.interpret, _kernel_name(self.name), self.debug)
         return self._tiled if self.layout == "tiled" else self._whole
 
+    @property
+    def word_types(self) -> tuple[str, ...]:
+        """The 8- and 16-bit integer types this kernel computes in int32 words (words.py);
+        the whole-loop kernel's words are its own (lane_words.py)."""
+        if self.lanes is not None:
+            return ()
+        shapes = [*self.input_shapes, *self.output_shapes, *(i.shape for i in self._body())]
+        return tuple(sorted({leaf.dtype.text for s in shapes for leaf in s.leaves()
+                             if is_narrow(leaf.dtype)}))
+
+    def _body(self) -> list[Instruction]:
+        return _instructions(self.computation) if self.computation is not None \
+            else [self.instruction]
+
     def _xla_op(self, *leaves: Value) -> list[Value]:
-        return flatten_leaves(self.evaluate(LaxEvaluator(), leaves))
+        words = [widen(x, s.dtype) for x, s in zip(leaves, self.input_shapes)]
+        out = flatten_leaves(self.evaluate(WordEvaluator(), words))
+        return [narrowed(x, s.dtype) for x, s in zip(out, self.output_shapes)]
 
     def _whole(self, *leaves: Value) -> list[Value]:
         constant_values = [np.asarray(c.attrs["literal"], c.dtype.numpy) for c in self.constants]
@@ -162,7 +182,7 @@ class Kernel:
             values = [_read(r, s) for r, s in zip(refs, self.input_shapes)]
             constants = {id(c): _read(r, c.shape)
                          for c, r in zip(self.constants, refs[n_leaves:])}
-            result = self.evaluate(LaxEvaluator(constants=constants), values)
+            result = self.evaluate(WordEvaluator(constants=constants), values)
             for ref, value in zip(refs[len(arrays):], flatten_leaves(result)):
                 _write(ref, value)
 
@@ -189,7 +209,7 @@ class Kernel:
         def kernel(*refs: Any) -> None:
             values = [_read(r, s, whole=False) for r, s in zip(refs, self.input_shapes)]
             start = pl.program_id(0) * np.int32(block[0] * block[1])
-            result = self.evaluate(LaxEvaluator(block_shape=block, block_start=start), values)
+            result = self.evaluate(WordEvaluator(block_shape=block, block_start=start), values)
             for ref, value in zip(refs[len(arrays):], flatten_leaves(result)):
                 _write(ref, value)
 
@@ -297,7 +317,8 @@ def refusal(body: list[Instruction], inputs: Sequence[Shape],
         return "the kernel writes no array"
     for shape in (*inputs, *outputs):
         if shape.dtype not in KERNEL_DTYPES:
-            return f"{shape.dtype.text} values (Mosaic keeps 32-bit and bf16 types only)"
+            return (f"{shape.dtype.text} values (Mosaic keeps 32-bit and bf16 types, and "
+                    "narrower integers as int32 words)")
     for inst in body:
         why = _instruction_refusal(inst)
         if why is not None:
@@ -306,6 +327,11 @@ def refusal(body: list[Instruction], inputs: Sequence[Shape],
 
 
 def _instruction_refusal(inst: Instruction) -> str | None:
+    why = _op_refusal(inst)
+    return why if why is not None else native_refusal(inst)
+
+
+def _op_refusal(inst: Instruction) -> str | None:
     for leaf in _leaf_shapes([inst.shape]):
         if leaf.dtype not in KERNEL_DTYPES:
             return f"{leaf.dtype.text} (Mosaic keeps 32-bit and bf16 types only)"
@@ -412,7 +438,11 @@ def vector_registers(shape: Shape) -> int:
 
 
 def _kernel_dtype(dtype: DType) -> np.dtype:
-    return np.dtype(np.int32) if dtype is DType.PRED else np.dtype(dtype.numpy)
+    """How a value of `dtype` is held in a kernel: booleans and narrow integers as int32."""
+    return np.dtype(np.int32) if dtype in _WORDS else np.dtype(dtype.numpy)
+
+
+_WORDS = frozenset({DType.PRED, DType.S8, DType.U8, DType.S16, DType.U16})
 
 
 def _kernel_dims(shape: Shape) -> tuple[int, ...]:
@@ -430,7 +460,7 @@ def _kernel_struct(shape: Shape) -> jax.ShapeDtypeStruct:
 
 def _to_kernel(x: Value) -> Value:
     x = jnp.asarray(x)
-    if x.dtype == jnp.bool_:
+    if x.dtype == jnp.bool_ or (x.dtype.kind in "iu" and x.dtype.itemsize < 4):
         x = x.astype(jnp.int32)
     return x.reshape((1, 1)) if x.ndim == 0 else x
 
@@ -438,7 +468,7 @@ def _to_kernel(x: Value) -> Value:
 def _from_kernel(x: Value, shape: Shape) -> Value:
     if shape.dtype is DType.PRED:
         x = x != 0
-    return x.reshape(shape.dims)
+    return narrowed(x, shape.dtype).reshape(shape.dims)
 
 
 def _tiles_dims(size: int) -> tuple[int, int]:

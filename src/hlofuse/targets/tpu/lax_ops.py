@@ -214,10 +214,12 @@ def _dynamic_update_slice(inst: Instruction, ops: list[Value]) -> Value:
     return lax.dynamic_update_slice(x, update, _clamped_starts(ops[2:], x.shape, update.shape))
 
 
-def _dot(inst: Instruction, lhs: Value, rhs: Value) -> Value:
+def dot(inst: Instruction, lhs: Value, rhs: Value, wanted: np.dtype | None = None) -> Value:
+    """HLO's dot, its result in `wanted` (the instruction's type unless given: narrow
+    integers are summed in int32 words, words.py)."""
     numbers = ((inst.ints("lhs_contracting_dims"), inst.ints("rhs_contracting_dims")),
                (inst.ints("lhs_batch_dims"), inst.ints("rhs_batch_dims")))
-    wanted = numpy_dtype(inst)
+    wanted = numpy_dtype(inst) if wanted is None else wanted
     exact = lax.Precision.HIGHEST  # f32 stays f32 on the TPU's matrix unit (not bf16 passes)
     if wanted.kind in "iub":
         return lax.dot_general(lhs, rhs, numbers, preferred_element_type=wanted)
@@ -423,7 +425,7 @@ def evaluate_op(inst: Instruction, ops: list[Value], shape: tuple[int, ...],
     if op is Op.DYNAMIC_UPDATE_SLICE:
         return _dynamic_update_slice(inst, ops)
     if op is Op.DOT:
-        return _dot(inst, ops[0], ops[1])
+        return dot(inst, ops[0], ops[1])
     if op is Op.REDUCE:
         return reduce(inst, ops, run)
     if op is Op.GATHER:

@@ -37,14 +37,15 @@ def pallas_listing(kernels: list[Kernel]) -> str:
 
 
 def _header(k: Kernel) -> str:
+    words = f"; {', '.join(k.word_types)} computed in int32 words" if k.word_types else ""
     if k.mode == "xla-op":
-        return f"xla-op: {k.reason}"
+        return f"xla-op: {k.reason}{words}"
     if k.lanes is not None:
         return k.lanes.describe()
     if k.layout == "tiled":
         return (f"pallas_call tiled: grid ({k.grid},), blocks ({k.block_rows}, 128) of the "
-                "flattened arrays, 0-d inputs in SMEM")
-    return "pallas_call whole: every array one block in VMEM, 0-d values in SMEM"
+                f"flattened arrays, 0-d inputs in SMEM{words}")
+    return f"pallas_call whole: every array one block in VMEM, 0-d values in SMEM{words}"
 
 
 def _body(k: Kernel) -> list[str]:
