@@ -166,6 +166,10 @@ CASES = {"gather": GATHER, "gather_rows": GATHER_ROWS, "scatter_add": SCATTER,
          "reduce_precision": REDUCE_PRECISION}
 
 
+# Cases that compute a transcendental function (everything else is exact).
+_APPROXIMATED = frozenset({"scatter_add"})
+
+
 @pytest.mark.parametrize("strategy", ["none", "xla"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_compiled_equals_interpreter(name: str, strategy: str) -> None:
@@ -179,6 +183,10 @@ def test_compiled_equals_interpreter(name: str, strategy: str) -> None:
     assert len(actual) == len(expected)
     for k, (a, e) in enumerate(zip(actual, expected)):
         assert a.dtype == e.dtype and a.shape == e.shape, f"{name} output {k}"
+        if name in _APPROXIMATED:
+            # exp from the math library (within 1.05 ulp), the interpreter's NumPy within 0.5
+            np.testing.assert_array_max_ulp(a, e, maxulp=2)
+            continue
         np.testing.assert_array_equal(a, e, err_msg=f"{name} output {k} ({strategy})")
 
 

@@ -249,8 +249,10 @@ def _critical_f32(name: str) -> np.ndarray:
         runs += [_around(0.84375, 20000), _around(-0.84375, 20000), _around(3.92, 20000)]
     if name in ("exp", "expm1", "logistic", "tanh"):
         # exp overflow, smallest normal result, smallest subnormal, rounding to 0;
-        # expm1's k switch at +-ln2/2; tanh's saturation.
-        for center in (88.7228, -87.3365, -103.279, -103.972, 0.34657, -0.34657, 9.01, -9.01):
+        # expm1's k switch at +-ln2/2; tanh's saturation; the float forms' largest errors
+        # (exp at 59.29, expm1 at 16.99) and expm1's rounding to -1.
+        for center in (88.7228, -87.3365, -103.279, -103.972, 0.34657, -0.34657, 9.01, -9.01,
+                       59.29, 16.99, -17.33):
             runs.append(_around(center, 20000))
     if name in ("log", "log1p"):
         runs += [_around(-1.0 + 2.0**-12, 30000), _around(2.0**-20, 30000)]

@@ -280,3 +280,74 @@ def test_a_small_constant_table_read_per_lane_keeps_the_lane_loop_a_vector(tmp_p
     actual = flatten_value(compile_cpu(module)(*inputs))
     for a, e in zip(actual, expected, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+# A float table whose literals repeat (moves of 0.1 in four directions, and staying put): the
+# select chain's arms of equal value are one test of the position against several literals.
+FLOAT_MOVES = """
+HloModule float_moves
+
+cond {
+  cp = (s32[], s32[64]{0}, f32[64,2]{1,0}) parameter(0)
+  ci = s32[] get-tuple-element(cp), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(ci, n), direction=LT
+}
+
+body {
+  p = (s32[], s32[64]{0}, f32[64,2]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  x = s32[64]{0} get-tuple-element(p), index=1
+  pos = f32[64,2]{1,0} get-tuple-element(p), index=2
+  five = s32[] constant(5)
+  fives = s32[64]{0} broadcast(five), dimensions={}
+  action = s32[64]{0} remainder(x, fives)
+  at = s32[64,1]{1,0} reshape(action)
+  moves = f32[5,2]{1,0} constant({ {0, 0}, {0.1, 0}, {-0.1, 0}, {0, 0.1}, {0, -0.1} })
+  move = f32[64,2]{1,0} gather(moves, at), offset_dims={1}, collapsed_slice_dims={0},
+      start_index_map={0}, index_vector_dim=1, slice_sizes={1,2}
+  moved = f32[64,2]{1,0} add(pos, move)
+  seven = s32[] constant(7)
+  sevens = s32[64]{0} broadcast(seven), dimensions={}
+  three = s32[] constant(3)
+  threes = s32[64]{0} broadcast(three), dimensions={}
+  stirred = s32[64]{0} multiply(x, sevens)
+  nx = s32[64]{0} add(stirred, threes)
+  ROOT t = (s32[], s32[64]{0}, f32[64,2]{1,0}) tuple(next, nx, moved)
+}
+
+ENTRY main {
+  x0 = s32[64]{0} parameter(0)
+  p0 = f32[64,2]{1,0} parameter(1)
+  start = s32[] constant(0)
+  init = (s32[], s32[64]{0}, f32[64,2]{1,0}) tuple(start, x0, p0)
+  ROOT loop = (s32[], s32[64]{0}, f32[64,2]{1,0}) while(init), condition=cond, body=body
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_a_table_of_repeated_literals_read_per_lane_keeps_the_lane_loop_a_vector(
+        tmp_path: Path) -> None:
+    """gcc's reassociation made the chain's tests for the repeated literal a bit test, a shift
+    of a 64-bit mask by the position, which AVX2 has no vector form for with the 32-bit
+    position: the lane loop ran scalar (a GRU policy's rollout, a third of its kernel) until
+    whole-loop kernels turned the pass off (targets/c/language.py). Results equal the
+    interpreter."""
+    module = run_strategy(parse_module(FLOAT_MOVES), "max", debug=False).module
+    source = generate(module).source.text
+    lines, start, end = _whole_loop_kernel(source)
+    lane_loops = [k + 2 for k in range(start, end)
+                  if lines[k].strip().startswith("#pragma omp simd")
+                  and "for (int l = 0;" in lines[k + 1]]
+    assert lane_loops and "0x0.0p+0f : ((j" in source  # the chain with repeated literals
+    _assert_vectorised(tmp_path, source, lane_loops)
+    rng = np.random.default_rng(5)
+    inputs = [rng.integers(0, 1000, 64).astype(np.int32),
+              rng.normal(size=(64, 2)).astype(np.float32)]
+    expected = flatten_value(evaluate(parse_module(FLOAT_MOVES), inputs))
+    actual = flatten_value(compile_cpu(module)(*inputs))
+    for a, e in zip(actual, expected, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))

@@ -1,6 +1,6 @@
 """Walks over statement trees of the C-like IR (codegen/cir.py): the statements and
-expressions a statement holds, the names they assign or use, and the length of their
-straight-line runs."""
+expressions a statement holds, the names they assign or use, the length of their
+straight-line runs, and whether a chain of selects on one position repeats a literal."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from hlofuse.codegen.cir import (
     AfterAll,
     Allocate,
     Assign,
+    Binary,
     Block,
     Break,
     Comment,
+    Const,
     Declare,
     Expr,
     ExprStmt,
@@ -21,11 +23,13 @@ from hlofuse.codegen.cir import (
     ParallelRegion,
     Release,
     Return,
+    Select,
     Stmt,
     Switch,
     Var,
     While,
     names_read,
+    walk,
 )
 
 
@@ -116,3 +120,38 @@ def names_used(stmts: list[Stmt]) -> set[str]:
                 if s.how.reduction is not None:
                     out.add(s.how.reduction[1])
     return out
+
+
+def repeats_a_selected_literal(body: list[Stmt]) -> bool:
+    """Whether a chain of selects on one value's equality with literals (a small constant
+    read at a computed position, `emitter_types.selected`) picks one literal at two or more
+    of its positions."""
+    seen: set[int] = set()
+    for top in body:
+        for s in statements(top):
+            for expr in expressions(s):
+                for e in walk(expr):
+                    if isinstance(e, Select) and id(e) not in seen and \
+                            _chain_repeats(e, seen):
+                        return True
+    return False
+
+
+def _chain_repeats(first: Select, seen: set[int]) -> bool:
+    """Whether the chain of selects from `first` on `x == literal` for one x has a literal
+    among its values twice; marks the chain's selects seen."""
+    condition = first.condition
+    if not (isinstance(condition, Binary) and condition.op == "=="):
+        return False
+    position = condition.left
+    values: list[Const] = []
+    e: Expr = first
+    while isinstance(e, Select) and isinstance(e.condition, Binary) and \
+            e.condition.op == "==" and e.condition.left == position:
+        seen.add(id(e))
+        if isinstance(e.on_true, Const):
+            values.append(e.on_true)
+        e = e.on_false
+    if isinstance(e, Const):
+        values.append(e)
+    return len(values) > len(set(values))

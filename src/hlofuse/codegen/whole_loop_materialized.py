@@ -5,8 +5,9 @@ scratch `v<k>[position][lane]`, in a loop over their positions with the lanes in
 loop vectorises), before the step's lane loops, which then read them from there. Each depends
 on the state the step starts with only, as every value the lane loops compute does.
 
-A product of such a value (more than LANE_SELECTED_READ contracting positions) with a value
-the lanes share (the layer's weights) is itself computed into scratch as a loop nest: for
+A product of such a value, or of the loop state (more than LOOPED_MIN_CONTRACTING
+contracting positions), with a value the lanes share (the layer's weights) is itself
+computed into scratch as a loop nest: for
 each pass of positions, for the lanes (vectorised), a loop over the contracting positions
 that reads the lane's value once and adds it, times each position's weight, to that
 position's sum. The sums keep their order (from +0, ascending, one fused multiply-add per
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from hlofuse.analysis.lane_classification import element_read
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Binary, Expr
 from hlofuse.codegen.dot_elemental import operand_index
@@ -113,13 +115,15 @@ class MaterializedLanes(LaneCode):
 
     def _product_tile(self, value: Instruction, positions: int) -> ProductTile | None:
         """The register tile of a looped product whose per-lane operand is a materialised
-        value (its reads take a part's offset): the one of `best_tile` over the parts the
-        block splits into, each keeping MIN_PART_LANES lanes to vectorise over."""
+        value or the block's state (`_lane_reader`'s reads, which take a part's offset): the
+        one of `best_tile` over the parts the block splits into, each keeping MIN_PART_LANES
+        lanes to vectorise over."""
         if value.op is not Op.DOT or not looped_product(self.plan, value):
             return None
         operand = behind_rearranging(
             next(o for o in value.operands if id(o) in self.plan.value_lane_dims))
-        if not any(m is operand for m in self.materialized):
+        if not any(m is operand for m in self.materialized) and \
+                element_read(operand) not in self.plan.per_lane:
             return None
         most_parts = 1
         while self.lanes % (most_parts * 2) == 0 and \

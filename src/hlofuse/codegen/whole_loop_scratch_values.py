@@ -19,11 +19,16 @@ from collections.abc import Mapping
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.analysis.rare_selects import FREE_OPS
 from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS
-from hlofuse.codegen.whole_loop_lane_code import LANE_SELECTED_READ
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import CostClass, Op, OpKind
 
+# A per-lane product of more contracting positions than this is computed by a loop over them
+# into scratch, a register tile of sums a pass (`looped_product`). Written out, each of a
+# pass's positions is a chain of multiply-adds whose weights gcc hoists out of the lane loop
+# and spills once a pass needs more of them than there are registers (8 positions of 32
+# terms: 256 weights); a few terms (a policy's observation of 2 to 6 values) stay written out.
+LOOPED_MIN_CONTRACTING = 8
 # Ops that only rearrange positions: the value behind them is the one worth keeping.
 _REARRANGING = frozenset({Op.RESHAPE, Op.BITCAST, Op.TRANSPOSE, Op.COPY})
 # Values that cost nothing to read again (or are read from memory already).
@@ -64,7 +69,8 @@ def _product_values(plan: LoopPlan) -> set[int]:
     for inst in plan.body.instructions:
         if inst.op is not Op.DOT or id(inst) not in plan.lane:
             continue
-        if looped_product(plan, inst):
+        looped = looped_product(plan, inst)
+        if looped:
             chosen.add(id(inst))
         many_outputs = positions_per_lane(plan, inst) > 1
         for operand in inst.operands:
@@ -73,7 +79,9 @@ def _product_values(plan: LoopPlan) -> set[int]:
                     id(value) not in plan.value_lane_dims:
                 continue
             positions = positions_per_lane(plan, value)
-            if positions > 1 and (many_outputs or positions > UNROLL_ELEMENTS):
+            # A looped product reads its operand at the loop's position: a plain load from
+            # scratch, where computed in place it would be a select over the positions.
+            if positions > 1 and (many_outputs or looped or positions > UNROLL_ELEMENTS):
                 chosen.add(id(value))
     return chosen
 
@@ -248,13 +256,15 @@ def behind_rearranging(value: Instruction) -> Instruction:
 
 def looped_product(plan: LoopPlan, dot: Instruction) -> bool:
     """Whether a per-lane product is computed as a loop nest: one contracting dimension of
-    more than LANE_SELECTED_READ positions, no batch dimensions, one operand per lane and
-    the other shared by the lanes."""
+    more than LOOPED_MIN_CONTRACTING positions, no batch dimensions, one operand per lane
+    and the other shared by the lanes. Such a product is computed once per step into
+    scratch (`_product_values`), whoever reads it and however (the gates of a recurrent
+    cell read theirs through slices of one product)."""
     if (dot.ints("lhs_batch_dims") or len(dot.ints("lhs_contracting_dims")) != 1
             or id(dot) not in plan.value_lane_dims or not dot.dtype.is_float):
         return False
     lhs, rhs = dot.operands
-    if lhs.shape.dims[dot.ints("lhs_contracting_dims")[0]] <= LANE_SELECTED_READ:
+    if lhs.shape.dims[dot.ints("lhs_contracting_dims")[0]] <= LOOPED_MIN_CONTRACTING:
         return False
     return (id(lhs) in plan.value_lane_dims) != (id(rhs) in plan.value_lane_dims)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr
-from hlofuse.codegen.cir_walks import longest_straight_run
+from hlofuse.codegen.cir_walks import longest_straight_run, repeats_a_selected_literal
 from hlofuse.codegen.language import literal, literal_float
 from hlofuse.ir.dtypes import DType
 
@@ -86,7 +86,7 @@ def _vectorisable_math() -> Mapping[tuple[str, DType], str]:
     return MappingProxyType({(f.name, f.dtype): f.c_name for f in FUNCTIONS if f.recommended})
 
 
-# gcc's options for a whole-loop kernel (see CLanguage.whole_loop_attribute).
+# gcc's options for a whole-loop kernel (see CLanguage.whole_loop_options).
 _WHOLE_LOOP_OPTIONS = ("no-thread-jumps", "no-tree-pre", "no-tree-sink", "ira-region=one",
                        "ira-algorithm=priority", "no-jump-tables", "no-bit-tests", "no-gcse",
                        "no-code-hoisting", "no-gcse-after-reload")
@@ -150,12 +150,19 @@ class CLanguage:
     # gcc's if-to-switch pass turns a chain of selects on one value's equality with
     # literals (a per-lane value read at a computed position) into a switch, which
     # if-conversion refuses whole; it runs only where jump tables or bit tests may be used.
+    # Reassociation makes the tests of such a chain whose arms repeat a value (a table of
+    # moves, mostly zeros) one bit test, a 64-bit mask shifted by the 32-bit position, which
+    # has no vector form on AVX2: the lane loop ran scalar (a third of a GRU policy's
+    # kernel: 466 -> 307 ms a rollout without the pass). It is turned off only in kernels
+    # with such a chain (`repeats_a_selected_literal`): elsewhere its integer rewrites are
+    # worth 1-2 % (pendulum_mlp's generator rounds).
     # Global CSE and code hoisting take a fifth of the compile time of such a function and
     # change nothing measurable in its speed (the nine rollouts of tests/data/rollouts).
     # Lane code holds predicates in 32 bits (codegen/whole_loop_lanes.py), so a lane loop
     # vectorises at one vector per operation; 64-byte vectors where the CPU has them
     # (HLOFUSE_WIDE_VECTORS, from the header) then give it twice the lanes per instruction.
-    whole_loop_attribute: str = _optimize_attribute(*_WHOLE_LOOP_OPTIONS) + " HLOFUSE_WIDE_VECTORS"
+    whole_loop_options: tuple[str, ...] = _WHOLE_LOOP_OPTIONS
+    whole_loop_suffix: str = " HLOFUSE_WIDE_VECTORS"
     # gcc schedules instructions before register allocation only where asked on x86. A lane
     # loop's step is written draw by draw and function by function (each tanh of a layer, each
     # round of a counter-based generator), and the processor's out-of-order window of about
@@ -165,10 +172,10 @@ class CLanguage:
     # one (grid_forage) 7 % slower. Its time grows with the square of a straight-line
     # block's length (0.6 s at 1,700 statements, 5 s at 5,800, with register allocation's
     # time doubled), so a whole-loop kernel with a longer block is compiled without it.
-    scheduled_whole_loop_attribute: str = (
-        _optimize_attribute(*_WHOLE_LOOP_OPTIONS, "schedule-insns", "sched-pressure")
-        + " HLOFUSE_WIDE_VECTORS")
+    scheduling_options: tuple[str, ...] = ("schedule-insns", "sched-pressure")
     scheduled_block_limit: int = 3000
+    # For a whole-loop kernel whose lane code reads a small table repeating a value (above).
+    repeated_literal_options: tuple[str, ...] = ("no-tree-reassoc",)
     ftz_begin: str = "HLOFUSE_FTZ_BEGIN"
     ftz_end: str = "HLOFUSE_FTZ_END"
 
@@ -502,13 +509,23 @@ class CLanguage:
                 cir.Linkage.ENTRY: self.export_qualifier, cir.Linkage.HOST: "static"}[f.linkage]
         if f.tuning is None:
             return base
+        if f.tuning is cir.Tuning.WHOLE_LOOP:
+            return f"{base} {self._whole_loop_attribute(f.body)}"
         attribute = {cir.Tuning.SMALL: self.small_kernel_attribute,
-                     cir.Tuning.VECTOR_LOOPS: self.no_jump_threading,
-                     cir.Tuning.WHOLE_LOOP: self.whole_loop_attribute}[f.tuning]
-        if f.tuning is cir.Tuning.WHOLE_LOOP and \
-                longest_straight_run(f.body) <= self.scheduled_block_limit:
-            attribute = self.scheduled_whole_loop_attribute
+                     cir.Tuning.VECTOR_LOOPS: self.no_jump_threading}[f.tuning]
         return f"{base} {attribute}"
+
+    def _whole_loop_attribute(self, body: list[cir.Stmt]) -> str:
+        """The options of a whole-loop kernel: scheduled unless a straight-line block is too
+        long, without reassociation where a select chain repeats a literal."""
+        if not self.whole_loop_options:
+            return ""
+        options = self.whole_loop_options
+        if longest_straight_run(body) <= self.scheduled_block_limit:
+            options += self.scheduling_options
+        if repeats_a_selected_literal(body):
+            options += self.repeated_literal_options
+        return _optimize_attribute(*options) + self.whole_loop_suffix
 
     def function(self, f: cir.Function) -> str:
         """A whole function definition (its comment first, when it has one)."""

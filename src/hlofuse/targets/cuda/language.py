@@ -58,8 +58,7 @@ class CudaLanguage(CLanguage):
     simd: str = ""
     unroll: str = "#pragma unroll {n}"
     no_jump_threading: str = ""
-    whole_loop_attribute: str = ""
-    scheduled_whole_loop_attribute: str = ""
+    whole_loop_options: tuple[str, ...] = ()
     # A GPU thread has no DAZ bit to set: every math call keeps its flush.
     hardware_flushed_math: frozenset[tuple[str, DType]] = frozenset()
 

@@ -333,10 +333,10 @@ def _scatter(inst: Instruction, ops: list[Value], form: Callable[..., Value]) ->
         scatter_dims_to_operand_dims=inst.ints("scatter_dims_to_operand_dims"),
         operand_batching_dims=inst.ints("input_batching_dims"),
         scatter_indices_batching_dims=batching)
-    return form(operand, indices, updates, numbers,
-                indices_are_sorted=bool(inst.attrs.get("indices_are_sorted", False)),
-                unique_indices=bool(inst.attrs.get("unique_indices", False)),
-                mode=lax.GatherScatterMode.FILL_OR_DROP)
+    # The HLO's indices_are_sorted / unique_indices are promises about speed, not meaning:
+    # they are not passed on (XLA:TPU trusting them skips updates; docs/tpu.md).
+    return form(operand, indices, updates, numbers, indices_are_sorted=False,
+                unique_indices=False, mode=lax.GatherScatterMode.FILL_OR_DROP)
 
 
 def threefry(inst: Instruction, ops: list[Value]) -> Value:
