@@ -61,6 +61,7 @@ class LaneClassification:
         self.condition, self.body = loop.calls
         self.dependent: set[int] = set()  # id() of state-dependent instructions
         self.lane_at: dict[int, LaneDim] = {}  # id() -> lane dimension (N > 1)
+        self._generated: dict[int, int | None] = {}  # generated_lane_dim's, by id()
         self.users: dict[int, list[Instruction]] = {}
         for comp in (self.condition, self.body):
             for inst in comp.instructions:
@@ -79,6 +80,12 @@ class LaneClassification:
         from an iota, the key a small uniform element): one dimension of size N, computed
         from iotas, constants and uniform elements without such a dimension alone, so lane
         code can compute it at any lane's position. None for anything else."""
+        key = id(inst)
+        if key not in self._generated:  # the accumulators and step reductions ask again
+            self._generated[key] = self._generated_lane_dim(inst)
+        return self._generated[key]
+
+    def _generated_lane_dim(self, inst: Instruction) -> int | None:
         if self.size <= 1 or id(inst) in self.dependent or not inst.shape.is_array \
                 or list(inst.shape.dims).count(self.size) != 1:
             return None

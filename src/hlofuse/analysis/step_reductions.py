@@ -199,10 +199,9 @@ def _from_lanes(lanes: LaneClassification, inst: Instruction) -> bool:
         if id(x) in seen or element_read(x) is not None:
             continue
         seen.add(id(x))
-        if x.op is Op.REDUCE and len(x.operands) == 2 and \
-                lanes.generated_lane_dim(x.operands[0]) is not None:
+        if x.op is Op.REDUCE and len(x.operands) == 2:
             lane_dim = lanes.generated_lane_dim(x.operands[0])
-            if lane_dim in x.ints("dimensions"):
+            if lane_dim is not None and lane_dim in x.ints("dimensions"):
                 return True
         stack.extend(x.operands)
     return False
