@@ -52,8 +52,8 @@ class HeldWriter:
     `commit` once the step has read the old ones."""
 
     def __init__(self, layout: LaneLayout, state_refs: Mapping[int, Any],
-                 next_refs: Mapping[int, Any], first: Value | None = None) -> None:
-        """`first`: the block's first lane number (None: no compaction of rare values)."""
+                 next_refs: Mapping[int, Any], first: Value) -> None:
+        """`first`: the block's first lane number (a compaction's slots number lanes from it)."""
         self.layout = layout
         self.first = first
         self.state_refs = state_refs
@@ -153,7 +153,7 @@ class HeldWriter:
         return dict(zip(carried, chosen))
 
     def _compactable(self, rare: Mapping[int, RareSelect]) -> bool:
-        return self.first is not None and set(rare) <= set(compacted_elements(self.layout))
+        return set(rare) <= set(compacted_elements(self.layout))
 
     def _compacted(self, values: LaneValues, rare: Mapping[int, RareSelect],
                    compaction: Compaction, kept: Mapping[int, tuple[Value, ...]]
