@@ -238,6 +238,71 @@ def test_an_unmasked_loop_waiting_for_every_lane_is_refused() -> None:
                                flatten_value(evaluate(module, args))[0], rtol=1e-5)
 
 
+def _relax_rods(keep: str) -> Any:
+    """Each lane relaxes a rod of 8 cells (its neighbours' mean) until its own change is
+    small, masked as jax.vmap masks a while_loop. Concat forwarding splits the masking select
+    over the pieces of the shifted rod, so each piece keeps its own slice of the old rod
+    (`keep="own"`); `keep="rotated"` keeps a finished lane's cells rotated instead, which
+    changes a lane that has finished."""
+
+    def rollout(x0: Any, v0: Any) -> Any:
+        def wants(carry: Any) -> Any:
+            u, change, k = carry
+            return (change > 1e-4) & (k < 40)
+
+        def sweep(carry: Any) -> Any:
+            u, _, k = carry
+            again = wants(carry)
+            left = hnp.concatenate([u[:, :1], u[:, :-1]], axis=1)
+            right = hnp.concatenate([u[:, 1:], u[:, -1:]], axis=1)
+            new = 0.5 * (left + right)
+            if keep == "own":
+                moved = hnp.where(again[:, None], new, u)
+            else:
+                moved = hnp.concatenate(
+                    [hnp.where(again[:, None], new[:, :7], u[:, 1:]),
+                     hnp.where(again[:, None], new[:, 7:], u[:, :1])], axis=1)
+            change = hnp.where(again, hnp.max(hnp.abs(new - u), axis=1), carry[1])
+            return moved, change, hnp.where(again, k + 1, k)
+
+        def step(_: Any, u: Any) -> Any:
+            start = (u, hnp.ones(u.shape[:1], hnp.float32), hnp.zeros(u.shape[:1], hnp.int32))
+            relaxed, _, k = lax.while_loop(lambda c: hnp.any(wants(c)), sweep, start)
+            return relaxed + 0.1 * hnp.sin(u) + 0.001 * k[:, None].astype(hnp.float32)
+
+        return lax.fori_loop(0, 3, step, x0 * v0)
+
+    return rollout
+
+
+@pytest.mark.parametrize("n", [5, 70])
+def test_a_masked_loop_whose_select_is_split_over_a_concatenate(n: int) -> None:
+    args = _lanes(n, width=8)
+    module = _module(_relax_rods("own"), args)
+    source = _whole_loop_source(_check(module, args))
+    assert "a nested loop" in source
+
+
+@pytest.mark.parametrize("backend", ["cuda-emulated", "tpu-interpret"])
+def test_a_split_masked_loop_on_the_other_targets(backend: str) -> None:
+    if backend == "tpu-interpret":
+        pytest.importorskip("jax")
+    args = _lanes(5, width=8)
+    _check(_module(_relax_rods("own"), args), args, backend)
+
+
+def test_a_split_select_keeping_another_slice_of_the_old_value_is_refused() -> None:
+    args = _lanes(23, width=8)
+    module = _module(_relax_rods("rotated"), args)
+    refusals = [r for r in run_strategy(module, "max", debug=False).decisions.records
+                if r.pass_name == "whole-loop-fusion" and r.verdict.value == "no"]
+    assert refusals[-1].rule == "whole-loop-data-dependent-trip-count"
+    assert "finished" in refusals[-1].message
+    compiled = compile_module(module, "max")
+    np.testing.assert_allclose(flatten_value(compiled(*args))[0],
+                               flatten_value(evaluate(module, args))[0], rtol=1e-5)
+
+
 def test_a_nested_loop_holding_the_lanes_along_another_dimension() -> None:
     """The nested loop carries the state transposed (lanes second): each lane's part is
     read along the dimension its initial value holds the lanes."""

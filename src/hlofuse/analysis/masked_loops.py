@@ -18,6 +18,7 @@ from collections.abc import Hashable
 from hlofuse.analysis.lane_classification import element_read
 from hlofuse.analysis.reducers import is_identity, reducer_op
 from hlofuse.analysis.same_values import attribute_key
+from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op, has_side_effect
 
@@ -39,19 +40,47 @@ def masked_condition(loop: Instruction) -> Instruction | None:
 def unmasked_element(loop: Instruction, predicate: Instruction,
                      uniform: frozenset[int]) -> int | None:
     """The first element the body changes without masking it by the condition's predicate
-    (a per-lane one not `select(p, new, old)`, or any uniform one), or None."""
+    (a per-lane one not `select(p, new, old)`, or any uniform one), or None. The select may
+    come split over the pieces of a concatenate (concat forwarding splits element-wise ops
+    so), each piece keeping its own slice of the old value."""
     root = loop.calls[1].root
     for i, value in enumerate(root.operands):
         if element_read(value) == i:
             continue
-        if i in uniform or value.op is not Op.SELECT or element_read(value.operands[2]) != i:
-            return i
-        mask = value.operands[0]
-        if mask.op is Op.BROADCAST:
-            mask = mask.operands[0]
-        if not same_expression(mask, predicate, {}):
+        if i in uniform or not _keeps_finished(value, i, (0,) * value.shape.rank, predicate):
             return i
     return None
+
+
+def _keeps_finished(value: Instruction, element: int, offsets: tuple[int, ...],
+                    predicate: Instruction) -> bool:
+    """Whether `value` is element `element`'s old value, from `offsets` on, wherever the
+    predicate is false: `select(p, new, old)`, or a concatenate of such pieces."""
+    if value.op is Op.CONCATENATE:
+        dim = value.ints("dimensions")[0]
+        start = list(offsets)
+        for piece in value.operands:
+            if not _keeps_finished(piece, element, tuple(start), predicate):
+                return False
+            start[dim] += piece.shape.dims[dim]
+        return True
+    if value.op is not Op.SELECT or not _reads_old(value.operands[2], element, offsets):
+        return False
+    mask = value.operands[0]
+    if mask.op is Op.BROADCAST:
+        mask = mask.operands[0]
+    return same_expression(mask, predicate, {})
+
+
+def _reads_old(value: Instruction, element: int, offsets: tuple[int, ...]) -> bool:
+    """Whether `value` reads element `element` of the state from `offsets` on, unchanged."""
+    if value.op is Op.SLICE:
+        spec = value.attrs["slice"]
+        assert isinstance(spec, tuple)
+        return (all(isinstance(s, SliceDim) and s.stride == 1 for s in spec)
+                and tuple(s.start for s in spec) == offsets
+                and _reads_old(value.operands[0], element, (0,) * len(offsets)))
+    return element_read(value) == element and not any(offsets)
 
 
 def same_expression(a: Instruction, b: Instruction, seen: dict[tuple[int, int], bool]) -> bool:
