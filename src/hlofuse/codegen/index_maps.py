@@ -72,6 +72,13 @@ def _reshape(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
         kept = iter(m for m, d in zip(index.multi, target) if d != 1)
         multi = tuple(cir.Int(0) if d == 1 else next(kept) for d in source)
         value = em.value(operand, Index(source, None, multi, None))
+    elif index.multi is not None and (prefix := _common_prefix(source, target)):
+        # Leading dimensions the reshape keeps (a lane dimension) keep their indices: folded
+        # into the linear index, a lane's position would be divided and taken modulo the
+        # inner sizes, which hides that it is the lane's own row (gcc then gathers).
+        inner = em.linear_of(Index(target[prefix:], None, index.multi[prefix:], None))
+        rest = em.multi_of(Index(source[prefix:], inner, None, None))
+        value = em.value(operand, Index(source, None, (*index.multi[:prefix], *rest), None))
     else:
         value = em.value(operand, Index(source, em.linear_of(index), None, index.flat_group))
     if inst.dtype is operand.dtype:
@@ -80,6 +87,15 @@ def _reshape(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     bits = bits_of(em.lang, operand.dtype, expr_of(value))
     return em.body.let(em.lang.register_type(inst.dtype), from_bits(em.lang, inst.dtype, bits),
                        hlo_name=inst.name)
+
+
+def _common_prefix(source: tuple[int, ...], target: tuple[int, ...]) -> int:
+    """How many leading dimensions of more than one element two shapes share (0 where the
+    reshape leaves nothing after them)."""
+    kept = 0
+    while kept < min(len(source), len(target)) - 1 and source[kept] == target[kept] > 1:
+        kept += 1
+    return kept
 
 
 def _broadcast(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:

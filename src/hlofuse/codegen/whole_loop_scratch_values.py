@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.analysis.rare_selects import FREE_OPS
-from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS
+from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, WRITE_OUT_BUDGET
 from hlofuse.ir.attrs import SliceDim
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import CostClass, Op, OpKind
@@ -54,6 +54,7 @@ def materialized_values(plan: LoopPlan, kept: Mapping[int, tuple[Instruction, ..
     computes of it; `avoided`: values lane code binds itself (the speculative math); `dims`:
     each per-lane value's lane dimension (`value_lane_dims`)."""
     chosen = _product_values(plan)
+    chosen |= _reduced_values(plan, dims, chosen)
     if chosen or plan.nested:
         _shared_values(plan, chosen, kept, avoided, dims)
     return [inst for inst in plan.body.instructions if id(inst) in chosen]
@@ -86,6 +87,72 @@ def _product_values(plan: LoopPlan) -> set[int]:
     return chosen
 
 
+def _reduced_values(plan: LoopPlan, dims: Mapping[int, int], products: set[int]) -> set[int]:
+    """The computed per-lane values a reduction reads at several positions a lane whose
+    positions, written out, would cost more than WRITE_OUT_BUDGET operations (a categorical
+    draw over a board's 64 cells: a Threefry evaluation and two logarithms per cell). Lane
+    code writes a reduction over a few positions out, each position's value computed where it
+    is read; kept in scratch, the value is computed in a loop over its positions instead, and
+    the reduction reads it from there. `products`: the values kept for products."""
+    chosen: set[int] = set()
+    for inst in plan.body.instructions:
+        if inst.op is not Op.REDUCE or id(inst) not in plan.lane:
+            continue
+        for operand in inst.operands[:len(inst.operands) // 2]:
+            value = behind_rearranging(operand)
+            if id(value) not in plan.lane or value.op in FREE_TO_READ or id(value) not in dims:
+                continue
+            if positions_per_lane(plan, value, dims) <= 1:
+                continue
+            if _written_out_operations(plan, value, chosen | products, dims) > WRITE_OUT_BUDGET:
+                chosen.add(id(value))
+    return chosen
+
+
+def _written_out_operations(plan: LoopPlan, inst: Instruction, stops: set[int],
+                            dims: Mapping[int, int]) -> int:
+    """The operations lane code spends on the positions of a lane's part of `inst` alone,
+    written out: each value only `inst` reads (directly or through others only it reads),
+    once per position, from what is in scratch (`stops`). Values other code reads are
+    computed at their positions anyway."""
+    users: dict[int, list[Instruction]] = {}
+    for x in plan.body.instructions:
+        for operand in x.operands:
+            users.setdefault(id(operand), []).append(x)
+    own = {id(inst)}
+    count = 0
+    # Body order is a topological order: a value's users come after it.
+    for x in reversed(plan.body.instructions):
+        if x is not inst:
+            readers = users.get(id(x), [])
+            if id(x) in stops or id(x) not in plan.lane or not readers or \
+                    not all(id(u) in own for u in readers):
+                continue
+        own.add(id(x))
+        if x.op not in FREE_OPS and not x.shape.is_tuple:
+            positions = positions_per_lane(plan, x, dims) if id(x) in dims else \
+                x.shape.num_elements // (plan.size if plan.size in x.shape.dims else 1)
+            count += positions * _OPERATIONS.get(x.op.definition.cost, 1)
+    return count
+
+
+def _operations(plan: LoopPlan, inst: Instruction, stops: set[int], enough: int) -> int:
+    """The operations lane code computes `inst` with, from what is in scratch (`stops`),
+    counted up to `enough`."""
+    count = 0
+    seen: set[int] = set()
+    stack = [inst]
+    while stack and count < enough:
+        x = stack.pop()
+        if id(x) in seen or id(x) not in plan.lane or (x is not inst and id(x) in stops):
+            continue
+        seen.add(id(x))
+        if x.op not in FREE_OPS:
+            count += _OPERATIONS.get(x.op.definition.cost, 1)
+        stack.extend(x.operands)
+    return count
+
+
 def _shared_values(plan: LoopPlan, chosen: set[int], kept: Mapping[int, tuple[Instruction, ...]],
                    avoided: frozenset[int], dims: Mapping[int, int]) -> None:
     """Adds to `chosen` the values more than one of the step's lane loops would compute: each
@@ -101,8 +168,11 @@ def _shared_values(plan: LoopPlan, chosen: set[int], kept: Mapping[int, tuple[In
         readers: Counter[int] = Counter()
         for roots in _lane_loop_roots(plan, chosen):
             readers.update(_computed(plan, roots, stops, kept))
+        # (A value kept in scratch that is also the new state is its own loop's and the
+        # main loop's root: counted twice, but already kept.)
         shared = [inst for inst in instructions if readers[id(inst)] > 1
-                  and id(inst) not in avoided and _worth_keeping(plan, inst, stops, dims)]
+                  and id(inst) not in chosen and id(inst) not in avoided
+                  and _worth_keeping(plan, inst, stops, dims)]
         if not shared:
             break
         chosen.add(id(shared[-1]))
@@ -152,18 +222,7 @@ def _worth_keeping(plan: LoopPlan, inst: Instruction, stops: set[int],
         return False
     if positions_per_lane(plan, inst, dims) > SHARED_MAX_POSITIONS:
         return False
-    count = 0
-    seen: set[int] = set()
-    stack = [inst]
-    while stack and count < SHARED_MIN_OPERATIONS:
-        x = stack.pop()
-        if id(x) in seen or id(x) not in plan.lane or (x is not inst and id(x) in stops):
-            continue
-        seen.add(id(x))
-        if x.op not in FREE_OPS:
-            count += _OPERATIONS.get(x.op.definition.cost, 1)
-        stack.extend(x.operands)
-    return count >= SHARED_MIN_OPERATIONS
+    return _operations(plan, inst, stops, SHARED_MIN_OPERATIONS) >= SHARED_MIN_OPERATIONS
 
 
 def value_lane_dims(plan: LoopPlan) -> dict[int, int]:
