@@ -1,17 +1,13 @@
-"""A known gap (probe 43), kept as a strict expected failure so its fix shows: a value the
-lanes share, computed once per step (a regime drawn for the step, a schedule), stacked over
-T by `lax.scan` (a dynamic-update-slice of a uniform [T] element at the step's counter).
+"""A value the lanes share, computed once per step (a regime drawn for the step, a
+schedule), stacked over T by `lax.scan` (a dynamic-update-slice of a uniform [T] element at
+the step's counter).
 
-At T <= 64 whole-loop fusion holds the [T] element as uniform state and the loop is one
-kernel; past 64 it refuses the loop (`whole-loop-state-too-large`), so a rollout that logs such
-a value is one kernel at the corpus's T = 30 and dozens of kernels a step at the benchmark's
-T = 200. Per-step reductions across the lanes (analysis/step_reductions.py) have the same
-shape and are handled at any T; a uniform per-step value written to its row of the result
-(one block writes it) would be handled the same way."""
+Held as uniform state, such an element was limited to 64 values (`whole-loop-state-too-large`
+past it: a rollout logging it was one kernel at the corpus's T = 30 and dozens of kernels a
+step at the benchmark's T = 200; probe 43). It is now a step log (analysis/step_logs.py),
+written a slice per step and never held as state, at any T."""
 
 from __future__ import annotations
-
-import pytest
 
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.parser import parse_module
@@ -69,6 +65,5 @@ def test_a_uniform_step_log_over_a_short_run_is_one_kernel() -> None:
     assert not _kernels_per_step(30)
 
 
-@pytest.mark.xfail(strict=True, reason="whole-loop-state-too-large: a uniform [T] log past 64")
 def test_a_uniform_step_log_over_a_long_run_is_one_kernel() -> None:
     assert not _kernels_per_step(200)

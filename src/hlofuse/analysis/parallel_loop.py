@@ -37,8 +37,10 @@ so only the uniform code's independence is checked.
 
 This module searches the candidates and builds the plan (streamed elements, sizes,
 placement). State dependence and lane dimensions are lane_classification.py, accumulators
-loop_accumulators.py, the refusals and the structural checks parallel_loop_refusals.py, and
-the plan as recorded in a whole-loop fusion's backend_config whole_loop_config.py.
+loop_accumulators.py, per-step reductions across the lanes step_reductions.py, step logs of
+uniform values step_logs.py, the refusals and the structural checks
+parallel_loop_refusals.py, and the plan as recorded in a whole-loop fusion's backend_config
+whole_loop_config.py.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from hlofuse.analysis.parallel_loop_refusals import (
     Refusal,
     check_structure,
 )
+from hlofuse.analysis.step_logs import StepLog, find_step_logs
 from hlofuse.analysis.step_reductions import StepReduction, find_step_reductions
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
@@ -110,6 +113,8 @@ class LoopPlan:
     streamed: tuple[Streamed, ...] = ()
     # Uniform elements written a position per step from reductions over all lanes.
     step_reductions: tuple[StepReduction, ...] = ()
+    # Uniform elements written a slice per step with a uniform value (step_logs.py).
+    step_logs: tuple[StepLog, ...] = ()
     # Uniform elements the loop never changes, read where they lie (READ_ONLY_MIN_ELEMENTS).
     read_only: tuple[int, ...] = ()
     # The plans of the nested loops lane code runs (a physics engine's substeps, a solver's
@@ -321,6 +326,8 @@ class _Analysis:
         accumulators = [] if self.is_nested else find_accumulators(self.lanes)
         step_reductions = [] if self.is_nested else find_step_reductions(self.lanes)
         accumulated = {a.element for a in accumulators} | {s.element for s in step_reductions}
+        step_logs = [] if self.is_nested else find_step_logs(self.lanes, accumulated)
+        accumulated |= {s.element for s in step_logs}
         unchanged = tuple(i for i in range(len(self.loop.shape.elements))
                           if i not in self.per_lane and i not in accumulated)
         self.read_only = frozenset(i for i in unchanged if self._read_only(i))
@@ -331,6 +338,7 @@ class _Analysis:
         roots += [(self.body.root.operands[i], False) for i in uniform]
         roots += [(inst, False) for inst in inputs]
         roots += [(start, False) for s in step_reductions for start in s.starts]
+        roots += [(x, False) for s in step_logs for x in s.update.operands[1:]]
         uniform_code = self._uniform_code(roots)
         # After the placement, whose refusals name what is wrong with a large uniform
         # element computed from the lanes (a reduction across them the state also reads).
@@ -352,7 +360,7 @@ class _Analysis:
                         lane_inputs, MappingProxyType(value_lane_dims),
                         frozenset(self.lanes.dependent),
                         MappingProxyType(dict(self.lane_dims)), self.streamed,
-                        tuple(step_reductions), tuple(sorted(self.read_only)),
+                        tuple(step_reductions), tuple(step_logs), tuple(sorted(self.read_only)),
                         MappingProxyType(dict(self.lanes.nested)), masked)
 
     def _masked(self, uniform: tuple[int, ...]) -> Instruction | None:

@@ -6,15 +6,17 @@ hand-written CartPole kernel does, in chunks of at most CHUNK steps:
 
 1. uniform steps (one thread): evaluate the condition from the uniform state and stop when it
    is false; record the uniform state the per-lane code's uniform values ("lane
-   inputs": the step's random key, ...) are computed from; compute the new uniform state and
-   commit it. Then, in a loop over the chunk's steps that vectorises (no step depends on
-   another there), the lane inputs into a table with one row per step. The uniform state
-   never depends on lanes, so this runs once, not once per block.
+   inputs": the step's random key, ...) are computed from; write the step logs' slices
+   (codegen/whole_loop_step_logs.py); compute the new uniform state and commit it. Then, in
+   a loop over the chunk's steps that vectorises (no step depends on another there), the
+   lane inputs into a table with one row per step. The uniform state never depends on lanes,
+   so this runs once, not once per block.
 2. lane blocks (codegen/whole_loop_blocks.py): blocks of W lanes shared among threads,
    each running the chunk's steps on its lanes' state in simd loops over the lanes.
-3. after the last chunk: the uniform state goes to its outputs; each accumulated element is its
-   initial value combined with the blocks' partial sums, in block order (deterministic; float
-   sums are reassociated compared with the reference, the only difference from it).
+3. after the last chunk: the uniform state and the step logs go to their outputs; each
+   accumulated element is its initial value combined with the blocks' partial sums, in block
+   order (deterministic; float sums are reassociated compared with the reference, the only
+   difference from it).
 
 Every output may share its initial value's buffer: blocks read only their own lanes'
 rows before writing them, and uniform outputs are written after all blocks are done.
@@ -74,6 +76,7 @@ from hlofuse.codegen.whole_loop_lanes import (
 )
 from hlofuse.codegen.whole_loop_reductions import LANE_UNROLLED_REDUCTION, step_reduction_names
 from hlofuse.codegen.whole_loop_scratch_values import materialized_values, value_lane_dims
+from hlofuse.codegen.whole_loop_step_logs import StepLogs, step_log_names
 from hlofuse.codegen.whole_loop_uniform_products import uniform_products_in_loops
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
@@ -139,7 +142,7 @@ def _loop_of(spec: KernelSpec) -> Instruction:
     return loop
 
 
-class WholeLoopEmitter(BlockEmission):
+class WholeLoopEmitter(BlockEmission, StepLogs):
     """Emits one whole-loop kernel function."""
 
     def __init__(self, spec: KernelSpec, lang: Language, lanes: int) -> None:
@@ -207,7 +210,7 @@ class WholeLoopEmitter(BlockEmission):
             self.body.names.reserve(*(f"{p}{k}" for p in
                                       ("u", "nu", "ust", "s", "tab", "li", "init", "part", "acc",
                                        "m", "fm", "w")))
-        self.body.names.reserve(*step_reduction_names(self.plan))
+        self.body.names.reserve(*step_reduction_names(self.plan), *step_log_names(self.plan))
         self.body.names.reserve(*(f"v{k}" for k in range(len(self.materialized))))
 
     # --- arguments ------------------------------------------------------------------------
@@ -271,6 +274,7 @@ class WholeLoopEmitter(BlockEmission):
     def emit(self) -> EmittedKernel:
         body = self.body
         self._declare_uniform_state()
+        self._declare_step_logs()
         self._declare_tables()
         self._declare_partials()
         body.declare(cir.INDEX, "steps", cir.Int(0))
@@ -379,8 +383,10 @@ class WholeLoopEmitter(BlockEmission):
                 row = Binary("*", count, cir.Int(size))
                 self._copy_loop(size, copy(store_at(f"ust{i}", row), element_of(f"u{i}")))
             self._mark_step_positions()
-            with self._uniform_products(em, [self.plan.body.root.operands[i]
-                                             for i in self.plan.uniform]):
+            with self._uniform_products(em, [*(self.plan.body.root.operands[i]
+                                               for i in self.plan.uniform),
+                                             *(log.value for log in self.plan.step_logs)]):
+                self._write_step_logs(em)
                 self._commit_uniform_state(em)
 
     def _uniform_products(self, em: ElementalEmitter, roots: list[Instruction]
@@ -468,6 +474,7 @@ class WholeLoopEmitter(BlockEmission):
             storage = functools.partial(self.lang.to_storage, shape.dtype)
             self._copy_loop(shape.num_elements,
                             copy(store_at(target), element_of(f"u{i}"), storage))
+        self._output_step_logs()
         for i in self.plan.read_only:  # unchanged: a copy, unless it is the same buffer
             if any(o == i for o, _ in self.spec.aliased):
                 continue

@@ -318,17 +318,20 @@ def _log_fusion(log: DecisionSink | None, comp: Computation, loop: Instruction,
         return
     accumulated = [a.element for a in plan.accumulators]
     per_step = [s.element for s in plan.step_reductions]
+    logged = [s.element for s in plan.step_logs]
     block = block_lanes(lanes, plan.size)
     message = (f"%{loop.name} runs as one kernel %{fusion.name}: {plan.size} lanes in "
                f"blocks of {block}, per-lane elements {list(plan.per_lane)}, uniform "
                f"{list(plan.uniform)}" + (f", accumulated {accumulated}" if accumulated else "")
                + (f", reduced over the lanes per step {per_step}" if per_step else "")
+               + (f", logged a slice per step {logged}" if logged else "")
                + (f", read-only {list(plan.read_only)}" if plan.read_only else "")
                + _nested_text(plan))
     figures: dict[str, Figure] = {
         "lanes": plan.size, "block_lanes": block, "per_lane_elements": len(plan.per_lane),
         "uniform_elements": len(plan.uniform), "accumulators": len(plan.accumulators),
-        "step_reductions": len(plan.step_reductions), "read_only_elements": len(plan.read_only),
+        "step_reductions": len(plan.step_reductions), "step_logs": len(plan.step_logs),
+        "read_only_elements": len(plan.read_only),
         "lane_instructions": len(plan.lane), "uniform_instructions": len(plan.uniform_code),
         "nested_loops": len(plan.nested),
     }

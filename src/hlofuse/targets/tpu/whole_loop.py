@@ -20,10 +20,10 @@ kernel:
   values outside the kernel.
 
 Per-step reductions across the lanes (a scan's [T] output summed over the lanes) are
-whole_loop_steps.py. What cannot be lowered this way (an op with no per-lane form, a block
-that would not fit VMEM) is refused with a named rule before the kernel is built; the fusion
-then runs as one XLA operation (XLA's own per-step kernels inside its loop), and the
-listing says why.
+whole_loop_steps.py, step logs of uniform values whole_loop_logs.py. What cannot be lowered
+this way (an op with no per-lane form, a block that would not fit VMEM) is refused with a
+named rule before the kernel is built; the fusion then runs as one XLA operation (XLA's own
+per-step kernels inside its loop), and the listing says why.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.targets.tpu import product_plan
+from hlofuse.targets.tpu import whole_loop_logs as logs
 from hlofuse.targets.tpu.lane_ops import first_unlowered
 from hlofuse.targets.tpu.lane_products import matrix
 from hlofuse.targets.tpu.lane_values import (
@@ -100,7 +101,7 @@ CARRY_REGISTERS = 64
 # position; SMEM is small (1 MiB on v5e) and also holds the uniform values and tables.
 READ_ONLY_WORDS = 64 * 1024
 # The per-step reductions' tables of one block (a partial per written position and component,
-# whole_loop_steps.py) share SMEM with those: 128 KiB of it.
+# whole_loop_steps.py) and its step logs (whole_loop_logs.py) share SMEM with those: 128 KiB.
 STEP_TABLE_WORDS = 32 * 1024
 # What the blocks of one grid step may take of VMEM (inputs and outputs double-buffered,
 # plus the carry): v5e has 128 MiB, the kernel is compiled with a 100 MiB limit.
@@ -216,12 +217,12 @@ def plan_lanes(fusion: Instruction) -> LaneLayout | WholeLoopRefusal:
     wide = wide_refusal([*plan.condition.instructions, *plan.body.instructions])
     if wide is not None:
         return WholeLoopRefusal(TYPES_RULE, wide)
-    tables = table_words(plan.step_reductions)
+    tables = table_words(plan.step_reductions) + logs.log_words(plan.step_logs)
     if tables > STEP_TABLE_WORDS:
         return WholeLoopRefusal("tpu-whole-loop-op", f"the per-step reductions over the lanes "
-                                f"take {tables} words of SMEM per block (over "
+                                f"and step logs take {tables} words of SMEM per block (over "
                                 f"{STEP_TABLE_WORDS}: a partial per written position and "
-                                "component)")
+                                "component, a log's row and initial value)")
     init = loop.operands[0]
     if init.op is not Op.TUPLE or any(o.op is not Op.PARAMETER for o in init.operands):
         return WholeLoopRefusal(NOT_PLANNED, "the loop's initial values are not the fusion's "
@@ -334,8 +335,9 @@ class LaneKernel:
                       for _ in accumulators]
         out_specs += [whole_block(u.ndim, pltpu.SMEM) for u in uniform_in]
         table_shapes, table_specs = table_outputs(plan.step_reductions, layout.grid)
-        out_shapes += table_shapes
-        out_specs += table_specs
+        log_shapes, log_specs = logs.log_outputs(plan.step_logs, layout.grid)
+        out_shapes += table_shapes + log_shapes
+        out_specs += table_specs + log_specs
 
         scratch = [pltpu.VMEM((layout.positions(e), rows, LANES),
                               word(layout.element_shape(e).dtype))
@@ -354,9 +356,11 @@ class LaneKernel:
                     dimension_semantics=("parallel",), vmem_limit_bytes=100 * 2**20),
             )(*inputs)
 
+        # The logs' initial values come after the tables, which the step traced first lacks.
+        log_in = logs.log_inputs(plan.step_logs, inits)
         tables_in = uniform_tables(self, call, [*tiled_in, *uniform_in, *fixed_in,
-                                                *matrix_in], uniform_in, fixed_in)
-        outputs = call(*tiled_in, *uniform_in, *fixed_in, *matrix_in, *tables_in)
+                                                *matrix_in, *log_in], uniform_in, fixed_in)
+        outputs = call(*tiled_in, *uniform_in, *fixed_in, *matrix_in, *tables_in, *log_in)
         result: dict[int, Value] = {}
         for k, e in enumerate(lane_elements):
             result[e] = self._from_tiles(outputs[k], e)
@@ -371,6 +375,7 @@ class LaneKernel:
         offset += len(uniform)
         result.update(finish(plan.step_reductions, outputs[offset:],
                              {s.element: inits[s.element] for s in plan.step_reductions}))
+        result.update(logs.finish_logs(plan.step_logs, outputs[offset + len(table_shapes):]))
         for e in fixed:  # unchanged by the loop
             result[e] = inits[e]
         return [result[e] for e in range(len(layout.loop.shape.elements))]
@@ -444,14 +449,18 @@ class LaneKernel:
         tables = self.tables
         n_tables = len(tables.kinds) if tables is not None else 0
         table_in = refs[n_inputs:n_inputs + n_tables]
-        outs = refs[n_inputs + n_tables:]
+        n_logs = len(plan.step_logs)
+        log_in = refs[n_inputs + n_tables:n_inputs + n_tables + n_logs]
+        outs = refs[n_inputs + n_tables + n_logs:]
         lane_out, acc_out = outs[:n_lane], outs[n_lane:n_lane + n_acc]
         uniform_out = outs[n_lane + n_acc:n_lane + n_acc + n_uniform]
         n_tables_out = len(table_outputs(plan.step_reductions, layout.grid)[0])
         table_refs = outs[n_lane + n_acc + n_uniform:n_lane + n_acc + n_uniform + n_tables_out]
         stored = stored_elements(layout)
-        next_refs = outs[n_lane + n_acc + n_uniform + n_tables_out:]
+        log_rows = outs[n_lane + n_acc + n_uniform + n_tables_out:][:n_logs]
+        next_refs = outs[n_lane + n_acc + n_uniform + n_tables_out + n_logs:]
         start_tables(plan.step_reductions, table_refs)
+        logs.start_logs(log_in, log_rows)
         rows = layout.rows
         first = pl.program_id(0) * np.int32(rows * LANES)
         lanes = (lax.broadcasted_iota(np.int32, (rows, LANES), 0) * np.int32(LANES)
@@ -521,6 +530,7 @@ class LaneKernel:
                 self._write_slice(values, s, streamed_refs[s.element])
             write_step(values, plan.step_reductions, table_refs, lanes, layout.size,
                        self._lane_dim_of)
+            logs.write_logs(values, plan.step_logs, log_rows)
             writer.commit()
             return (tuple(new_tiles[e] for e in held), new_scalars, tuple(partials),
                     carry[3] + np.int32(1))
