@@ -146,7 +146,9 @@ def test_in_place_kernels_lower_to_mosaic(module: Module) -> None:
     update-sized window; the pallas_call aliases the operand (input 1, after the starts) to
     its output."""
     for strategy in ("none", "xla"):
-        for kernel in _in_place(module, strategy):
+        kernels = _in_place(module, strategy)
+        assert kernels, strategy
+        for kernel in kernels:
             text = lower_for_tpu(kernel, kernel_structs(kernel))
             assert "scalar_prefetch = 1" in text
             block = ", ".join(map(str, kernel.update.block))
