@@ -92,6 +92,8 @@ def plan_update_in_place(inst: Instruction, inputs: Sequence[Shape]) -> UpdateLa
                                  for o in i.operands) != 1):
         return "the operand is not a kernel input read only by the update"
     operand_index = operand.parameter_number if comp is not None else 0
+    if len(inputs) != (len(comp.parameters) if comp is not None else len(root.operands)):
+        return "a tuple-shaped input"  # the inputs' leaves are then not the parameters
     if comp is not None and any(i.op is Op.CONSTANT and i.shape.rank for i in comp.instructions):
         return "an array constant in the update's computation"
     starts: list[int | None] = []
