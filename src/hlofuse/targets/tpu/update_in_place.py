@@ -3,7 +3,8 @@
 
 A kernel qualifies when its root is a dynamic-update-slice (an unfused one, or a fusion with
 one at its root, as XLA's in-place DUS fusions) whose operand is a kernel input read by
-nothing else, whose start indices are 0-d inputs or constants, and whose update the rest of
+nothing else, whose start indices are 0-d inputs, constants or computed from them (JAX's
+wrap of negative starts: evaluated before the call), and whose update the rest of
 the body computes as a whole-array kernel would (its arrays within the whole-array limits).
 The starts, clamped as HLO clamps them (into [0, dim - update]), come in as scalar prefetch
 (`PrefetchScalarGridSpec`), and the output's one block is placed by an index map that reads
@@ -11,10 +12,10 @@ them. Per dimension of the operand (a 1-d operand as one row, as whole-array ker
 it), with Mosaic's tile (8 rows, 128 lanes; 1 for leading dimensions):
 
 - an update as long as the dimension: the block is the whole dimension;
-- an update of one element along it: the block is one tile (one row or 128 lanes, the
-  dimension a multiple of it, or the whole dimension when shorter), at the block holding the
-  start; the operand's block is read through the aliased input and the update selected in
-  at the start's place (any start: no alignment needed);
+- an update of one element along it: the block is one tile (one row or 128 lanes; the
+  whole dimension where tiles do not divide it), at the block holding the start; the
+  operand's block is read through the aliased input and the update selected in at the
+  start's place (any start: no alignment needed);
 - a longer update at a constant start: the block is the update itself where its length is a
   whole number of tiles and the (clamped) start a multiple of it.
 
@@ -52,6 +53,7 @@ from hlofuse.targets.tpu.blocks import (
     whole_spec,
     write,
 )
+from hlofuse.targets.tpu.evaluate import LaxEvaluator
 from hlofuse.targets.tpu.lax_ops import Value
 from hlofuse.targets.tpu.words import WordEvaluator
 
@@ -69,7 +71,9 @@ class UpdateLayout:
     fixed: tuple[int, ...]
     selected: tuple[bool, ...]
     operand: int  # the kernel input aliased to the output
-    starts: tuple[int | None, ...]  # per start: the kernel input it is, or None (a constant)
+    # Per start: the kernel input it is, None (a constant), or -1: computed in the fused
+    # computation from 0-d values, evaluated before the call.
+    starts: tuple[int | None, ...]
     constants: tuple[int, ...]  # the constant starts' values (0 for the others)
     computation: Computation | None = field(compare=False)
 
@@ -106,8 +110,11 @@ def plan_update_in_place(inst: Instruction, inputs: Sequence[Shape]) -> UpdateLa
             starts.append(start.parameter_number if comp is not None
                           else root.operands.index(start))
             constants.append(0)
+        elif _is_scalar_computation(start):  # JAX's wrap of negative starts, say
+            starts.append(-1)
+            constants.append(0)
         else:
-            return f"the start %{start.name} is computed in the kernel"
+            return f"the start %{start.name} is computed from arrays"
     view = kernel_dims(operand.shape)
     sizes = kernel_dims(update.shape)
     if operand.shape.rank == 0:
@@ -133,6 +140,32 @@ def plan_update_in_place(inst: Instruction, inputs: Sequence[Shape]) -> UpdateLa
                         tuple(constants), comp)
 
 
+def _is_scalar_computation(inst: Instruction) -> bool:
+    """Whether a value is computed from 0-d parameters and constants by 0-d instructions
+    only (evaluated outside the kernel, as XLA scalar operations)."""
+    if not inst.shape.is_array or inst.shape.rank or inst.calls:
+        return False
+    return all(_is_scalar_computation(o) for o in inst.operands)
+
+
+def _scalar_value(inst: Instruction, leaves: Sequence[Value]) -> Value:
+    if inst.op is Op.PARAMETER:
+        return jnp.reshape(leaves[inst.parameter_number], ())
+    return LaxEvaluator().instruction(inst, [_scalar_value(o, leaves) for o in inst.operands])
+
+
+def _ancestors(inst: Instruction) -> set[int]:
+    """The ids of an instruction and of every instruction it reads, transitively."""
+    seen: set[int] = set()
+    stack = [inst]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(node.operands)
+    return seen
+
+
 def _view_starts(starts: Sequence[Any], rank: int, pad: Any = 0) -> list[Any]:
     """Starts per dimension of the kernel view (a 1-d operand is one row: its start 0)."""
     return [pad, *starts] if rank == 1 else list(starts)
@@ -146,11 +179,8 @@ def _place(k: int, rank: int, dim: int, size: int, is_constant: bool, start: int
         (128 if k == rank - 1 else 1)
     if size == dim:
         return dim, False, 0, False
-    if size == 1:
-        block = dim if dim < tile else tile
-        if dim % block:
-            return (f"dimension {k} of {dim} is not a whole number of {tile}-element tiles: "
-                    "the update's block would be partial")
+    if size == 1:  # the dimension whole where tiles do not divide it (no partial block)
+        block = tile if dim % tile == 0 else dim
         return block, True, 0, block > 1
     if is_constant and size % tile == 0 and start % size == 0:
         return size, False, start // size, False
@@ -177,8 +207,9 @@ class UpdateInPlace:
         layout = self.layout
         root = self.instruction if layout.computation is None else layout.computation.root
         rank = root.shape.rank
-        values = [jnp.asarray(c, np.int32) if s is None else jnp.reshape(leaves[s], ())
-                  for s, c in zip(layout.starts, layout.constants)]
+        values = [jnp.asarray(c, np.int32) if s is None else
+                  _scalar_value(start, leaves) if s == -1 else jnp.reshape(leaves[s], ())
+                  for s, c, start in zip(layout.starts, layout.constants, root.operands[2:])]
         sizes = kernel_dims(root.operands[1].shape)
         clamped = []  # clamped in the start's own type, then int32 (the range fits)
         for v, d, u in zip(_view_starts(values, rank, jnp.asarray(0, np.int32)), layout.view,
@@ -240,10 +271,13 @@ class UpdateInPlace:
         evaluator = WordEvaluator()
         env: dict[int, Value] = {}
         target = comp.root.operands[1]
+        needed = _ancestors(target)
         for inst in comp.instructions:
+            if id(inst) not in needed:
+                continue
             if inst.op is Op.PARAMETER:
                 env[id(inst)] = values[inst.parameter_number]
-            elif inst is not comp.root:
+            else:
                 env[id(inst)] = evaluator.instruction(inst, [env[id(o)] for o in inst.operands])
         return _as_view(env[id(target)], target.shape)
 
