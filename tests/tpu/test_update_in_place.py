@@ -157,3 +157,54 @@ def test_in_place_kernels_lower_to_mosaic(module: Module) -> None:
             [call] = [e for e in jaxpr.eqns if e.primitive.name == "pallas_call"]
             assert tuple(call.params["input_output_aliases"]) == \
                 ((1 + kernel.update.operand, 0),)
+
+
+WRAPPED = """HloModule wrapped
+ENTRY e {
+  p = f32[30,8] parameter(0)
+  u = pred[8] parameter(1)
+  t = s32[] parameter(2)
+  zero = s32[] constant(0)
+  n = s32[] constant(30)
+  negative = pred[] compare(t, zero), direction=LT
+  wrapped = s32[] add(t, n)
+  start = s32[] select(negative, wrapped, t)
+  f = f32[8] convert(u)
+  row = f32[1,8] reshape(f)
+  ROOT d = f32[30,8] dynamic-update-slice(p, row, start, zero)
+}"""
+
+
+@pytest.mark.parametrize("start", [-1, 5, 29, 40])
+def test_a_start_computed_from_scalars_and_rows_tiles_do_not_divide(start: int) -> None:
+    """JAX's wrap of a negative start (a select on the scalar) is evaluated before the call;
+    30 rows are no whole number of 8-row tiles, so the block is the whole dimension: in
+    place under `xla`, exact."""
+    module = parse_module(WRAPPED, "wrapped")
+    [kernel] = _in_place(module, "xla")
+    assert kernel.update.block == (30, 8) and -1 in kernel.update.starts
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((30, 8)).astype(np.float32), rng.random(8) < 0.5,
+              np.int32(start)]
+    got = compile_module(module, "xla", "tpu-interpret").run_flat(inputs)
+    assert_close(got, flatten_value(evaluate(module, inputs)), 0)
+    assert lower_for_tpu(kernel, kernel_structs(kernel))
+
+
+# A rollout in interpret mode (about 20 s): thorough (make test), not make fast.
+@pytest.mark.thorough
+def test_the_rollout_corpus_logs_its_rows_in_place() -> None:
+    """acrobot's logged rows ([30, 8] a row per step, the start wrapped by JAX): two in-place
+    kernels under `xla`, every Pallas kernel lowering, the rollout equal to the
+    interpreter."""
+    from pathlib import Path
+
+    from tests.tpu.test_interpret import load_npz_case
+    from tests.tpu.test_lowering import assert_every_kernel_lowers
+
+    module, inputs = load_npz_case(Path(__file__).parent.parent / "data" / "rollouts" /
+                                   "acrobot.cpu.hlo")
+    assert len(_in_place(module, "xla")) == 2
+    assert assert_every_kernel_lowers(run_strategy(module, "xla", debug=False).module) > 0
+    compiled = compile_module(module, "xla", "tpu-interpret")
+    assert_close(compiled.run_flat(inputs), flatten_value(evaluate(module, inputs)), 1e-4)
