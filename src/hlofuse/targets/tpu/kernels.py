@@ -314,13 +314,15 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
 
 def _plan_in_place(kernel: Kernel, body: list[Instruction]) -> str | None:
     """Lay a kernel whose root is a dynamic-update-slice out in place (update_in_place.py);
-    returns None when it is, else why not ("" for a kernel of another root)."""
+    returns None when it is, else why not ("" where the kernel's own reason says it: another
+    root, or an instruction Mosaic does not lower)."""
     root = kernel.computation.root if kernel.computation is not None else kernel.instruction
     if root.op is not Op.DYNAMIC_UPDATE_SLICE:
         return ""
-    why = refusal([i for i in body if i is not root], kernel.input_shapes, kernel.output_shapes)
-    placed = plan_update_in_place(kernel.instruction, kernel.input_shapes) \
-        if why is None else why
+    if refusal([i for i in body if i is not root], kernel.input_shapes,
+               kernel.output_shapes) is not None:
+        return ""  # the kernel's own refusal names the instruction Mosaic does not lower
+    placed = plan_update_in_place(kernel.instruction, kernel.input_shapes)
     if isinstance(placed, str):
         return placed
     kernel.layout, kernel.update, kernel.constants = "in-place", placed, ()

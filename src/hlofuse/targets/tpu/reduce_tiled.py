@@ -237,11 +237,13 @@ def _view(dims: tuple[int, ...], reduced: tuple[int, ...]
 
 def _block(view: tuple[int, int, int], reduced: tuple[int, ...],
            elements: int) -> tuple[int, int]:
-    """The (Q, S) extents of a block within `elements` (the VMEM model's budget): lanes first
-    (a whole axis up to LANE_BLOCK, else multiples of 128), then as many rows as fit."""
+    """The (Q, S) extents of a block within `elements` (the VMEM model's budget, counted on
+    the lanes padded to 128): lanes first (a whole axis up to LANE_BLOCK, else multiples of
+    128), then as many rows as fit."""
     _, q, s = view
     lanes = s if s <= LANE_BLOCK else divided_block(s, LANE_BLOCK, LANES)
-    fit = min(BLOCK_ROWS, max(elements // lanes // ROW_MULTIPLE * ROW_MULTIPLE, ROW_MULTIPLE))
+    padded = -(-lanes // LANES) * LANES  # VMEM holds whole (8, 128) tiles: 70 lanes take 128
+    fit = min(BLOCK_ROWS, max(elements // padded // ROW_MULTIPLE * ROW_MULTIPLE, ROW_MULTIPLE))
     return divided_block(q, fit, ROW_MULTIPLE), lanes
 
 
