@@ -131,9 +131,9 @@ def test_cartpole_over_several_blocks(monkeypatch: pytest.MonkeyPatch, name: str
     """Blocks of 8 rows: N = 4096 lanes are 32 rows, four blocks per tiled kernel (a 1-d iota
     then counts from the block's first flattened position)."""
     from hlofuse.studies.cartpole_study import known_steps
-    from hlofuse.targets.tpu import kernels
+    from hlofuse.targets.tpu import blocks
 
-    monkeypatch.setattr(kernels, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(blocks, "BLOCK_ROWS", 8)
     step = known_steps()[name]
     module = cartpole.trace(step.variant, 4096, 3, 0)
     want = flatten_value(evaluate(module, [random.key(0)]))

@@ -163,7 +163,7 @@ def test_block_rows_follow_the_vmem_model() -> None:
     a small array is one block."""
     from hlofuse.ir.dtypes import DType
     from hlofuse.ir.shapes import Shape
-    from hlofuse.targets.tpu.kernels import BLOCK_VMEM_BYTES, LANES, ROW_MULTIPLE, block_rows
+    from hlofuse.targets.tpu.blocks import BLOCK_VMEM_BYTES, LANES, ROW_MULTIPLE, block_rows
 
     arrays = [Shape(DType.F32, (1 << 24,))] * 3
     rows = block_rows(1 << 17, arrays, 2)
@@ -181,11 +181,12 @@ def test_block_rows_follow_the_vmem_model() -> None:
 def test_whole_array_kernels_are_bounded_by_their_padded_tiles() -> None:
     """A whole-array kernel's values are counted in (8, 128) tiles as the kernel lays them
     out: a 1-d array is one row (an eighth of each register used), a [n, 1] column a lane
-    per register; past 128 registers a reduction (not tiled) runs as an XLA operation even
-    where its elements are within the whole-array limit."""
+    per register; past 128 registers a reduction that is not tiled (its init a parameter:
+    reduce_tiled.py takes constant inits only) runs as an XLA operation even where its
+    elements are within the whole-array limit."""
     from hlofuse.ir.dtypes import DType
     from hlofuse.ir.shapes import Shape
-    from hlofuse.targets.tpu.kernels import WHOLE_MAX_VREGS, vector_registers
+    from hlofuse.targets.tpu.blocks import WHOLE_MAX_VREGS, vector_registers
 
     assert vector_registers(Shape(DType.F32, (512, 128))) == 64
     assert vector_registers(Shape(DType.F32, (16384,))) == 128
@@ -202,7 +203,7 @@ add {
 ENTRY e {
   p = f32[65536] parameter(0)
   n = f32[65536] negate(p)
-  z = f32[] constant(0)
+  z = f32[] parameter(1)
   ROOT r = f32[] reduce(n, z), dimensions={0}, to_apply=add
 }""", "m")
     fused = run_strategy(module, "xla", debug=False).module

@@ -4,7 +4,9 @@ around them one jitted JAX function (`tpu`: on a TPU; `tpu-interpret`: the same 
 
 JAX is imported only when the target is used: `unavailable()` names what is missing (JAX
 with Pallas, or a TPU). The folder: the opcode table (`lax_ops.py`), the computation
-evaluator (`evaluate.py`), kernels and their layouts (`kernels.py`), the program and its
+evaluator (`evaluate.py`), kernels and their layouts (`kernels.py`; blocks and the VMEM
+model in `blocks.py`, tiled reductions in `reduce_tiled.py`, dynamic-update-slices in place
+in `update_in_place.py`), the program and its
 executable (`program.py`), and what `--emit` prints (`listing.py`).
 """
 

@@ -23,6 +23,7 @@ def kernel_key(kernel: Kernel) -> Hashable | None:
     body = (_computation_key(kernel.computation) if kernel.computation is not None
             else _instructions_key([kernel.instruction]))
     return (kernel.kind, kernel.mode, kernel.layout, kernel.block_rows, kernel.grid,
+            kernel.reduction, kernel.update,
             tuple(s.text(False) for s in kernel.input_shapes),
             tuple(s.text(False) for s in kernel.output_shapes),
             tuple(_instruction_key(c, {}) for c in kernel.constants), body)

@@ -19,7 +19,6 @@ values as 1-element arrays.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,25 @@ from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
 from hlofuse.reference.rnglib import THREEFRY_TARGET
 from hlofuse.runtime.program import leaf_paths
+from hlofuse.targets.tpu.blocks import (
+    VMEM_LIMIT,
+    WHOLE_MAX_ELEMENTS,
+    WHOLE_MAX_VREGS,
+    block_rows,
+    from_kernel,
+    is_blockwise,
+    kernel_dims,
+    kernel_dtype,
+    kernel_name,
+    kernel_struct,
+    read,
+    tiles,
+    tiles_dims,
+    to_kernel,
+    vector_registers,
+    whole_spec,
+    write,
+)
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
 from hlofuse.targets.tpu.lane_values import Unlowerable
 from hlofuse.targets.tpu.lax_ops import (
@@ -48,27 +66,11 @@ from hlofuse.targets.tpu.lax_ops import (
     runs_on_host,
     whole_block,
 )
+from hlofuse.targets.tpu.reduce_tiled import ReduceLayout, TiledReduce, plan_tiled_reduce
+from hlofuse.targets.tpu.update_in_place import UpdateInPlace, UpdateLayout, plan_update_in_place
 from hlofuse.targets.tpu.whole_loop import LaneKernel, LaneLayout, plan_lanes
 from hlofuse.targets.tpu.words import WordEvaluator, is_narrow, narrowed, native_refusal, widen
 
-LANES = 128
-BLOCK_ROWS = 4096  # the most rows of a tiled kernel's block: (4096, 128) f32 is 2 MiB
-# What a tiled kernel's blocks may take of VMEM: its arrays' blocks double-buffered, plus one
-# block-sized value per instruction of its body (an upper bound on what Mosaic keeps live),
-# within the VMEM_LIMIT the kernels are compiled with. Larger blocks spend less of each grid
-# step on the step's fixed cost; a long body gets fewer rows. Measured on the v5e
-# (docs/tpu.md, kernel_costs.json): `v + y` over 64 M floats reached 75 % of HBM bandwidth
-# with blocks of 1,728 rows (a 6 MiB budget), hand-written blocks of 4,096 rows 88 %.
-BLOCK_VMEM_BYTES = 16 * 2**20
-ROW_MULTIPLE = 32  # rows of a block: a whole number of (8, 128) f32, (16, 128) bf16 tiles
-WHOLE_MAX_ELEMENTS = 65536  # 64 vector registers per operation on a dense whole array
-# Vector registers (8 x 128 words) one value of a whole-array kernel may take, counted on
-# its padded tiles: Mosaic unrolls every operation over the whole value, so a 1-d array of
-# 65,536 (one row, 512 registers an eighth full) or a [65536, 1] column (8,192 registers, a
-# lane each) makes a kernel far larger than its elements say. 128 keeps a 1-d array of
-# 16,384 (the study's N) whole.
-WHOLE_MAX_VREGS = 128
-VMEM_LIMIT = 100 * 2**20  # v5e has 128 MiB; whole-array kernels may need most of it
 # What Mosaic keeps in kernels: 32-bit words and bf16; booleans cross as int32, and 8- and
 # 16-bit integers are computed in int32 words (words.py).
 KERNEL_DTYPES = frozenset({DType.F32, DType.BF16, DType.S32, DType.U32, DType.PRED,
@@ -104,6 +106,8 @@ class Kernel:
     debug: bool = False  # pallas_call prints its jaxpr and Mosaic module (--emit mosaic)
     constants: tuple[Instruction, ...] = ()
     lanes: LaneLayout | None = None  # a whole-loop fusion's layout on lane tiles
+    reduction: ReduceLayout | None = None  # a tiled reduction's blocks (reduce_tiled.py)
+    update: UpdateLayout | None = None  # a dynamic-update-slice in place (update_in_place.py)
     _call: Callable[..., list[Value]] | None = field(default=None, repr=False)
 
     @property
@@ -129,7 +133,7 @@ class Kernel:
     def as_xla_op(self, reason: str) -> None:
         """Run this kernel as an XLA operation from now on (Mosaic refused it)."""
         self.mode, self.layout, self.reason, self._call = "xla-op", "", reason, None
-        self.lanes = None
+        self.lanes = self.reduction = self.update = None
 
     # --- evaluation --------------------------------------------------------------------
 
@@ -149,7 +153,15 @@ class Kernel:
         if self.mode == "xla-op":
             return self._xla_op
         if self.lanes is not None:
-            return LaneKernel(self.lanes, self.interpret, _kernel_name(self.name), self.debug)
+            return LaneKernel(self.lanes, self.interpret, kernel_name(self.name), self.debug)
+        if self.update is not None:
+            return UpdateInPlace(self.update, self.instruction, self.input_shapes,
+                                 self.output_shapes[0], self.interpret, kernel_name(self.name),
+                                 self.debug)
+        if self.reduction is not None:
+            return TiledReduce(self.reduction, self.instruction, self.input_shapes,
+                               self.output_shapes, self.interpret, kernel_name(self.name),
+                               self.debug)
         return self._tiled if self.layout == "tiled" else self._whole
 
     @property
@@ -174,31 +186,31 @@ class Kernel:
     def _whole(self, *leaves: Value) -> list[Value]:
         constant_values = [np.asarray(c.attrs["literal"], c.dtype.numpy) for c in self.constants]
         shapes = (*self.input_shapes, *(c.shape for c in self.constants))
-        arrays = [_to_kernel(x).reshape(_kernel_dims(s))
+        arrays = [to_kernel(x).reshape(kernel_dims(s))
                   for x, s in zip((*leaves, *constant_values), shapes)]
         n_leaves = len(leaves)
 
         def kernel(*refs: Any) -> None:
-            values = [_read(r, s) for r, s in zip(refs, self.input_shapes)]
-            constants = {id(c): _read(r, c.shape)
+            values = [read(r, s) for r, s in zip(refs, self.input_shapes)]
+            constants = {id(c): read(r, c.shape)
                          for c, r in zip(self.constants, refs[n_leaves:])}
             result = self.evaluate(WordEvaluator(constants=constants), values)
             for ref, value in zip(refs[len(arrays):], flatten_leaves(result)):
-                _write(ref, value)
+                write(ref, value)
 
         out = pl.pallas_call(
-            kernel, out_shape=[_kernel_struct(s) for s in self.output_shapes],
-            in_specs=[_whole_spec(s) for s in shapes],
-            out_specs=[_whole_spec(s) for s in self.output_shapes],
-            interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
+            kernel, out_shape=[kernel_struct(s) for s in self.output_shapes],
+            in_specs=[whole_spec(s) for s in shapes],
+            out_specs=[whole_spec(s) for s in self.output_shapes],
+            interpret=self.interpret, debug=self.debug, name=kernel_name(self.name),
             compiler_params=pltpu.CompilerParams(vmem_limit_bytes=VMEM_LIMIT))(*arrays)
-        return [_from_kernel(o, s) for o, s in zip(out, self.output_shapes)]
+        return [from_kernel(o, s) for o, s in zip(out, self.output_shapes)]
 
     def _tiled(self, *leaves: Value) -> list[Value]:
         dims = self.output_shapes[0].dims
         rows = self.block_rows
-        arrays = [_to_kernel(x) if jnp.ndim(x) == 0 else _tiles(_to_kernel(x)) for x in leaves]
-        tiled_dims = _tiles_dims(int(np.prod(dims)))
+        arrays = [to_kernel(x) if jnp.ndim(x) == 0 else tiles(to_kernel(x)) for x in leaves]
+        tiled_dims = tiles_dims(int(np.prod(dims)))
         block = (rows, tiled_dims[1])
         # Blocks whose rows do not divide the arrays' (`block_rows` found no divisor): the
         # arrays padded to whole blocks and the outputs cut back, never a partial block.
@@ -207,11 +219,11 @@ class Kernel:
             arrays = [x if jnp.ndim(x) == 0 else jnp.pad(x, ((0, pad), (0, 0))) for x in arrays]
 
         def kernel(*refs: Any) -> None:
-            values = [_read(r, s, whole=False) for r, s in zip(refs, self.input_shapes)]
+            values = [read(r, s, whole=False) for r, s in zip(refs, self.input_shapes)]
             start = pl.program_id(0) * np.int32(block[0] * block[1])
             result = self.evaluate(WordEvaluator(block_shape=block, block_start=start), values)
             for ref, value in zip(refs[len(arrays):], flatten_leaves(result)):
-                _write(ref, value)
+                write(ref, value)
 
         def spec(shape: Shape) -> pl.BlockSpec:
             if shape.rank == 0:  # a 0-d input as a (1, 1) array: whole, in SMEM
@@ -221,14 +233,14 @@ class Kernel:
         out = pl.pallas_call(
             kernel, grid=(self.grid,),
             out_shape=[jax.ShapeDtypeStruct((tiled_dims[0] + max(pad, 0), tiled_dims[1]),
-                                            _kernel_dtype(s.dtype))
+                                            kernel_dtype(s.dtype))
                        for s in self.output_shapes],
             in_specs=[spec(s) for s in self.input_shapes],
             out_specs=[pl.BlockSpec(block, lambda i: (i, BLOCK_ZERO)) for _ in self.output_shapes],
-            interpret=self.interpret, debug=self.debug, name=_kernel_name(self.name),
+            interpret=self.interpret, debug=self.debug, name=kernel_name(self.name),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",),
                                                  vmem_limit_bytes=VMEM_LIMIT))(*arrays)
-        return [_from_kernel(o[:tiled_dims[0]].reshape(s.dims), s)
+        return [from_kernel(o[:tiled_dims[0]].reshape(s.dims), s)
                 for o, s in zip(out, self.output_shapes)]
 
 
@@ -259,54 +271,67 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
             kernel.as_xla_op(str(layout))
             kernel.constants = ()
         return kernel
+    in_place = _plan_in_place(kernel, body)
+    if in_place is None:
+        return kernel
     reason = refusal(body, inputs, outputs)
     tiled = reason is None and _is_tiled(body, inputs, outputs)
     largest = max((s.num_elements for s in (*inputs, *outputs)), default=0)
     widest = max((*inputs, *outputs), key=vector_registers, default=None)
+    too_large = largest > WHOLE_MAX_ELEMENTS or \
+        (widest is not None and vector_registers(widest) > WHOLE_MAX_VREGS)
+    # A tiled reduction evaluates a pad (XLA's tree reduction pads a reduce's input to whole
+    # rows) as a select on the element's position, which Mosaic lowers.
+    unpadded = [i for i in body if i.op is not Op.PAD]
+    reduction = plan_tiled_reduce(inst, body, inputs) \
+        if not tiled and too_large and refusal(unpadded, inputs, outputs) is None else None
+    if reduction is not None:
+        kernel.layout, kernel.reduction, kernel.constants = "tiled-reduce", reduction, ()
+        return kernel
     if reason is None and not tiled and largest > WHOLE_MAX_ELEMENTS:
-        reason = (f"arrays of {largest} elements: only element-wise kernels are tiled, and "
+        reason = (f"arrays of {largest} elements: only element-wise kernels and reductions "
+                  "of them (reduce_tiled.py) are tiled, and "
                   f"whole-array kernels are kept to {WHOLE_MAX_ELEMENTS} elements (Mosaic "
                   "unrolls every vector operation over the whole array)")
     elif reason is None and not tiled and widest is not None and \
             vector_registers(widest) > WHOLE_MAX_VREGS:
         reason = (f"{widest.text(False)} takes {vector_registers(widest)} vector registers "
-                  f"as {_kernel_dims(widest)} tiles: only element-wise kernels are tiled, and "
+                  f"as {kernel_dims(widest)} tiles: only element-wise kernels and "
+                  "reductions of them (reduce_tiled.py) are tiled, and "
                   f"a whole-array kernel's values are kept to {WHOLE_MAX_VREGS} registers each "
                   "(Mosaic unrolls every vector operation over the whole array)")
     if reason is not None:
-        kernel.as_xla_op(reason)
+        kernel.as_xla_op(reason + (f"; not in place: {in_place}" if in_place else ""))
         kernel.constants = ()
     elif tiled:
         size = int(np.prod(outputs[0].dims))
-        rows = _tiles_dims(size)[0]
+        rows = tiles_dims(size)[0]
         kernel.layout = "tiled"
         kernel.block_rows = block_rows(rows, (*inputs, *outputs), len(body))
         kernel.grid = -(-rows // kernel.block_rows)
     return kernel
 
 
+def _plan_in_place(kernel: Kernel, body: list[Instruction]) -> str | None:
+    """Lay a kernel whose root is a dynamic-update-slice out in place (update_in_place.py);
+    returns None when it is, else why not ("" where the kernel's own reason says it: another
+    root, or an instruction Mosaic does not lower)."""
+    root = kernel.computation.root if kernel.computation is not None else kernel.instruction
+    if root.op is not Op.DYNAMIC_UPDATE_SLICE:
+        return ""
+    if refusal([i for i in body if i is not root], kernel.input_shapes,
+               kernel.output_shapes) is not None:
+        return ""  # the kernel's own refusal names the instruction Mosaic does not lower
+    placed = plan_update_in_place(kernel.instruction, kernel.input_shapes)
+    if isinstance(placed, str):
+        return placed
+    kernel.layout, kernel.update, kernel.constants = "in-place", placed, ()
+    return None
+
+
 def _is_whole_loop(inst: Instruction) -> bool:
     config = next((raw.text for key, raw in inst.extra if key == "backend_config"), "")
     return read_whole_loop_config(config) is not None
-
-
-def block_rows(rows: int, arrays: Sequence[Shape], instructions: int) -> int:
-    """Rows per block of a tiled kernel over `rows` rows of 128 (see BLOCK_VMEM_BYTES)."""
-    moved = sum(LANES * max(np.dtype(s.dtype.numpy).itemsize, 4) for s in arrays if s.rank)
-    per_row = 2 * moved + instructions * LANES * 4
-    fit = BLOCK_VMEM_BYTES // per_row // ROW_MULTIPLE * ROW_MULTIPLE
-    limit = min(BLOCK_ROWS, max(fit, ROW_MULTIPLE))
-    if rows <= limit:
-        return rows
-    # Blocks that divide the rows, down to half the budget: a partial last block reads and
-    # writes past the array's end. On the v5e a program with one (Threefry over 1,048,576
-    # lanes in blocks of 2,496 of its 8,192 rows) did not return, though the kernel alone
-    # did (docs/tpu.md, `benchmarks/tpu_hang.py`). Without such a divisor the kernel pads
-    # its arrays to whole blocks (`Kernel._tiled`).
-    for candidate in range(limit, limit // 2 - 1, -ROW_MULTIPLE):
-        if rows % candidate == 0:
-            return candidate
-    return limit
 
 
 def refusal(body: list[Instruction], inputs: Sequence[Shape],
@@ -363,35 +388,12 @@ def _strided(inst: Instruction) -> bool:
 
 def _is_tiled(body: list[Instruction], inputs: Sequence[Shape],
               outputs: Sequence[Shape]) -> bool:
-    """Element-wise over arrays of one shape: every instruction element-wise (bitcasts of one
-    width), a 0-d constant or parameter, a broadcast of a 0-d value, or the root tuple."""
+    """Element-wise over arrays of one shape (`is_blockwise`), the root tuple aside."""
     dims = outputs[0].dims
     if not dims or any(s.dims != dims for s in outputs) \
             or any(s.dims not in (dims, ()) for s in inputs):
         return False
-    for inst in body:
-        op = inst.op
-        if op in (Op.PARAMETER, Op.TUPLE):
-            continue
-        if inst.shape.is_array and inst.shape.dims not in (dims, ()):
-            return False
-        if op is Op.CONSTANT and inst.shape.rank == 0:
-            continue
-        if op is Op.BROADCAST and inst.operands[0].shape.rank == 0:
-            continue
-        if op is Op.BITCAST_CONVERT:
-            if inst.dtype.itemsize != inst.operands[0].dtype.itemsize:
-                return False
-            continue
-        if op is Op.CUSTOM_CALL and inst.attrs.get("custom_call_target") == THREEFRY_TARGET:
-            continue
-        if op is Op.GET_TUPLE_ELEMENT:
-            continue
-        if op is Op.IOTA and len(dims) == 1:  # the flattened position: known per block
-            continue
-        if op not in ELEMENTWISE:
-            return False
-    return True
+    return all(inst.op is Op.TUPLE or is_blockwise(inst, dims) for inst in body)
 
 
 def _instructions(comp: Computation) -> list[Instruction]:
@@ -429,80 +431,3 @@ def flatten_leaves(value: Value) -> list[Value]:
     return [] if value is None else [value]
 
 
-def vector_registers(shape: Shape) -> int:
-    """The (8, 128) tiles a value takes in a whole-array kernel (its last two dimensions
-    padded; the kernel keeps 32-bit words)."""
-    dims = _kernel_dims(shape)
-    lead = int(np.prod(dims[:-2])) if len(dims) > 2 else 1
-    return lead * -(-dims[-2] // 8) * -(-dims[-1] // LANES)
-
-
-def _kernel_dtype(dtype: DType) -> np.dtype:
-    """How a value of `dtype` is held in a kernel: booleans and narrow integers as int32."""
-    return np.dtype(np.int32) if dtype in _WORDS else np.dtype(dtype.numpy)
-
-
-_WORDS = frozenset({DType.PRED, DType.S8, DType.U8, DType.S16, DType.U16})
-
-
-def _kernel_dims(shape: Shape) -> tuple[int, ...]:
-    """A whole-array kernel's view of a value: 0-d as (1,) in SMEM, 1-d as one row (Mosaic
-    tiles the last two dimensions), higher ranks as they are."""
-    if shape.rank == 0:
-        return (1, 1)
-    return (1, shape.dims[0]) if shape.rank == 1 else shape.dims
-
-
-
-def _kernel_struct(shape: Shape) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(_kernel_dims(shape), _kernel_dtype(shape.dtype))
-
-
-def _to_kernel(x: Value) -> Value:
-    x = jnp.asarray(x)
-    if x.dtype == jnp.bool_ or (x.dtype.kind in "iu" and x.dtype.itemsize < 4):
-        x = x.astype(jnp.int32)
-    return x.reshape((1, 1)) if x.ndim == 0 else x
-
-
-def _from_kernel(x: Value, shape: Shape) -> Value:
-    if shape.dtype is DType.PRED:
-        x = x != 0
-    return narrowed(x, shape.dtype).reshape(shape.dims)
-
-
-def _tiles_dims(size: int) -> tuple[int, int]:
-    """The (rows, columns) layout of a flattened array: 128 lanes when they divide it."""
-    return (size // LANES, LANES) if size % LANES == 0 else (1, size)
-
-
-def _tiles(x: Value) -> Value:
-    return x.reshape(_tiles_dims(x.size))
-
-
-def _whole_spec(shape: Shape) -> pl.BlockSpec:
-    ndim = len(_kernel_dims(shape))
-    return whole_block(ndim, pltpu.SMEM if shape.rank == 0 else pltpu.VMEM)
-
-
-def _read(ref: Any, shape: Shape, whole: bool = True) -> Value:
-    """A value from its ref: a block of a tiled kernel as it is; a whole 1-d array from its
-    one row."""
-    value = ref[0, 0] if shape.rank == 0 else ref[...]
-    if whole and shape.rank == 1 and value.ndim == 2:
-        value = value.reshape(shape.dims)
-    return value != 0 if shape.dtype is DType.PRED else value
-
-
-def _write(ref: Any, value: Value) -> None:
-    if value.dtype == jnp.bool_:
-        value = value.astype(jnp.int32)
-    if jnp.ndim(value) == 0:
-        ref[0, 0] = value
-    else:
-        ref[...] = value.reshape(ref.shape)
-
-
-@functools.cache
-def _kernel_name(label: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in label)

@@ -42,6 +42,10 @@ def _header(k: Kernel) -> str:
         return f"xla-op: {k.reason}{words}"
     if k.lanes is not None:
         return k.lanes.describe()
+    if k.update is not None:
+        return f"pallas_call {k.update.describe()}{words}"
+    if k.reduction is not None:
+        return f"pallas_call tiled-reduce: {k.reduction.describe()}, 0-d inputs in SMEM{words}"
     if k.layout == "tiled":
         return (f"pallas_call tiled: grid ({k.grid},), blocks ({k.block_rows}, 128) of the "
                 f"flattened arrays, 0-d inputs in SMEM{words}")
