@@ -199,6 +199,9 @@ _REFERENCES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "log": np.log, "log1p": np.log1p, "tanh": np.tanh, "logistic": _logistic64,
     "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "cbrt": np.cbrt,
     "erf": lambda x: _erf64(x).astype(x.dtype),
+    "floor": np.floor, "ceil": np.ceil,
+    # halfway cases away from zero (np.round rounds them to even)
+    "round": lambda x: np.copysign(np.floor(np.abs(x) + 0.5), x),
 }
 
 
@@ -680,6 +683,15 @@ SPECIAL_VALUES: list[tuple[str, tuple[float, ...], float]] = [
     ("fmod", (INF, INF), NAN), ("fmod", (NAN, 1.0), NAN), ("fmod", (1.0, NAN), NAN),
     ("fmod", (-7.0, 3.0), -1.0), ("fmod", (7.0, -3.0), 1.0), ("fmod", (-6.0, 3.0), -0.0),
     ("fmod", (3.0e38, 3.0e-37), float(np.fmod(np.float32(3.0e38), np.float32(3.0e-37)))),
+    # floor, ceil, round (C99 F.9.6): exact, x's sign kept, halfway cases away from zero
+    ("floor", (-0.0,), -0.0), ("floor", (-0.3,), -1.0), ("floor", (0.7,), 0.0),
+    ("floor", (-2.0,), -2.0), ("floor", (INF,), INF), ("floor", (-INF,), -INF),
+    ("floor", (NAN,), NAN), ("floor", (8388607.5,), 8388607.0),
+    ("ceil", (-0.7,), -0.0), ("ceil", (0.3,), 1.0), ("ceil", (-0.0,), -0.0),
+    ("ceil", (-8388607.5,), -8388607.0), ("ceil", (INF,), INF), ("ceil", (NAN,), NAN),
+    ("round", (0.5,), 1.0), ("round", (-0.5,), -1.0), ("round", (2.5,), 3.0),
+    ("round", (-0.3,), -0.0), ("round", (0.49999997,), 0.0), ("round", (8388607.5,), 8388608.0),
+    ("round", (-INF,), -INF), ("round", (NAN,), NAN),
 ]
 
 
@@ -889,3 +901,48 @@ def test_f32_exhaustive(tmp_path: Path, function: MathFunction) -> None:
     x = np.array([int(bits)], dtype=np.uint32).view(np.float32)[0]
     print(f"{function.c_name}: max {float(worst):.4f} ulp over all floats, at x={x!r}")
     assert float(worst) <= function.max_ulp, f"{float(worst)} ulp at x={x!r}"
+
+
+_ROUNDING = """
+HloModule rounding
+
+ENTRY e {
+  x = f32[4096] parameter(0)
+  f = f32[4096] floor(x)
+  c = f32[4096] ceil(x)
+  r = f32[4096] round-nearest-afz(x)
+  fc = f32[4096] add(f, c)
+  ROOT s = f32[4096] add(fc, r)
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_kernels_round_with_the_header_and_vectorise(tmp_path: Path) -> None:
+    """floor, ceil and round-nearest-afz take the header's functions: the C library's stayed
+    scalar, and so did a whole-loop kernel's lane loop holding one (a Poisson draw's floor
+    kept a rollout's lane loop scalar, 4.7x slower)."""
+    from hlofuse.api import compile_module
+    from hlofuse.ir.parser import parse_module
+    from hlofuse.reference.interpreter import evaluate, flatten_value
+    from hlofuse.targets.c.build import generate_c
+
+    from tests.codegen.test_whole_loop_vectorises import _assert_vectorised
+
+    module = parse_module(_ROUNDING)
+    source = generate_c(module).source.text
+    for name in ("hlofuse_floorf(", "hlofuse_ceilf(", "hlofuse_roundf("):
+        assert name in source
+    lines = source.split("\n")
+    loops = [k + 1 for k, line in enumerate(lines) if re.match(r"\s*for \(int64_t i\d+ = ", line)
+             and any(f"hlofuse_{f}f(" in lines[k + 2] for f in ("floor", "ceil", "round"))]
+    assert len(loops) == 3
+    _assert_vectorised(tmp_path, source, loops)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-10, 10, 4000), np.arange(-24, 24) / 4.0,
+                        [np.inf, -np.inf, np.nan, -0.0, 0.0, 0.49999997, -0.49999997,
+                         8388607.5, -8388607.5, 3e38, -3e38, 1e-40, -1e-40],
+                        rng.uniform(-1, 1, 4096 - 4000 - 48 - 13)]).astype(np.float32)
+    got = np.asarray(flatten_value(compile_module(module, "none")(x))[0])
+    want = flatten_value(evaluate(module, [x]))[0]
+    np.testing.assert_array_equal(got, want)

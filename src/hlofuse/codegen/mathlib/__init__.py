@@ -23,6 +23,9 @@ Functions (float32 name / float64 name):
     pow       hlofuse_powf      -                  (x, y), C99 special cases
     atan2     hlofuse_atan2f    -                  (y, x), C99 special cases
     erf       hlofuse_erff      -
+    floor     hlofuse_floorf    hlofuse_floor      exact; from rint, which vectorises
+    ceil      hlofuse_ceilf     hlofuse_ceil       exact
+    round     hlofuse_roundf    hlofuse_round      exact; halfway cases away from zero
 
 float32 functions compute in double and round once, so they are within ~0.5 ulp over
 the whole float range, tan included (its reduction modulo pi/2 is exact for every float),
@@ -137,6 +140,9 @@ FUNCTIONS: tuple[MathFunction, ...] = (
     _f32("atan2", 0.51, arity=2),
     _f32("erf", 0.51),
     _f32("fmod", 0.0, arity=2),
+    _f32("floor", 0.0),
+    _f32("ceil", 0.0),
+    _f32("round", 0.0),
     _f64("sin", 1.0, note=_TRIG_LIMIT),
     _f64("cos", 1.0, note=_TRIG_LIMIT),
     _f64("tan", 2.5, note=_TRIG_LIMIT),
@@ -149,6 +155,9 @@ FUNCTIONS: tuple[MathFunction, ...] = (
     _f64("sqrt", 0.5, note=_HARDWARE_SQRT),
     _f64("rsqrt", 1.0, libm="1/sqrt", note=_HARDWARE_SQRT),
     _f64("cbrt", 1.0),
+    _f64("floor", 0.0),
+    _f64("ceil", 0.0),
+    _f64("round", 0.0),
 )
 
 

@@ -37,12 +37,14 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define HLOFUSE_MATH_FN static inline __attribute__((always_inline, unused))
 #define HLOFUSE__RINT(x) __builtin_rint(x)
+#define HLOFUSE__RINTF(x) __builtin_rintf(x)
 #define HLOFUSE__FMA(a, b, c) __builtin_fma((a), (b), (c))
 #define HLOFUSE__FMAF(a, b, c) __builtin_fmaf((a), (b), (c))
 #else
 #include <math.h>
 #define HLOFUSE_MATH_FN static inline
 #define HLOFUSE__RINT(x) rint(x)
+#define HLOFUSE__RINTF(x) rintf(x)
 #define HLOFUSE__FMA(a, b, c) fma((a), (b), (c))
 #define HLOFUSE__FMAF(a, b, c) fmaf((a), (b), (c))
 #endif
@@ -1188,6 +1190,57 @@ HLOFUSE_MATH_FN float hlofuse_fmodf_small(float x, float y) {
     double inverse = 1.0 / b;
     HLOFUSE__FMOD_STEP(0);
     return hlofuse__fmodf_result(a, b, x, y);
+}
+
+/* floor, ceil and round (halfway cases away from zero), exact. gcc keeps the C library's
+ * floorf, ceilf and roundf scalar unless -fno-trapping-math (its vector rounding needs it),
+ * and a loop calling them with them; rint, in the default rounding mode, vectorises, and
+ * the others follow from it: floor(x) = rint(x) - 1 where rint(x) > x (then |x| < 2^23,
+ * so the step is exact). The result takes x's sign (floor(-0.3) = -1, ceil(-0.7) = -0.0);
+ * NaN and infinities pass through. */
+HLOFUSE_MATH_FN float hlofuse__copysignf(float y, float x) {
+    return hlofuse__from_bits32((hlofuse__bits32(y) & 0x7fffffffu) |
+                                (hlofuse__bits32(x) & 0x80000000u));
+}
+
+HLOFUSE_MATH_FN double hlofuse__copysign(double y, double x) {
+    return hlofuse__from_bits64((hlofuse__bits64(y) & 0x7fffffffffffffffull) |
+                                (hlofuse__bits64(x) & 0x8000000000000000ull));
+}
+
+HLOFUSE_MATH_FN float hlofuse_floorf(float x) {
+    float r = HLOFUSE__RINTF(x);
+    return hlofuse__copysignf(hlofuse__self(r > x, r - 1.0f, r), x);
+}
+
+HLOFUSE_MATH_FN float hlofuse_ceilf(float x) {
+    float r = HLOFUSE__RINTF(x);
+    return hlofuse__copysignf(hlofuse__self(r < x, r + 1.0f, r), x);
+}
+
+HLOFUSE_MATH_FN float hlofuse_roundf(float x) {
+    float a = hlofuse__from_bits32(hlofuse__bits32(x) & 0x7fffffffu);
+    float f = HLOFUSE__RINTF(a);
+    f = hlofuse__self(f > a, f - 1.0f, f);
+    /* a - f is exact (Sterbenz, or f = 0); it is NaN for infinities, which stay. */
+    return hlofuse__copysignf(hlofuse__self(a - f >= 0.5f, f + 1.0f, f), x);
+}
+
+HLOFUSE_MATH_FN double hlofuse_floor(double x) {
+    double r = HLOFUSE__RINT(x);
+    return hlofuse__copysign(hlofuse__sel(r > x, r - 1.0, r), x);
+}
+
+HLOFUSE_MATH_FN double hlofuse_ceil(double x) {
+    double r = HLOFUSE__RINT(x);
+    return hlofuse__copysign(hlofuse__sel(r < x, r + 1.0, r), x);
+}
+
+HLOFUSE_MATH_FN double hlofuse_round(double x) {
+    double a = hlofuse__abs(x);
+    double f = HLOFUSE__RINT(a);
+    f = hlofuse__sel(f > a, f - 1.0, f);
+    return hlofuse__copysign(hlofuse__sel(a - f >= 0.5, f + 1.0, f), x);
 }
 
 #undef HLOFUSE__FMOD_STEP
