@@ -166,8 +166,10 @@ class KernelEmitter(ReductionEmission):
                 continue
             stores = [(self.element(inst, path), self.output_names[k],
                        leaf_shape(inst, path).dtype, None) for k, inst, path in members]
-            self.loop(dims, stores, parallel=True,  # type: ignore[arg-type]
-                      roots=tuple(m[1] for m in members))
+            roots = tuple(m[1] for m in members)
+            if self._short_row_loop(dims, stores, roots):  # type: ignore[arg-type]
+                continue
+            self.loop(dims, stores, parallel=True, roots=roots)  # type: ignore[arg-type]
         return self._finish()
 
     def _elementwise_in_place(self) -> None:

@@ -64,6 +64,9 @@ def _leaf_name(inst: Instruction, path: tuple[int, ...], prefix: str = "") -> st
 class KernelOptions:
     parallel_min_elements: int = 16384
     small_kernel_elements: int = 2048
+    # Rows per chunk where a loop over rows reduces a short minor dimension (codegen/
+    # short_rows.py); 0 keeps each row's elements written out in the loop over rows.
+    short_row_chunk: int = 64
 
 
 @dataclass(frozen=True)

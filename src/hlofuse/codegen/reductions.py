@@ -19,7 +19,7 @@ from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.emitter_types import Index
 from hlofuse.codegen.kernel_spec import leaf_shape
-from hlofuse.codegen.loop_nests import LoopEmission, Store
+from hlofuse.codegen.loop_nests import Store
 from hlofuse.codegen.reductions_elemental import (
     Accumulation,
     accumulate,
@@ -28,6 +28,7 @@ from hlofuse.codegen.reductions_elemental import (
     simple_reducer,
     start_accumulators,
 )
+from hlofuse.codegen.short_rows import ShortRowEmission
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
@@ -36,7 +37,7 @@ Outputs = list[tuple[int, tuple[Instruction, tuple[int, ...]]]]
 COLUMN_BLOCK = 512
 
 
-class ReductionEmission(LoopEmission):
+class ReductionEmission(ShortRowEmission):
     """The reduction-writing part of a kernel emitter."""
 
     arg_pointer: dict[int, str]

@@ -38,8 +38,9 @@ from hlofuse.toolchain.compiler import (
 )
 
 # Every loop of two or more elements is shared among threads: on a GPU even a small loop
-# is better spread over a warp than run by one thread.
-CUDA_KERNEL_OPTIONS = KernelOptions(parallel_min_elements=2)
+# is better spread over a warp than run by one thread. Short rows stay in the loop over rows:
+# a thread per row already reads them, and a chunk's buffers would be per-thread memory.
+CUDA_KERNEL_OPTIONS = KernelOptions(parallel_min_elements=2, short_row_chunk=0)
 DEFAULT_ARCH = "sm_80"
 EMULATION_FLAGS: tuple[str, ...] = (
     "-O1", "-std=gnu++17", "-x", "c++", "-ffp-contract=off", "-fno-math-errno", "-fPIC",
