@@ -47,25 +47,6 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _leaves(value: Any) -> list[np.ndarray]:
-    if isinstance(value, list | tuple):
-        return [a for v in value for a in _leaves(v)]
-    return [np.asarray(value)]
-
-
-def _equal(actual: list[np.ndarray], expected: list[np.ndarray]) -> bool:
-    if len(actual) != len(expected):
-        return False
-    for a, e in zip(actual, expected):
-        if a.shape != e.shape or a.dtype != e.dtype:
-            return False
-        close = np.allclose(a, e, rtol=1e-4, atol=1e-5) if e.dtype.kind == "f" else \
-            np.array_equal(a, e)
-        if not close:
-            return False
-    return True
-
-
 def _hlofuse_contender(make: Callable[..., Any], lanes: int, steps: int, key: np.ndarray,
                        step_logs: bool) -> tuple[Callable[[], object], dict[str, Any]]:
     import hlofuse
@@ -95,7 +76,7 @@ def main() -> None:
     args = _parse()
     load_at_start = os.getloadavg()
     sys.path.insert(0, str(HERE.parent / "src"))
-    from hlofuse.studies.rollouts_bench import limit_threads
+    from hlofuse.studies.rollouts_bench import flat_outputs, limit_threads, outputs_equal
 
     limit_threads(args.threads)  # before JAX starts its thread pool
     import jax
@@ -111,11 +92,11 @@ def main() -> None:
         "jax": lambda: jax.block_until_ready(compiled_jax(key))}
     info: dict[str, dict[str, Any]] = {
         "jax": {"compile_s": round(time.perf_counter() - start, 2)}}
-    expected = _leaves(jax.tree_util.tree_leaves(compiled_jax(key)))
+    expected = flat_outputs(jax.tree_util.tree_leaves(compiled_jax(key)))
     for name, step_logs in (("max", True), ("max-before", False)):
         run, info[name] = _hlofuse_contender(programs.make_epsilon_greedy, args.lanes,
                                              args.steps, key, step_logs)
-        info[name]["equal_to_jax"] = _equal(_leaves(run()), expected)
+        info[name]["equal_to_jax"] = outputs_equal(flat_outputs(run()), expected)
         contenders[name] = run
     times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in contenders}
     for _ in range(args.repeats):

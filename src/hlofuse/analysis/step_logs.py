@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from hlofuse.analysis.lane_classification import LaneClassification, element_read
+from hlofuse.analysis.lane_classification import LaneClassification
+from hlofuse.analysis.step_reductions import written_a_slice_a_step
 from hlofuse.ir.hlo import Instruction
-from hlofuse.ir.ops import Op
 
 # Values one step writes: computed by uniform code as a small uniform value is.
 MAX_SLICE_ELEMENTS = 64
@@ -69,19 +69,8 @@ def _written_slice(lanes: LaneClassification, element: int) -> Instruction | Non
     """The body's dynamic-update-slice of element `element` when it is the element's only
     use, the slice and its position are free of the lanes' state, and nothing else (the
     condition included) reads the element."""
-    root = lanes.body.root
-    update = root.operands[element]
-    if update.op is not Op.DYNAMIC_UPDATE_SLICE or sum(1 for o in root.operands
-                                                       if o is update) != 1:
-        return None
-    if not lanes.only_used_by(update, root) or element_read(update.operands[0]) != element:
-        return None
-    reads = [inst for inst in lanes.body.instructions if element_read(inst) == element]
-    if len(reads) != 1 or not lanes.only_used_by(reads[0], update):
-        return None
-    if any(o is update.operands[0] for o in update.operands[1:]):
-        return None
-    if any(element_read(inst) == element for inst in lanes.condition.instructions):
+    update = written_a_slice_a_step(lanes, element)
+    if update is None or any(o is update.operands[0] for o in update.operands[1:]):
         return None
     if update.operands[1].shape.num_elements > MAX_SLICE_ELEMENTS:
         return None

@@ -100,10 +100,10 @@ def find_step_reductions(lanes: LaneClassification) -> list[StepReduction]:
             del found[i]
 
 
-def _step_reduction(lanes: LaneClassification, element: int
-                    ) -> tuple[StepReduction, dict[int, Instruction]] | None:
-    """Element `element` as a per-step reduction, with the values on its path from the
-    reductions to the written slice (their users not yet checked)."""
+def written_a_slice_a_step(lanes: LaneClassification, element: int) -> Instruction | None:
+    """The body's dynamic-update-slice of loop element `element` when it is the element's
+    new value and its only use, and nothing else (the condition included) reads the
+    element: what the loop holds there is only ever written, a slice a step."""
     root = lanes.body.root
     update = root.operands[element]
     if update.op is not Op.DYNAMIC_UPDATE_SLICE or sum(1 for o in root.operands
@@ -115,6 +115,16 @@ def _step_reduction(lanes: LaneClassification, element: int
     if len(reads) != 1 or not lanes.only_used_by(reads[0], update):
         return None
     if any(element_read(inst) == element for inst in lanes.condition.instructions):
+        return None
+    return update
+
+
+def _step_reduction(lanes: LaneClassification, element: int
+                    ) -> tuple[StepReduction, dict[int, Instruction]] | None:
+    """Element `element` as a per-step reduction, with the values on its path from the
+    reductions to the written slice (their users not yet checked)."""
+    update = written_a_slice_a_step(lanes, element)
+    if update is None:
         return None
     value = update.operands[1]
     if value.shape.num_elements > MAX_COMPONENTS or not _from_lanes(lanes, value):

@@ -127,9 +127,10 @@ def _timed_call(executable: Any, key: np.ndarray) -> Callable[[], object]:
     return lambda: jax.block_until_ready(run(device_key))
 
 
-def _flat(value: object) -> list[np.ndarray]:
+def flat_outputs(value: object) -> list[np.ndarray]:
+    """A program's outputs, nested lists and tuples flattened, as arrays."""
     if isinstance(value, list | tuple):
-        return [a for v in value for a in _flat(v)]
+        return [a for v in value for a in flat_outputs(v)]
     return [np.asarray(value)]
 
 
@@ -142,7 +143,8 @@ def _float_mismatch(actual: list[np.ndarray], expected: list[np.ndarray]) -> flo
     return bad / total if total else 0.0
 
 
-def _equal(actual: list[np.ndarray], expected: list[np.ndarray]) -> bool:
+def outputs_equal(actual: list[np.ndarray], expected: list[np.ndarray]) -> bool:
+    """Same shapes and types; floats within rtol 1e-4, atol 1e-5; the rest exact."""
     if len(actual) != len(expected):
         return False
     for a, e in zip(actual, expected):
@@ -222,8 +224,8 @@ def run_rollouts(config: RolloutsConfig, progress: Callable[[str], None] = print
                     executable = target.compile(fused.module)
                 compile_s = time.perf_counter() - start
                 progress(f"{name}: {strategy} compiled in {compile_s:.1f} s")
-                actual = [np.asarray(a) for a in _flat(executable(key_array))]
-                equal = _equal(actual, expected)
+                actual = [np.asarray(a) for a in flat_outputs(executable(key_array))]
+                equal = outputs_equal(actual, expected)
                 seconds = _median_time(_timed_call(executable, key_array), config.repeats)
             except Exception as e:  # noqa: BLE001 (a failure is a result of the benchmark)
                 result.measurements.append(Measurement(name, strategy, 0.0, 0.0, 0.0,
