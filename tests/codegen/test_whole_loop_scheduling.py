@@ -54,6 +54,21 @@ def test_a_whole_loop_kernel_is_scheduled_up_to_the_block_limit() -> None:
     assert "schedule-insns" not in CUDA.qualifier(_whole_loop(1))
 
 
+def test_a_math_header_call_weighs_as_the_operations_it_inlines() -> None:
+    """A call of hlofuse_logf is tens of inlined operations: ten of them in a block of ten
+    statements exceed a limit ten plain statements stay within."""
+    from hlofuse.targets.c.language import INLINED_MATH_STATEMENTS
+
+    language = dataclasses.replace(C, scheduled_block_limit=10 * INLINED_MATH_STATEMENTS)
+    calls: list[cir.Stmt] = [cir.Assign(cir.Var(f"y{k}"), cir.call("hlofuse_logf", cir.Var("x")))
+                             for k in range(10)]
+    plain = cir.Function("kernel", [], _statements(10), cir.Linkage.KERNEL,
+                         cir.Tuning.WHOLE_LOOP)
+    math = cir.Function("kernel", [], calls, cir.Linkage.KERNEL, cir.Tuning.WHOLE_LOOP)
+    assert "schedule-insns" in language.qualifier(plain)
+    assert "schedule-insns" not in language.qualifier(math)
+
+
 # A rollout of 64 lanes whose step takes a square root and a division per lane: one whole-loop
 # kernel, short enough to be scheduled.
 ROLLOUT = """

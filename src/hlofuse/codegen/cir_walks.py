@@ -4,7 +4,7 @@ straight-line runs, and whether a chain of selects on one position repeats a lit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from hlofuse.codegen.cir import (
     AfterAll,
@@ -13,6 +13,7 @@ from hlofuse.codegen.cir import (
     Binary,
     Block,
     Break,
+    Call,
     Comment,
     Const,
     Declare,
@@ -53,22 +54,28 @@ def nested_lists(stmt: Stmt) -> list[list[Stmt]]:
     return []
 
 
-def longest_straight_run(body: list[Stmt]) -> int:
+def longest_straight_run(body: list[Stmt], weight: Callable[[Stmt], int] | None = None) -> int:
     """The most statements one after another without a loop, branch or block between them,
-    in `body` or any statement list nested in it."""
+    in `body` or any statement list nested in it; with `weight`, each counted as it says."""
     longest = run = 0
     for stmt in body:
         if isinstance(stmt, Comment):
             continue
         nested = nested_lists(stmt)  # a compound statement holds at least one list
         if not nested:
-            run += 1
+            run += 1 if weight is None else weight(stmt)
             longest = max(longest, run)
             continue
         run = 0
         for inner in nested:
-            longest = max(longest, longest_straight_run(inner))
+            longest = max(longest, longest_straight_run(inner, weight))
     return longest
+
+
+def calls_to(stmt: Stmt, functions: frozenset[str]) -> int:
+    """How many calls of the named functions the statement's own expressions make."""
+    return sum(1 for expr in expressions(stmt) for e in walk(expr)
+               if isinstance(e, Call) and e.function in functions)
 
 
 def statements(stmt: Stmt) -> Iterator[Stmt]:

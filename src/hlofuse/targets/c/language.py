@@ -12,6 +12,7 @@ form: f16 and bf16 as their 16 bits.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -21,7 +22,7 @@ import numpy as np
 
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir import Expr
-from hlofuse.codegen.cir_walks import longest_straight_run, repeats_a_selected_literal
+from hlofuse.codegen.cir_walks import calls_to, longest_straight_run, repeats_a_selected_literal
 from hlofuse.codegen.language import literal, literal_float
 from hlofuse.ir.dtypes import DType
 
@@ -65,6 +66,18 @@ _FLOAT_MATH = MappingProxyType({
     "fmod": ("fmodf", "fmod"), "pow": ("powf", "pow"), "atan2": ("atan2f", "atan2"),
     "isfinite": ("isfinite", "isfinite"), "erf": ("erff", "erf"), "fma": ("fmaf", "fma"),
 })
+
+# Statements one call of a math header function stands for where gcc's scheduling time is
+# weighed (an inlined logarithm or sine is 20 to 40 operations).
+INLINED_MATH_STATEMENTS = 24
+
+
+@functools.cache
+def _inlined_math() -> frozenset[str]:
+    from hlofuse.codegen import mathlib
+
+    return frozenset(f.c_name for f in mathlib.FUNCTIONS)
+
 
 # Bit counts of an unsigned 32- or 64-bit integer: gcc's and clang's builtins (nvcc's too).
 _BIT_FUNCTIONS = MappingProxyType({
@@ -172,6 +185,9 @@ class CLanguage:
     # one (grid_forage) 7 % slower. Its time grows with the square of a straight-line
     # block's length (0.6 s at 1,700 statements, 5 s at 5,800, with register allocation's
     # time doubled), so a whole-loop kernel with a longer block is compiled without it.
+    # A call of the math header's functions is inlined, tens of operations (counted as
+    # INLINED_MATH_STATEMENTS): a lane loop of 2,900 statements and 64 such calls, once a
+    # floor there let it vectorise, took gcc 45 s to schedule (9 s in all without).
     scheduling_options: tuple[str, ...] = ("schedule-insns", "sched-pressure")
     scheduled_block_limit: int = 3000
     # For a whole-loop kernel whose lane code reads a small table repeating a value (above).
@@ -521,7 +537,9 @@ class CLanguage:
         if not self.whole_loop_options:
             return ""
         options = self.whole_loop_options
-        if longest_straight_run(body) <= self.scheduled_block_limit:
+        inlined = _inlined_math()
+        if longest_straight_run(body, lambda stmt: 1 + INLINED_MATH_STATEMENTS * calls_to(
+                stmt, inlined)) <= self.scheduled_block_limit:
             options += self.scheduling_options
         if repeats_a_selected_literal(body):
             options += self.repeated_literal_options
