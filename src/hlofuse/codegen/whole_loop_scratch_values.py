@@ -95,6 +95,10 @@ def _reduced_values(plan: LoopPlan, dims: Mapping[int, int], products: set[int])
     is read; kept in scratch, the value is computed in a loop over its positions instead, and
     the reduction reads it from there. `products`: the values kept for products."""
     chosen: set[int] = set()
+    users: dict[int, list[Instruction]] = {}
+    for x in plan.body.instructions:
+        for operand in x.operands:
+            users.setdefault(id(operand), []).append(x)
     for inst in plan.body.instructions:
         if inst.op is not Op.REDUCE or id(inst) not in plan.lane:
             continue
@@ -104,21 +108,19 @@ def _reduced_values(plan: LoopPlan, dims: Mapping[int, int], products: set[int])
                 continue
             if positions_per_lane(plan, value, dims) <= 1:
                 continue
-            if _written_out_operations(plan, value, chosen | products, dims) > WRITE_OUT_BUDGET:
+            if _written_out_operations(plan, value, chosen | products, dims,
+                                       users) > WRITE_OUT_BUDGET:
                 chosen.add(id(value))
     return chosen
 
 
 def _written_out_operations(plan: LoopPlan, inst: Instruction, stops: set[int],
-                            dims: Mapping[int, int]) -> int:
+                            dims: Mapping[int, int], users: Mapping[int, list[Instruction]]
+                            ) -> int:
     """The operations lane code spends on the positions of a lane's part of `inst` alone,
-    written out: each value only `inst` reads (directly or through others only it reads),
-    once per position, from what is in scratch (`stops`). Values other code reads are
-    computed at their positions anyway."""
-    users: dict[int, list[Instruction]] = {}
-    for x in plan.body.instructions:
-        for operand in x.operands:
-            users.setdefault(id(operand), []).append(x)
+    written out: each value only `inst` reads (directly or through others only it reads;
+    `users`: each body value's readers), once per position, from what is in scratch
+    (`stops`). Values other code reads are computed at their positions anyway."""
     own = {id(inst)}
     count = 0
     # Body order is a topological order: a value's users come after it.
