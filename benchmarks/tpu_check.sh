@@ -7,7 +7,8 @@
 #      EQ_STRATEGY the strategy (default xla; rollouts also under max), EQ_LIMIT seconds per
 #      program, MERGE=1 goes on from the equality.json already in DEST);
 #   2. kernel launch cost and the bandwidth of the largest element-wise kernel
-#      (benchmarks/tpu_kernel_costs.py: chains of kernels in one program);
+#      (benchmarks/tpu_kernel_costs.py: chains of kernels in one program), then the tiled
+#      reductions' bandwidth and the in-place row updates (benchmarks/tpu_layouts.py);
 #   3. the CartPole study on the chip at N = 16384 and 1048576, one step at a time, each
 #      checked against the reference interpreter at N = 64 (benchmarks/tpu_study.sh);
 #   4. the peers bench: JAX's own jit of the study's program on the same chip.
@@ -37,6 +38,8 @@ if [ "${T2:-100}" != 0 ]; then
   echo "== 2/4 launch cost and bandwidth"
   timeout ${T2:-100} "$PY" benchmarks/tpu_kernel_costs.py --out "$DEST/kernel_costs.json" \
     2>&1 | grep -v "^WARNING" | tail -20
+  timeout ${T2:-100} "$PY" benchmarks/tpu_layouts.py --out "$DEST/layouts.json" \
+    2>&1 | grep -v "^WARNING" | cut -c1-300 | tail -8
 fi
 if [ "${T3:-300}" != 0 ]; then
   echo "== 3/4 the CartPole study on the chip"

@@ -5,7 +5,8 @@ Each step of the kernel draws one Threefry value per lane (the action), resets a
 `--rate` of the lanes, and gives the resetting lanes four fresh uniform values (four
 Threefry evaluations a lane, as JAX's `uniform((4, N))` does). Variants: `full` (the draws
 for every lane), `cond` (for the block when one lane resets: what the whole-loop kernel did),
-`compact` (for the resetting lanes' slots only), `none` (no reset draws: the floor).
+`compact` (for the resetting lanes' slots only, gathered on the MXU), `tiers` (on tiers of
+slots across the block's registers, `tiered_reset`), `none` (no reset draws: the floor).
 
     python benchmarks/tpu_reset_compaction.py --envs 65536 --rows 64 --out F.json
     python benchmarks/tpu_reset_compaction.py --interpret --envs 2048 --steps 20   # no TPU
@@ -56,7 +57,50 @@ def uniform(bits: Any) -> Any:
     return (f - np.float32(1.0)) * np.float32(0.1) - np.float32(0.05)
 
 
-def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int) -> Any:
+def tiered_reset(done: Any, lanes: Any, moved: tuple[Any, ...], draws: Any, always: int
+                 ) -> tuple[Any, ...]:
+    """The reset draws on tiers of slots across the block's vector registers: the block's
+    rows / 8 registers hold, at each (sublane, lane) position, rows / 8 lanes; the k-th
+    resetting one of them takes tier k's slot there, so tier k is one register of draws.
+    The first `always` tiers are drawn every step, each later one only when some position
+    has that many resetting lanes. Only element-wise selects between registers: no
+    shuffles, no MXU."""
+    groups = done.shape[0] // 8
+
+    def part(x: Any, g: int) -> Any:
+        return x[8 * g:8 * g + 8, :]
+
+    count = jnp.zeros((8, 128), jnp.int32)
+    ranks = []
+    slots = [jnp.zeros((8, 128), jnp.int32) for _ in range(groups)]
+    for g in range(groups):
+        resets = part(done, g)
+        ranks.append(jnp.where(resets, count, np.int32(-1)))
+        for k in range(g + 1):
+            slots[k] = jnp.where(resets & (count == k), part(lanes, g), slots[k])
+        count = count + resets.astype(jnp.int32)
+    tiers = []
+    for k in range(groups):
+        if k < always:
+            tiers.append(tuple(draws(slots[k])))
+        else:
+            tiers.append(lax.cond(jnp.any(count > k), lambda at=slots[k]: tuple(draws(at)),
+                                  lambda: tuple(jnp.zeros((8, 128), jnp.float32)
+                                                for _ in range(4))))
+    fresh = []
+    for j, value in enumerate(moved):
+        parts = []
+        for g in range(groups):
+            v = part(value, g)
+            for k in range(g + 1):
+                v = jnp.where(ranks[g] == k, tiers[k][j], v)
+            parts.append(v)
+        fresh.append(jnp.concatenate(parts, axis=0))
+    return tuple(fresh)
+
+
+def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int,
+                always: int = 3) -> Any:
     def kernel(keys_ref: Any, state_in: Any, state_out: Any) -> None:
         first = pl.program_id(0) * np.int32(rows * 128)
         lanes = (lax.broadcasted_iota(np.int32, (rows, 128), 0) * np.int32(128)
@@ -78,6 +122,8 @@ def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int) -> 
             if variant == "full":
                 fresh = draws(lanes, k2, k3)
                 return tuple(jnp.where(done, f, m) for f, m in zip(fresh, moved))
+            if variant == "tiers":
+                return tiered_reset(done, lanes, moved, lambda at: draws(at, k2, k3), always)
             if variant == "cond":
                 def taken() -> tuple[Any, ...]:
                     fresh = draws(lanes, k2, k3)
@@ -103,9 +149,10 @@ def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int) -> 
     return kernel
 
 
-def build(variant: str, n: int, rows: int, steps: int, rate: float, interpret: bool) -> Any:
+def build(variant: str, n: int, rows: int, steps: int, rate: float, interpret: bool,
+          always: int = 3) -> Any:
     blocks = n // (rows * 128)
-    kernel = make_kernel(variant, n, rows, steps, int(rate * 1024))
+    kernel = make_kernel(variant, n, rows, steps, int(rate * 1024), always)
     call = pl.pallas_call(
         kernel, grid=(blocks,),
         in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM),
@@ -125,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.045)
     parser.add_argument("--variants", default="none,full,cond,compact")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--always", default="3",
+                        help="tiers drawn every step (variant tiers), comma-separated")
     parser.add_argument("--interpret", action="store_true")
     parser.add_argument("--lower", action="store_true", help="lower for the TPU, no run")
     parser.add_argument("--out", type=Path)
@@ -136,8 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         state = jnp.asarray(rng.uniform(-0.05, 0.05, (4, n // 128, 128)).astype(np.float32))
         for rows in (int(x) for x in args.rows.split(",")):
             want = None
-            for variant in args.variants.split(","):
-                fn = build(variant, n, rows, args.steps, args.rate, args.interpret)
+            runs = [(v, int(a)) for v in args.variants.split(",")
+                    for a in (args.always.split(",") if v == "tiers" else ["0"])]
+            for variant, always in runs:
+                fn = build(variant, n, rows, args.steps, args.rate, args.interpret, always)
                 if args.lower:
                     start = time.perf_counter()
                     fn.trace(keys, state).lower(lowering_platforms=("tpu",))
@@ -156,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                     want = got
                 equal = None if want is None or variant == "none" else \
                     bool(np.array_equal(got.view(np.uint32), want.view(np.uint32)))
-                record = {"n": n, "rows": rows, "variant": variant, "steps": args.steps,
+                record = {"n": n, "rows": rows, "variant": variant, "always": always,
+                          "steps": args.steps,
                           "rate": args.rate, "seconds": seconds,
                           "env_steps_per_s": n * args.steps / seconds,
                           "compile_s": compile_s, "equal_to_full": equal}

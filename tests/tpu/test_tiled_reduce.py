@@ -60,8 +60,9 @@ def random_input(dims: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray
     return rng.uniform(-1, 1, dims).astype(np.float32)
 
 
-def assert_tiled_and_equal(module: Module, inputs: list[np.ndarray], strategy: str) -> None:
-    compiled = compile_module(module, strategy, "tpu-interpret")
+def assert_tiled_and_equal(module: Module, inputs: list[np.ndarray], strategy: str,
+                           backend: str = "tpu-interpret") -> None:
+    compiled = compile_module(module, strategy, backend)
     plans = compiled.executable.kernel_plans  # type: ignore[union-attr]
     assert any(k.layout == "tiled-reduce" for k in plans), \
         [(k.name, k.layout, k.reason) for k in plans]

@@ -87,48 +87,52 @@ def test_unplaceable_updates_keep_the_old_path_and_say_why() -> None:
 
 
 T, N = 48, 256
-CARRY = f"(s32[], f32[{N}], f32[{T},{N}])"
-SCAN = f"""HloModule scan
+
+
+def scan_module(steps: int = T, lanes: int = N) -> Module:
+    """A loop writing row t of its f32[steps, lanes] output each step (x = x / 2 + 1)."""
+    carry = f"(s32[], f32[{lanes}], f32[{steps},{lanes}])"
+    return parse_module(f"""HloModule scan
 cond {{
-  cs = {CARRY} parameter(0)
+  cs = {carry} parameter(0)
   ct = s32[] get-tuple-element(cs), index=0
-  cn = s32[] constant({T})
+  cn = s32[] constant({steps})
   ROOT lt = pred[] compare(ct, cn), direction=LT
 }}
 body {{
-  s = {CARRY} parameter(0)
+  s = {carry} parameter(0)
   t = s32[] get-tuple-element(s), index=0
-  x = f32[{N}] get-tuple-element(s), index=1
-  out = f32[{T},{N}] get-tuple-element(s), index=2
+  x = f32[{lanes}] get-tuple-element(s), index=1
+  out = f32[{steps},{lanes}] get-tuple-element(s), index=2
   h = f32[] constant(0.5)
-  hb = f32[{N}] broadcast(h), dimensions={{}}
+  hb = f32[{lanes}] broadcast(h), dimensions={{}}
   one = f32[] constant(1)
-  ob = f32[{N}] broadcast(one), dimensions={{}}
-  x2 = f32[{N}] multiply(x, hb)
-  x3 = f32[{N}] add(x2, ob)
-  row = f32[1,{N}] reshape(x3)
+  ob = f32[{lanes}] broadcast(one), dimensions={{}}
+  x2 = f32[{lanes}] multiply(x, hb)
+  x3 = f32[{lanes}] add(x2, ob)
+  row = f32[1,{lanes}] reshape(x3)
   z = s32[] constant(0)
-  out2 = f32[{T},{N}] dynamic-update-slice(out, row, t, z)
+  out2 = f32[{steps},{lanes}] dynamic-update-slice(out, row, t, z)
   c1 = s32[] constant(1)
   t2 = s32[] add(t, c1)
-  ROOT r = {CARRY} tuple(t2, x3, out2)
+  ROOT r = {carry} tuple(t2, x3, out2)
 }}
 ENTRY e {{
-  x0 = f32[{N}] parameter(0)
+  x0 = f32[{lanes}] parameter(0)
   zero = f32[] constant(0)
-  out0 = f32[{T},{N}] broadcast(zero), dimensions={{}}
+  out0 = f32[{steps},{lanes}] broadcast(zero), dimensions={{}}
   t0 = s32[] constant(0)
-  init = {CARRY} tuple(t0, x0, out0)
-  w = {CARRY} while(init), condition=cond, body=body
-  ROOT o = f32[{T},{N}] get-tuple-element(w), index=2
-}}"""
+  init = {carry} tuple(t0, x0, out0)
+  w = {carry} while(init), condition=cond, body=body
+  ROOT o = f32[{steps},{lanes}] get-tuple-element(w), index=2
+}}""", "scan")
 
 
 @pytest.mark.parametrize(("strategy", "kernels"), [("none", 8), ("xla", 5), ("priority", 5)])
 def test_a_scan_writes_its_output_a_row_per_step_in_place(strategy: str, kernels: int) -> None:
     """A loop writing row t of its [T, N] output each step: the row's kernel is in place,
     every kernel a pallas_call (no XLA operation, no copy of the output), the result exact."""
-    module = parse_module(SCAN, "scan")
+    module = scan_module()
     inputs = [np.random.default_rng(1).standard_normal(N).astype(np.float32)]
     compiled = compile_module(module, strategy, "tpu-interpret")
     plans = compiled.executable.kernel_plans  # type: ignore[union-attr]
