@@ -67,6 +67,7 @@ from hlofuse.targets.tpu.lax_ops import (
     whole_block,
 )
 from hlofuse.targets.tpu.reduce_tiled import ReduceLayout, TiledReduce, plan_tiled_reduce
+from hlofuse.targets.tpu.shape_casts import shape_cast_refusal
 from hlofuse.targets.tpu.update_in_place import UpdateInPlace, UpdateLayout, plan_update_in_place
 from hlofuse.targets.tpu.whole_loop import LaneKernel, LaneLayout, plan_lanes
 from hlofuse.targets.tpu.words import WordEvaluator, is_narrow, narrowed, native_refusal, widen
@@ -300,6 +301,8 @@ def plan_kernel(inst: Instruction, interpret: bool) -> Kernel:
                   "reductions of them (reduce_tiled.py) are tiled, and "
                   f"a whole-array kernel's values are kept to {WHOLE_MAX_VREGS} registers each "
                   "(Mosaic unrolls every vector operation over the whole array)")
+    elif reason is None and not tiled:
+        reason = shape_cast_refusal(body)
     if reason is not None:
         kernel.as_xla_op(reason + (f"; not in place: {in_place}" if in_place else ""))
         kernel.constants = ()
