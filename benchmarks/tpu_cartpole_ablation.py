@@ -8,7 +8,7 @@ step changed in the code generator:
   values are wrong, so only the time is kept, to say what those operations cost.
 JAX's best form of the program runs in the same process. Writes JSON.
 
-    python benchmarks/tpu_cartpole_ablation.py --envs 65536,1048576 --out F.json
+    PYTHONPATH=src:. python benchmarks/tpu_cartpole_ablation.py --envs 65536,1048576 --out F.json
 """
 
 from __future__ import annotations

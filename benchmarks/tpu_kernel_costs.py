@@ -39,7 +39,7 @@ from hlofuse import lax as hlax
 HBM_BYTES_PER_S = 819e9  # TPU v5e
 
 
-def _median_s(fn: Callable[..., Any], args: tuple[Any, ...], repeats: int) -> float:
+def device_median_s(fn: Callable[..., Any], args: tuple[Any, ...], repeats: int) -> float:
     import jax
 
     jax.block_until_ready(fn(*args))
@@ -136,7 +136,7 @@ def per_kernel(make: Callable[[int], Callable[..., Any]], n: int, chain: int, by
     for length in (1, chain):
         fn = make(length)
         _check(fn(x, y), length * trips, what)
-        timings[length] = _median_s(fn, (x, y), repeats)
+        timings[length] = device_median_s(fn, (x, y), repeats)
     seconds = (timings[chain] - timings[1]) / (chain - 1) / trips
     row: dict[str, object] = {"what": what, "elements": n, "chain": chain, "trips": trips,
                               "call_s_chain_of_1": timings[1],

@@ -9,20 +9,20 @@ group of 8, axis 0 of an (8, 128) register), `roll` (`pltpu.roll` by one lane). 
 operation and register says what each costs against an add. Results are checked against
 NumPy. Writes JSON.
 
-    python benchmarks/tpu_lane_gathers.py --out F.json
-    python benchmarks/tpu_lane_gathers.py --interpret --steps 4   # no TPU
+    PYTHONPATH=src:. python benchmarks/tpu_lane_gathers.py --out F.json
+    PYTHONPATH=src:. python benchmarks/tpu_lane_gathers.py --interpret --steps 4   # no TPU
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.tpu_kernel_costs import device_median_s
 
 KINDS = ("add", "lane", "sublane", "roll")
 
@@ -107,12 +107,7 @@ def main() -> None:
             got = np.asarray(jax.block_until_ready(fn(x, idx)))
             record["correct"] = bool(np.array_equal(
                 got, expected(kind, x, idx, args.steps * args.ops)))
-            times = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                jax.block_until_ready(fn(x, idx))
-                times.append(time.perf_counter() - start)
-            seconds = statistics.median(times)
+            seconds = device_median_s(fn, (x, idx), args.repeats)
             registers = args.rows // 8
             record.update(seconds=seconds, ns_per_op_per_register=seconds * 1e9 / (
                 args.steps * args.ops * registers))

@@ -8,16 +8,14 @@ interpreter and timed against JAX's own `jit` of the same function on the same c
 - a loop writing row t of its [T, N] output each step (the shape of a scan's stacked output):
   with the row written in place a step moves N floats, not the whole output; time per step.
 
-    python benchmarks/tpu_layouts.py --out results/tpu/layouts.json
-(--backend tpu-interpret --small runs it here, on the CPU.)
+    PYTHONPATH=src:. python benchmarks/tpu_layouts.py --out results/tpu/layouts.json
+(--backend tpu-interpret --small runs it here, on the CPU; benchmarks/tpu_env.sh sets the path.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,22 +24,9 @@ import numpy as np
 
 import hlofuse
 import hlofuse.numpy as hnp
+from benchmarks.tpu_kernel_costs import HBM_BYTES_PER_S, device_median_s
 from hlofuse import lax as hlax
 from hlofuse.reference.interpreter import evaluate, flatten_value
-
-HBM_BYTES_PER_S = 819e9  # TPU v5e
-
-
-def _median_s(fn: Callable[..., Any], args: tuple[Any, ...], repeats: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _reduction(op: str, axis: int | None, trips: int, library: Any, numpy: Any
@@ -90,8 +75,8 @@ def _measure(name: str, ours: Callable[..., Any], theirs: Callable[..., Any], x:
     want = np.asarray(flatten_value(evaluate(compiled.module, [x]))[0])
     difference = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-30)))
     row.update(max_relative_difference=difference, equal_within_1e_5=difference <= 1e-5)
-    row["hlofuse_s"] = _median_s(fn, (device_x,), repeats)
-    row["jax_s"] = _median_s(jax.jit(theirs), (device_x,), repeats)
+    row["hlofuse_s"] = device_median_s(fn, (device_x,), repeats)
+    row["jax_s"] = device_median_s(jax.jit(theirs), (device_x,), repeats)
     row["speedup_vs_jax"] = row["jax_s"] / row["hlofuse_s"]  # type: ignore[operator]
     return row
 
