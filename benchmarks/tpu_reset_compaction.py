@@ -5,6 +5,7 @@ Each step of the kernel draws one Threefry value per lane (the action), resets a
 `--rate` of the lanes, and gives the resetting lanes four fresh uniform values (four
 Threefry evaluations a lane, as JAX's `uniform((4, N))` does). Variants: `full` (the draws
 for every lane), `cond` (for the block when one lane resets: what the whole-loop kernel did),
+`prev` (unconditionally when the step before had a resetting lane, else as `cond`),
 `compact` (for the resetting lanes' slots only, gathered on the MXU), `tiers` (on tiers of
 slots across the block's registers, `tiered_reset`), `none` (no reset draws: the floor).
 
@@ -111,6 +112,8 @@ def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int,
                     for j in range(4)]
 
         def step(t: Any, state: tuple[Any, ...]) -> tuple[Any, ...]:
+            if variant == "prev":
+                *state, previous = state
             k0, k1, k2, k3 = (keys_ref[t, j] for j in range(4))
             bits = threefry_bits(k0, k1, lanes.astype(jnp.uint32))
             push = jnp.where((bits & np.uint32(1)) != 0, np.float32(0.1), np.float32(-0.1))
@@ -124,11 +127,22 @@ def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int,
                 return tuple(jnp.where(done, f, m) for f, m in zip(fresh, moved))
             if variant == "tiers":
                 return tiered_reset(done, lanes, moved, lambda at: draws(at, k2, k3), always)
-            if variant == "cond":
+            if variant in ("cond",):
                 def taken() -> tuple[Any, ...]:
                     fresh = draws(lanes, k2, k3)
                     return tuple(jnp.where(done, f, m) for f, m in zip(fresh, moved))
-                return lax.cond(jnp.any(done), taken, lambda: moved)
+                if variant == "cond":
+                    return lax.cond(jnp.any(done), taken, lambda: moved)
+            if variant == "prev":
+                # Drawn unconditionally when the step before had a resetting lane (its any
+                # is then off this step's critical path), behind the cond otherwise.
+                def taken_now() -> tuple[Any, ...]:
+                    fresh = draws(lanes, k2, k3)
+                    return tuple(jnp.where(done, f, m) for f, m in zip(fresh, moved))
+                picked = jnp.any(done)
+                new = lax.cond(previous != 0, taken_now,
+                               lambda: lax.cond(picked, taken_now, lambda: moved))
+                return (*new, picked.astype(jnp.int32))
             compaction = Compaction(done.astype(jnp.int32), first)
 
             def compact() -> tuple[Any, ...]:
@@ -142,7 +156,9 @@ def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int,
             return lax.cond(jnp.any(done), lambda: lax.cond(compaction.fits, compact, whole),
                             lambda: moved)
 
-        state = lax.fori_loop(0, steps, step, tuple(state_in[j] for j in range(4)))
+        first_state = tuple(state_in[j] for j in range(4))
+        state = lax.fori_loop(0, steps, step, first_state + ((np.int32(1),)
+                                                            if variant == "prev" else ()))
         for j in range(4):
             state_out[j] = state[j]
 
