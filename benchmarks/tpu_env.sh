@@ -8,7 +8,7 @@ DEST=${DEST:-results/tpu}
 mkdir -p "$DEST"
 if [ -n "${PIP_INDEX:-}" ] && [ ! -d /tmp/site/rich ]; then
   PIP_CONFIG_FILE=/dev/null "$PY" -m pip install --isolated -q --only-binary=:all: \
-    --index-url "$PIP_INDEX" --target /tmp/site rich matplotlib
+    --index-url "$PIP_INDEX" --target /tmp/site rich matplotlib pytest hypothesis
 fi
 export PYTHONPATH=${PYTHONPATH:-}:/tmp/site:$PWD/src:$PWD
 export HLOFUSE_CACHE_DIR=${HLOFUSE_CACHE_DIR:-/tmp/hlofuse-cache}
