@@ -40,6 +40,8 @@ from hlofuse.ir.ops import Op
 
 Outputs = list[tuple[int, tuple[Instruction, tuple[int, ...]]]]
 COLUMN_BLOCK = 512
+# Values of a row that is accumulated one value after another, computed ahead per chunk.
+ROW_CHUNK = 64
 
 
 class ReductionEmission(ShortRowEmission):
@@ -194,22 +196,27 @@ class ReductionEmission(ShortRowEmission):
 
     def _reduce_row_by_position(self, reduces: list[Instruction], extent: int,
                                 at: Callable[[Expr], Index]) -> list[list[Expr]]:
-        """The results of `reduces` over one row, accumulated position by position in one
-        loop; `at` gives the input index of a position in the row."""
+        """The results of `reduces` over one row, accumulated position by position; `at`
+        gives the input index of a position in the row. One integer reduce that OpenMP may
+        vectorise (`simd_op`) reads its values where it adds them. Any other accumulation
+        runs one value after another, so its values are computed a chunk of the row at a
+        time by a loop of their own into small arrays (which vectorises: a Gumbel-max's two
+        logs per value would otherwise run scalar), then accumulated from there."""
         em, body = self.em, self.body
         plans = [self._plan(r) for r in reduces]
         accumulators = [start_accumulators(em, plan, r.operands[len(r.operands) // 2:])
                         for r, plan in zip(reduces, plans)]
-        j = body.fresh("red")
-        how = cir.SEQUENTIAL
+        inputs = [list(r.operands[:len(r.operands) // 2]) for r in reduces]
         if len(reduces) == 1 and plans[0].simd_op is not None:
             assert isinstance(accumulators[0][0], cir.Var)
-            how = cir.Loop(reduction=(plans[0].simd_op, accumulators[0][0].name))
-        with body.loop(j, 0, extent, how):
-            index = at(cir.Var(j))
-            for r, plan, accs in zip(reduces, plans, accumulators):
-                values = [em.array_value(x, index) for x in r.operands[:len(r.operands) // 2]]
-                accumulate(em, r.calls[0], plan, accs, values)
+            j = body.fresh("red")
+            with body.loop(j, 0, extent, cir.Loop(reduction=(plans[0].simd_op,
+                                                             accumulators[0][0].name))):
+                index = at(cir.Var(j))
+                accumulate(em, reduces[0].calls[0], plans[0], accumulators[0],
+                           [em.array_value(x, index) for x in inputs[0]])
+        else:
+            self._accumulate_in_chunks(reduces, plans, accumulators, inputs, extent, at)
         results = []
         for r, plan, accs in zip(reduces, plans, accumulators):
             count = len(r.operands) // 2
@@ -217,6 +224,32 @@ class ReductionEmission(ShortRowEmission):
                 accs = em.apply_reducer(r.calls[0], [em.scalar(r.operands[count])], [accs[0]])
             results.append(accs)
         return results
+
+    def _accumulate_in_chunks(self, reduces: list[Instruction], plans: list[Accumulation],
+                              accumulators: list[list[Expr]], inputs: list[list[Instruction]],
+                              extent: int, at: Callable[[Expr], Index]) -> None:
+        em, body, lang = self.em, self.body, self.lang
+        chunk = max(1, min(extent, ROW_CHUNK))
+        start = body.fresh("chunk")
+        with body.loop(start, 0, extent, step=chunk):
+            end = body.let(cir.INDEX, cir.Select(
+                cir.Binary("<", cir.add(cir.Var(start), chunk), cir.Int(extent)),
+                cir.add(cir.Var(start), chunk), cir.Int(extent)))
+            arrays = [[body.declare(lang.register_type(x.dtype), body.fresh("row_values"),
+                                    dims=(chunk,)) for x in xs] for xs in inputs]
+            j = body.fresh("j")
+            with body.loop(j, cir.Var(start), end):
+                index = at(cir.Var(j))
+                offset = cir.sub(cir.Var(j), cir.Var(start))
+                for xs, pointers in zip(inputs, arrays):
+                    for x, pointer in zip(xs, pointers):
+                        body.assign(cir.load(pointer, offset), em.array_value(x, index))
+            j = body.fresh("red")
+            with body.loop(j, cir.Var(start), end):
+                offset = cir.sub(cir.Var(j), cir.Var(start))
+                for r, plan, accs, pointers in zip(reduces, plans, accumulators, arrays):
+                    accumulate(em, r.calls[0], plan, accs,
+                               [cir.load(p, offset) for p in pointers])
 
     def _reduce_rows(self, r: Instruction, pointers: list[str], out_dims: tuple[int, ...],
                      extent: int, in_dims: tuple[int, ...], reduced: tuple[int, ...],
