@@ -67,6 +67,10 @@ class KernelOptions:
     # Rows per chunk where a loop over rows reduces a short minor dimension (codegen/
     # short_rows.py); 0 keeps each row's elements written out in the loop over rows.
     short_row_chunk: int = 64
+    # True: the values a reduce of a multi-output reduction (or a pairwise sum) reduces are
+    # stored in rows first, then each row reduced, as before issue 32's change
+    # (benchmarks/reduction_copies.py measures both); False: reduced where computed.
+    store_reduced_rows: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,15 @@
 """Reductions at a kernel's root: rows reduced in the reference's order, column reductions.
 
-Root reductions over one domain, and outputs of the input's shape, are computed in one pass
-that keeps the reduced values in rows (XLA's multi-output reduction fusion); the rows are then
-reduced in the reference's order (element by element from the initial value, or NumPy's pairwise
-order for f32/f64 sums over more than 32 elements: `analysis/reducers.py`), so results match
-the interpreter bit for bit. Column reductions keep a block of accumulators so the inner loop
-runs along contiguous memory, for every reducer whose order they follow.
+Root reductions over one domain are computed together, in the reference's order (element by
+element from the initial value, or NumPy's pairwise order for f32/f64 sums over more than 32
+elements: `analysis/reducers.py`), so results match the interpreter bit for bit. Without
+outputs of the input's shape they are reduced where their values are computed: one loop over
+the rows whose pairwise sums walk each row's leaves with the producer evaluated in the leaves'
+loops (codegen/pairwise_rows.py), the other reduces reading the row in order; nothing is
+stored first. With such outputs (XLA's multi-output reduction fusion) one pass computes the
+reduced values and those outputs, keeping the reduced values in rows, then reduces the rows.
+Column reductions keep a block of accumulators so the inner loop runs along contiguous memory,
+for every reducer whose order they follow.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from hlofuse.codegen.cir import Expr, Stmt
 from hlofuse.codegen.emitter_types import Index
 from hlofuse.codegen.kernel_spec import leaf_shape
 from hlofuse.codegen.loop_nests import Store
+from hlofuse.codegen.pairwise_rows import emit_pairwise_sums
 from hlofuse.codegen.reductions_elemental import (
     Accumulation,
     accumulate,
@@ -35,6 +40,8 @@ from hlofuse.ir.ops import Op
 
 Outputs = list[tuple[int, tuple[Instruction, tuple[int, ...]]]]
 COLUMN_BLOCK = 512
+# Values of a row that is accumulated one value after another, computed ahead per chunk.
+ROW_CHUNK = 64
 
 
 class ReductionEmission(ShortRowEmission):
@@ -48,7 +55,7 @@ class ReductionEmission(ShortRowEmission):
         """Reduces over the same input shape and dimensions, and outputs of that input shape,
         in one pass (XLA's multi-output reduction fusion): the shared producers are computed
         once per input element instead of once per output. A float sum goes this way even
-        alone: its values are stored so they can be summed in the reference's order."""
+        alone, to be summed in the reference's pairwise order."""
         groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[Instruction]] = {}
         bound = {id(inst) for inst, _ in self.spec.inputs}
         for _, (inst, _) in outputs:
@@ -86,11 +93,15 @@ class ReductionEmission(ShortRowEmission):
                          reduces: list[Instruction],
                          siblings: list[tuple[int, Instruction, tuple[int, ...]]],
                          targets: dict[tuple[int, int], str]) -> None:
-        """Two loops: the first computes every reduced value and every sibling output element
-        by element (vectorised, split across threads) and keeps the values in rows, one row
-        per result element (the reduced dimensions last, in `dimensions` order); the second
-        reduces each row in the reference's order. `targets` maps (id(reduce), leaf) to the
-        pointer a result goes to."""
+        """Without sibling outputs, one loop reducing each row where its values are computed.
+        With them, two loops: the first computes every reduced value and every sibling output
+        element by element (vectorised, split across threads) and keeps the values in rows,
+        one row per result element (the reduced dimensions last, in `dimensions` order); the
+        second reduces each row in the reference's order. `targets` maps (id(reduce), leaf)
+        to the pointer a result goes to."""
+        if not siblings and not self.options.store_reduced_rows:
+            self._reduce_rows_where_computed(in_dims, reduced, reduces, targets)
+            return
         kept = [d for d in range(len(in_dims)) if d not in reduced]
         out_dims = tuple(in_dims[d] for d in kept)
         extent = math.prod(in_dims[d] for d in reduced)
@@ -126,6 +137,119 @@ class ReductionEmission(ShortRowEmission):
             with self.body.section(stmts):
                 self._reduce_rows(r, pointers, out_dims, extent, in_dims, reduced, targets)
             self._add_section(stmts, 0, in_prologue)
+
+    def _reduce_rows_where_computed(self, in_dims: tuple[int, ...], reduced: tuple[int, ...],
+                                    reduces: list[Instruction],
+                                    targets: dict[tuple[int, int], str]) -> None:
+        """One loop over the rows (split across threads) that reduces each row of every
+        reduce in the reference's order, computing the reduced values where they are added:
+        no row is stored first. Pairwise sums share one walk of the row's leaves
+        (codegen/pairwise_rows.py); the other reduces share one loop over the row in order."""
+        kept = [d for d in range(len(in_dims)) if d not in reduced]
+        out_dims = tuple(in_dims[d] for d in kept)
+        reduced_dims = tuple(in_dims[d] for d in reduced)
+        extent, rows = math.prod(reduced_dims), math.prod(out_dims)
+        natural = kept + list(reduced) == list(range(len(in_dims)))
+        in_prologue = self.body.hoisting > 0
+        parallel = (not in_prologue and rows > 1
+                    and rows * extent >= self.options.parallel_min_elements)
+        is_pairwise = reduction_order(in_dims, reduced) == "pairwise"
+        pairwise = [r for r in reduces if is_pairwise and self._plan(r).pairwise]
+        in_order = [r for r in reduces if all(r is not p for p in pairwise)]
+        em, body = self.em, self.body
+        stmts: list[Stmt] = []
+        with body.section(stmts):
+            row = body.fresh("row")
+            with body.loop(row, 0, rows, cir.Loop(parallel=True) if parallel else cir.SEQUENTIAL):
+                em.ranges[row] = (0, rows)
+                out_multi = em.multi_of(Index(out_dims, cir.Var(row), None, None))
+
+                def at(position: Expr) -> Index:
+                    if natural:
+                        linear = em.index_let(cir.add(cir.mul(cir.Var(row), extent), position))
+                        return Index(in_dims, linear, None, None)
+                    inner = iter(em.multi_of(Index(reduced_dims, position, None, None)))
+                    outer = iter(out_multi)
+                    multi = [next(inner) if d in reduced else next(outer)
+                             for d in range(len(in_dims))]
+                    return Index(in_dims, None, tuple(multi), None)
+
+                results: list[tuple[Instruction, list[Expr]]] = []
+                if pairwise:
+                    widths = [DType.F64 if r.dtype is DType.F64 else DType.F32 for r in pairwise]
+                    sums = emit_pairwise_sums(
+                        body, self.lang, widths, extent,
+                        lambda p: [em.array_value(r.operands[0], at(p)) for r in pairwise])
+                    results += [(r, em.apply_reducer(r.calls[0], [em.scalar(r.operands[1])],
+                                                     [total]))
+                                for r, total in zip(pairwise, sums)]
+                if in_order:
+                    results += zip(in_order, self._reduce_row_by_position(in_order, extent, at))
+                for r, values in results:
+                    for leaf, value in enumerate(values):
+                        pointer = targets.get((id(r), leaf))
+                        if pointer is not None:
+                            dtype = r.shape.leaves()[leaf].dtype
+                            body.assign(cir.load(pointer, cir.Var(row)),
+                                        self.lang.to_storage(dtype, value))
+        self._add_section(stmts, rows if parallel else 0, in_prologue)
+
+    def _reduce_row_by_position(self, reduces: list[Instruction], extent: int,
+                                at: Callable[[Expr], Index]) -> list[list[Expr]]:
+        """The results of `reduces` over one row, accumulated position by position; `at`
+        gives the input index of a position in the row. One integer reduce that OpenMP may
+        vectorise (`simd_op`) reads its values where it adds them. Any other accumulation
+        runs one value after another, so its values are computed a chunk of the row at a
+        time by a loop of their own into small arrays (which vectorises: a Gumbel-max's two
+        logs per value would otherwise run scalar), then accumulated from there."""
+        em, body = self.em, self.body
+        plans = [self._plan(r) for r in reduces]
+        accumulators = [start_accumulators(em, plan, r.operands[len(r.operands) // 2:])
+                        for r, plan in zip(reduces, plans)]
+        inputs = [list(r.operands[:len(r.operands) // 2]) for r in reduces]
+        if len(reduces) == 1 and plans[0].simd_op is not None:
+            assert isinstance(accumulators[0][0], cir.Var)
+            j = body.fresh("red")
+            with body.loop(j, 0, extent, cir.Loop(reduction=(plans[0].simd_op,
+                                                             accumulators[0][0].name))):
+                index = at(cir.Var(j))
+                accumulate(em, reduces[0].calls[0], plans[0], accumulators[0],
+                           [em.array_value(x, index) for x in inputs[0]])
+        else:
+            self._accumulate_in_chunks(reduces, plans, accumulators, inputs, extent, at)
+        results = []
+        for r, plan, accs in zip(reduces, plans, accumulators):
+            count = len(r.operands) // 2
+            if plan.identity is not None:
+                accs = em.apply_reducer(r.calls[0], [em.scalar(r.operands[count])], [accs[0]])
+            results.append(accs)
+        return results
+
+    def _accumulate_in_chunks(self, reduces: list[Instruction], plans: list[Accumulation],
+                              accumulators: list[list[Expr]], inputs: list[list[Instruction]],
+                              extent: int, at: Callable[[Expr], Index]) -> None:
+        em, body, lang = self.em, self.body, self.lang
+        chunk = max(1, min(extent, ROW_CHUNK))
+        start = body.fresh("chunk")
+        with body.loop(start, 0, extent, step=chunk):
+            end = body.let(cir.INDEX, cir.Select(
+                cir.Binary("<", cir.add(cir.Var(start), chunk), cir.Int(extent)),
+                cir.add(cir.Var(start), chunk), cir.Int(extent)))
+            arrays = [[body.declare(lang.register_type(x.dtype), body.fresh("row_values"),
+                                    dims=(chunk,)) for x in xs] for xs in inputs]
+            j = body.fresh("j")
+            with body.loop(j, cir.Var(start), end):
+                index = at(cir.Var(j))
+                offset = cir.sub(cir.Var(j), cir.Var(start))
+                for xs, pointers in zip(inputs, arrays):
+                    for x, pointer in zip(xs, pointers):
+                        body.assign(cir.load(pointer, offset), em.array_value(x, index))
+            j = body.fresh("red")
+            with body.loop(j, cir.Var(start), end):
+                offset = cir.sub(cir.Var(j), cir.Var(start))
+                for r, plan, accs, pointers in zip(reduces, plans, accumulators, arrays):
+                    accumulate(em, r.calls[0], plan, accs,
+                               [cir.load(p, offset) for p in pointers])
 
     def _reduce_rows(self, r: Instruction, pointers: list[str], out_dims: tuple[int, ...],
                      extent: int, in_dims: tuple[int, ...], reduced: tuple[int, ...],

@@ -56,7 +56,7 @@ class Accumulation:
     that is not one op does. Longer f32/f64 sums and products, and float max/min, reduce the
     values from the op's identity and combine the total with the initial value last, as the
     reference does (`ufunc.reduce`, then `ufunc(init, total)`): sums in NumPy's pairwise
-    order (`pairwise`, needs the values stored: see codegen/reductions.py), the rest in
+    order (`pairwise`: a walk of the row's leaves, codegen/pairwise_rows.py), the rest in
     order. Without -ffast-math nothing is reassociated.
     """
 
@@ -129,7 +129,7 @@ def reduce(em: ElementalEmitter, inst: Instruction, index: Index) -> Value:
     extent = math.prod(in_dims[d] for d in reduced)
     plan = accumulation(em, reducer, inputs[0].dtype, count, extent)
     if plan.pairwise and em.materialize is not None and extent >= 8:
-        return materialized(em, inst, index)  # the stored rows are summed pairwise
+        return materialized(em, inst, index)  # the whole reduce, summed pairwise first
     if 0 < extent <= em.unrolled_reduction:
         return _reduce_written_out(em, inst, index, plan)
     out_multi = iter(em.multi_of(index) if inst.shape.leaves()[0].dims else ())
