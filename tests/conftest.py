@@ -90,6 +90,25 @@ def _withhold_the_c_compiler() -> None:
     Compiler.find = staticmethod(find)  # type: ignore[method-assign]
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each `xdist_group` on one worker under `--dist loadgroup`. pytest-xdist tells its
+    scheduler a test's group by appending `@group` to the node id on the worker; since pytest
+    9.2 keeps node ids structured (`Node._id`), xdist's write to the old `_nodeid` field is
+    lost (pytest-xdist issue 1386), and the groups' tests were spread over the workers, each
+    worker repeating the work the group shares (the xla-gpu corpus comparisons, the import
+    probe). Where xdist's suffix did not take, this appends it as xdist would."""
+    if not (under_xdist() and config.getvalue("loadgroup")):
+        return
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})
+        if not names or item.nodeid.endswith("@" + "_".join(names)):
+            continue
+        # Only pytest's structured ids get here (before them, xdist's suffix took).
+        item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("needs_cc") is not None and not _has_c_compiler():
         pytest.skip("no C compiler ($CC or cc)")

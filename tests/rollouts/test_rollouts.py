@@ -5,12 +5,14 @@ strategy (`make test` compiles a rotation of them, `sampled_strategies`; `-m slo
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from hlofuse.fusion.strategies import FusionResult
 from hlofuse.ir.hlo import Module
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.printer import module_text
@@ -117,9 +119,25 @@ def test_interpreter_matches_jax(name: str, form: str) -> None:
 
 
 def _prepare(name: str, form: str, strategy: str) -> Module:
+    if strategy == "max":
+        return fused_under_max(name, form).module
     from hlofuse.fusion.strategies import run_strategy
 
     return run_strategy(load(name, form)[0], strategy, debug=False).module
+
+
+@functools.cache
+def fused_under_max(name: str, form: str) -> FusionResult:
+    """A rollout fused under `max`, shared by its compile (test_compiled_matches_jax) and the
+    time-loop check (test_max_runs_...): the two are one xdist group (`max_group`), so under
+    `make test` they run in one process and the passes run once."""
+    from hlofuse.fusion.strategies import run_strategy
+
+    return run_strategy(load(name, form)[0], "max", debug=False)
+
+
+def max_group(name: str, form: str) -> pytest.MarkDecorator:
+    return pytest.mark.xdist_group(f"rollout_under_max_{name}.{form}")
 
 
 def _executable(request: pytest.FixtureRequest, key: tuple[str, str, str]) -> Executable:
@@ -148,6 +166,8 @@ def _compiled_cases() -> list[object]:
         for form in FORMS:
             for strategy in STRATEGIES:
                 marks = [] if strategy in sampled_strategies(index, form) else [pytest.mark.slow]
+                if strategy == "max":
+                    marks.append(max_group(name, form))
                 cases.append(pytest.param(name, form, strategy, marks=marks,
                                           id=f"{name}.{form}-{strategy}"))
     return cases
@@ -190,12 +210,11 @@ WHOLE_LOOP_KERNEL = {"acrobot", "bandit", "catch", "grid_forage", "mountain_car"
 
 
 @pytest.mark.thorough
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(("name", "form"), [
+    pytest.param(name, form, marks=max_group(name, form), id=f"{name}-{form}")
+    for name in NAMES for form in FORMS])
 def test_max_runs_the_time_loop_as_one_kernel_or_names_the_refusal(name: str, form: str) -> None:
-    from hlofuse.fusion.strategies import run_strategy
-
-    fused = run_strategy(load(name, form)[0], "max", debug=False)
+    fused = fused_under_max(name, form)
     if name in WHOLE_LOOP_KERNEL:
         assert not fused.kernels_per_iteration(), f"{name}.{form}: a loop is left outside"
         return

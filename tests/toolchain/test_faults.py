@@ -46,9 +46,10 @@ def source_numbered(k: int) -> str:
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["kill", "ctrl-c"])
 def test_a_compile_killed_midway_leaves_no_entry_and_is_redone(tmp_path: Path,
                                                                how: signal.Signals) -> None:
-    # A source that takes the compiler a while, so the kill lands during the compile.
+    # A source that takes the compiler a while (about 2 s at -O2: the test polls every 20 ms
+    # and compiles it twice), so the kill lands during the compile.
     body = "\n".join(f"__attribute__((visibility(\"default\"))) double f{i}(double x) "
-                     f"{{ return x * {i}.5 + __builtin_sin(x + {i}); }}" for i in range(4000))
+                     f"{{ return x * {i}.5 + __builtin_sin(x + {i}); }}" for i in range(1000))
     slow = SOURCE + body
     # A test run started as a background job inherits SIGINT ignored (and passes that on to
     # the compiler): the script takes Ctrl-C as a terminal would deliver it.

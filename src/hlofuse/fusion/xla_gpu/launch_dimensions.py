@@ -166,6 +166,9 @@ def kernel_concatenate(consumer: Node, producer: Node | None = None) -> Node | N
     roots = fusion_roots(consumer)
     if len(roots) != 1 or not roots[0].shape.is_array:
         return None
+    if not (_holds_concatenate(consumer) or (producer is not None
+                                             and _holds_concatenate(producer))):
+        return None  # the search below only visits these two: no candidate (and it is slow)
     kernel = _FusedKernel(consumer, producer)
     start = roots[0]
     while _intermediate(start, 1):
@@ -202,6 +205,13 @@ def kernel_concatenate(consumer: Node, producer: Node | None = None) -> Node | N
             return None
         users += kernel.users_in_kernel(user)
     return found
+
+
+def _holds_concatenate(node: Node) -> bool:
+    """Whether `node` is a concatenate, or a fusion with one among its fused instructions."""
+    if not node.is_fusion:
+        return node.op is Op.CONCATENATE
+    return any(n.op is Op.CONCATENATE for n in node.fused.nodes)
 
 
 def _intermediate(node: Node, allowed_operands: int) -> bool:
