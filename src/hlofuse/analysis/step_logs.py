@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from hlofuse.analysis.lane_classification import LaneClassification
-from hlofuse.analysis.step_reductions import written_a_slice_a_step
+from hlofuse.analysis.step_reductions import SliceWrite, written_a_slice_a_step
 from hlofuse.ir.hlo import Instruction
 
 # Values one step writes: computed by uniform code as a small uniform value is.
@@ -33,21 +33,8 @@ MAX_LOG_ELEMENTS = 8192
 
 
 @dataclass(frozen=True, slots=True)
-class StepLog:
-    """A uniform loop element written one slice per step with a uniform value (`update` is
-    the body's dynamic-update-slice of it, its new value)."""
-
-    element: int
-    update: Instruction
-
-    @property
-    def starts(self) -> tuple[Instruction, ...]:
-        return self.update.operands[2:]
-
-    @property
-    def value(self) -> Instruction:
-        """The slice written each step."""
-        return self.update.operands[1]
+class StepLog(SliceWrite):
+    """A uniform loop element written one slice per step with a uniform value."""
 
 
 def find_step_logs(lanes: LaneClassification, taken: Collection[int]) -> list[StepLog]:

@@ -56,13 +56,12 @@ class LaneReduce:
 
 
 @dataclass(frozen=True, slots=True)
-class StepReduction:
-    """A uniform loop element written one position per step with a value computed from
-    reductions over all lanes (`update` is the body's dynamic-update-slice of it)."""
+class SliceWrite:
+    """A uniform loop element written one slice per step (`update` is the body's
+    dynamic-update-slice of it, its new value)."""
 
     element: int
     update: Instruction
-    reduces: tuple[LaneReduce, ...]
 
     @property
     def starts(self) -> tuple[Instruction, ...]:
@@ -72,6 +71,14 @@ class StepReduction:
     def value(self) -> Instruction:
         """The slice written each step."""
         return self.update.operands[1]
+
+
+@dataclass(frozen=True, slots=True)
+class StepReduction(SliceWrite):
+    """A uniform loop element written one position per step with a value computed from
+    reductions over all lanes."""
+
+    reduces: tuple[LaneReduce, ...]
 
 
 def find_step_reductions(lanes: LaneClassification) -> list[StepReduction]:

@@ -186,12 +186,7 @@ class ReductionEmission(ShortRowEmission):
                 if in_order:
                     results += zip(in_order, self._reduce_row_by_position(in_order, extent, at))
                 for r, values in results:
-                    for leaf, value in enumerate(values):
-                        pointer = targets.get((id(r), leaf))
-                        if pointer is not None:
-                            dtype = r.shape.leaves()[leaf].dtype
-                            body.assign(cir.load(pointer, cir.Var(row)),
-                                        self.lang.to_storage(dtype, value))
+                    self._store_results(r, values, targets, cir.Var(row))
         self._add_section(stmts, rows if parallel else 0, in_prologue)
 
     def _reduce_row_by_position(self, reduces: list[Instruction], extent: int,
@@ -217,13 +212,26 @@ class ReductionEmission(ShortRowEmission):
                            [em.array_value(x, index) for x in inputs[0]])
         else:
             self._accumulate_in_chunks(reduces, plans, accumulators, inputs, extent, at)
-        results = []
-        for r, plan, accs in zip(reduces, plans, accumulators):
-            count = len(r.operands) // 2
-            if plan.identity is not None:
-                accs = em.apply_reducer(r.calls[0], [em.scalar(r.operands[count])], [accs[0]])
-            results.append(accs)
-        return results
+        return [self._with_init(r, plan, accs)
+                for r, plan, accs in zip(reduces, plans, accumulators)]
+
+    def _with_init(self, r: Instruction, plan: Accumulation, accumulators: list[Expr]
+                   ) -> list[Expr]:
+        """The result of `r` from its accumulators: where they started from the op's identity
+        (the reference's order), the initial value combined with the total last."""
+        if plan.identity is None:
+            return accumulators
+        init = self.em.scalar(r.operands[len(r.operands) // 2])
+        return self.em.apply_reducer(r.calls[0], [init], [accumulators[0]])
+
+    def _store_results(self, r: Instruction, values: list[Expr],
+                       targets: dict[tuple[int, int], str], position: Expr) -> None:
+        """Each leaf of `r`'s result at `position` of the pointer `targets` gives it."""
+        for leaf, value in enumerate(values):
+            pointer = targets.get((id(r), leaf))
+            if pointer is not None:
+                dtype = r.shape.leaves()[leaf].dtype
+                self.body.assign(cir.load(pointer, position), self.lang.to_storage(dtype, value))
 
     def _accumulate_in_chunks(self, reduces: list[Instruction], plans: list[Accumulation],
                               accumulators: list[list[Expr]], inputs: list[list[Instruction]],
@@ -274,12 +282,7 @@ class ReductionEmission(ShortRowEmission):
                 results = em.apply_reducer(r.calls[0], [em.scalar(inits[0])], [total])
             else:
                 results = self._reduce_row_in_order(r, plan, pointers, row, extent)
-            target = em.linear_of(out_index)
-            for leaf, value in enumerate(results):
-                pointer = targets.get((id(r), leaf))
-                if pointer is not None:
-                    dtype = r.shape.leaves()[leaf].dtype
-                    body.assign(cir.load(pointer, target), self.lang.to_storage(dtype, value))
+            self._store_results(r, results, targets, em.linear_of(out_index))
 
     def _reduce_row_in_order(self, r: Instruction, plan: Accumulation, pointers: list[str],
                              row: Expr, extent: int) -> list[Expr]:
@@ -298,9 +301,7 @@ class ReductionEmission(ShortRowEmission):
                                self.lang.load(x.dtype, cir.Var(p), position))
                       for x, p in zip(r.operands[:count], pointers)]
             accumulate(em, r.calls[0], plan, accumulators, values)
-        if plan.identity is None:
-            return accumulators
-        return em.apply_reducer(r.calls[0], [em.scalar(inits[0])], [accumulators[0]])
+        return self._with_init(r, plan, accumulators)
 
     # --- column reductions ----------------------------------------------------------------
 

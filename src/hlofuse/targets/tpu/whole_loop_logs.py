@@ -26,6 +26,7 @@ from hlofuse.ir.shapes import Shape
 from hlofuse.targets.tpu.lane_values import LaneValues, static_positions, strides
 from hlofuse.targets.tpu.lane_words import from_word, narrowed, to_word, word
 from hlofuse.targets.tpu.lax_ops import BLOCK_ZERO, Value
+from hlofuse.targets.tpu.whole_loop_steps import clamped_starts
 
 
 def log_words(logs: Sequence[StepLog]) -> int:
@@ -64,12 +65,8 @@ def write_logs(values: LaneValues, logs: Sequence[StepLog], rows: Sequence[Any])
     """This step's slice of each log at its clamped start, in the block's row."""
     for log, row in zip(logs, rows):
         shape: Shape = log.update.shape
-        sizes = log.value.shape.dims
-        starts: list[Value] = []
-        for index, dim, size in zip(log.starts, shape.dims, sizes):
-            s = lax.convert_element_type(values.scalar(index), np.int32)
-            starts.append(lax.clamp(np.int32(0), s, np.int32(dim - size)))
-        for p in static_positions(sizes):
+        starts = clamped_starts(values, log)
+        for p in static_positions(log.value.shape.dims):
             flat: Any = np.int32(0)
             for start, offset, stride in zip(starts, p, strides(shape.dims)):
                 flat = flat + (start + np.int32(offset)) * np.int32(stride)

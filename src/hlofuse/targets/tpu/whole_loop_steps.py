@@ -24,7 +24,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from hlofuse.analysis.step_reductions import StepReduction
+from hlofuse.analysis.step_reductions import SliceWrite, StepReduction
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
 from hlofuse.targets.tpu.evaluate import LaxEvaluator
@@ -131,14 +131,18 @@ def write_step(values: LaneValues, steps: Sequence[StepReduction], refs: Sequenc
         ref[BLOCK_ZERO, _written_position(values, s)] = np.int32(1)
 
 
+def clamped_starts(values: LaneValues, write: SliceWrite) -> list[Value]:
+    """Where the step writes its slice: each start index clamped as HLO clamps it."""
+    dims, sizes = write.update.shape.dims, write.value.shape.dims
+    return [lax.clamp(np.int32(0), lax.convert_element_type(values.scalar(start), np.int32),
+                      np.int32(dim - size))
+            for start, dim, size in zip(write.starts, dims, sizes)]
+
+
 def _written_position(values: LaneValues, step: StepReduction) -> Value:
-    dims = step.update.operands[0].shape.dims
-    sizes = step.value.shape.dims
     flat: Value = np.int32(0)
-    for start, dim, size, stride in zip(step.starts, dims, sizes, strides(dims)):
-        s = lax.convert_element_type(values.scalar(start), np.int32)
-        s = lax.clamp(np.int32(0), s, np.int32(dim - size))
-        flat = flat + s * np.int32(stride)
+    for start, stride in zip(clamped_starts(values, step), strides(step.update.shape.dims)):
+        flat = flat + start * np.int32(stride)
     return flat
 
 
