@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 
+from hlofuse.analysis.graph import users
 from hlofuse.analysis.parallel_loop import LoopPlan
 from hlofuse.analysis.rare_selects import FREE_OPS
 from hlofuse.codegen.emitter_types import UNROLL_ELEMENTS, WRITE_OUT_BUDGET
@@ -95,10 +96,7 @@ def _reduced_values(plan: LoopPlan, dims: Mapping[int, int], products: set[int])
     is read; kept in scratch, the value is computed in a loop over its positions instead, and
     the reduction reads it from there. `products`: the values kept for products."""
     chosen: set[int] = set()
-    users: dict[int, list[Instruction]] = {}
-    for x in plan.body.instructions:
-        for operand in x.operands:
-            users.setdefault(id(operand), []).append(x)
+    readers = users(plan.body)
     for inst in plan.body.instructions:
         if inst.op is not Op.REDUCE or id(inst) not in plan.lane:
             continue
@@ -109,26 +107,26 @@ def _reduced_values(plan: LoopPlan, dims: Mapping[int, int], products: set[int])
             if positions_per_lane(plan, value, dims) <= 1:
                 continue
             if _written_out_operations(plan, value, chosen | products, dims,
-                                       users) > WRITE_OUT_BUDGET:
+                                       readers) > WRITE_OUT_BUDGET:
                 chosen.add(id(value))
     return chosen
 
 
 def _written_out_operations(plan: LoopPlan, inst: Instruction, stops: set[int],
-                            dims: Mapping[int, int], users: Mapping[int, list[Instruction]]
-                            ) -> int:
+                            dims: Mapping[int, int],
+                            readers: Mapping[Instruction, list[Instruction]]) -> int:
     """The operations lane code spends on the positions of a lane's part of `inst` alone,
     written out: each value only `inst` reads (directly or through others only it reads;
-    `users`: each body value's readers), once per position, from what is in scratch
+    `readers`: each body value's users), once per position, from what is in scratch
     (`stops`). Values other code reads are computed at their positions anyway."""
     own = {id(inst)}
     count = 0
     # Body order is a topological order: a value's users come after it.
     for x in reversed(plan.body.instructions):
         if x is not inst:
-            readers = users.get(id(x), [])
-            if id(x) in stops or id(x) not in plan.lane or not readers or \
-                    not all(id(u) in own for u in readers):
+            read_by = readers.get(x, [])
+            if id(x) in stops or id(x) not in plan.lane or not read_by or \
+                    not all(id(u) in own for u in read_by):
                 continue
         own.add(id(x))
         if x.op not in FREE_OPS and not x.shape.is_tuple:
@@ -235,16 +233,12 @@ def value_lane_dims(plan: LoopPlan) -> dict[int, int]:
     and slices keeping the dimension whole, and concatenations along other dimensions. A
     value some reader reads otherwise (across lanes, as the new state) has none."""
     dims = dict(plan.value_lane_dims)
-    readers: dict[int, list[Instruction]] = {}
-    for inst in plan.body.instructions:
-        for operand in inst.operands:
-            readers.setdefault(id(operand), []).append(inst)
-    readers.setdefault(id(plan.body.root), [])
+    readers = users(plan.body)
     for inst in reversed(plan.body.instructions):
         if id(inst) in dims or id(inst) not in plan.lane or inst.shape.is_tuple or \
                 inst is plan.body.root:
             continue
-        found = {_read_lane_dim(reader, inst, dims) for reader in readers.get(id(inst), ())}
+        found = {_read_lane_dim(reader, inst, dims) for reader in readers.get(inst, ())}
         if len(found) == 1:
             dim = found.pop()
             if dim is not None:
