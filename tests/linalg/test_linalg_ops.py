@@ -192,7 +192,9 @@ def test_potrf_keeps_the_other_triangle_and_reports_info() -> None:
     a[1, 1, 1] = -1.0
     factor, info = flatten_value(evaluate(module, [a]))
     np.testing.assert_array_equal(info, [0, 2])
-    np.testing.assert_allclose(np.tril(factor[0]), np.linalg.cholesky(a[0]), rtol=1e-5)
+    # Entries near zero differ by float32 rounding of the larger ones: an absolute bound too.
+    np.testing.assert_allclose(np.tril(factor[0]), np.linalg.cholesky(a[0].astype(np.float64)),
+                               rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.triu(factor[0], 1), np.triu(a[0], 1))
 
 
