@@ -6,6 +6,7 @@ and clear refusals."""
 from __future__ import annotations
 
 import itertools
+import zlib
 
 import numpy as np
 import pytest
@@ -22,6 +23,15 @@ from hlofuse.runtime.target import CodegenError
 from hlofuse.targets.c import compile_cpu
 
 RNG = np.random.default_rng(17)
+
+
+@pytest.fixture(autouse=True)
+def _draws_of_this_test_alone(request: pytest.FixtureRequest) -> None:
+    """Each test draws from a seed of its own name: its matrices do not depend on which tests
+    a worker ran before it (pytest-xdist orders them differently run to run)."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
 # Ops this file checks by hand (read by the interpreter's completeness test in tests/ir).
 COVERED_HERE = frozenset({Op.CHOLESKY, Op.TRIANGULAR_SOLVE})
 TRANSPOSES = ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")
