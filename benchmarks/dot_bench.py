@@ -2,7 +2,8 @@
 use; writes results/dot_bench.json.
 
 Each case is one f32 dot, [N, K] x [K, 64] (a layer of 64 units over N observations of K
-features; N from 1 to 16,384, K from 4 to 64) and the square [1024, 1024] x [1024, 1024],
+features; N from 1 to 16,384, K from 4 to 64), the heads [N, 64] x [64, 1 or 2] (a value or
+action head: a GEMV where the output has one column) and the square [1024, 1024] x [1024, 1024],
 compiled by hlofuse for the C target (a dot is a kernel of its own: the runtime library's dot,
 which calls OpenBLAS where scipy-openblas32 is installed) and timed next to `a @ b` in the same
 process. Figures are medians of single calls:
@@ -41,6 +42,7 @@ from hlofuse.targets.c.blas import find_blas
 LAYER_ROWS = (1, 16, 256, 1024, 4096, 16384)
 LAYER_FEATURES = (4, 16, 64)
 LAYER_UNITS = 64
+HEAD_OUTPUTS = (1, 2)  # value and action heads: [N, 64] x [64, 1 or 2]
 SQUARE = 1024
 GOAL = 1.5  # hlofuse's kernel time over NumPy's, at most
 SAMPLE_S = 0.02  # each profile runs the program this long, at least
@@ -106,6 +108,7 @@ def main(quick: bool, samples: int, out: Path) -> int:
     rng = np.random.default_rng(0)
     rows_n = (1, 256, 4096) if quick else LAYER_ROWS
     cases = [(m, k, LAYER_UNITS) for m in rows_n for k in LAYER_FEATURES]
+    cases += [(m, LAYER_UNITS, n) for m in rows_n if m > 1 for n in HEAD_OUTPUTS]
     cases.append((SQUARE, SQUARE, SQUARE))
     blas = find_blas()
     print(f"dot: {blas.identity if blas else 'the runtime loop (no BLAS)'}; "

@@ -10,8 +10,9 @@
  * -inf). Results do not depend on the thread count. Integer dots wrap (unsigned arithmetic of
  * the type's width).
  *
- * f32 and f64 dots call OpenBLAS's GEMM where the runtime library is built with it
- * (HLOFUSE_BLAS: build.py, from the scipy-openblas32 wheel), the strides map to a GEMM (each
+ * f32 and f64 dots call OpenBLAS's GEMM (GEMV for a matrix and a vector) where the runtime
+ * library is built with it (HLOFUSE_BLAS: build.py, from the scipy-openblas32 wheel), the
+ * strides map to a GEMM (each
  * operand's rows or columns contiguous, the other stride at least the contiguous extent, every
  * size within BLAS's 32-bit integers) and each product has at least HLOFUSE_BLAS_MIN_WORK
  * multiply-adds: below that the loop is as fast (benchmarks/dot_bench.py with HLOFUSE_BLAS=0:
@@ -94,7 +95,33 @@ __attribute__((constructor)) static void hlofuse_blas_single_threaded(void) {
 
 #define HLOFUSE_BLAS_MIN_WORK 16384
 
-#define HLOFUSE_GEMM(TAG, T, GEMM)                                                            \
+/* One product C[m, n] = A[m, k] B[k, n] (C's rows contiguous, n apart). A matrix times one
+ * column or one row times a matrix is a GEMV: OpenBLAS's GEMM with n or m = 1 runs about
+ * half as fast as its GEMV there (NumPy's matmul makes the same switch), so a value head's
+ * [N, 64] x [64, 1] takes the GEMV. ask and bsk are the vector's element strides, ldc C's
+ * row stride. */
+#define HLOFUSE_PRODUCT(TAG, T, GEMM, GEMV)                                                   \
+static void hlofuse_product_##TAG(hlofuse_gemm_operand la, hlofuse_gemm_operand lb, int m,    \
+                                  int n, int k, const T *a, int64_t ask, const T *b,          \
+                                  int64_t bsk, T *c, int ldc) {                               \
+  const int64_t inc_b = k == 1 ? 1 : bsk, inc_a = k == 1 ? 1 : ask;                           \
+  if (n == 1 && inc_b >= 1 && inc_b <= INT32_MAX) {                                           \
+    if (la.trans == CblasNoTrans)                                                             \
+      GEMV(CblasRowMajor, CblasNoTrans, m, k, 1, a, (int)la.ld, b, (int)inc_b, 0, c, ldc);    \
+    else                                                                                      \
+      GEMV(CblasRowMajor, CblasTrans, k, m, 1, a, (int)la.ld, b, (int)inc_b, 0, c, ldc);      \
+  } else if (m == 1 && inc_a >= 1 && inc_a <= INT32_MAX) {                                    \
+    if (lb.trans == CblasNoTrans)                                                             \
+      GEMV(CblasRowMajor, CblasTrans, k, n, 1, b, (int)lb.ld, a, (int)inc_a, 0, c, 1);        \
+    else                                                                                      \
+      GEMV(CblasRowMajor, CblasNoTrans, n, k, 1, b, (int)lb.ld, a, (int)inc_a, 0, c, 1);      \
+  } else {                                                                                    \
+    GEMM(CblasRowMajor, la.trans, lb.trans, m, n, k, 1, a, (int)la.ld, b, (int)lb.ld, 0, c,   \
+         ldc);                                                                                \
+  }                                                                                           \
+}
+
+#define HLOFUSE_GEMM(TAG, T)                                                                  \
 static int hlofuse_gemm_##TAG(const T *a, const T *b, T *c, int64_t batch, int64_t m,         \
                               int64_t n, int64_t k, int64_t asb, int64_t asm_, int64_t ask,   \
                               int64_t bsb, int64_t bsk, int64_t bsn) {                        \
@@ -115,8 +142,8 @@ static int hlofuse_gemm_##TAG(const T *a, const T *b, T *c, int64_t batch, int64
       int64_t lo, hi;                                                                         \
       hlofuse_share(batch, t, nt, 1, &lo, &hi);                                               \
       for (int64_t bi = lo; bi < hi; ++bi)                                                    \
-        GEMM(CblasRowMajor, la.trans, lb.trans, (int)m, (int)n, (int)k, 1, a + bi * asb,      \
-             (int)la.ld, b + bi * bsb, (int)lb.ld, 0, c + bi * m * n, (int)n);                \
+        hlofuse_product_##TAG(la, lb, (int)m, (int)n, (int)k, a + bi * asb, ask, b + bi * bsb, \
+                              bsk, c + bi * m * n, (int)n);                                   \
     } else {                                                                                  \
       const int by_rows = m >= n;                                                             \
       int64_t lo, hi;                                                                         \
@@ -125,11 +152,11 @@ static int hlofuse_gemm_##TAG(const T *a, const T *b, T *c, int64_t batch, int64
         const T *ab = a + bi * asb, *bb = b + bi * bsb;                                       \
         T *cb = c + bi * m * n;                                                               \
         if (by_rows)                                                                          \
-          GEMM(CblasRowMajor, la.trans, lb.trans, (int)(hi - lo), (int)n, (int)k, 1,          \
-               ab + lo * asm_, (int)la.ld, bb, (int)lb.ld, 0, cb + lo * n, (int)n);           \
+          hlofuse_product_##TAG(la, lb, (int)(hi - lo), (int)n, (int)k, ab + lo * asm_, ask,  \
+                                bb, bsk, cb + lo * n, (int)n);                                \
         else                                                                                  \
-          GEMM(CblasRowMajor, la.trans, lb.trans, (int)m, (int)(hi - lo), (int)k, 1, ab,      \
-               (int)la.ld, bb + lo * bsn, (int)lb.ld, 0, cb + lo, (int)n);                    \
+          hlofuse_product_##TAG(la, lb, (int)m, (int)(hi - lo), (int)k, ab, ask,              \
+                                bb + lo * bsn, bsk, cb + lo, (int)n);                         \
       }                                                                                       \
     }                                                                                         \
     HLOFUSE_FTZ_END                                                                           \
@@ -137,8 +164,10 @@ static int hlofuse_gemm_##TAG(const T *a, const T *b, T *c, int64_t batch, int64
   return 1;                                                                                   \
 }
 
-HLOFUSE_GEMM(f32, float, scipy_cblas_sgemm)
-HLOFUSE_GEMM(f64, double, scipy_cblas_dgemm)
+HLOFUSE_PRODUCT(f32, float, scipy_cblas_sgemm, scipy_cblas_sgemv)
+HLOFUSE_PRODUCT(f64, double, scipy_cblas_dgemm, scipy_cblas_dgemv)
+HLOFUSE_GEMM(f32, float)
+HLOFUSE_GEMM(f64, double)
 #define HLOFUSE_TRY_GEMM_f32(...) if (hlofuse_gemm_f32(__VA_ARGS__)) return;
 #define HLOFUSE_TRY_GEMM_f64(...) if (hlofuse_gemm_f64(__VA_ARGS__)) return;
 #else
