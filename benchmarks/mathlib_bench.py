@@ -10,7 +10,7 @@ kept and the blocks are summed: on a shared machine a 10-50 ms libm pass is rare
 alone for its whole length, a 64K block often is. Figures are nanoseconds per element.
 Run from the repository root:
 
-    .venv/bin/python benchmarks/mathlib_bench.py [--n 1000000] [--repeats 15]
+    .venv/bin/python benchmarks/mathlib_bench.py [--n 1000000] [--repeats 15] [--functions fmod]
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ def _pow_inputs(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
     return np.exp(rng.uniform(-7, 7, n)), rng.uniform(-10, 10, n)
 
 
+def _angle_wrap_inputs(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    """An angle wrapped into a period, as environments do: x + pi modulo 2 pi."""
+    return rng.uniform(-30, 30, n), np.full(n, 2 * np.pi)
+
+
 def _atan2_inputs(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
     return rng.normal(size=n), rng.normal(size=n)
 
@@ -77,6 +82,7 @@ CASES = (
     Case("cbrt", _log_uniform(1e-30, 1e30), "cbrtf(x)", "cbrt(x)"),
     Case("pow", _pow_inputs, "powf(x, z)", "pow(x, z)"),
     Case("atan2", _atan2_inputs, "atan2f(x, z)", "atan2(x, z)"),
+    Case("fmod", _angle_wrap_inputs, "fmodf(x, z)", "fmod(x, z)"),
     Case("erf", _uniform(-4, 4), "erff(x)", "erf(x)"),
 )
 
@@ -127,10 +133,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--out", type=Path, default=Path("results/mathlib.json"))
+    parser.add_argument("--functions", help="comma-separated names (default: all)")
     args = parser.parse_args()
     cc = list(Compiler.find().command)
 
-    functions = [(case, f) for case in CASES for f in mathlib.FUNCTIONS if f.name == case.name]
+    wanted = set(args.functions.split(",")) if args.functions else {c.name for c in CASES}
+    functions = [(case, f) for case in CASES for f in mathlib.FUNCTIONS
+                 if f.name == case.name and case.name in wanted]
     work = Path(tempfile.mkdtemp(prefix="hlofuse-mathbench-"))
     (work / "bench.c").write_text(_source(functions))
     subprocess.run([*cc, *CFLAGS, f"-I{mathlib.include_dir()}", str(work / "bench.c"),

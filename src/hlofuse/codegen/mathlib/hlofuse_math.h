@@ -1118,8 +1118,10 @@ HLOFUSE_MATH_FN double hlofuse_tan(double x) {
 /* fmodf(x, y), exact, without a branch or a loop (libm's fmodf is a call in every simd
  * loop). The remainder of x modulo b * 2^(28k) is a float-precision value for every k, and
  * one step of long division from k + 1 to k has a quotient below 2^28, so in double the
- * product q * b * 2^(28k) and the difference are exact; a quotient off by one (the double
- * division rounds) is corrected by one add or subtract, exact as well. Ten steps cover
+ * product q * b * 2^(28k) and the difference are exact. The quotient is the nearest integer
+ * to a * (1/b) 2^-28k, whose error is below 2^-22: the floor or one more, never one less, and
+ * one more only where the remainder is at least about half the divisor, so one add (exact:
+ * Sterbenz) corrects it. Ten steps cover
  * every pair of floats (|x| / |y| < 2^277). NaN, y = 0 and infinite x give NaN as fmodf
  * does; infinite y gives x. Like the C library's fmodf (integer work), it reads its operands
  * and writes its result exactly whatever DAZ and FTZ say: XLA's CPU remainder is that fmodf,
@@ -1129,12 +1131,9 @@ HLOFUSE_MATH_FN double hlofuse_tan(double x) {
 #define HLOFUSE__FMOD_STEP(k)                                                           \
     do {                                                                                \
         double bk_ = b * 0x1p##k;                                                       \
-        double v_ = a * (inverse * 0x1p-##k);                                           \
-        double q_ = HLOFUSE__RINT(v_);                                                  \
-        q_ = hlofuse__sel(q_ > v_, q_ - 1.0, q_); /* trunc: gcc 12 vectorises rint */   \
+        double q_ = HLOFUSE__RINT(a * (inverse * 0x1p-##k)); /* gcc 12 vectorises rint */ \
         double r_ = a - q_ * bk_;                                                       \
-        r_ = hlofuse__sel(r_ < 0.0, r_ + bk_, r_);                                      \
-        a = hlofuse__sel(r_ >= bk_, r_ - bk_, r_);                                      \
+        a = hlofuse__sel(r_ < 0.0, r_ + bk_, r_);                                       \
     } while (0)
 
 /* A non-negative double holding a float value, narrowed exactly whatever FTZ says: a float
