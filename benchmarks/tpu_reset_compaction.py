@@ -8,8 +8,13 @@ for every lane), `cond` (for the block when one lane resets: what the whole-loop
 `prev` (unconditionally when the step before had a resetting lane, else as `cond`),
 `compact` (for the resetting lanes' slots only, gathered on the MXU), `tiers` (on tiers of
 slots across the block's registers, `tiered_reset`), `none` (no reset draws: the floor).
+`--sub S` runs the time loop over sub-tiles of S rows of the block one after another (state
+held in fewer registers, less independent work a step), to tell register pressure from
+issue width as the limit; prepared in interpret mode and lowering, not yet run on a chip.
 
     python benchmarks/tpu_reset_compaction.py --envs 65536 --rows 64 --out F.json
+    python benchmarks/tpu_reset_compaction.py --envs 65536 --rows 64 --sub 0,8,16,32 \
+        --variants full,none,prev
     python benchmarks/tpu_reset_compaction.py --interpret --envs 2048 --steps 20   # no TPU
 
 Every variant's final state is compared with `full`'s bit for bit.
@@ -101,11 +106,32 @@ def tiered_reset(done: Any, lanes: Any, moved: tuple[Any, ...], draws: Any, alwa
 
 
 def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int,
-                always: int = 3) -> Any:
+                always: int = 3, sub: int = 0) -> Any:
+    """`sub` > 0: the time loop runs over sub-tiles of `sub` rows one after another (a loop
+    over sub-tiles outside it), so a tile's state can stay in vector registers for all
+    steps; 0: over the whole block at once."""
+    tile_rows = sub or rows
+
     def kernel(keys_ref: Any, state_in: Any, state_out: Any) -> None:
-        first = pl.program_id(0) * np.int32(rows * 128)
-        lanes = (lax.broadcasted_iota(np.int32, (rows, 128), 0) * np.int32(128)
-                 + lax.broadcasted_iota(np.int32, (rows, 128), 1) + first)
+        block_first = pl.program_id(0) * np.int32(rows * 128)  # read outside the tile loop
+        if sub:
+            def run_tile(i: Any, carry: Any) -> Any:
+                r0 = pl.multiple_of(i * np.int32(sub), sub)
+                tile = tuple(state_in[j, pl.ds(r0, sub), :] for j in range(4))
+                result = time_loop(keys_ref, block_first + r0 * np.int32(128), tile)
+                for j in range(4):
+                    state_out[j, pl.ds(r0, sub), :] = result[j]
+                return carry
+            lax.fori_loop(0, rows // sub, run_tile, np.int32(0))
+        else:
+            result = time_loop(keys_ref, block_first, tuple(state_in[j] for j in range(4)))
+            for j in range(4):
+                state_out[j] = result[j]
+
+    def time_loop(keys_ref: Any, first: Any, first_state: tuple[Any, ...]
+                  ) -> tuple[Any, ...]:
+        lanes = (lax.broadcasted_iota(np.int32, (tile_rows, 128), 0) * np.int32(128)
+                 + lax.broadcasted_iota(np.int32, (tile_rows, 128), 1) + first)
 
         def draws(at: Any, k2: Any, k3: Any) -> list[Any]:
             return [uniform(threefry_bits(k2, k3, (at + np.int32(j * n)).astype(jnp.uint32)))
@@ -156,19 +182,17 @@ def make_kernel(variant: str, n: int, rows: int, steps: int, threshold: int,
             return lax.cond(jnp.any(done), lambda: lax.cond(compaction.fits, compact, whole),
                             lambda: moved)
 
-        first_state = tuple(state_in[j] for j in range(4))
         state = lax.fori_loop(0, steps, step, first_state + ((np.int32(1),)
                                                             if variant == "prev" else ()))
-        for j in range(4):
-            state_out[j] = state[j]
+        return tuple(state[:4])
 
     return kernel
 
 
 def build(variant: str, n: int, rows: int, steps: int, rate: float, interpret: bool,
-          always: int = 3) -> Any:
+          always: int = 3, sub: int = 0) -> Any:
     blocks = n // (rows * 128)
-    kernel = make_kernel(variant, n, rows, steps, int(rate * 1024), always)
+    kernel = make_kernel(variant, n, rows, steps, int(rate * 1024), always, sub)
     call = pl.pallas_call(
         kernel, grid=(blocks,),
         in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM),
@@ -190,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--always", default="3",
                         help="tiers drawn every step (variant tiers), comma-separated")
+    parser.add_argument("--sub", default="0",
+                        help="rows of the sub-tiles the time loop runs over (0: the block)")
     parser.add_argument("--interpret", action="store_true")
     parser.add_argument("--lower", action="store_true", help="lower for the TPU, no run")
     parser.add_argument("--out", type=Path)
@@ -201,10 +227,13 @@ def main(argv: list[str] | None = None) -> int:
         state = jnp.asarray(rng.uniform(-0.05, 0.05, (4, n // 128, 128)).astype(np.float32))
         for rows in (int(x) for x in args.rows.split(",")):
             want = None
-            runs = [(v, int(a)) for v in args.variants.split(",")
-                    for a in (args.always.split(",") if v == "tiers" else ["0"])]
-            for variant, always in runs:
-                fn = build(variant, n, rows, args.steps, args.rate, args.interpret, always)
+            runs = [(v, int(a), int(sub)) for sub in args.sub.split(",")
+                    for v in args.variants.split(",")
+                    for a in (args.always.split(",") if v == "tiers" else ["0"])
+                    if int(sub) == 0 or (rows % int(sub) == 0 and int(sub) % 8 == 0)]
+            for variant, always, sub in runs:
+                fn = build(variant, n, rows, args.steps, args.rate, args.interpret, always,
+                           sub)
                 if args.lower:
                     start = time.perf_counter()
                     fn.trace(keys, state).lower(lowering_platforms=("tpu",))
@@ -223,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                     want = got
                 equal = None if want is None or variant == "none" else \
                     bool(np.array_equal(got.view(np.uint32), want.view(np.uint32)))
-                record = {"n": n, "rows": rows, "variant": variant, "always": always,
+                record = {"n": n, "rows": rows, "sub": sub, "variant": variant,
+                          "always": always,
                           "steps": args.steps,
                           "rate": args.rate, "seconds": seconds,
                           "env_steps_per_s": n * args.steps / seconds,
