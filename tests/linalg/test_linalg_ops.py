@@ -22,7 +22,7 @@ from hlofuse.reference.interpreter import InterpreterError, evaluate, flatten_va
 from hlofuse.runtime.target import CodegenError
 from hlofuse.targets.c import compile_cpu
 
-RNG = np.random.default_rng(17)
+RNG: np.random.Generator  # every test's own: _draws_of_this_test_alone sets it
 
 
 @pytest.fixture(autouse=True)

@@ -12,18 +12,18 @@
  *
  * f32 and f64 dots call OpenBLAS's GEMM (GEMV for a matrix and a vector) where the runtime
  * library is built with it (HLOFUSE_BLAS: build.py, from the scipy-openblas32 wheel), the
- * strides map to a GEMM (each
- * operand's rows or columns contiguous, the other stride at least the contiguous extent, every
- * size within BLAS's 32-bit integers) and each product has at least HLOFUSE_BLAS_MIN_WORK
- * multiply-adds: below that the loop is as fast (benchmarks/dot_bench.py with HLOFUSE_BLAS=0:
- * 0.4-0.65x NumPy's time up to 16,384, where OpenBLAS's call costs as much as the work) and
- * keeps the reference's order bit for bit. XLA's CPU backend calls Eigen for large dots in the
- * same way. OpenBLAS's kernels sum in their own order (blocks of the contracting dimension,
- * partial sums per register), so their last bits differ from the loop's, as XLA's Eigen calls
- * differ from its loops. OpenBLAS runs single-threaded here: the runtime's OpenMP
- * threads (the program's thread count) share the GEMM by blocks of rows or columns, each with
- * denormals flushed as everywhere else, so results do not depend on the thread count. Other
- * layouts and dtypes, and a runtime library built without BLAS, use the loop.
+ * strides map to a GEMM (each operand's rows or columns contiguous, the other stride at least
+ * the contiguous extent, every size within BLAS's 32-bit integers) and each product has at
+ * least HLOFUSE_BLAS_MIN_WORK multiply-adds: below that the loop is as fast
+ * (benchmarks/dot_bench.py with HLOFUSE_BLAS=0: 0.4-0.65x NumPy's time up to 16,384, where
+ * OpenBLAS's call costs as much as the work) and keeps the reference's order bit for bit. XLA's
+ * CPU backend calls Eigen for large dots in the same way. OpenBLAS's kernels sum in their own
+ * order (blocks of the contracting dimension, partial sums per register), so their last bits
+ * differ from the loop's, as XLA's Eigen calls differ from its loops. OpenBLAS runs
+ * single-threaded here: the runtime's OpenMP threads (the program's thread count) share the
+ * GEMM by blocks of rows or columns, each with denormals flushed as everywhere else, so results
+ * do not depend on the thread count. Other layouts and dtypes, and a runtime library built
+ * without BLAS, use the loop.
  *
  * threefry2x32: Threefry-2x32 with 20 rounds (Random123, as jax.random uses it), one
  * independent block per element: (y0, y1) = threefry2x32((k0, k1), (x0, x1)).
