@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared check for a machine with a TPU (issue 29's figures; each part under its own
-# time limit, T0..T5 seconds, 0 skips a part; the defaults add up to 7.5 minutes; results
+# time limit, T0..T5 seconds, 0 skips a part; the defaults add up to 7.8 minutes; results
 # written after each program or step):
 #   0. the tests marked `tpu` (tests/tpu/test_chip*.py: the JAX corpus, CartPole's variants,
 #      tiled reductions and in-place updates on the chip against the interpreter), with
@@ -26,10 +26,10 @@ cd "$(dirname "$0")/.."
 source benchmarks/tpu_env.sh
 "$PY" -c "import jax; print(jax.__version__, jax.devices())" | tee "$DEST/device.txt"
 
-if [ "${T0:-60}" != 0 ]; then
+if [ "${T0:-170}" != 0 ]; then
   echo "== 0/5 the tests marked tpu"
   if "$PY" -c "import pytest, hypothesis" 2>/dev/null; then
-    timeout ${T0:-60} "$PY" -m pytest -p no:cacheprovider -o addopts="" -q -m tpu \
+    timeout ${T0:-170} "$PY" -m pytest -p no:cacheprovider -o addopts="" -q -m tpu \
       tests/tpu/test_chip.py tests/tpu/test_chip_layouts.py 2>&1 | grep -v "^WARNING" \
       | tee "$DEST/pytest.txt" | tail -5
   else
@@ -38,10 +38,10 @@ if [ "${T0:-60}" != 0 ]; then
   fi
 fi
 
-if [ "${T1:-60}" != 0 ]; then
+if [ "${T1:-40}" != 0 ]; then
   echo "== 1/5 every corpus program on the chip against the interpreter"
   # A program past EQ_LIMIT seconds is recorded as timed out and the rest go on (exit 3).
-  end=$((SECONDS + ${T1:-60}))
+  end=$((SECONDS + ${T1:-40}))
   merge=${MERGE:+--merge}
   while [ $SECONDS -lt $end ]; do
     timeout $((end - SECONDS)) "$PY" benchmarks/tpu_equality.py \
@@ -52,25 +52,25 @@ if [ "${T1:-60}" != 0 ]; then
     merge=--merge
   done
 fi
-if [ "${T2:-40}" != 0 ]; then
+if [ "${T2:-30}" != 0 ]; then
   echo "== 2/5 launch cost and bandwidth"
-  timeout ${T2:-40} "$PY" benchmarks/tpu_kernel_costs.py --out "$DEST/kernel_costs.json" \
+  timeout ${T2:-30} "$PY" benchmarks/tpu_kernel_costs.py --out "$DEST/kernel_costs.json" \
     2>&1 | grep -v "^WARNING" | tail -20
-  timeout ${T2:-40} "$PY" benchmarks/tpu_layouts.py --out "$DEST/layouts.json" \
+  timeout ${T2:-30} "$PY" benchmarks/tpu_layouts.py --out "$DEST/layouts.json" \
     2>&1 | grep -v "^WARNING" | cut -c1-300 | tail -8
 fi
-if [ "${T3:-150}" != 0 ]; then
+if [ "${T3:-120}" != 0 ]; then
   echo "== 3/5 the CartPole study on the chip"
-  T1=${T3:-150} bash benchmarks/tpu_study.sh
+  T1=${T3:-120} bash benchmarks/tpu_study.sh
 fi
-if [ "${T4:-40}" != 0 ]; then
+if [ "${T4:-30}" != 0 ]; then
   echo "== 4/5 peers: JAX's own jit on the same chip"
-  timeout ${T4:-40} "$PY" -m hlofuse.cli bench peers --envs 16384,1048576 --steps 200 \
+  timeout ${T4:-30} "$PY" -m hlofuse.cli bench peers --envs 16384,1048576 --steps 200 \
     --budget 1 --peers jax-scan-split-u10,jax-scan-packed-u1 --out "$DEST" \
     || echo "tpu_check: peers did not finish"
 fi
-if [ "${T5:-60}" != 0 ]; then
+if [ "${T5:-45}" != 0 ]; then
   echo "== 5/5 the rollout benchmark on the chip"
-  T1=${T5:-60} bash benchmarks/tpu_rollouts.sh | tail -5
+  T1=${T5:-45} bash benchmarks/tpu_rollouts.sh | tail -5
 fi
 ls -l "$DEST"
