@@ -16,6 +16,7 @@ from hlofuse.api import compile_module
 from hlofuse.envs import cartpole
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.hlo import Module
+from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
 from hlofuse.studies.cartpole_study import known_steps
 from hlofuse.targets.tpu import whole_loop
@@ -409,3 +410,19 @@ def test_block_rows_follow_the_carry_and_n(monkeypatch: pytest.MonkeyPatch) -> N
     assert (small.rows, small.grid) == (8, 1)
     monkeypatch.setattr(whole_loop, "CARRY_REGISTERS", 28)
     assert (lanes_of(65536).rows, lanes_of(65536).grid) == (32, 16)
+
+
+def test_a_lanes_own_row_read_by_position_is_one_lane_kernel() -> None:
+    """`q[arange(n), s]` (own-row-gather's batched form) inside the time loop: one lane
+    kernel, equal to the interpreter."""
+    from tests.passes.test_own_row_gather import TABLE_LOOP
+
+    module = parse_module(TABLE_LOOP)
+    rng = np.random.default_rng(5)
+    args = [np.int32(0), rng.standard_normal((8, 3)).astype(np.float32),
+            rng.integers(0, 3, 8).astype(np.int32)]
+    want = flatten_value(evaluate(module, args))
+    compiled = compile_module(module, "max", "tpu-interpret")
+    assert len(_lane_kernels(compiled.executable.kernel_plans)) == 1  # type: ignore[union-attr]
+    for got, expected in zip(compiled.run_flat(args), want):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))

@@ -47,7 +47,8 @@ rewrites). Example: `xla+rng_expansion+concat_forwarding+scalarize_state+unroll=
 
 `+whole_loop` runs whole-loop fusion after those rewrites and before the fusion passes: a loop
 that is independent per environment becomes one kernel (`whole_loop.py`), the fusion passes
-then work on what is left. `max` is everything: `priority` with `+rng_expansion`,
+then work on what is left; with it, `own-row-gather` turns gathers indexed by a position
+(`x[arange(n), a]`) into batched gathers first. `max` is everything: `priority` with `+rng_expansion`,
 `+concat_forwarding`, `+scalarize_state`, `+if_conversion` and `+whole_loop`.
 """
 
@@ -112,6 +113,7 @@ from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.decision_log import DecisionLog
 from hlofuse.passes.logistic_expander import LogisticExpander
 from hlofuse.passes.manager import FIXED_POINT_LIMIT, PASSES, FixedPoint, Pass, Pipeline, Step
+from hlofuse.passes.own_row_gather import OwnRowGather
 from hlofuse.passes.rng_expansion import RngExpansion
 from hlofuse.passes.scalarize_state import ScalarizeState
 from hlofuse.passes.simplify import AlgebraicSimplifier
@@ -271,6 +273,8 @@ class Strategy:
                                       (ScalarizeState(), self.scalarize_state)) if on]
         if loop_state:
             steps.append(FixedPoint(tuple(loop_state) + tidy, label="loop state"))
+        if self.whole_loop:  # a lane's own row read by position is a batched gather
+            steps.append(FixedPoint((OwnRowGather(),) + tidy, label="own-row gathers"))
         if self.unroll != 1:
             steps.append(LoopUnroll(factor=self.unroll))
             steps.append(FixedPoint(tidy, label="after unrolling"))

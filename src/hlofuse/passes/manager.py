@@ -27,6 +27,7 @@ from hlofuse.passes.cse import CommonSubexpressionElimination
 from hlofuse.passes.dce import DeadCodeElimination
 from hlofuse.passes.decision_log import DecisionSink
 from hlofuse.passes.logistic_expander import LogisticExpander
+from hlofuse.passes.own_row_gather import OwnRowGather
 from hlofuse.passes.rng_expansion import RngExpansion
 from hlofuse.passes.scalarize_state import ScalarizeState
 from hlofuse.passes.simplify import AlgebraicSimplifier
@@ -271,4 +272,5 @@ def _knob_value(pass_name: str, key: str, raw: str, default: object) -> object:
 PASSES: tuple[type[Pass], ...] = (LogisticExpander, CallInliner, AlgebraicSimplifier,
                                   CommonSubexpressionElimination, DeadCodeElimination,
                                   WhileLoopTripCountAnnotator, VariadicOpSplitter,
-                                  RngExpansion, ConcatForwarding, ScalarizeState, LoopUnroll)
+                                  RngExpansion, ConcatForwarding, ScalarizeState, LoopUnroll,
+                                  OwnRowGather)

@@ -45,6 +45,7 @@ CONCAT_FORWARDING = "concat-forwarding"
 SCALARIZE_STATE = "scalarize-state"
 LOOP_UNROLL = "loop-unroll"
 RNG_EXPANSION = "rng-expansion"
+OWN_ROW_GATHER = "own-row-gather"
 TRIP_COUNT = "while-loop-trip-count-annotator"
 TREE_REDUCTION = "tree-reduction-rewriter"
 LOGISTIC = "logistic-expander"
@@ -315,6 +316,9 @@ CATALOGUE: tuple[Rule, ...] = (
           "a custom call whose target has no known integer form", OURS),
     _rule("threefry-signature", RNG_EXPANSION,
           "a Threefry custom call whose operands are not four u32 arrays of one shape", OURS),
+    _rule("position-index-batched", OWN_ROW_GATHER,
+          "a gather's index component that is the position along a dimension of its indices "
+          "became a batching dimension pair", OURS),
     _rule("slice-forwarded", CONCAT_FORWARDING,
           "a slice of a concatenate reads its piece directly", OURS),
     _rule("slice-within-one-piece", CONCAT_FORWARDING,
