@@ -156,3 +156,32 @@ def test_speculable_loads_are_the_arrays_declared_so_not_names() -> None:
     emitter.body.speculable.discard(state)
     assert not emitter.speculable_lane_load(cir.load(state, *position), {})
     assert not emitter.speculable_lane_load(cir.load("s9", *position), {})
+
+
+def _small_kernels(body: str, n: int) -> dict[str, bool]:
+    module = parse_module(f"""
+HloModule m
+fused {{
+  a = f32[{n}] parameter(0)
+{body}
+}}
+ENTRY main {{
+  x = f32[{n}] parameter(0)
+  ROOT f = f32[{n}] fusion(x), kind=kLoop, calls=fused
+}}
+""")
+    return {t.spec.label: emit_kernel(t.spec, C).is_small
+            for t in build_program(module).kernel_thunks()}
+
+
+def test_small_kernels_are_few_elements_of_little_work() -> None:
+    """-O1 (a small kernel) where the elements are few and each costs little; vectorised at
+    -O3 where each takes math functions: six of them an element over 1,024 elements."""
+    cheap = "  b = f32[{n}] add(a, a)\n  ROOT c = f32[{n}] multiply(b, a)"
+    trig = "\n".join(f"  s{k} = f32[{{n}}] {'sine' if k % 2 else 'cosine'}"
+                     f"({'a' if k == 0 else f's{k - 1}'})" for k in range(5))
+    trig += "\n  ROOT s5 = f32[{n}] sine(s4)"
+    assert _small_kernels(cheap.format(n=1024), 1024) == {"f": True}
+    assert _small_kernels(trig.format(n=1024), 1024) == {"f": False}
+    assert _small_kernels(trig.format(n=64), 64) == {"f": True}
+    assert _small_kernels(cheap.format(n=4096), 4096) == {"f": False}

@@ -48,11 +48,22 @@ from hlofuse.codegen.retargeting import LoadRetargeting
 from hlofuse.codegen.sort import emit_sort, emit_topk
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
-from hlofuse.ir.ops import Op
+from hlofuse.ir.ops import CostClass, Op
 from hlofuse.ir.shapes import Shape
 
 # Ops computed whole into their outputs (or temporaries) by a routine of their own.
 WHOLE_VALUE_OPS = (Op.DOT, Op.CUSTOM_CALL, Op.SCATTER, Op.SORT, Op.TOPK, *LINALG_OPS)
+# A small kernel is compiled at -O1, scalar code that compiles quickly, where its run time is
+# its launch and its memory. Where it computes much per element it is not: a vmapped RK4
+# step's kernels of 1,024 elements, each with three sines, three cosines and two divisions,
+# ran 122 us a call at -O1 and about 20 us vectorised (probe 47's vmapped_rk4 under
+# `priority`). Work counts element operations, a math function (inlined from the math
+# header: 20-40 operations) as MATH_FUNCTION_OPERATIONS and a division as
+# DIVISION_OPERATIONS; past 16 operations an element at the size limit, the kernel is not
+# small.
+SMALL_KERNEL_WORK_PER_ELEMENT = 16
+MATH_FUNCTION_OPERATIONS = 24
+DIVISION_OPERATIONS = 8
 
 
 class KernelEmitter(ReductionEmission):
@@ -220,8 +231,10 @@ class KernelEmitter(ReductionEmission):
 
     def _is_small(self, limit: int) -> bool:
         """Whether every array the kernel reads or computes, and every dot's multiply count,
-        stays under `limit` elements. The kernel's arguments are looked at first: a large
-        kernel is told by them without walking its (maybe tens of thousands of) instructions."""
+        stays under `limit` elements, and its element operations under
+        SMALL_KERNEL_WORK_PER_ELEMENT times `limit`. The kernel's arguments are looked at
+        first: a large kernel is told by them without walking its (maybe tens of thousands
+        of) instructions."""
         for inst, _ in self.spec.inputs:
             if _largest_leaf(inst.shape) >= limit:
                 return False
@@ -239,7 +252,9 @@ class KernelEmitter(ReductionEmission):
                               for d in inst.ints("lhs_contracting_dims"))
                 if inst.shape.num_elements * k >= limit:
                     return False
-        return True
+        work = sum(_largest_leaf(inst.shape) * _element_operations(inst)
+                   for inst in self.instructions)
+        return work < SMALL_KERNEL_WORK_PER_ELEMENT * limit
 
     # --- dynamic-update-slice in place --------------------------------------------------
 
@@ -516,3 +531,17 @@ def _largest_leaf(shape: Shape) -> int:
     if not shape.is_tuple:
         return shape.num_elements if shape.is_array else 0
     return max((_largest_leaf(e) for e in shape.elements), default=0)
+
+
+def _element_operations(inst: Instruction) -> int:
+    """What computing one element of `inst` costs, in operations (SMALL_KERNEL_WORK_...)."""
+    cost = inst.op.definition.cost
+    if cost is CostClass.FREE:
+        return 0
+    if cost is CostClass.TRANSCENDENTAL:
+        return MATH_FUNCTION_OPERATIONS
+    if cost is CostClass.TWO_TRANSCENDENTALS:
+        return 2 * MATH_FUNCTION_OPERATIONS
+    if cost is CostClass.DIVISION:
+        return DIVISION_OPERATIONS
+    return 1

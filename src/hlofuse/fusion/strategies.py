@@ -48,8 +48,9 @@ rewrites). Example: `xla+rng_expansion+concat_forwarding+scalarize_state+unroll=
 `+whole_loop` runs whole-loop fusion after those rewrites and before the fusion passes: a loop
 that is independent per environment becomes one kernel (`whole_loop.py`), the fusion passes
 then work on what is left; with it, `own-row-gather` turns gathers indexed by a position
-(`x[arange(n), a]`) into batched gathers first. `max` is everything: `priority` with `+rng_expansion`,
-`+concat_forwarding`, `+scalarize_state`, `+if_conversion` and `+whole_loop`.
+(`x[arange(n), a]`) into batched gathers first. `max` is everything: `priority` with
+`+rng_expansion`, `+concat_forwarding`, `+scalarize_state`, `+if_conversion` and
+`+whole_loop`.
 """
 
 from __future__ import annotations
