@@ -163,3 +163,20 @@ def test_a_sorted_promise_is_dropped_with_the_position() -> None:
         "slice_sizes={1,1}", "slice_sizes={1,1}, indices_are_sorted=true")
     out, changed, _ = run_pass(parse_module(text))
     assert changed and "indices_are_sorted" not in gather_of(out).attrs
+
+
+@pytest.mark.parametrize("backend", ["cpu", "tpu-interpret"])
+def test_the_batched_form_runs_outside_a_loop_too(backend: str) -> None:
+    if backend == "tpu-interpret":
+        pytest.importorskip("jax.experimental.pallas", reason="JAX with Pallas is not installed")
+    from hlofuse.api import compile_module
+
+    module = parse_module(ROWS_BY_POSITION % ("row_column, a_column", "0,1"))
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 3)).astype(np.float32)
+    a = rng.integers(-2, 5, 8).astype(np.int32)
+    compiled = compile_module(module, "max", backend)
+    assert any(i.op is Op.GATHER and i.ints("operand_batching_dims") == (0,)
+               for i in compiled.fusion.module.all_instructions())
+    got = compiled.run_flat([x, a])
+    np.testing.assert_array_equal(np.asarray(got[0]), values(module, x, a)[0])
