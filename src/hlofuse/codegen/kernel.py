@@ -241,8 +241,10 @@ class KernelEmitter(ReductionEmission):
         for inst, path in self.spec.outputs:
             if _largest_leaf(leaf_shape(inst, path)) >= limit:
                 return False
+        work = 0
         for inst in self.instructions:
-            if _largest_leaf(inst.shape) >= limit:
+            elements = _largest_leaf(inst.shape)
+            if elements >= limit:
                 return False
             for operand in inst.operands:
                 if _largest_leaf(operand.shape) >= limit:
@@ -252,8 +254,7 @@ class KernelEmitter(ReductionEmission):
                               for d in inst.ints("lhs_contracting_dims"))
                 if inst.shape.num_elements * k >= limit:
                     return False
-        work = sum(_largest_leaf(inst.shape) * _element_operations(inst)
-                   for inst in self.instructions)
+            work += elements * _element_operations(inst)
         return work < SMALL_KERNEL_WORK_PER_ELEMENT * limit
 
     # --- dynamic-update-slice in place --------------------------------------------------
