@@ -180,3 +180,19 @@ def test_the_batched_form_runs_outside_a_loop_too(backend: str) -> None:
                for i in compiled.fusion.module.all_instructions())
     got = compiled.run_flat([x, a])
     np.testing.assert_array_equal(np.asarray(got[0]), values(module, x, a)[0])
+
+
+def test_an_iota_that_wraps_in_its_type_is_not_a_position() -> None:
+    # An s8 iota over 200 rows wraps past 127 (XLA then clamps those rows' starts to 0), so
+    # it reads other lanes' rows; as a u8 it holds every row and is the position.
+    def rows_of(dtype: str) -> str:
+        text = ROWS_BY_POSITION % ("row_column, a_column", "0,1")
+        text = text.replace("f32[8,3]", "f32[200,3]").replace("s32[8", "s32[200")
+        text = text.replace("f32[8]{0}", "f32[200]{0}").replace("pred[8]", "pred[200]")
+        text = text.replace("constant(8)", "constant(200)")
+        return text.replace("  iota = s32[200]{0} iota(), iota_dimension=0",
+                            f"  narrow = {dtype}[200]{{0}} iota(), iota_dimension=0\n"
+                            "  iota = s32[200]{0} convert(narrow)")
+
+    assert not run_pass(parse_module(rows_of("s8")))[1]
+    assert run_pass(parse_module(rows_of("u8")))[1]

@@ -12,7 +12,8 @@ the iota ran along. The result is the same element for element: XLA clamps a sta
 [0, dim - 1], which an iota over a dimension of the same size already lies in.
 
 The position is recognised through broadcasts, reshapes that only add or drop unit
-dimensions, widening integer converts, copies, and the select JAX wraps negative indices with
+dimensions, integer converts to a type that holds every position (an iota past its own type's
+range wraps, so it is not one), copies, and the select JAX wraps negative indices with
 (`select(i < 0, i + n, i)`, never taken for an iota). Only a component held by a piece of its
 own in a concatenation along the index vector dimension is taken out, and only while another
 component remains (a gather with no index components left cannot be written with an implicit
@@ -28,34 +29,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.passes.decision_log import DecisionSink, RewriteLog
 from hlofuse.passes.rewrite import RewriteBuilder, rewrite_matching
-
-_INTEGERS = frozenset({DType.S8, DType.S16, DType.S32, DType.S64,
-                       DType.U8, DType.U16, DType.U32, DType.U64})
+from hlofuse.passes.simplify import scalar_constant
 
 
 def position_dim(value: Instruction) -> int | None:
     """The dimension d with value[i] == i[d] at every index i, or None when not shown."""
-    if value.dtype not in _INTEGERS:
+    if not value.dtype.is_integer:
         return None
     op = value.op
     if op is Op.IOTA:
         dim = value.attrs["iota_dimension"]
-        return dim if isinstance(dim, int) else None
+        # An iota past its type's range wraps: its values are no longer the positions.
+        return dim if isinstance(dim, int) and _holds(value, dim) else None
     if op is Op.COPY:
         return position_dim(value.operands[0])
     if op is Op.CONVERT:
-        source = value.operands[0]
-        if source.dtype not in _INTEGERS or \
-                np.dtype(value.dtype.numpy).itemsize < np.dtype(source.dtype.numpy).itemsize:
-            return None
-        return position_dim(source)
+        inner = position_dim(value.operands[0])
+        return inner if inner is not None and _holds(value, inner) else None
     if op is Op.BROADCAST:
         inner = position_dim(value.operands[0])
         return None if inner is None else value.ints("dimensions")[inner]
@@ -66,6 +61,13 @@ def position_dim(value: Instruction) -> int | None:
         inner = position_dim(kept)
         return inner if inner is not None and _tests_negative(predicate, kept) else None
     return None
+
+
+def _holds(value: Instruction, dim: int) -> bool:
+    """Whether `value`'s integer type holds every position along `dim`."""
+    dtype: DType = value.dtype
+    largest = value.shape.dims[dim] - 1
+    return largest < 1 << (dtype.bits - 1 if dtype.is_signed_int else dtype.bits)
 
 
 def _reshaped_dim(value: Instruction) -> int | None:
@@ -85,13 +87,8 @@ def _tests_negative(predicate: Instruction, x: Instruction) -> bool:
     if predicate.op is not Op.COMPARE or predicate.attrs.get("direction") != "LT":
         return False
     lhs, rhs = predicate.operands
-    if lhs is not x:
-        return False
-    if rhs.op is Op.BROADCAST:
-        rhs = rhs.operands[0]
-    literal = rhs.attrs.get("literal") if rhs.op is Op.CONSTANT else None
-    return isinstance(literal, np.ndarray) and literal.size == 1 and \
-        int(literal.reshape(())) == 0
+    zero = scalar_constant(rhs)
+    return lhs is x and zero is not None and int(zero) == 0
 
 
 def own_row_gather(inst: Instruction, operands: tuple[Instruction, ...],
@@ -109,10 +106,12 @@ def own_row_gather(inst: Instruction, operands: tuple[Instruction, ...],
     operand_batching = list(inst.ints("operand_batching_dims"))
     indices_batching = list(inst.ints("start_indices_batching_dims"))
     pieces = list(indices.operands)
+    if len(pieces) == 1:
+        return None
     start = 0
     for k, piece in enumerate(pieces):
         width = piece.shape.dims[ivd]
-        if width != 1 or len(pieces) == 1:
+        if width != 1:
             start += width
             continue
         d = index_map[start]

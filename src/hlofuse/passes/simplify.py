@@ -229,7 +229,7 @@ def tuple_of_all_elements(inst: Instruction, builder: RewriteBuilder) -> Instruc
     return source
 
 
-def _scalar_constant(inst: Instruction) -> np.ndarray | None:
+def scalar_constant(inst: Instruction) -> np.ndarray | None:
     """The value of a one-element constant, or of a broadcast of one; None otherwise."""
     if inst.op is Op.BROADCAST:
         inst = inst.operands[0]
@@ -254,7 +254,7 @@ def boolean_identities(inst: Instruction, builder: RewriteBuilder) -> Instructio
         return None
     absorbing = inst.op is Op.OR  # true absorbs or, false absorbs and
     for i, operand in enumerate(inst.operands):
-        value = _scalar_constant(operand)
+        value = scalar_constant(operand)
         if value is None:
             continue
         if bool(value) == absorbing:
@@ -273,7 +273,7 @@ def never_true_compare(inst: Instruction, builder: RewriteBuilder) -> Instructio
         return None
     direction = inst.attrs["direction"]
     for i, operand in enumerate(inst.operands):
-        value = _scalar_constant(operand)
+        value = scalar_constant(operand)
         if value is not None and (direction, i, float(value)) in _NEVER_TRUE:
             return _filled(inst, False, builder)
     return None
