@@ -134,3 +134,12 @@ def corpus_case(request: pytest.FixtureRequest) -> tuple[str, str, list[np.ndarr
                                                           list[np.ndarray]]:
     name = request.param
     return (name, *load_corpus_case(name))
+
+
+@pytest.fixture
+def large_whole_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every whole-loop kernel compiled as a large one, however little it computes: for tests
+    of the vectorised, scheduled form on small programs (codegen/whole_loop_work.py)."""
+    from hlofuse.codegen import whole_loop_work
+
+    monkeypatch.setattr(whole_loop_work, "SMALL_WHOLE_LOOP_WORK", -1)

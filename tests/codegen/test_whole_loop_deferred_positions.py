@@ -27,8 +27,8 @@ def test_many_positions_drawn_on_reset_keep_the_kernel_scheduled(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fused = run_strategy(parse_module((ROLLOUTS / name).read_text(), name), "max").module
     text = generate_c(fused).source.text
-    whole_loops = text.count(WHOLE_LOOP)  # the time loop's kernel and the nested loops'
-    assert whole_loops > 1 and text.count(SCHEDULED) == whole_loops
+    whole_loops = text.count(WHOLE_LOOP)  # the time loop's kernel, and others large enough
+    assert whole_loops >= 1 and text.count(SCHEDULED) == whole_loops
     # Written out (the limit out of reach), the reset draws alone pass the scheduler's limit.
     monkeypatch.setattr(whole_loop_deferred, "DEFERRED_WRITTEN_OUT", 10**9)
     assert generate_c(fused).source.text.count(SCHEDULED) == whole_loops - 1

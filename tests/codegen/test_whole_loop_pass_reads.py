@@ -53,6 +53,7 @@ ENTRY main {
 """
 
 
+@pytest.mark.usefixtures("large_whole_loops")
 def test_a_pass_reads_the_state_at_its_positions_with_plain_loads() -> None:
     module = parse_module(GATED, "gated_state")
     source = generate_c(run_strategy(module, "max").module).source.text

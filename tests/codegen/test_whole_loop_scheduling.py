@@ -107,6 +107,7 @@ ENTRY main {
 """
 
 
+@pytest.mark.usefixtures("large_whole_loops")
 @pytest.mark.needs_cc
 def test_a_scheduled_whole_loop_kernel_computes_the_interpreters_values() -> None:
     module = parse_module(ROLLOUT, "scheduled_rollout")

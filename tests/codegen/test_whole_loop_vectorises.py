@@ -130,6 +130,7 @@ def _compiler() -> list[str]:
     return list(Compiler.find().command)
 
 
+@pytest.mark.usefixtures("large_whole_loops")
 @pytest.mark.needs_cc
 def test_every_simd_lane_loop_of_the_kernel_is_vectorised(tmp_path: Path) -> None:
     """gcc reports each `#pragma omp simd` loop over a block's lanes vectorised: none keeps a
@@ -260,6 +261,7 @@ ENTRY main {
 """
 
 
+@pytest.mark.usefixtures("large_whole_loops")
 @pytest.mark.needs_cc
 def test_a_small_constant_table_read_per_lane_keeps_the_lane_loop_a_vector(tmp_path: Path
                                                                           ) -> None:
@@ -328,6 +330,7 @@ ENTRY main {
 """
 
 
+@pytest.mark.usefixtures("large_whole_loops")
 @pytest.mark.needs_cc
 def test_a_table_of_repeated_literals_read_per_lane_keeps_the_lane_loop_a_vector(
         tmp_path: Path) -> None:

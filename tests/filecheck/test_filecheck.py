@@ -20,6 +20,10 @@ range for CHECK-NOT: `LlvmMatcher`).
   whole kernel (`NAME-LABEL` around it, `NAME-NOT` inside).
 - `// TIER: thorough` anywhere in the file: its commands take seconds (CartPole's rollout
   under `max`), so it runs in `make test`, not in `make fast`.
+- `// WHOLE-LOOPS: large` anywhere in the file: its whole-loop kernels are generated in the
+  form of a large one (vector lane loops, the whole loop's tuning), as a rollout's would be;
+  the file's few lanes and steps alone would make them small kernels
+  (codegen/whole_loop_work.py).
 
 Fusion tests may also assert on the decision log:
 
@@ -56,6 +60,7 @@ from hlofuse.passes.decision_log import DecisionLog
 HERE = Path(__file__).parent
 CASES = sorted(HERE.glob("*/*.hlo"))
 THOROUGH = "// TIER: thorough"
+LARGE_WHOLE_LOOPS = "// WHOLE-LOOPS: large"
 
 
 def _case(path: Path) -> object:
@@ -199,7 +204,9 @@ def _check_decisions(path: Path, log: DecisionLog) -> None:
 
 
 @pytest.mark.parametrize("path", [_case(path) for path in CASES])
-def test_filecheck(path: Path, tmp_path: Path) -> None:
+def test_filecheck(path: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if LARGE_WHOLE_LOOPS in path.read_text().splitlines():
+        request.getfixturevalue("large_whole_loops")
     outputs: dict[tuple[tuple[str, tuple[str, ...]], ...], str] = {}
     log = None
     for number, run in enumerate(_runs(path)):

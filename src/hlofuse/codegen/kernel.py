@@ -254,7 +254,7 @@ class KernelEmitter(ReductionEmission):
                               for d in inst.ints("lhs_contracting_dims"))
                 if inst.shape.num_elements * k >= limit:
                     return False
-            work += elements * _element_operations(inst)
+            work += elements * element_operations(inst)
         return work < SMALL_KERNEL_WORK_PER_ELEMENT * limit
 
     # --- dynamic-update-slice in place --------------------------------------------------
@@ -534,7 +534,7 @@ def _largest_leaf(shape: Shape) -> int:
     return max((_largest_leaf(e) for e in shape.elements), default=0)
 
 
-def _element_operations(inst: Instruction) -> int:
+def element_operations(inst: Instruction) -> int:
     """What computing one element of `inst` costs, in operations (SMALL_KERNEL_WORK_...)."""
     cost = inst.op.definition.cost
     if cost is CostClass.FREE:

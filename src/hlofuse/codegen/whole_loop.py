@@ -78,6 +78,7 @@ from hlofuse.codegen.whole_loop_reductions import LANE_UNROLLED_REDUCTION, step_
 from hlofuse.codegen.whole_loop_scratch_values import materialized_values, value_lane_dims
 from hlofuse.codegen.whole_loop_step_logs import StepLogs, step_log_names
 from hlofuse.codegen.whole_loop_uniform_products import uniform_products_in_loops
+from hlofuse.codegen.whole_loop_work import is_small_whole_loop, without_vector_loops
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import FusionKind, Op
@@ -299,11 +300,15 @@ class WholeLoopEmitter(BlockEmission, StepLogs):
         types = self.parameter_types()
         comment = (f"{sanitize(self.spec.label)}: whole loop {sanitize(self.loop.name)}, "
                    f"{self.n} lanes in {self.blocks} blocks of {self.lanes} lanes")
+        stmts = self.body.prologue.stmts
+        small = is_small_whole_loop(self.loop)
+        if small:
+            without_vector_loops(stmts)
         self.function = cir.Function(
-            "$name", self._parameters(types), self.body.prologue.stmts,
-            cir.Linkage.KERNEL, cir.Tuning.WHOLE_LOOP)
+            "$name", self._parameters(types), stmts, cir.Linkage.KERNEL,
+            cir.Tuning.SMALL if small else cir.Tuning.WHOLE_LOOP)
         return EmittedKernel(self.lang.function(self.function), types, tuple(self.in_place),
-                             comment, False, FusionKind.CUSTOM)
+                             comment, small, FusionKind.CUSTOM)
 
     def _parameters(self, types: tuple[cir.Pointer, ...]) -> list[cir.Parameter]:
         """The kernel's parameters with their roles and, for an array holding the lanes' values

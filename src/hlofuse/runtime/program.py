@@ -20,13 +20,13 @@ from typing import TypeAlias
 import numpy as np
 
 from hlofuse.analysis.graph import post_order
+from hlofuse.analysis.loop_config import known_trip_count
 from hlofuse.codegen.emitter_types import UnsupportedInstruction
 from hlofuse.codegen.kernel_spec import KernelSpec
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import FusionKind, Op
 from hlofuse.ir.shapes import Shape
-from hlofuse.runtime.loop_config import known_trip_count
 
 
 class BufferKind(enum.Enum):

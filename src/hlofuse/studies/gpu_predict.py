@@ -111,7 +111,7 @@ def _op_flops(inst: Instruction) -> float:
 
 def _trips(loop: Instruction) -> int:
     from hlofuse.analysis.counted_loops import NotCounted, counted_loop
-    from hlofuse.runtime.loop_config import known_trip_count
+    from hlofuse.analysis.loop_config import known_trip_count
 
     known = known_trip_count(loop)
     if known is not None:

@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from hlofuse.analysis.loop_config import known_trip_count
 from hlofuse.ir.hlo import Computation, Instruction
 from hlofuse.ir.ops import Op
-from hlofuse.runtime.loop_config import known_trip_count
 from hlofuse.targets.tpu.lax_ops import Value, evaluate_op
 
 

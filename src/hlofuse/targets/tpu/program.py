@@ -28,11 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hlofuse.analysis.loop_config import known_trip_count
 from hlofuse.ir.dtypes import DType
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import Op
 from hlofuse.reference.interpreter import coerce_argument
-from hlofuse.runtime.loop_config import known_trip_count
 from hlofuse.runtime.plan import KernelInfo
 from hlofuse.runtime.profile import KernelProfile, Profile
 from hlofuse.runtime.program import schedule

@@ -32,9 +32,9 @@ import numpy as np
 from jax import lax
 
 from hlofuse.analysis.lane_classification import element_read
+from hlofuse.analysis.loop_config import known_trip_count
 from hlofuse.ir.hlo import Instruction
 from hlofuse.ir.ops import Op
-from hlofuse.runtime.loop_config import known_trip_count
 from hlofuse.targets.tpu.lane_values import LaneValues, Position, is_static
 from hlofuse.targets.tpu.lax_ops import Value
 

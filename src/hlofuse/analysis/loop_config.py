@@ -1,4 +1,5 @@
-"""A while loop's trip count as XLA's backend_config states it, for the driver.
+"""A while loop's trip count as XLA's backend_config states it: for the driver, and for code
+generation's estimate of a loop's work.
 
 XLA's WhileLoopBackendConfig carries `{"known_trip_count":{"n":"N"}}` (passes/trip_count.py
 writes it for loops whose count it proves; hand-written HLO may carry it too). The driver then

@@ -1,0 +1,69 @@
+"""Whether a whole-loop kernel computes so little in all that it is compiled quickly.
+
+A whole-loop kernel is compiled for speed: long simd lane loops, tuned register allocation
+and scheduling, 0.3-2 s of the C compiler's time each. A loop of a few trips over a few
+thousand elements (JAX's CPU lowering draws a layer's initial weights with a Threefry loop of
+five trips) runs in well under a millisecond however it is compiled, while its kernel cost
+the acrobot MLP rollout's cold compile 2.5 of its 10 s. A kernel whose every trip is known
+and whose whole run is at most SMALL_WHOLE_LOOP_WORK element operations (about a millisecond
+of scalar code) is compiled as a small kernel: at -O1, its loops without simd pragmas (which
+make gcc vectorise even at -O1). An integer simd reduction (`|` of flags) gives the same value
+in any order, so nothing it computes changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from hlofuse.analysis.counted_loops import NotCounted, counted_loop
+from hlofuse.analysis.loop_config import known_trip_count
+from hlofuse.codegen import cir
+from hlofuse.codegen.cir_walks import statements
+from hlofuse.codegen.kernel import element_operations
+from hlofuse.codegen.linalg import LINALG_OPS
+from hlofuse.ir.hlo import Instruction
+from hlofuse.ir.ops import Op
+
+SMALL_WHOLE_LOOP_WORK = 1 << 20
+# Ops whose work is not a few operations an element (or is a loop of its own).
+_UNCOUNTED = frozenset({Op.WHILE, Op.CONDITIONAL, Op.CALL, Op.CUSTOM_CALL, Op.SORT, Op.TOPK,
+                        Op.SCATTER, *LINALG_OPS})
+
+
+def total_work(loop: Instruction) -> int | None:
+    """The element operations of all of `loop`'s trips (its condition's and body's); None
+    where the trip count is not known or the body holds a loop of its own."""
+    trips = known_trip_count(loop)
+    condition, body = loop.calls
+    if trips is None:
+        try:
+            trips = counted_loop(loop, loop.operands[0], condition, body).trip_count
+        except NotCounted:
+            return None
+    per_trip = 0
+    for computation in (condition, body):
+        for inst in computation.instructions:
+            if inst.op in _UNCOUNTED:
+                return None
+            if not inst.shape.is_array:
+                continue
+            elements = inst.shape.num_elements
+            if inst.op is Op.DOT:
+                lhs = inst.operands[0].shape
+                elements *= math.prod(lhs.dims[d] for d in inst.ints("lhs_contracting_dims"))
+            per_trip += elements * max(1, element_operations(inst))
+    return trips * per_trip
+
+
+def is_small_whole_loop(loop: Instruction) -> bool:
+    work = total_work(loop)
+    return work is not None and work <= SMALL_WHOLE_LOOP_WORK
+
+
+def without_vector_loops(body: list[cir.Stmt]) -> None:
+    """Drops the simd pragmas of every loop in `body` (in place)."""
+    for top in body:
+        for stmt in statements(top):
+            if isinstance(stmt, cir.For) and (stmt.how.simd or stmt.how.reduction):
+                stmt.how = dataclasses.replace(stmt.how, simd=False, reduction=None)
