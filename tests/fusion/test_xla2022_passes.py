@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hlofuse.analysis.loop_config import known_trip_count, stated_trip_count
 from hlofuse.fusion.strategies import run_strategy
 from hlofuse.fusion.xla2022.horizontal import HorizontalInputFusion
 from hlofuse.fusion.xla2022.tree_reduction import (
@@ -20,7 +21,7 @@ from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.ir.verifier import verify
 from hlofuse.passes.logistic_expander import LogisticExpander
-from hlofuse.passes.trip_count import WhileLoopTripCountAnnotator, known_trip_count
+from hlofuse.passes.trip_count import WhileLoopTripCountAnnotator
 from hlofuse.passes.variadic_op_splitter import VariadicOpSplitter
 from hlofuse.reference.interpreter import evaluate, flatten_value
 
@@ -163,7 +164,7 @@ def test_trip_count_annotation_and_kernel_count() -> None:
     annotated, changed = WhileLoopTripCountAnnotator().run(module, [])
     assert changed
     (loop,) = [i for i in annotated.entry.instructions if i.op is Op.WHILE]
-    assert known_trip_count(loop.extra) == 4  # i = 1, 3, 5, 7
+    assert known_trip_count(loop) == 4  # i = 1, 3, 5, 7
     assert WhileLoopTripCountAnnotator().run(annotated, [])[1] is False
     x = np.array([1.0, 0.5, -1.0, 2.0], np.float32)
     for a, b in zip(flatten_value(evaluate(annotated, [x])), flatten_value(evaluate(module, [x]))):
@@ -179,11 +180,11 @@ def test_known_trip_count_reads_xla_spelling_only() -> None:
     def config(text: str) -> tuple[tuple[str, RawAttr], ...]:
         return (("backend_config", RawAttr(text)),)
 
-    assert known_trip_count(config('{"known_trip_count":{"n":"12"}}')) == 12
-    assert known_trip_count(config('{"known_trip_count":{"n":"-1"}}')) is None
-    assert known_trip_count(config('{"known_trip_count":{}}')) is None
-    assert known_trip_count(config("not json")) is None
-    assert known_trip_count(()) is None
+    assert stated_trip_count(config('{"known_trip_count":{"n":"12"}}')) == 12
+    assert stated_trip_count(config('{"known_trip_count":{"n":"-1"}}')) is None
+    assert stated_trip_count(config('{"known_trip_count":{}}')) is None
+    assert stated_trip_count(config("not json")) is None
+    assert stated_trip_count(()) is None
 
 
 TWO_REDUCTIONS = """HloModule h

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import json
 
+from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.hlo import Instruction
 
 
 def known_trip_count(inst: Instruction) -> int | None:
     """The trip count a while instruction's backend_config states, or None."""
-    text = next((raw.text for key, raw in inst.extra if key == "backend_config"), None)
+    return stated_trip_count(inst.extra)
+
+
+def stated_trip_count(extra: tuple[tuple[str, RawAttr], ...]) -> int | None:
+    """The trip count a backend_config among an instruction's `extra` attributes states, or
+    None (none there, not JSON, no count, or a count that is not a non-negative integer)."""
+    text = next((raw.text for key, raw in extra if key == "backend_config"), None)
     if text is None:
         return None
     try:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hlofuse.analysis.loop_config import known_trip_count, stated_trip_count
 from hlofuse.fusion.graphs.graph import Graph, Node
 from hlofuse.fusion.graphs.module_graph import ModuleGraph
 from hlofuse.fusion.legality.properties import is_contiguous_reduction, minor_to_major
 from hlofuse.ir.hlo import Computation, Instruction, Module
 from hlofuse.ir.ops import FusionKind, Op, OpKind
 from hlofuse.ir.shapes import default_layout
-from hlofuse.passes.trip_count import known_trip_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ def _walk(graph: Graph, enclosing: tuple[str, ...], kernels: list[Kernel], loops
     for node in graph.post_order():
         if node.op is Op.WHILE:
             condition, body = node.calls
-            trips = known_trip_count(node.extra)
+            trips = stated_trip_count(node.extra)
             loops.append(Loop(node.name, graph.name, body.name, condition.name, enclosing,
                               node.source_locations(), trips))
             for callee in (body,) if trips is not None else (condition, body):
@@ -145,7 +145,7 @@ def count_kernels_per_iteration(module: Module) -> dict[str, int]:
             if inst.op is Op.WHILE:
                 counts[inst.name] = 0
                 condition, body = inst.calls
-                counted = known_trip_count(inst.extra) is not None
+                counted = known_trip_count(inst) is not None
                 for callee in (body,) if counted else (condition, body):
                     if callee not in active:
                         walk(callee, inst.name, active)

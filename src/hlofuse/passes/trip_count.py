@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from hlofuse.analysis.counted_loops import NotCounted, counted_loop
+from hlofuse.analysis.loop_config import known_trip_count
 from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.hlo import Instruction, Module
 from hlofuse.ir.ops import Op
@@ -39,30 +40,6 @@ BACKEND_CONFIG = "backend_config"
 def trip_count_config(n: int) -> str:
     """XLA's WhileLoopBackendConfig as JSON: the count is an int64, printed as a string."""
     return json.dumps({"known_trip_count": {"n": str(n)}}, separators=(",", ":"))
-
-
-def known_trip_count(extra: tuple[tuple[str, RawAttr], ...]) -> int | None:
-    """The trip count a while loop's backend_config states, or None."""
-    text = next((raw.text for key, raw in extra if key == BACKEND_CONFIG), None)
-    if text is None:
-        return None
-    try:
-        config = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(config, dict):
-        return None
-    known = config.get("known_trip_count")
-    if not isinstance(known, dict):
-        return None
-    n = known.get("n")
-    if isinstance(n, bool):
-        return None
-    try:
-        count = int(n) if isinstance(n, (int, str)) else None
-    except ValueError:
-        return None
-    return count if count is not None and count >= 0 else None
 
 
 def _with_config(extra: tuple[tuple[str, RawAttr], ...], n: int
@@ -90,7 +67,7 @@ class WhileLoopTripCountAnnotator:
             except NotCounted as why:
                 records.refused(builder.name, inst, why.rule, why.message)
                 return None
-            if known_trip_count(inst.extra) == loop.trip_count:
+            if known_trip_count(inst) == loop.trip_count:
                 return None
             records.rewrote(builder.name, inst, "trip-count-annotated",
                             f"%{inst.name} runs {loop.trip_count} times (counter element "
