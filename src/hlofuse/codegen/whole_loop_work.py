@@ -28,7 +28,7 @@ from hlofuse.ir.ops import Op
 SMALL_WHOLE_LOOP_WORK = 1 << 20
 # Ops whose work is not a few operations an element (or is a loop of its own).
 _UNCOUNTED = frozenset({Op.WHILE, Op.CONDITIONAL, Op.CALL, Op.CUSTOM_CALL, Op.SORT, Op.TOPK,
-                        Op.SCATTER, *LINALG_OPS})
+                        Op.SCATTER, Op.RNG_BIT_GENERATOR, *LINALG_OPS})
 
 
 def total_work(loop: Instruction) -> int | None:
@@ -48,7 +48,9 @@ def total_work(loop: Instruction) -> int | None:
                 return None
             if not inst.shape.is_array:
                 continue
-            elements = inst.shape.num_elements
+            # A reduction's work is its operand's elements, not its result's.
+            elements = max([inst.shape.num_elements] + [
+                o.shape.num_elements for o in inst.operands if o.shape.is_array])
             if inst.op is Op.DOT:
                 lhs = inst.operands[0].shape
                 elements *= math.prod(lhs.dims[d] for d in inst.ints("lhs_contracting_dims"))
