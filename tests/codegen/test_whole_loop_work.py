@@ -1,9 +1,12 @@
 """A whole-loop kernel that computes little in all (a known, small number of trips over a few
-elements) is compiled as a small kernel: -O1, no simd pragmas (codegen/whole_loop_work.py);
-one of unknown trip count, or past the budget, keeps the whole-loop kernel's tuning. Either
-way it computes the interpreter's values."""
+elements) and runs once a run is compiled as a small kernel: -O1, no simd pragmas
+(codegen/whole_loop_work.py); one of unknown trip count, past the budget, or launched where it
+may run many times keeps the whole-loop kernel's tuning. Either way it computes the
+interpreter's values."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -14,7 +17,8 @@ from hlofuse.fusion.strategies import run_strategy
 from hlofuse.ir.ops import Op
 from hlofuse.ir.parser import parse_module
 from hlofuse.reference.interpreter import evaluate, flatten_value
-from hlofuse.targets.c.build import generate_c
+from hlofuse.runtime.program import KernelThunk, build_program, walk
+from hlofuse.targets.c.build import CCodegen, generate_c
 
 WHOLE_LOOP = "HLOFUSE_WIDE_VECTORS void"
 SMALL = '__attribute__((optimize("O1")))'
@@ -106,3 +110,17 @@ def test_small_and_large_whole_loop_kernels_compute_the_interpreters_values(boun
     (actual,) = compile_module(module, "max", "cpu").run_flat(inputs)
     (expected,) = flatten_value(evaluate(module, inputs))
     np.testing.assert_allclose(np.asarray(actual), expected, rtol=1e-6)
+
+
+def test_a_whole_loop_kernel_launched_inside_a_loop_keeps_its_tuning() -> None:
+    """The runtime marks the kernels of the program's top level as run once; the same kernel
+    launched in a loop's body (every trip of that loop runs it) is compiled for speed."""
+    fused = run_strategy(parse_module(rollout(64, 5)), "max").module
+    (thunk,) = [t for t in walk(build_program(fused).thunks)
+                if isinstance(t, KernelThunk) and t.spec.own_emitter]
+    codegen = CCodegen()
+    once = codegen.emit(dataclasses.replace(thunk.spec, runs_once=True))
+    repeated = codegen.emit(dataclasses.replace(thunk.spec, runs_once=False))
+    assert once.is_small and SMALL in once.code and "#pragma omp simd" not in once.code
+    assert not repeated.is_small and WHOLE_LOOP in repeated.code
+    assert "#pragma omp simd" in repeated.code

@@ -41,6 +41,9 @@ class KernelSpec:
     aliased: tuple[tuple[int, int], ...] = ()
     # A fusion's backend_config text: which emitter a kCustom fusion needs (whole_loop.py).
     backend_config: str = ""
+    # Launched once a run: the program's top level, inside no loop or branch (the runtime
+    # knows; a kernel emitted alone is taken to be launched any number of times).
+    runs_once: bool = False
 
     @property
     def own_emitter(self) -> bool:

@@ -301,7 +301,7 @@ class WholeLoopEmitter(BlockEmission, StepLogs):
         comment = (f"{sanitize(self.spec.label)}: whole loop {sanitize(self.loop.name)}, "
                    f"{self.n} lanes in {self.blocks} blocks of {self.lanes} lanes")
         stmts = self.body.prologue.stmts
-        small = is_small_whole_loop(self.loop)
+        small = self.spec.runs_once and is_small_whole_loop(self.loop)
         if small:
             without_vector_loops(stmts)
         self.function = cir.Function(

@@ -94,8 +94,11 @@ def generate(module: Module, codegen: KernelCodegen, check: bool = True) -> Gene
 def _generate(module: Module, codegen: KernelCodegen) -> Generated:
     program = build_program(module)
     thunks = program.kernel_thunks()
+    top_level = {id(t) for t in program.thunks}
     for thunk in thunks:
         thunk.spec = codegen.prepare(thunk.spec)
+        if id(thunk) in top_level:
+            thunk.spec = dataclasses.replace(thunk.spec, runs_once=True)
     # A whole-loop kernel's in-place pairs are known from its spec, so it is emitted once,
     # after buffer assignment; other kernels tell theirs by being emitted.
     emitted = {id(t): codegen.emit(t.spec) for t in thunks if not t.spec.own_emitter}
