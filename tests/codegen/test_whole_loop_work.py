@@ -1,5 +1,5 @@
 """A whole-loop kernel that computes little in all (a known, small number of trips over a few
-elements) and runs once a run is compiled as a small kernel: -O1, no simd pragmas
+elements) and runs once a run is compiled as a small kernel: -Og, no simd pragmas
 (codegen/whole_loop_work.py); one of unknown trip count, past the budget, or launched where it
 may run many times keeps the whole-loop kernel's tuning. Either way it computes the
 interpreter's values."""
@@ -21,7 +21,7 @@ from hlofuse.runtime.program import KernelThunk, build_program, walk
 from hlofuse.targets.c.build import CCodegen, generate_c
 
 WHOLE_LOOP = "HLOFUSE_WIDE_VECTORS void"
-SMALL = '__attribute__((optimize("O1")))'
+SMALL = '__attribute__((optimize("Og")))'
 
 
 def rollout(lanes: int, steps: int, bound: str = "constant") -> str:

@@ -63,5 +63,6 @@ class Tuning(enum.Enum):
     """How a target's compiler should treat a function (a language spells it, or ignores it)."""
 
     SMALL = "small"  # little work: compile it quickly rather than well
+    RUN_ONCE = "run-once"  # little work in all, run once a run: compile it as quickly as may be
     VECTOR_LOOPS = "vector-loops"  # loops that should vectorise
     WHOLE_LOOP = "whole-loop"  # a whole loop's long simd lane loops

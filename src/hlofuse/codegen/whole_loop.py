@@ -306,7 +306,7 @@ class WholeLoopEmitter(BlockEmission, StepLogs):
             without_vector_loops(stmts)
         self.function = cir.Function(
             "$name", self._parameters(types), stmts, cir.Linkage.KERNEL,
-            cir.Tuning.SMALL if small else cir.Tuning.WHOLE_LOOP)
+            cir.Tuning.RUN_ONCE if small else cir.Tuning.WHOLE_LOOP)
         return EmittedKernel(self.lang.function(self.function), types, tuple(self.in_place),
                              comment, small, FusionKind.CUSTOM)
 

@@ -50,6 +50,7 @@ class CudaLanguage(CLanguage):
     kernel_qualifier: str = "static __device__"
     part_qualifier: str = "static __device__"
     small_kernel_attribute: str = ""
+    run_once_attribute: str = ""
     export_qualifier: str = 'extern "C" __attribute__((visibility("default")))'
     parallel_region: str = ""
     parallel_for: str = ""
