@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from hlofuse.analysis.counted_loops import NotCounted, counted_loop
 from hlofuse.ir.attrs import RawAttr
 from hlofuse.ir.hlo import Instruction
 
@@ -17,6 +18,19 @@ from hlofuse.ir.hlo import Instruction
 def known_trip_count(inst: Instruction) -> int | None:
     """The trip count a while instruction's backend_config states, or None."""
     return stated_trip_count(inst.extra)
+
+
+def loop_trip_count(loop: Instruction) -> int | None:
+    """How often a while loop runs: as its backend_config states, else as its counter proves
+    (a counted loop), else None."""
+    known = known_trip_count(loop)
+    if known is not None:
+        return known
+    condition, body = loop.calls
+    try:
+        return counted_loop(loop, loop.operands[0], condition, body).trip_count
+    except NotCounted:
+        return None
 
 
 def stated_trip_count(extra: tuple[tuple[str, RawAttr], ...]) -> int | None:

@@ -15,6 +15,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+from hlofuse.analysis.lane_linalg import contraction_size
 from hlofuse.analysis.same_values import same_values
 from hlofuse.codegen import cir
 from hlofuse.codegen.body import FunctionBody
@@ -250,9 +251,7 @@ class KernelEmitter(ReductionEmission):
                 if _largest_leaf(operand.shape) >= limit:
                     return False
             if inst.op is Op.DOT:
-                k = math.prod(inst.operands[0].shape.dims[d]
-                              for d in inst.ints("lhs_contracting_dims"))
-                if inst.shape.num_elements * k >= limit:
+                if inst.shape.num_elements * contraction_size(inst) >= limit:
                     return False
             work += elements * element_operations(inst)
         return work < SMALL_KERNEL_WORK_PER_ELEMENT * limit

@@ -16,10 +16,9 @@ same value in any order, so nothing it computes changes.
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from hlofuse.analysis.counted_loops import NotCounted, counted_loop
-from hlofuse.analysis.loop_config import known_trip_count
+from hlofuse.analysis.lane_linalg import contraction_size
+from hlofuse.analysis.loop_config import loop_trip_count
 from hlofuse.codegen import cir
 from hlofuse.codegen.cir_walks import statements
 from hlofuse.codegen.kernel import element_operations
@@ -36,15 +35,11 @@ _UNCOUNTED = frozenset({Op.WHILE, Op.CONDITIONAL, Op.CALL, Op.CUSTOM_CALL, Op.SO
 def total_work(loop: Instruction) -> int | None:
     """The element operations of all of `loop`'s trips (its condition's and body's); None
     where the trip count is not known or the body holds a loop of its own."""
-    trips = known_trip_count(loop)
-    condition, body = loop.calls
+    trips = loop_trip_count(loop)
     if trips is None:
-        try:
-            trips = counted_loop(loop, loop.operands[0], condition, body).trip_count
-        except NotCounted:
-            return None
+        return None
     per_trip = 0
-    for computation in (condition, body):
+    for computation in loop.calls:  # the condition and the body
         for inst in computation.instructions:
             if inst.op in _UNCOUNTED:
                 return None
@@ -54,8 +49,7 @@ def total_work(loop: Instruction) -> int | None:
             elements = max([inst.shape.num_elements] + [
                 o.shape.num_elements for o in inst.operands if o.shape.is_array])
             if inst.op is Op.DOT:
-                lhs = inst.operands[0].shape
-                elements *= math.prod(lhs.dims[d] for d in inst.ints("lhs_contracting_dims"))
+                elements *= contraction_size(inst)
             per_trip += elements * max(1, element_operations(inst))
     return trips * per_trip
 

@@ -110,17 +110,10 @@ def _op_flops(inst: Instruction) -> float:
 
 
 def _trips(loop: Instruction) -> int:
-    from hlofuse.analysis.counted_loops import NotCounted, counted_loop
-    from hlofuse.analysis.loop_config import known_trip_count
+    from hlofuse.analysis.loop_config import loop_trip_count
 
-    known = known_trip_count(loop)
-    if known is not None:
-        return known
-    condition, body = loop.calls
-    try:
-        return counted_loop(loop, loop.operands[0], condition, body).trip_count
-    except NotCounted:
-        return 1  # unknown: priced as one trip (the model then under-counts)
+    trips = loop_trip_count(loop)
+    return 1 if trips is None else trips  # unknown: priced as one trip (the model under-counts)
 
 
 def _loop_elements(inst: Instruction) -> int:
