@@ -401,7 +401,7 @@ class CostModel:
         key = node_key(node)
         cached = self._profiles.get(node)
         if cached is None or cached[0] != key:
-            profile = profile_kernel(node, self.constants, self.op_cost)
+            profile = self._new_profile(node)
             cached = (key, profile, self.price(profile).total)
             self._profiles[node] = cached
         return cached
@@ -411,16 +411,23 @@ class CostModel:
         key = (*node_key(producer), None, *node_key(consumer))
         cached = self._fused.get((producer, consumer))
         if cached is None or cached[0] != key:
-            inner = self.profile(producer)
-            if inner.is_free:
-                inner = profile_kernel_forced(producer, self.constants)
-            outer = self.profile(consumer)
-            if outer.is_free:
-                outer = profile_kernel_forced(consumer, self.constants)
-            profile = compose(outer, inner, producer)
+            profile = self._new_fused_profile(producer, consumer)
             cached = (key, profile, self.price(profile).total)
             self._fused[(producer, consumer)] = cached
         return cached
+
+    def _new_profile(self, node: Node) -> KernelProfile:
+        """`node`'s kernel, profiled afresh (the caches above hold what this gives)."""
+        return profile_kernel(node, self.constants, self.op_cost)
+
+    def _new_fused_profile(self, producer: Node, consumer: Node) -> KernelProfile:
+        inner = self.profile(producer)
+        if inner.is_free:
+            inner = profile_kernel_forced(producer, self.constants)
+        outer = self.profile(consumer)
+        if outer.is_free:
+            outer = profile_kernel_forced(consumer, self.constants)
+        return compose(outer, inner, producer)
 
     def profile(self, node: Node) -> KernelProfile:
         return self._entry(node)[1]

@@ -74,13 +74,17 @@ def _per_fusion(name: str, node: Node, compute: Callable[[Node], int],
 
 
 
+# Asked of every fused instruction each time a cost model walks a fusion: a set, not the table.
+_ELEMENTWISE_OPS = frozenset(op for op in Op if op.definition.kind is OpKind.ELEMENTWISE
+                             and op is not Op.BITCAST_CONVERT) | {Op.COPY}
+
+
 def is_elementwise_op(node: Node) -> bool:
     """XLA's IsOpElementwise (copy included; bitcast-convert only between equal widths)."""
-    if node.op is Op.COPY:
-        return True
-    if node.op is Op.BITCAST_CONVERT:
+    op = node.op
+    if op is Op.BITCAST_CONVERT:
         return node.operands[0].dtype.bits == node.dtype.bits
-    return node.op.definition.kind is OpKind.ELEMENTWISE
+    return op in _ELEMENTWISE_OPS
 
 
 def is_elementwise(node: Node) -> bool:

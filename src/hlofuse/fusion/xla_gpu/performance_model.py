@@ -43,10 +43,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-import numpy as np
 
 from hlofuse.fusion.beyond_xla.cost_model import (
     DEFAULT_CONSTANTS,
@@ -54,7 +53,6 @@ from hlofuse.fusion.beyond_xla.cost_model import (
     KernelProfile,
     KernelTime,
     MachineConstants,
-    node_key,
     read_factor,
 )
 from hlofuse.fusion.graphs.graph import Node
@@ -73,9 +71,19 @@ TICKS_PER_SECOND = 4_000_000_000  # absl::Duration counts quarter nanoseconds
 LAUNCH_TICKS = 4000  # kKernelLaunchOverhead as a Duration
 
 
-def _f32(value: float | np.floating) -> np.float32:
-    """XLA's performance model computes in single precision (`float`)."""
-    return np.float32(value)
+_SINGLE = struct.Struct("<f")
+
+
+def _f32(value: float) -> float:
+    """`value` rounded to single precision: XLA's performance model computes in `float`. A
+    sum, product or quotient of two such values computed in double and rounded again is the
+    single-precision one (53 >= 2 * 24 + 2 bits: the double rounding is innocuous), so each
+    single-precision operation below is `_f32` of the double one."""
+    try:
+        rounded: float = _SINGLE.unpack(_SINGLE.pack(value))[0]
+    except OverflowError:  # beyond the largest float: infinite, as in single precision
+        return math.copysign(math.inf, value)
+    return rounded
 
 
 def duration_ticks(seconds: float) -> int:
@@ -173,7 +181,10 @@ class GpuKernelProfile(KernelProfile):
 
 
 def _elements(node: Node) -> int:
-    return sum(leaf.num_elements for leaf in node.shape.leaves() if leaf.is_array)
+    shape = node.shape
+    if not shape.is_tuple:  # most nodes: asked for millions of times by priority fusion
+        return math.prod(shape.dims) if shape.is_array else 0
+    return sum(leaf.num_elements for leaf in shape.leaves() if leaf.is_array)
 
 
 def reduce_window_count(node: Node) -> int:
@@ -199,6 +210,15 @@ def reduce_window_count(node: Node) -> int:
 
 
 def instruction_flops(node: Node) -> float:
+    """`_instruction_flops`, kept with the node: what it reads (the node's op, attributes,
+    shape, called computation and its operands' shapes) stays as long as the node does."""
+    found = node.memo.get("xla_flops")
+    if found is None:
+        found = node.memo["xla_flops"] = ((), _instruction_flops(node))
+    return found[1]  # type: ignore[return-value]
+
+
+def _instruction_flops(node: Node) -> float:
     """XLA's cost-analysis flops of one unfused instruction (all its elements); a reduce
     applies its reducer once per input element beyond the first of each output
     (`HloCostAnalysis::HandleReduce`), a reduce-window as often as `reduce_window_count`
@@ -400,8 +420,6 @@ class GpuCostModel(CostModel):
         super().__init__(dataclasses.replace(DEFAULT_CONSTANTS, source="xla-gpu"))
         self.op_cost = flops_per_element
         self.device = device
-        self._xla_fused: dict[tuple[Node, Node],
-                              tuple[tuple[object, ...], KernelProfile, float]] = {}
 
     def _with_flops(self, profile: KernelProfile, flops: float,
                     launch: tuple[int, int] | None,
@@ -419,34 +437,21 @@ class GpuCostModel(CostModel):
         first slot's figure each time."""
         return [(o, operand_reads(node, o)) for o in node.operands]
 
-    def _entry(self, node: Node) -> tuple[tuple[object, ...], KernelProfile, float]:
-        entry = super()._entry(node)
-        key, profile, _ = entry
-        if profile.is_free or isinstance(profile, GpuKernelProfile):
-            return entry
-        profile = self._with_flops(profile, xla_flops(node),
-                                   kernel_launch(node, None, self.device.core_count),
-                                   self._reads(node))
-        entry = (key, profile, self.price(profile).total)
-        self._profiles[node] = entry
-        return entry
+    def _new_profile(self, node: Node) -> KernelProfile:
+        profile = super()._new_profile(node)
+        return self._with_flops(profile, xla_flops(node),
+                                kernel_launch(node, None, self.device.core_count),
+                                self._reads(node))
 
-    def _fused_entry(self, producer: Node, consumer: Node
-                     ) -> tuple[tuple[object, ...], KernelProfile, float]:
-        key = (*node_key(producer), None, *node_key(consumer))
-        cached = self._xla_fused.get((producer, consumer))
-        if cached is None or cached[0] != key:
-            profile = super()._fused_entry(producer, consumer)[1]
-            # int64 producer and consumer flops, the utilisation a float (EstimateRunTimeForFusion)
-            flops = float(_f32(int(xla_flops(producer)))
-                          * _f32(consumer_utilisation(consumer, producer))
-                          + _f32(int(xla_flops(consumer))))
-            profile = self._with_flops(profile, flops,
-                                       kernel_launch(consumer, producer, self.device.core_count),
-                                       fused_operand_reads(producer, consumer).items())
-            cached = (key, profile, self.price(profile).total)
-            self._xla_fused[(producer, consumer)] = cached
-        return cached
+    def _new_fused_profile(self, producer: Node, consumer: Node) -> KernelProfile:
+        profile = super()._new_fused_profile(producer, consumer)
+        # int64 producer and consumer flops, the utilisation a float (EstimateRunTimeForFusion)
+        flops = _f32(_f32(_f32(int(xla_flops(producer)))
+                          * _f32(consumer_utilisation(consumer, producer)))
+                     + _f32(int(xla_flops(consumer))))
+        return self._with_flops(profile, flops,
+                                kernel_launch(consumer, producer, self.device.core_count),
+                                fused_operand_reads(producer, consumer).items())
 
     def remember(self, node: Node, profile: KernelProfile) -> None:
         """The grown fusion's flops are its own cost analysis' (XLA revisits it)."""
@@ -464,8 +469,9 @@ class GpuCostModel(CostModel):
 
     def _bandwidth(self, bandwidth: float, blocks: int) -> float:
         """AdjustBandwidth, in XLA's single precision."""
-        per_block = _f32(self.device.clock_rate_ghz) * _f32(1e9) * _f32(TRANSACTION_BYTES)
-        return float(min(_f32(bandwidth), _f32(blocks) * per_block))
+        per_block = _f32(_f32(_f32(self.device.clock_rate_ghz) * _f32(1e9))
+                         * _f32(TRANSACTION_BYTES))
+        return min(_f32(bandwidth), _f32(_f32(blocks) * per_block))
 
     def price(self, profile: KernelProfile) -> KernelTime:
         """XLA's estimate in its own arithmetic: every time an `absl::Duration` (whole
@@ -480,8 +486,15 @@ class GpuCostModel(CostModel):
         fpus = min(blocks, device.core_count) * min(per_block, device.fpus_per_core)
         flops_per_ns = int(device.clock_rate_ghz * 2 * fpus)
         # absl::Nanoseconds(float) is that many times one nanosecond (4 ticks).
-        compute = scale_duration(4, float(_f32(int(profile.operations)) / _f32(flops_per_ns)))
+        compute = scale_duration(4, _f32(_f32(int(profile.operations)) / _f32(flops_per_ns)))
         dram = self._bandwidth(device.memory_bandwidth, blocks)
+        # Re-reads' bandwidth by where the operand fits: L1, L2 or neither.
+        dram_rest = _f32(device.memory_bandwidth)
+        l2_rest = _f32(dram_rest * _f32(L2_CACHE_SPEEDUP))
+        rest_bandwidths = (self._bandwidth(_f32(l2_rest * _f32(L1_CACHE_SPEEDUP)), blocks),
+                           self._bandwidth(l2_rest, blocks),
+                           self._bandwidth(dram_rest, blocks))
+        l1_size = L1_CACHE_SIZE_PER_SM * device.core_count
         memory = 0
         reads = (profile.xla_reads if isinstance(profile, GpuKernelProfile)
                  and profile.xla_reads is not None else tuple(profile.reads().items()))
@@ -489,16 +502,12 @@ class GpuCostModel(CostModel):
             size, item = self._size(node)
             total = int(count * item)
             net = min(int(size), total)
-            rest = _f32(device.memory_bandwidth)
-            if net < device.l2_cache_size:
-                rest *= _f32(L2_CACHE_SPEEDUP)
-                if net < L1_CACHE_SIZE_PER_SM * device.core_count:
-                    rest *= _f32(L1_CACHE_SPEEDUP)
-            rest_bandwidth = _f32(self._bandwidth(float(rest), blocks))
-            memory += (duration_ticks(float(_f32(net) / _f32(dram)))
-                       + duration_ticks(float(_f32(total - net) / rest_bandwidth)))
-        memory += duration_ticks(float(_f32(int(profile.bytes_written))
-                                       / _f32(device.memory_bandwidth)))
+            fits = 0 if net < l1_size else 1
+            rest_bandwidth = rest_bandwidths[fits if net < device.l2_cache_size else 2]
+            memory += (duration_ticks(_f32(_f32(net) / dram))
+                       + duration_ticks(_f32(_f32(total - net) / rest_bandwidth)))
+        memory += duration_ticks(_f32(_f32(int(profile.bytes_written))
+                                      / _f32(device.memory_bandwidth)))
         exec_ticks = (compute + memory
                       - scale_duration(min(compute, memory), MEMORY_COMPUTE_PARALLELISM))
         return KernelTime((LAUNCH_TICKS + exec_ticks) / TICKS_PER_SECOND,
