@@ -300,16 +300,22 @@ def xor(x: Array, y: Array) -> Array:
     return np.bitwise_xor(x, y)
 
 
-def _shift_amount(x: Array, y: Array) -> tuple[Array, Array]:
+def _shift_amount(x: Array, y: Array) -> tuple[Array, Array | None]:
+    """The shift amounts in x's type, and where they reach past its width (None: nowhere,
+    as in almost every shift, whose amount is a constant below the width)."""
     bits = x.dtype.itemsize * 8
     amount = y.view(np.dtype(f"u{y.dtype.itemsize}")).astype(np.uint64)
     too_far = amount >= bits
+    if not too_far.any():
+        return amount.astype(x.dtype), None
     return np.where(too_far, 0, amount).astype(x.dtype), too_far
 
 
 def shift_left(x: Array, y: Array) -> Array:
     amount, too_far = _shift_amount(x, y)
     shifted = np.left_shift(x, amount).astype(x.dtype)
+    if too_far is None:
+        return np.asarray(shifted)
     return np.where(too_far, np.zeros((), x.dtype), shifted).astype(x.dtype)
 
 
@@ -317,6 +323,8 @@ def shift_right_logical(x: Array, y: Array) -> Array:
     unsigned_type = np.dtype(f"u{x.dtype.itemsize}")
     amount, too_far = _shift_amount(x, y)
     shifted = np.right_shift(x.view(unsigned_type), amount.view(unsigned_type)).view(x.dtype)
+    if too_far is None:
+        return np.asarray(shifted)
     return np.where(too_far, np.zeros((), x.dtype), shifted).astype(x.dtype)
 
 
@@ -325,6 +333,8 @@ def shift_right_arithmetic(x: Array, y: Array) -> Array:
     amount, too_far = _shift_amount(x, y)
     signed = x.view(signed_type)
     shifted = np.right_shift(signed, amount.view(signed_type))
+    if too_far is None:
+        return np.asarray(shifted).view(x.dtype)
     sign_fill = np.where(signed < 0, np.array(-1, signed_type), np.array(0, signed_type))
     return np.where(too_far, sign_fill, shifted).astype(signed_type).view(x.dtype)
 

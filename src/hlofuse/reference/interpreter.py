@@ -89,25 +89,49 @@ def flatten_value(value: Value) -> list[np.ndarray]:
     return [] if value is None else [value]
 
 
+# One instruction of a computation's plan: the instruction, what evaluates it, the positions
+# of its operands' values, and its parameter number (None for any other instruction).
+_Step = tuple[Instruction, "_Handler", tuple[int, ...], int | None]
+_Handler = Callable[["Interpreter", Instruction, list[Value]], Value]
+
+
 class Interpreter:
     def __init__(self, custom_calls: dict[str, CustomCallFn] | None = None) -> None:
         self.custom_calls = dict(CUSTOM_CALL_TARGETS)
         self.custom_calls.update(custom_calls or {})
+        # Per computation (by identity; computations are immutable), its steps and the
+        # position of its root: a loop body runs once per trip, planned once.
+        self._plans: dict[int, tuple[Computation, list[_Step], int]] = {}
+
+    def _plan(self, computation: Computation) -> tuple[list[_Step], int]:
+        found = self._plans.get(id(computation))
+        if found is None or found[0] is not computation:
+            position: dict[int, int] = {}
+            steps: list[_Step] = []
+            for inst in computation.instructions:
+                slots = tuple(position[id(o)] for o in inst.operands)
+                parameter = inst.parameter_number if inst.op is Op.PARAMETER else None
+                position[id(inst)] = len(steps)
+                steps.append((inst, _handler(inst), slots, parameter))
+            found = (computation, steps, position[id(computation.root)])
+            self._plans[id(computation)] = found
+        return found[1], found[2]
 
     def run(self, computation: Computation, arguments: Sequence[Value]) -> Value:
-        env: dict[int, Value] = {}
-        for inst in computation.instructions:
-            operands = [env[id(o)] for o in inst.operands]
+        steps, root = self._plan(computation)
+        values: list[Value] = []
+        append = values.append
+        for inst, handler, slots, parameter in steps:
             try:
-                if inst.op is Op.PARAMETER:
-                    env[id(inst)] = arguments[inst.parameter_number]
+                if parameter is not None:
+                    append(arguments[parameter])
                     continue
-                env[id(inst)] = self._evaluate(inst, operands)
+                append(handler(self, inst, [values[s] for s in slots]))
             except InterpreterError:
                 raise
             except (ValueError, TypeError, IndexError, KeyError) as e:
                 raise InterpreterError(f"evaluating %{inst.name} ({inst.op.text}): {e}") from e
-        return env[id(computation.root)]
+        return values[root]
 
     def evaluate_instruction(self, inst: Instruction, operands: list[Value]) -> Value:
         """One instruction's value from its operands' (a target that has no code of its own
@@ -115,14 +139,22 @@ class Interpreter:
         return self._evaluate(inst, operands)
 
     def _evaluate(self, inst: Instruction, operands: list[Value]) -> Value:
-        definition = inst.definition
-        if definition.kind is OpKind.ELEMENTWISE and definition.numpy is not None:
-            return _elementwise(inst, operands)
-        handler = _HANDLERS.get(inst.op)
-        if handler is None:
-            raise InterpreterError(f"%{inst.name}: the interpreter cannot evaluate "
-                                   f"{inst.op.text}")
-        return handler(self, inst, operands)
+        return _handler(inst)(self, inst, operands)
+
+
+def _handler(inst: Instruction) -> _Handler:
+    definition = inst.definition
+    if definition.kind is OpKind.ELEMENTWISE and definition.numpy is not None:
+        return _elementwise_handler
+    return _HANDLERS.get(inst.op, _cannot_evaluate)
+
+
+def _cannot_evaluate(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    raise InterpreterError(f"%{inst.name}: the interpreter cannot evaluate {inst.op.text}")
+
+
+def _elementwise_handler(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
+    return _elementwise(inst, ops)
 
 
 # Moves and sign-bit operations (negate and abs flip or clear one bit, in XLA's CPU code and
@@ -213,14 +245,18 @@ def _iota(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
 
 
 def _broadcast(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
-    x = as_array(ops[0])
+    operand = as_array(ops[0])
     dims = inst.ints("dimensions")
     order = sorted(range(len(dims)), key=lambda i: dims[i])
-    x = np.transpose(x, order)
+    x = np.transpose(operand, order)
     view = [1] * inst.shape.rank
     for i in order:
-        view[dims[i]] = as_array(ops[0]).shape[i]
-    return np.asarray(np.broadcast_to(x.reshape(view), inst.shape.dims), order="C")
+        view[dims[i]] = operand.shape[i]
+    # Copied by assignment (bit for bit, in C order): np.broadcast_to costs more per call,
+    # and a rollout broadcasts tens of thousands of times.
+    out = np.empty(inst.shape.dims, operand.dtype)
+    out[...] = x.reshape(view)
+    return out
 
 
 def _reshape(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
@@ -478,7 +514,7 @@ def _token(self: Interpreter, inst: Instruction, ops: list[Value]) -> Value:
 
 # The handlers here read the interpreter itself (its custom calls); those of the other
 # modules only run computations (`common.Handler`).
-_HANDLERS: dict[Op, Callable[[Interpreter, Instruction, list[Value]], Value]] = {
+_HANDLERS: dict[Op, _Handler] = {
     Op.AFTER_ALL: _token,
     Op.BITCAST: _reshape,
     Op.BROADCAST: _broadcast,
