@@ -11,6 +11,10 @@ from hlofuse.ir.shapes import Shape
 
 _NAME = re.compile(r"%?([A-Za-z_][A-Za-z0-9_.\-]*)")
 _INT = re.compile(r"[+-]?\d+")
+# Whitespace and comments between tokens (an unterminated /* comment stops the match).
+_BLANKS = re.compile(r"(?:[ \t\r\n]+|/\*.*?\*/|//[^\n]*|#[^\n]*)*", re.DOTALL)
+_BLANK_STARTS = frozenset(" \t\r\n/#")
+_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
 # Longer integers than any 64-bit value (20 digits) plus a margin for leading zeros.
 _MAX_INT_DIGITS = 64
 _MAX_RANK = 64
@@ -81,21 +85,14 @@ class HloTextReader:
     # --- scanning ---
 
     def skip(self) -> None:
-        text = self.text
-        while self.pos < len(text):
-            ch = text[self.pos]
-            if ch in " \t\r\n":
-                self.pos += 1
-            elif text.startswith("/*", self.pos):
-                end = text.find("*/", self.pos + 2)
-                if end < 0:
-                    raise self.error("unterminated /* comment")
-                self.pos = end + 2
-            elif text.startswith("//", self.pos) or ch == "#":
-                end = text.find("\n", self.pos)
-                self.pos = len(text) if end < 0 else end
-            else:
-                return
+        text, pos = self.text, self.pos
+        if pos >= len(text) or text[pos] not in _BLANK_STARTS:
+            return  # at a token: the parser asks before almost every one
+        match = _BLANKS.match(text, pos)
+        assert match is not None  # the pattern matches the empty string
+        self.pos = match.end()
+        if text.startswith("/*", self.pos):
+            raise self.error("unterminated /* comment")
 
     def at_end(self) -> bool:
         self.skip()
@@ -149,7 +146,7 @@ class HloTextReader:
 
     def word(self) -> str:
         self.skip()
-        m = re.compile(r"[A-Za-z0-9_.\-]+").match(self.text, self.pos)
+        m = _WORD.match(self.text, self.pos)
         if not m:
             raise self.error(f"expected a word, found {self.describe_next()}")
         self.pos = m.end()
