@@ -211,7 +211,12 @@ def _holds_concatenate(node: Node) -> bool:
     """Whether `node` is a concatenate, or a fusion with one among its fused instructions."""
     if not node.is_fusion:
         return node.op is Op.CONCATENATE
-    return any(n.op is Op.CONCATENATE for n in node.fused.nodes)
+    key = (node.fused.version,)
+    found = node.memo.get("holds_concatenate")
+    if found is None or found[0] != key:  # asked at every price of the fusion's kernel
+        found = node.memo["holds_concatenate"] = (
+            key, any(n.op is Op.CONCATENATE for n in node.fused.nodes))
+    return bool(found[1])
 
 
 def _intermediate(node: Node, allowed_operands: int) -> bool:

@@ -42,6 +42,7 @@ priority-fusion queue with these times.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import struct
 from collections.abc import Iterable
@@ -412,6 +413,14 @@ def fused_operand_reads(producer: Node, consumer: Node) -> dict[Node, float]:
     return reads
 
 
+@functools.lru_cache(maxsize=65536)
+def _read_ticks(net: int, total: int, dram: float, rest_bandwidth: float) -> int:
+    """ReadTimeWithDRAMHeuristic's time: `net` bytes at DRAM bandwidth, the rest of `total`
+    at `rest_bandwidth` (the same few operand sizes come back at every price)."""
+    return (duration_ticks(_f32(_f32(net) / dram))
+            + duration_ticks(_f32(_f32(total - net) / rest_bandwidth)))
+
+
 class GpuCostModel(CostModel):
     """`CostModel`'s profiles priced on a GPU with XLA's flops; `time` includes the launch
     overhead."""
@@ -504,8 +513,7 @@ class GpuCostModel(CostModel):
             net = min(int(size), total)
             fits = 0 if net < l1_size else 1
             rest_bandwidth = rest_bandwidths[fits if net < device.l2_cache_size else 2]
-            memory += (duration_ticks(_f32(_f32(net) / dram))
-                       + duration_ticks(_f32(_f32(total - net) / rest_bandwidth)))
+            memory += _read_ticks(net, total, dram, rest_bandwidth)
         memory += duration_ticks(_f32(_f32(int(profile.bytes_written))
                                       / _f32(device.memory_bandwidth)))
         exec_ticks = (compute + memory
