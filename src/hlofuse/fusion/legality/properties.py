@@ -56,7 +56,7 @@ def is_fusible(node: Node) -> bool:
     return op not in _DECLARES_SIDE_EFFECT or not has_side_effect(node)
 
 
-def _per_fusion(name: str, node: Node, compute: Callable[[Node], int],
+def per_fusion_sum(name: str, node: Node, compute: Callable[[Node], int],
                 only_special: bool = False) -> int:
     """A sum over a fusion's instructions, cached until its body changes; with
     `only_special`, over those of `graph.SPECIAL_OPS` (`compute` is 0 for the others): a
@@ -90,7 +90,7 @@ def is_elementwise_op(node: Node) -> bool:
 def is_elementwise(node: Node) -> bool:
     """HloInstruction::IsElementwise (a fusion is if every fused instruction is)."""
     if node.is_fusion:
-        return _per_fusion("non_elementwise", node, _not_elementwise) == 0
+        return per_fusion_sum("non_elementwise", node, _not_elementwise) == 0
     return is_elementwise_op(node)
 
 
@@ -122,7 +122,7 @@ def is_expensive(node: Node) -> bool:
 
 def expensive_instruction_count(fusion: Node) -> int:
     """How many of a fusion's instructions are expensive (cached until its body changes)."""
-    return _per_fusion("expensive", fusion, _expensive_instruction)
+    return per_fusion_sum("expensive", fusion, _expensive_instruction)
 
 
 def _expensive_instruction(node: Node) -> int:
@@ -369,7 +369,7 @@ def is_physically_transposing(node: Node) -> bool:
 def shared_memory_usage(node: Node) -> int:
     """Bytes of shared memory the tiled reduction emitter needs (2022 estimates)."""
     if node.is_fusion:
-        return _per_fusion("shared_memory", node, shared_memory_usage, True)  # reduces only
+        return per_fusion_sum("shared_memory", node, shared_memory_usage, True)  # reduces only
     if node.op is not Op.REDUCE or not is_contiguous_reduction(node):
         return 0
     item = node.operands[0].dtype.itemsize
@@ -382,7 +382,7 @@ def shared_memory_usage(node: Node) -> int:
 
 def unnested_reduction_count(node: Node) -> int:
     if node.is_fusion:
-        return _per_fusion("unnested_reductions", node, unnested_reduction_count, True)
+        return per_fusion_sum("unnested_reductions", node, unnested_reduction_count, True)
     return 1 if is_contiguous_reduction(node) else 0
 
 

@@ -16,6 +16,7 @@ from hlofuse.fusion.legality.properties import (
     is_contiguous_reduction,
     is_effective_scalar,
     is_elementwise_op,
+    per_fusion_sum,
     reduction_dimensions,
 )
 from hlofuse.fusion.xla_gpu.devices import DEFAULT_DEVICE, device
@@ -211,12 +212,8 @@ def _holds_concatenate(node: Node) -> bool:
     """Whether `node` is a concatenate, or a fusion with one among its fused instructions."""
     if not node.is_fusion:
         return node.op is Op.CONCATENATE
-    key = (node.fused.version,)
-    found = node.memo.get("holds_concatenate")
-    if found is None or found[0] != key:  # asked at every price of the fusion's kernel
-        found = node.memo["holds_concatenate"] = (
-            key, any(n.op is Op.CONCATENATE for n in node.fused.nodes))
-    return bool(found[1])
+    # Asked at every price of the fusion's kernel: counted once per change of its body.
+    return per_fusion_sum("concatenates", node, lambda n: int(n.op is Op.CONCATENATE)) > 0
 
 
 def _intermediate(node: Node, allowed_operands: int) -> bool:
